@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Builds every fuzz/fuzz_<name>.cpp as a libFuzzer target (clang, ASan + UBSan) over the file-format
+# code, and runs each for SECONDS starting from its seed corpus fuzz/corpus/<name>/. A crash, leak or
+# sanitizer report fails the run and leaves the crashing input in build-fuzz/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${1:-60}
+out=build-fuzz
+mkdir -p "$out"
+shopt -s nullglob
+targets=(fuzz/fuzz_*.cpp)
+if [ ${#targets[@]} -eq 0 ]; then echo "fuzz: no targets"; exit 0; fi
+
+lib_sources=(src/core/*.cpp src/formats/*.cpp)
+flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Isrc)
+for target in "${targets[@]}"; do
+  name=$(basename "$target" .cpp); name=${name#fuzz_}
+  binary="$out/fuzz_$name"
+  if [ ! -x "$binary" ] || [ -n "$(find "$target" "${lib_sources[@]}" src -newer "$binary" -name '*.[ch]*' -print -quit)" ]; then
+    echo "fuzz: building $name"
+    clang++ "${flags[@]}" "$target" "${lib_sources[@]}" -lfmt -o "$binary"
+  fi
+  work="$out/corpus-$name"
+  mkdir -p "$work"
+  [ -d "fuzz/corpus/$name" ] && cp -n fuzz/corpus/"$name"/* "$work"/ 2>/dev/null || true
+  echo "fuzz: running $name for ${seconds}s"
+  (cd "$out" && ASAN_OPTIONS=detect_leaks=1 "./fuzz_$name" -max_total_time="$seconds" -rss_limit_mb=2048 \
+     -malloc_limit_mb=1024 -print_final_stats=1 "corpus-$name" 2>&1 | tail -n 12)
+  echo "fuzz: $name ok"
+done

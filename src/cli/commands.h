@@ -1,0 +1,10 @@
+// Every `deltabit` subcommand lives in its own cmd_<name>.cpp and registers itself on the app here.
+// A command's callback throws deltabit::Error for bad input; main() prints it as one line and exits 1.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace deltabit::cli {
+
+
+}  // namespace deltabit::cli
