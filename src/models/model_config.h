@@ -1,0 +1,74 @@
+// The one internal description of a model's geometry. Loaders fill it from GGUF metadata or from a
+// Hugging Face config.json; the rest of the engine reads only this. Tensor naming and storage
+// conventions inside the engine are llama.cpp's GGUF ones (../shared/reference/
+// llamacpp-formats-and-qwen35.md §2): 1+w norm weights stored added (except ssm_norm), ssm_a =
+// −exp(A_log), and the value-head order recorded in value_head_order.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace deltabit {
+
+enum class Arch { qwen35, qwen35moe, qwen3next, qwen3 };
+
+enum class LayerKind { full_attention, linear_attention };
+
+// How DeltaNet value heads map to key heads. qwen35/qwen35moe GGUFs store them tiled (value head h
+// uses key head h % H_k); Hugging Face and qwen3next GGUFs group them (key head h / (H_v/H_k)).
+enum class ValueHeadOrder { grouped, tiled };
+
+struct ModelConfig {
+    Arch arch = Arch::qwen35;
+    std::string arch_name;  // GGUF general.architecture: "qwen35", "qwen35moe", "qwen3next", "qwen3"
+
+    int64_t n_vocab = 0;
+    int64_t n_embd = 0;          // hidden size D
+    int64_t n_ff = 0;            // dense FFN width (0 when every layer is MoE)
+    int64_t context_length = 0;  // trained context (metadata; the engine may accept more)
+    float rms_eps = 1e-6f;
+    bool tied_embeddings = false;  // no output.weight: logits use token_embd
+
+    // Full attention (qwen3: every layer; hybrids: layers listed as full_attention).
+    int64_t n_head = 0;
+    int64_t n_head_kv = 0;
+    int64_t head_dim = 0;
+    int64_t rope_dim = 0;       // rotated dims per head (hybrids: head_dim/4; qwen3: head_dim)
+    float rope_theta = 10000.0f;
+    bool attn_output_gate = false;  // hybrids: q_proj is 2× wide, per-head [q | gate], sigmoid gate
+
+    // Gated DeltaNet (linear attention) layers.
+    int64_t ssm_n_key_heads = 0;    // H_k   (GGUF ssm.group_count)
+    int64_t ssm_n_value_heads = 0;  // H_v   (GGUF ssm.time_step_rank)
+    int64_t ssm_key_dim = 0;        // d_k   (GGUF ssm.state_size)
+    int64_t ssm_value_dim = 0;      // d_v   (GGUF ssm.inner_size / H_v)
+    int64_t ssm_conv_kernel = 0;    // 4
+    ValueHeadOrder value_head_order = ValueHeadOrder::grouped;
+
+    // Mixture of experts (qwen35moe, qwen3next with experts).
+    int64_t n_expert = 0;
+    int64_t n_expert_used = 0;
+    int64_t expert_ff = 0;          // per-expert FFN width
+    int64_t shared_expert_ff = 0;   // 0 = no shared expert
+    bool norm_topk_prob = true;
+
+    std::vector<LayerKind> layers;  // one per layer; size = number of layers (MTP layers excluded)
+    std::vector<bool> layer_is_moe; // one per layer
+
+    // Special tokens from the model's own metadata (never borrowed from another model).
+    int64_t bos_id = -1;
+    std::vector<int64_t> eos_ids;
+
+    int64_t n_layer() const { return int64_t(layers.size()); }
+    int64_t ssm_conv_channels() const {  // conv covers [q | k | v]
+        return 2 * ssm_n_key_heads * ssm_key_dim + ssm_n_value_heads * ssm_value_dim;
+    }
+    // Key head used by DeltaNet value head h.
+    int64_t key_head_of_value_head(int64_t h) const {
+        return value_head_order == ValueHeadOrder::tiled ? h % ssm_n_key_heads
+                                                         : h / (ssm_n_value_heads / ssm_n_key_heads);
+    }
+};
+
+}  // namespace deltabit
