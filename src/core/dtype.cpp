@@ -26,8 +26,16 @@ constexpr std::array<DTypeInfo, 9> kInfo = {{
 
 const DTypeInfo& dtype_info(DType t) { return kInfo[static_cast<size_t>(t)]; }
 
+// PrismML's fork later moved its group-128 Q2_0 to id 142 (ggml.h @ 397c0876: GGML_TYPE_Q2_0_G128),
+// leaving 42 to upstream's group-64 type; files written before that carry the group-128 type as 42.
+constexpr uint32_t kPrismQ2_0G128Id = 142;
+
 DTypeCandidates dtypes_for_ggml_id(uint32_t id) {
     DTypeCandidates out;
+    if (id == kPrismQ2_0G128Id) {
+        out.types[out.count++] = DType::Q2_0;
+        return out;
+    }
     for (size_t i = 0; i < kInfo.size(); ++i) {
         if (kInfo[i].ggml_id == id) out.types[out.count++] = static_cast<DType>(i);
     }
@@ -51,6 +59,7 @@ std::string_view ggml_type_name(uint32_t id) {
         "iq4_nl", "iq3_s", "iq2_s", "iq4_xs", "i8", "i16", "i32", "i64", "f64", "iq1_m",
         "bf16", "q4_0_4_4(removed)", "q4_0_4_8(removed)", "q4_0_8_8(removed)", "tq1_0", "tq2_0",
         "iq4_nl_4_4(removed)", "iq4_nl_4_8(removed)", "iq4_nl_8_8(removed)", "mxfp4", "nvfp4", "q1_0", "q2_0"};
+    if (id == kPrismQ2_0G128Id) return "q2_0_g128";
     return id < kNames.size() ? kNames[id] : std::string_view("unknown");
 }
 

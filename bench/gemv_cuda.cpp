@@ -1,0 +1,260 @@
+// Micro-benchmark of the CUDA decode GEMV (ops/matmul_cuda.h) on the Bonsai-27B decode shapes, read
+// against the card's measured device-to-device copy bandwidth.
+//
+//   bench_gemv_cuda [--tsv FILE]      (FILE gets every launch shape tried, one row each)
+//
+// Bytes counted per GEMV: the weights in their ORIGINAL GGUF size (Q1_0 1.125 bits per weight, ...)
+// plus x (K f32) and y (N f32). Time: a CUDA graph of many back-to-back GEMVs, each reading a
+// different copy of the weights (the copies together are ≥ 3× the L2, so no launch finds its weights
+// in cache), replayed several times and timed with events; the median replay over launches. The
+// copy bandwidth is a 1 GiB cudaMemcpy device to device, counting bytes read plus bytes written.
+//
+// Measured (H200, copy 4234 GB/s; best launch shape of the sweep, µs / % of copy):
+//   Q1_0  attn_qkv 5.27 / 33%  ffn_gate/up 7.23 / 41%  ffn_down 8.57 / 35%  lm_head 49.9 / 85%
+//   Q2_0  ffn_gate/up 11.3 / 50%  lm_head 95.0 / 84%      Q4_0  ffn_gate/up 13.6 / 87%  lm_head 166 / 102%
+//   Q8_0  ffn_gate/up 22.7 / 99%  lm_head 304 / 105%      quantise x: 1.5 µs (one launch)
+// Small Q1_0 GEMVs (1–3 µs of bytes) are bounded by launch ramp and the first loads' latency, not by
+// bandwidth: the next steps are PDL / one fused per-layer kernel, not a faster inner loop.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#ifdef DELTABIT_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "backend/cuda_buffer.h"
+#include "backend/cuda_probe.h"
+#include "core/half.h"
+#include "ops/matmul_cuda.h"
+#endif
+
+#ifndef DELTABIT_HAVE_CUDA
+int main() {
+    std::puts("bench_gemv_cuda: built without CUDA");
+    return 0;
+}
+#else
+
+namespace {
+
+using namespace deltabit;
+using namespace deltabit::cuda;
+
+struct Shape {
+    const char* name;
+    int64_t n, k;
+};
+constexpr Shape kShapes[] = {
+    {"attn_qkv", 10240, 5120}, {"attn_gate", 6144, 5120}, {"ffn_gate/up", 17408, 5120}, {"attn_q", 12288, 5120},
+    {"ffn_down", 5120, 17408}, {"k6144", 5120, 6144},     {"lm_head", 248320, 5120},
+};
+
+uint64_t next_random(uint64_t& s) {  // xorshift64*: fast enough for gigabytes of random blocks
+    s ^= s >> 12;
+    s ^= s << 25;
+    s ^= s >> 27;
+    return s * 2685821657736338717ull;
+}
+
+std::vector<uint8_t> random_weights(DType t, int64_t rows, int64_t cols, uint64_t seed) {
+    const DTypeInfo& info = dtype_info(t);
+    std::vector<uint8_t> bytes(size_t(rows) * dtype_bytes(t, uint64_t(cols)));
+    for (size_t i = 0; i + 8 <= bytes.size(); i += 8) {
+        const uint64_t r = next_random(seed);
+        std::memcpy(&bytes[i], &r, 8);
+    }
+    for (size_t b = 0; b < bytes.size(); b += info.block_bytes) {  // finite, realistic scales
+        const uint16_t d = float_to_half(0.01f + float(next_random(seed) % 1000) * 1e-5f);
+        std::memcpy(&bytes[b], &d, sizeof d);
+    }
+    return bytes;
+}
+
+class Timer {
+public:
+    Timer() {
+        cuda_check(cudaEventCreate(&start_), "event");
+        cuda_check(cudaEventCreate(&stop_), "event");
+    }
+    ~Timer() {
+        cudaEventDestroy(start_);
+        cudaEventDestroy(stop_);
+    }
+    // Median milliseconds of `trials` runs of `body` on `stream`, after one warm-up run.
+    template <typename F>
+    double median_ms(cudaStream_t stream, int trials, F&& body) {
+        body();
+        cuda_check(cudaStreamSynchronize(stream), "warm-up");
+        std::vector<double> ms;
+        for (int i = 0; i < trials; ++i) {
+            cuda_check(cudaEventRecord(start_, stream), "record");
+            body();
+            cuda_check(cudaEventRecord(stop_, stream), "record");
+            cuda_check(cudaEventSynchronize(stop_), "sync");
+            float t = 0;
+            cuda_check(cudaEventElapsedTime(&t, start_, stop_), "elapsed");
+            ms.push_back(t);
+        }
+        std::sort(ms.begin(), ms.end());
+        return ms[ms.size() / 2];
+    }
+
+private:
+    cudaEvent_t start_{}, stop_{};
+};
+
+double copy_bandwidth_gbs(cudaStream_t stream, Timer& timer) {
+    const size_t bytes = size_t(1) << 30;
+    DeviceBuffer a(bytes), b(bytes);
+    cuda_check(cudaMemset(a.get(), 1, bytes), "memset");
+    const int reps = 10;
+    const double ms = timer.median_ms(stream, 5, [&] {
+        for (int i = 0; i < reps; ++i) {
+            cuda_check(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, stream), "copy");
+        }
+    });
+    return 2.0 * double(bytes) * reps / (ms * 1e-3) / 1e9;
+}
+
+// Runs `launches` calls of `body(i)` captured in one graph; returns µs per call (median replay).
+template <typename F>
+double graph_us(cudaStream_t stream, Timer& timer, int launches, F&& body) {
+    cudaGraph_t graph{};
+    cuda_check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), "begin capture");
+    for (int i = 0; i < launches; ++i) body(i);
+    cuda_check(cudaStreamEndCapture(stream, &graph), "end capture");
+    cudaGraphExec_t exec{};
+    cuda_check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+    const double ms = timer.median_ms(stream, 7, [&] { cuda_check(cudaGraphLaunch(exec, stream), "replay"); });
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    return ms * 1e3 / launches;
+}
+
+struct Result {
+    GemvLaunchConfig config;
+    double us = 0;
+};
+
+std::string config_text(const GemvLaunchConfig& c) {
+    return "lanes" + std::to_string(c.lanes_per_row) + "/rows" + std::to_string(c.rows_per_thread) + "/warps" +
+           std::to_string(c.warps_per_block);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    const char* tsv_path = nullptr;
+    for (int i = 1; i + 1 < argc; ++i) {
+        if (std::strcmp(argv[i], "--tsv") == 0) tsv_path = argv[i + 1];
+    }
+    if (device_count() == 0) {
+        std::puts("bench_gemv_cuda: no CUDA device");
+        return 0;
+    }
+    try {
+        cudaDeviceProp prop{};
+        cuda_check(cudaGetDeviceProperties(&prop, 0), "properties");
+        cudaStream_t stream{};
+        cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+        Timer timer;
+        const double copy_gbs = copy_bandwidth_gbs(stream, timer);
+        std::printf("device: %s, L2 %.0f MiB; measured D2D copy bandwidth %.0f GB/s (read + write)\n",
+                    device_summary().c_str(), prop.l2CacheSize / 1048576.0, copy_gbs);
+        FILE* tsv = tsv_path != nullptr ? std::fopen(tsv_path, "w") : nullptr;
+        if (tsv != nullptr) std::fprintf(tsv, "dtype\tshape\tN\tK\tconfig\tus\tGBps\tpct_copy\n");
+
+        struct Row {
+            std::string dtype, shape, plan, best_config;
+            int64_t n, k;
+            double bytes, plan_us, best_us, matmul_us, quantize_us;
+        };
+        std::vector<Row> rows;
+        for (DType t : {DType::Q1_0, DType::Q2_0, DType::Q4_0, DType::Q8_0}) {
+            std::vector<GemvLaunchConfig> sweep;
+            for (int lanes : {8, 16, 32}) {
+                for (int r : {2, 4}) {
+                    for (int warps : {1, 2, 4, 8}) {
+                        if (t != DType::Q1_0 && (lanes == 16 || warps == 1 || warps == 8)) continue;
+                        sweep.push_back({lanes, r, warps, 0});
+                    }
+                }
+            }
+            for (const Shape& s : kShapes) {
+                const std::vector<uint8_t> host = random_weights(t, s.n, s.k, uint64_t(s.n * 31 + s.k) | 1);
+                const GemvWeights w = upload_gemv_weights(WeightView{host.data(), t, s.n, s.k}, s.name);
+                const size_t code_bytes = w.codes.bytes(), scale_bytes = w.scales.bytes();
+                const int copies = int(std::max<size_t>(2, (3 * size_t(prop.l2CacheSize)) / (code_bytes + scale_bytes) + 1));
+                DeviceBuffer codes(code_bytes * copies), scales(scale_bytes * copies);
+                for (int c = 0; c < copies; ++c) {
+                    cuda_check(cudaMemcpy(codes.get<uint8_t>() + c * code_bytes, w.codes.get(), code_bytes, cudaMemcpyDeviceToDevice), "copy");
+                    cuda_check(cudaMemcpy(scales.get<uint8_t>() + c * scale_bytes, w.scales.get(), scale_bytes, cudaMemcpyDeviceToDevice), "copy");
+                }
+                auto view = [&](int i) {
+                    GemvWeightView v = w.view();
+                    v.codes = codes.get<uint8_t>() + (i % copies) * code_bytes;
+                    v.scales = reinterpret_cast<const uint16_t*>(scales.get<uint8_t>() + (i % copies) * scale_bytes);
+                    return v;
+                };
+                std::vector<float> x_host(static_cast<size_t>(s.k));
+                uint64_t seed = 12345;
+                for (float& v : x_host) v = float(int64_t(next_random(seed) % 2001) - 1000) * 1e-3f;
+                DeviceBuffer x(x_host.size() * sizeof(float)), y(size_t(s.n) * sizeof(float));
+                x.upload(x_host.data(), x.bytes());
+                const ActivationScratch scratch(s.k);
+                const QuantizedActivationsView xq = scratch.view(s.k);
+                quantize_activations(x.get<float>(), xq, stream);
+
+                const double bytes = double(dtype_bytes(t, uint64_t(s.n * s.k))) + 4.0 * double(s.k + s.n);
+                // About 2 ms of work per replay, at least 20 launches (so the copies are all cycled).
+                const int launches = int(std::clamp(2e-3 / (bytes / 3e12), 20.0, 400.0));
+                auto time_config = [&](const GemvLaunchConfig& c) {
+                    return graph_us(stream, timer, launches,
+                                    [&](int i) { gemv_quantized(xq, view(i), y.get<float>(), stream, c); });
+                };
+                Row row{std::string(dtype_name(t)), s.name, "", "", s.n, s.k, bytes, 0, 1e30, 0, 0};
+                const GemvLaunchConfig plan = plan_gemv(t, s.n, s.k);
+                row.plan = config_text(plan);
+                row.plan_us = time_config(plan);
+                for (const auto& c : sweep) {
+                    const double us = time_config(c);
+                    if (us < row.best_us) {
+                        row.best_us = us;
+                        row.best_config = config_text(c);
+                    }
+                    if (tsv != nullptr) {
+                        std::fprintf(tsv, "%s\t%s\t%lld\t%lld\t%s\t%.3f\t%.1f\t%.1f\n", row.dtype.c_str(), s.name,
+                                     (long long)s.n, (long long)s.k, config_text(c).c_str(), us, bytes / us / 1e3,
+                                     100.0 * bytes / us / 1e3 / copy_gbs);
+                    }
+                }
+                row.quantize_us = graph_us(stream, timer, launches, [&](int) { quantize_activations(x.get<float>(), xq, stream); });
+                row.matmul_us = graph_us(stream, timer, launches, [&](int i) {
+                    matmul(x.get<float>(), view(i), 1, y.get<float>(), scratch, stream);
+                });
+                rows.push_back(row);
+                std::fprintf(stderr, "done %s %s\n", row.dtype.c_str(), s.name);
+            }
+        }
+        if (tsv != nullptr) std::fclose(tsv);
+
+        std::printf("\nGB/s = (weights in original GGUF bytes + x f32 + y f32) / time; %% = of the %.0f GB/s copy\n", copy_gbs);
+        std::printf("%-5s %-12s %7s %6s | %-20s %8s %7s %5s | %-20s %8s %7s %5s | %8s %8s\n", "type", "shape", "N", "K",
+                    "planned", "us", "GB/s", "%", "best of sweep", "us", "GB/s", "%", "quant us", "q+gemv");
+        for (const Row& r : rows) {
+            auto gbs = [&](double us) { return r.bytes / us / 1e3; };
+            std::printf("%-5s %-12s %7lld %6lld | %-20s %8.2f %7.0f %5.1f | %-20s %8.2f %7.0f %5.1f | %8.2f %8.2f\n",
+                        r.dtype.c_str(), r.shape.c_str(), (long long)r.n, (long long)r.k, r.plan.c_str(), r.plan_us,
+                        gbs(r.plan_us), 100 * gbs(r.plan_us) / copy_gbs, r.best_config.c_str(), r.best_us,
+                        gbs(r.best_us), 100 * gbs(r.best_us) / copy_gbs, r.quantize_us, r.matmul_us);
+        }
+        cudaStreamDestroy(stream);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_gemv_cuda: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}
+#endif

@@ -1,0 +1,291 @@
+// Reference (de)quantisers. Each quantiser follows the matching quantize_row_*_ref of llama.cpp's
+// ggml/src/ggml-quants.c step by step (same fp32 operations in the same order, same rounding
+// functions), because GGUF files we write must hold the bytes llama.cpp would write. Facts read from
+// upstream ggml-org/llama.cpp @ 01243c58 and PrismML-Eng/llama.cpp @ 811dce5d; no code copied.
+//
+// dequantize_row decodes with explicit byte/bit arithmetic; dot_row decodes through the shared
+// accessors of quant_blocks.h. Keeping the two independent is what lets the test "dot_row equals
+// dequantise-then-dot" catch a wrong accessor.
+#include "core/quant.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/half.h"
+#include "core/quant_blocks.h"
+
+namespace deltabit {
+
+namespace {
+
+void check_row(const char* what, DType t, int64_t k) {
+    if (t == DType::I32) fail("quant: {}: i32 is not a weight type", what);
+    const int64_t block = dtype_info(t).block_elems;
+    if (k < 0 || k % block != 0) {
+        fail("quant: {}: a {} row of {} values is not a whole number of {}-value blocks", what, dtype_name(t), k,
+             block);
+    }
+}
+
+// ---- quantisers --------------------------------------------------------------------------------
+
+// quantize_row_q8_0_ref: d = amax / 127, q = roundf(x / d) (roundf: halves away from zero).
+void quantize_q8_0(const float* x, BlockQ8_0* y, int64_t nblocks) {
+    for (int64_t b = 0; b < nblocks; ++b) {
+        const float* xb = x + b * kQ8_0BlockElems;
+        float amax = 0.0f;
+        for (int j = 0; j < kQ8_0BlockElems; ++j) amax = std::max(amax, std::fabs(xb[j]));
+        const float d = amax / 127.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[b].d = float_to_half(d);
+        for (int j = 0; j < kQ8_0BlockElems; ++j) y[b].qs[j] = int8_t(std::roundf(xb[j] * id));
+    }
+}
+
+// quantize_row_q4_0_ref: the value of largest magnitude, sign included, maps to level −8, so
+// d = max / −8; q = min(15, trunc(x / d + 8.5)) — truncation toward zero, not rounding.
+void quantize_q4_0(const float* x, BlockQ4_0* y, int64_t nblocks) {
+    constexpr int half = kQ4_0BlockElems / 2;
+    for (int64_t b = 0; b < nblocks; ++b) {
+        const float* xb = x + b * kQ4_0BlockElems;
+        float amax = 0.0f;
+        float max = 0.0f;
+        for (int j = 0; j < kQ4_0BlockElems; ++j) {
+            if (amax < std::fabs(xb[j])) {  // strict: the first of equal magnitudes wins
+                amax = std::fabs(xb[j]);
+                max = xb[j];
+            }
+        }
+        const float d = max / -8.0f;
+        const float id = d != 0.0f ? 1.0f / d : 0.0f;
+        y[b].d = float_to_half(d);
+        for (int j = 0; j < half; ++j) {
+            const int lo = std::min(15, int(int8_t(xb[j] * id + 8.5f)));
+            const int hi = std::min(15, int(int8_t(xb[j + half] * id + 8.5f)));
+            y[b].qs[j] = uint8_t(lo | (hi << 4));
+        }
+    }
+}
+
+// quantize_row_q1_0_ref: d = Σ|x| / 128 with the sum taken sequentially in fp32; bit = (x >= 0), so
+// −0.0 and +0.0 both give +d.
+void quantize_q1_0(const float* x, BlockQ1_0* y, int64_t nblocks) {
+    for (int64_t b = 0; b < nblocks; ++b) {
+        const float* xb = x + b * kQ1_0BlockElems;
+        float sum_abs = 0.0f;
+        for (int j = 0; j < kQ1_0BlockElems; ++j) sum_abs += std::fabs(xb[j]);
+        y[b].d = float_to_half(sum_abs / float(kQ1_0BlockElems));
+        std::memset(y[b].qs, 0, sizeof y[b].qs);
+        for (int j = 0; j < kQ1_0BlockElems; ++j) {
+            if (xb[j] >= 0.0f) y[b].qs[j / 8] |= uint8_t(1u << (j % 8));
+        }
+    }
+}
+
+// quantize_row_q2_0_ref (same function body in the PrismML fork with QK2_0 = 128 and upstream with
+// QK2_0 = 64): d = amax; code = clamp(roundf(x / d) + 1, 0, 3). The reciprocal is taken of the fp32
+// amax, not of the stored fp16 d. With d = amax, |x / d| <= 1, so code 3 (+2d) is never produced.
+void quantize_q2_0(const float* x, uint16_t* d_out, uint8_t* qs, int block_elems) {
+    float amax = 0.0f;
+    for (int j = 0; j < block_elems; ++j) {
+        const float a = std::fabs(x[j]);
+        if (a > amax) amax = a;
+    }
+    const float id = amax > 0.0f ? 1.0f / amax : 0.0f;
+    *d_out = float_to_half(amax);
+    std::memset(qs, 0, size_t(block_elems / 4));
+    for (int j = 0; j < block_elems; ++j) {
+        const int code = std::clamp(int(std::roundf(x[j] * id)) + 1, 0, 3);
+        qs[j / 4] |= uint8_t(code << (2 * (j % 4)));
+    }
+}
+
+// ---- dequantisers ------------------------------------------------------------------------------
+
+void dequantize_q8_0(const BlockQ8_0* x, float* y, int64_t nblocks) {
+    for (int64_t b = 0; b < nblocks; ++b) {
+        const float d = half_to_float(x[b].d);
+        for (int j = 0; j < kQ8_0BlockElems; ++j) y[b * kQ8_0BlockElems + j] = float(x[b].qs[j]) * d;
+    }
+}
+
+void dequantize_q4_0(const BlockQ4_0* x, float* y, int64_t nblocks) {
+    constexpr int half = kQ4_0BlockElems / 2;
+    for (int64_t b = 0; b < nblocks; ++b) {
+        const float d = half_to_float(x[b].d);
+        float* yb = y + b * kQ4_0BlockElems;
+        for (int j = 0; j < half; ++j) {
+            yb[j] = float(int(x[b].qs[j] & 0x0f) - 8) * d;
+            yb[j + half] = float(int(x[b].qs[j] >> 4) - 8) * d;
+        }
+    }
+}
+
+void dequantize_q1_0(const BlockQ1_0* x, float* y, int64_t nblocks) {
+    for (int64_t b = 0; b < nblocks; ++b) {
+        const float d = half_to_float(x[b].d);
+        for (int byte = 0; byte < kQ1_0BlockElems / 8; ++byte) {
+            for (int bit = 0; bit < 8; ++bit) {
+                const bool set = (x[b].qs[byte] >> bit) & 1;
+                y[b * kQ1_0BlockElems + byte * 8 + bit] = set ? d : -d;
+            }
+        }
+    }
+}
+
+void dequantize_q2_0(uint16_t d_bits, const uint8_t* qs, float* y, int block_elems) {
+    const float d = half_to_float(d_bits);
+    for (int byte = 0; byte < block_elems / 4; ++byte) {
+        for (int slot = 0; slot < 4; ++slot) {
+            const int code = (qs[byte] >> (2 * slot)) & 0x03;
+            y[byte * 4 + slot] = float(code - 1) * d;
+        }
+    }
+}
+
+}  // namespace
+
+void dequantize_row(DType t, const void* row, float* out, int64_t k) {
+    check_row("dequantize_row", t, k);
+    const int64_t nblocks = k / dtype_info(t).block_elems;
+    switch (t) {
+        case DType::F32: std::memcpy(out, row, size_t(k) * sizeof(float)); return;
+        case DType::F16: {
+            const auto* h = static_cast<const uint16_t*>(row);
+            for (int64_t j = 0; j < k; ++j) out[j] = half_to_float(h[j]);
+            return;
+        }
+        case DType::BF16: {
+            const auto* h = static_cast<const uint16_t*>(row);
+            for (int64_t j = 0; j < k; ++j) out[j] = bf16_to_float(h[j]);
+            return;
+        }
+        case DType::Q8_0: dequantize_q8_0(static_cast<const BlockQ8_0*>(row), out, nblocks); return;
+        case DType::Q4_0: dequantize_q4_0(static_cast<const BlockQ4_0*>(row), out, nblocks); return;
+        case DType::Q1_0: dequantize_q1_0(static_cast<const BlockQ1_0*>(row), out, nblocks); return;
+        case DType::Q2_0: {
+            const auto* blocks = static_cast<const BlockQ2_0*>(row);
+            for (int64_t b = 0; b < nblocks; ++b)
+                dequantize_q2_0(blocks[b].d, blocks[b].qs, out + b * kQ2_0BlockElems, kQ2_0BlockElems);
+            return;
+        }
+        case DType::Q2_0_G64: {
+            const auto* blocks = static_cast<const BlockQ2_0G64*>(row);
+            for (int64_t b = 0; b < nblocks; ++b)
+                dequantize_q2_0(blocks[b].d, blocks[b].qs, out + b * kQ2_0G64BlockElems, kQ2_0G64BlockElems);
+            return;
+        }
+        case DType::I32: break;
+    }
+    fail("quant: dequantize_row: unhandled dtype {}", dtype_name(t));
+}
+
+void quantize_row(DType t, const float* x, void* row, int64_t k) {
+    check_row("quantize_row", t, k);
+    const int64_t nblocks = k / dtype_info(t).block_elems;
+    switch (t) {
+        case DType::F32: std::memcpy(row, x, size_t(k) * sizeof(float)); return;
+        case DType::F16: {
+            auto* h = static_cast<uint16_t*>(row);
+            for (int64_t j = 0; j < k; ++j) h[j] = float_to_half(x[j]);
+            return;
+        }
+        case DType::BF16: {
+            auto* h = static_cast<uint16_t*>(row);
+            for (int64_t j = 0; j < k; ++j) h[j] = float_to_bf16(x[j]);
+            return;
+        }
+        case DType::Q8_0: quantize_q8_0(x, static_cast<BlockQ8_0*>(row), nblocks); return;
+        case DType::Q4_0: quantize_q4_0(x, static_cast<BlockQ4_0*>(row), nblocks); return;
+        case DType::Q1_0: quantize_q1_0(x, static_cast<BlockQ1_0*>(row), nblocks); return;
+        case DType::Q2_0: {
+            auto* blocks = static_cast<BlockQ2_0*>(row);
+            for (int64_t b = 0; b < nblocks; ++b)
+                quantize_q2_0(x + b * kQ2_0BlockElems, &blocks[b].d, blocks[b].qs, kQ2_0BlockElems);
+            return;
+        }
+        case DType::Q2_0_G64: {
+            auto* blocks = static_cast<BlockQ2_0G64*>(row);
+            for (int64_t b = 0; b < nblocks; ++b)
+                quantize_q2_0(x + b * kQ2_0G64BlockElems, &blocks[b].d, blocks[b].qs, kQ2_0G64BlockElems);
+            return;
+        }
+        case DType::I32: break;
+    }
+    fail("quant: quantize_row: unhandled dtype {}", dtype_name(t));
+}
+
+float dot_row(DType t, const void* row, const float* x, int64_t k) {
+    check_row("dot_row", t, k);
+    const int64_t nblocks = k / dtype_info(t).block_elems;
+    double sum = 0.0;
+    // w is formed in fp32 exactly as dequantize_row forms it, then widened.
+    auto add = [&](float w, float xj) { sum += double(w) * double(xj); };
+    switch (t) {
+        case DType::F32: {
+            const auto* w = static_cast<const float*>(row);
+            for (int64_t j = 0; j < k; ++j) add(w[j], x[j]);
+            break;
+        }
+        case DType::F16: {
+            const auto* w = static_cast<const uint16_t*>(row);
+            for (int64_t j = 0; j < k; ++j) add(half_to_float(w[j]), x[j]);
+            break;
+        }
+        case DType::BF16: {
+            const auto* w = static_cast<const uint16_t*>(row);
+            for (int64_t j = 0; j < k; ++j) add(bf16_to_float(w[j]), x[j]);
+            break;
+        }
+        case DType::Q8_0: {
+            const auto* blocks = static_cast<const BlockQ8_0*>(row);
+            for (int64_t b = 0; b < nblocks; ++b) {
+                const float d = half_to_float(blocks[b].d);
+                for (int j = 0; j < kQ8_0BlockElems; ++j) add(float(blocks[b].qs[j]) * d, x[b * kQ8_0BlockElems + j]);
+            }
+            break;
+        }
+        case DType::Q4_0: {
+            const auto* blocks = static_cast<const BlockQ4_0*>(row);
+            for (int64_t b = 0; b < nblocks; ++b) {
+                const float d = half_to_float(blocks[b].d);
+                for (int j = 0; j < kQ4_0BlockElems; ++j)
+                    add(float(q4_0_code(blocks[b], j) - 8) * d, x[b * kQ4_0BlockElems + j]);
+            }
+            break;
+        }
+        case DType::Q1_0: {
+            const auto* blocks = static_cast<const BlockQ1_0*>(row);
+            for (int64_t b = 0; b < nblocks; ++b) {
+                const float d = half_to_float(blocks[b].d);
+                for (int j = 0; j < kQ1_0BlockElems; ++j)
+                    add(float(q1_0_sign(blocks[b], j)) * d, x[b * kQ1_0BlockElems + j]);
+            }
+            break;
+        }
+        case DType::Q2_0: {
+            const auto* blocks = static_cast<const BlockQ2_0*>(row);
+            for (int64_t b = 0; b < nblocks; ++b) {
+                const float d = half_to_float(blocks[b].d);
+                for (int j = 0; j < kQ2_0BlockElems; ++j)
+                    add(float(q2_0_level(blocks[b].qs, j)) * d, x[b * kQ2_0BlockElems + j]);
+            }
+            break;
+        }
+        case DType::Q2_0_G64: {
+            const auto* blocks = static_cast<const BlockQ2_0G64*>(row);
+            for (int64_t b = 0; b < nblocks; ++b) {
+                const float d = half_to_float(blocks[b].d);
+                for (int j = 0; j < kQ2_0G64BlockElems; ++j)
+                    add(float(q2_0_level(blocks[b].qs, j)) * d, x[b * kQ2_0G64BlockElems + j]);
+            }
+            break;
+        }
+        case DType::I32: fail("quant: dot_row: unhandled dtype {}", dtype_name(t));
+    }
+    return float(sum);
+}
+
+}  // namespace deltabit

@@ -1,0 +1,478 @@
+// Decode GEMV kernels for quantised weights. The contract and the numerics are in matmul_cuda.h; the
+// weight layout in weight_repack.h. Measured numbers: bench/gemv_cuda.cpp's header.
+//
+// Shape of the work. A thread owns R rows and walks their codes 16 bytes at a time (one "unit": 128
+// Q1_0 weights, 64 Q2_0, 32 Q4_0, 16 Q8_0), KT threads of a warp splitting one row's K between them;
+// each thread loads the matching activation bytes once and reuses them for its R rows, which keeps
+// the shared-memory traffic for x to 1/R byte per weight instead of a full byte. Weight codes are
+// streamed past L1 (ld.global.nc.L1::no_allocate); each block copies the activations (K bytes) into
+// shared memory once and then walks tiles of rows.
+//
+// Instruction budget (why dp4a and this bit layout). At ~4.3 TB/s an H200 streams ~3·10^13 Q1_0
+// weights per second, ~120 weights per SM per clock, against an issue rate of 128 thread-instructions
+// per SM per clock. Per 4 Q1_0 weights this kernel spends one AND (plus one shift per 32 weights) and
+// one dp4a: a byte of the AND is 2^s·bit for mask 0x01010101 << s, so four accumulators (one per s)
+// collect Σ 2^s·bit·x and are combined once per block as a0 + a1/2 + a2/4 + a3/8 (exact: each a_s is
+// a multiple of 2^s). Per 128 weights: 4 SHF + 32 LOP + 32 IDP4A + ~12 to combine and scale,
+// ~0.6 instructions per weight.
+#include "ops/matmul_cuda.h"
+
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <string>
+
+namespace deltabit::cuda {
+
+namespace {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kMaxThreadsPerBlock = 256;
+
+// Weights per 16-byte unit of codes and weights per fp16 scale, per dtype.
+template <DType T>
+struct Layout;
+template <>
+struct Layout<DType::Q1_0> {
+    static constexpr int unit = 128, group = 128;
+};
+template <>
+struct Layout<DType::Q2_0> {
+    static constexpr int unit = 64, group = 128;
+};
+template <>
+struct Layout<DType::Q2_0_G64> {
+    static constexpr int unit = 64, group = 64;
+};
+template <>
+struct Layout<DType::Q4_0> {
+    static constexpr int unit = 32, group = 32;
+};
+template <>
+struct Layout<DType::Q8_0> {
+    static constexpr int unit = 16, group = 32;
+};
+
+// Weight codes are read exactly once: keep them out of L1 so the activations stay there.
+__device__ __forceinline__ uint4 load_streaming(const uint4* p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
+// Integer dot of one unit of codes with its activation words x (4 int8 each, natural order).
+// `group_sum` is Σq over the unit's 128-input activation group (only Q1_0 needs it).
+template <DType T>
+__device__ __forceinline__ int unit_dot(const uint4& codes, const int* x, int group_sum);
+
+template <>
+__device__ __forceinline__ int unit_dot<DType::Q1_0>(const uint4& codes, const int* x, int group_sum) {
+    const unsigned words[4] = {codes.x, codes.y, codes.z, codes.w};
+    int a0 = 0, a1 = 0, a2 = 0, a3 = 0;  // a_s = Σ 2^s·bit·x over the bit planes s and s + 4
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int lo = int(words[i]);
+        const int hi = int(words[i] >> 4);
+        const int* xi = x + 8 * i;  // word i covers weights 32·i .. 32·i+31; bit plane j ↔ x word j
+        a0 = __dp4a(lo & 0x01010101, xi[0], a0);
+        a1 = __dp4a(lo & 0x02020202, xi[1], a1);
+        a2 = __dp4a(lo & 0x04040404, xi[2], a2);
+        a3 = __dp4a(lo & 0x08080808, xi[3], a3);
+        a0 = __dp4a(hi & 0x01010101, xi[4], a0);
+        a1 = __dp4a(hi & 0x02020202, xi[5], a1);
+        a2 = __dp4a(hi & 0x04040404, xi[6], a2);
+        a3 = __dp4a(hi & 0x08080808, xi[7], a3);
+    }
+    const int positive_sum = a0 + (a1 >> 1) + (a2 >> 2) + (a3 >> 3);
+    return 2 * positive_sum - group_sum;  // Σ sign·x = Σ_{bit=1} x − Σ_{bit=0} x
+}
+
+template <DType T>
+__device__ __forceinline__ int unit_dot_q2(const uint4& codes, const int* x) {
+    const unsigned words[4] = {codes.x, codes.y, codes.z, codes.w};
+    int acc = 0, x_sum = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+#pragma unroll
+        for (int p = 0; p < 4; ++p) acc = __dp4a(int((words[i] >> (2 * p)) & 0x03030303u), x[4 * i + p], acc);
+    }
+#pragma unroll
+    for (int i = 0; i < 16; ++i) x_sum = __dp4a(x[i], 0x01010101, x_sum);
+    return acc - x_sum;  // level = code − 1
+}
+template <>
+__device__ __forceinline__ int unit_dot<DType::Q2_0>(const uint4& codes, const int* x, int) {
+    return unit_dot_q2<DType::Q2_0>(codes, x);
+}
+template <>
+__device__ __forceinline__ int unit_dot<DType::Q2_0_G64>(const uint4& codes, const int* x, int) {
+    return unit_dot_q2<DType::Q2_0_G64>(codes, x);
+}
+
+template <>
+__device__ __forceinline__ int unit_dot<DType::Q4_0>(const uint4& codes, const int* x, int) {
+    const unsigned words[4] = {codes.x, codes.y, codes.z, codes.w};
+    int acc = 0, x_sum = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        acc = __dp4a(int(words[i] & 0x0f0f0f0fu), x[i], acc);             // weights 4i .. 4i+3
+        acc = __dp4a(int((words[i] >> 4) & 0x0f0f0f0fu), x[4 + i], acc);  // weights 16+4i ..
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) x_sum = __dp4a(x[i], 0x01010101, x_sum);
+    return acc - 8 * x_sum;  // level = code − 8
+}
+
+template <>
+__device__ __forceinline__ int unit_dot<DType::Q8_0>(const uint4& codes, const int* x, int) {
+    int acc = __dp4a(int(codes.x), x[0], 0);
+    acc = __dp4a(int(codes.y), x[1], acc);
+    acc = __dp4a(int(codes.z), x[2], acc);
+    return __dp4a(int(codes.w), x[3], acc);
+}
+
+struct KernelArgs {
+    const uint4* codes;
+    const uint16_t* scales;
+    const int8_t* xq;
+    const ActivationGroupMeta* x_meta;
+    float* y;
+    int64_t rows;
+    int units_per_row;
+    int scales_per_row;
+    int x_groups;
+};
+
+// Activations live in shared memory, one 128-byte group every kSmemGroupStride bytes: the 16 bytes of
+// padding put the 16-byte reads of neighbouring lanes (units 128, 64, 32 or 16 bytes apart) in
+// different bank quads, so a warp's 128-bit loads do not conflict. Measured first with the
+// activations read through L1 instead: the weight stream evicted them and every unit re-read its
+// activations from L2 (Q1_0 LM head: 100 µs with 4 rows per thread, 170 µs with 2).
+constexpr int kSmemGroupStride = kActivationGroup + 16;
+inline size_t activation_smem_bytes(int x_groups) {
+    return size_t(x_groups) * (kSmemGroupStride + sizeof(ActivationGroupMeta));
+}
+
+// KT threads per row, R rows per thread; tiles of rows [first_row + t·rows_per_block, ...) for
+// t = blockIdx.x, blockIdx.x + gridDim.x, ... < tiles (a grid sized to what stays resident, so each
+// block fills its activations once and then streams many tiles).
+template <DType T, int KT, int R>
+__global__ void __launch_bounds__(kMaxThreadsPerBlock) gemv_kernel(KernelArgs a, int64_t first_row, int64_t tiles) {
+    using L = Layout<T>;
+    constexpr int kRowGroupsPerWarp = 32 / KT;
+    constexpr int kUnroll = 8 / R;  // 8 code loads (128 bytes) in flight per thread
+    constexpr int kXWords = L::unit / 4;
+
+    extern __shared__ __align__(16) uint8_t smem[];
+    uint8_t* x_smem = smem;
+    int2* meta_smem = reinterpret_cast<int2*>(smem + size_t(a.x_groups) * kSmemGroupStride);
+    {
+        const int4* src = reinterpret_cast<const int4*>(a.xq);
+        for (int i = int(threadIdx.x); i < a.x_groups * 8; i += int(blockDim.x)) {
+            *reinterpret_cast<int4*>(x_smem + (i / 8) * kSmemGroupStride + (i % 8) * 16) = __ldg(src + i);
+        }
+        const int2* meta_src = reinterpret_cast<const int2*>(a.x_meta);
+        for (int g = int(threadIdx.x); g < a.x_groups; g += int(blockDim.x)) meta_smem[g] = __ldg(meta_src + g);
+    }
+    __syncthreads();
+
+    const int lane = int(threadIdx.x) & 31;
+    const int k_lane = lane % KT;
+    const int64_t rows_per_block = int64_t(blockDim.x / 32) * kRowGroupsPerWarp * R;
+    const int64_t row_in_tile = (int64_t(threadIdx.x / 32) * kRowGroupsPerWarp + lane / KT) * R;
+
+    for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        const int64_t row0 = first_row + tile * rows_per_block + row_in_tile;
+        // Rows past the end are clamped for loading (so every lane joins the shuffles) and never stored.
+        const uint4* code_row[R];
+        const uint16_t* scale_row[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const int64_t row = row0 + r < a.rows ? row0 + r : a.rows - 1;
+            code_row[r] = a.codes + row * a.units_per_row;
+            scale_row[r] = a.scales + row * a.scales_per_row;
+        }
+
+        float acc[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+
+        for (int u0 = k_lane; u0 < a.units_per_row; u0 += KT * kUnroll) {
+            uint4 codes[kUnroll][R];
+            uint16_t d[kUnroll][R];
+#pragma unroll
+            for (int j = 0; j < kUnroll; ++j) {
+                const int u = u0 + j * KT;
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    if (u < a.units_per_row) {
+                        codes[j][r] = load_streaming(code_row[r] + u);
+                        d[j][r] = __ldg(scale_row[r] + u * L::unit / L::group);
+                    } else {
+                        codes[j][r] = make_uint4(0, 0, 0, 0);
+                        d[j][r] = 0;
+                    }
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < kUnroll; ++j) {
+                const int u = u0 + j * KT;
+                if (u >= a.units_per_row) break;
+                const int group = u * L::unit / kActivationGroup;
+                const int4* xs = reinterpret_cast<const int4*>(x_smem + group * kSmemGroupStride +
+                                                               (u * L::unit) % kActivationGroup);
+                int x[kXWords];
+#pragma unroll
+                for (int v = 0; v < kXWords / 4; ++v) {
+                    const int4 t = xs[v];
+                    x[4 * v + 0] = t.x;
+                    x[4 * v + 1] = t.y;
+                    x[4 * v + 2] = t.z;
+                    x[4 * v + 3] = t.w;
+                }
+                const int2 meta = meta_smem[group];
+                const float x_scale = __int_as_float(meta.x);
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    const int dot = unit_dot<T>(codes[j][r], x, meta.y);
+                    acc[r] = fmaf(float(dot), __half2float(__ushort_as_half(d[j][r])) * x_scale, acc[r]);
+                }
+            }
+        }
+
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+#pragma unroll
+            for (int offset = KT / 2; offset > 0; offset /= 2) acc[r] += __shfl_xor_sync(kFullMask, acc[r], offset);
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            if (k_lane == r && row0 + r < a.rows) a.y[row0 + r] = acc[r];
+        }
+    }
+}
+
+__global__ void quantize_activations_kernel(const float* __restrict__ x, int8_t* __restrict__ q,
+                                            ActivationGroupMeta* __restrict__ meta, int64_t cols, int64_t groups) {
+    // One warp per group of 128: each lane owns 4 consecutive inputs.
+    const int64_t g = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+    if (g >= groups) return;  // whole warps leave together, so the shuffles below stay full
+    const int lane = int(threadIdx.x) & 31;
+    float v[4];
+    float amax = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int64_t k = g * kActivationGroup + lane * 4 + i;
+        v[i] = k < cols ? x[k] : 0.0f;
+        amax = fmaxf(amax, fabsf(v[i]));
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, offset));
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    int qi[4];
+    int sum = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        qi[i] = min(127, max(-127, __float2int_rn(v[i] * inv)));
+        sum += qi[i];
+    }
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(kFullMask, sum, offset);
+    reinterpret_cast<char4*>(q + g * kActivationGroup)[lane] =
+        make_char4(char(qi[0]), char(qi[1]), char(qi[2]), char(qi[3]));
+    if (lane == 0) meta[g] = ActivationGroupMeta{amax / 127.0f, sum};
+}
+
+using LaunchFn = void (*)(int64_t tiles, int threads, cudaStream_t stream, const KernelArgs& args,
+                          int64_t first_row);
+
+// Grid: no more blocks than stay resident at once (each fills its activations once), never more than
+// there are tiles.
+template <DType T, int KT, int R>
+void launch(int64_t tiles, int threads, cudaStream_t stream, const KernelArgs& args, int64_t first_row) {
+    const auto kernel = gemv_kernel<T, KT, R>;
+    const size_t smem = activation_smem_bytes(args.x_groups);
+    int device = 0;
+    cuda_check(cudaGetDevice(&device), "cudaGetDevice");
+    int sms = 0, smem_limit = 0;
+    cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SM count");
+    cuda_check(cudaDeviceGetAttribute(&smem_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "smem limit");
+    if (smem > size_t(smem_limit)) {
+        fail_message("cuda gemv: " + std::to_string(args.x_groups * kActivationGroup) +
+                     " inputs need " + std::to_string(smem) + " bytes of shared memory, the device has " +
+                     std::to_string(smem_limit));
+    }
+    if (smem > 48 * 1024) {
+        cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+                   "gemv shared memory");
+    }
+    int per_sm = 0;
+    cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem), "occupancy");
+    const int64_t grid = std::min<int64_t>(tiles, int64_t(std::max(per_sm, 1)) * sms);
+    kernel<<<unsigned(grid), threads, smem, stream>>>(args, first_row, tiles);
+}
+
+template <DType T, int KT>
+LaunchFn pick_rows(int rows_per_thread) {
+    switch (rows_per_thread) {
+        case 2: return launch<T, KT, 2>;
+        case 4: return launch<T, KT, 4>;
+        default: return nullptr;
+    }
+}
+
+template <DType T>
+LaunchFn pick_lanes(int lanes_per_row, int rows_per_thread) {
+    switch (lanes_per_row) {
+        case 8: return pick_rows<T, 8>(rows_per_thread);
+        case 16: return pick_rows<T, 16>(rows_per_thread);
+        case 32: return pick_rows<T, 32>(rows_per_thread);
+        default: return nullptr;
+    }
+}
+
+LaunchFn pick_kernel(DType t, const GemvLaunchConfig& c) {
+    switch (t) {
+        case DType::Q1_0: return pick_lanes<DType::Q1_0>(c.lanes_per_row, c.rows_per_thread);
+        case DType::Q2_0: return pick_lanes<DType::Q2_0>(c.lanes_per_row, c.rows_per_thread);
+        case DType::Q2_0_G64: return pick_lanes<DType::Q2_0_G64>(c.lanes_per_row, c.rows_per_thread);
+        case DType::Q4_0: return pick_lanes<DType::Q4_0>(c.lanes_per_row, c.rows_per_thread);
+        case DType::Q8_0: return pick_lanes<DType::Q8_0>(c.lanes_per_row, c.rows_per_thread);
+        default: return nullptr;
+    }
+}
+
+int64_t device_max_grid_x() {
+    int device = 0;
+    cuda_check(cudaGetDevice(&device), "cudaGetDevice");
+    int value = 0;
+    cuda_check(cudaDeviceGetAttribute(&value, cudaDevAttrMaxGridDimX, device), "max grid dim x");
+    return value;
+}
+
+std::string shape_text(const GemvWeightView& w) {
+    return std::string(dtype_name(w.dtype)) + " " + std::to_string(w.rows) + "×" + std::to_string(w.cols);
+}
+
+}  // namespace
+
+GemvLaunchConfig plan_gemv(DType t, int64_t rows, int64_t cols) {
+    // Chosen from the sweep of bench_gemv_cuda on an H200 (Bonsai-27B shapes, all five dtypes' kernels
+    // parity-tested): small N wants more threads per row to put enough loads in flight, large N wants
+    // fewer (less shuffle and idle-lane waste); 2 rows per thread was best or within 1% everywhere
+    // once the activations moved to shared memory (Q1_0: lanes 8 at N ≥ 16384, 16 below; e.g.
+    // attn_qkv 5.3 µs vs 7.0 µs for lanes8/rows4).
+    (void)t;
+    (void)cols;
+    GemvLaunchConfig c;
+    c.lanes_per_row = rows >= 16384 ? 8 : rows >= 4096 ? 16 : 32;
+    c.rows_per_thread = 2;
+    c.warps_per_block = 4;
+    return c;
+}
+
+ActivationScratch::ActivationScratch(int64_t max_cols_)
+    : buffer(size_t(activation_groups(max_cols_)) * (kActivationGroup + sizeof(ActivationGroupMeta))),
+      max_cols(max_cols_) {}
+
+QuantizedActivationsView ActivationScratch::view(int64_t cols) const {
+    if (cols > max_cols) {
+        fail_message("cuda matmul: activation scratch holds " + std::to_string(max_cols) + " inputs, asked for " +
+                     std::to_string(cols));
+    }
+    auto* base = buffer.get<uint8_t>();
+    const size_t q_bytes = size_t(activation_groups(max_cols)) * kActivationGroup;
+    return {reinterpret_cast<int8_t*>(base), reinterpret_cast<ActivationGroupMeta*>(base + q_bytes), cols};
+}
+
+void quantize_activations(const float* x, const QuantizedActivationsView& out, cudaStream_t stream) {
+    const int64_t groups = activation_groups(out.cols);
+    if (groups == 0) return;
+    constexpr int kWarps = 8;
+    const int64_t blocks = (groups + kWarps - 1) / kWarps;
+    if (blocks > device_max_grid_x()) fail_message("cuda quantize_activations: " + std::to_string(out.cols) + " inputs is too many");
+    quantize_activations_kernel<<<unsigned(blocks), kWarps * 32, 0, stream>>>(x, out.q, out.meta, out.cols, groups);
+    cuda_check_launch("quantize_activations_kernel");
+}
+
+GemvLaunchReport gemv_quantized(const QuantizedActivationsView& x, const GemvWeightView& w, float* y,
+                                cudaStream_t stream, const GemvLaunchConfig& config) {
+    if (!gemv_layout_supports(w.dtype) || !row_fits_blocks(w.dtype, uint64_t(w.cols)) || w.cols <= 0 ||
+        w.rows < 0) {
+        fail_message("cuda gemv: unsupported weights " + shape_text(w));
+    }
+    if (x.cols != w.cols) {
+        fail_message("cuda gemv: " + std::to_string(x.cols) + " activations for weights " + shape_text(w));
+    }
+    const LaunchFn fn = pick_kernel(w.dtype, config);
+    if (fn == nullptr || config.warps_per_block < 1 || config.warps_per_block * 32 > kMaxThreadsPerBlock) {
+        fail_message("cuda gemv: no kernel for lanes_per_row " + std::to_string(config.lanes_per_row) +
+                     ", rows_per_thread " + std::to_string(config.rows_per_thread) + ", warps_per_block " +
+                     std::to_string(config.warps_per_block));
+    }
+    GemvLaunchReport report;
+    report.config = config;
+    if (w.rows == 0) return report;
+
+    KernelArgs args;
+    args.codes = reinterpret_cast<const uint4*>(w.codes);
+    args.scales = w.scales;
+    args.xq = x.q;
+    args.x_meta = x.meta;
+    args.y = y;
+    args.rows = w.rows;
+    args.units_per_row = int(gemv_code_row_bytes(w.dtype, w.cols) / 16);
+    args.scales_per_row = int(w.cols / dtype_info(w.dtype).block_elems);
+    args.x_groups = int(activation_groups(w.cols));
+
+    const int64_t rows_per_block =
+        int64_t(config.warps_per_block) * (32 / config.lanes_per_row) * config.rows_per_thread;
+    const int64_t max_blocks = config.max_blocks > 0 ? config.max_blocks : device_max_grid_x();
+    report.blocks = (w.rows + rows_per_block - 1) / rows_per_block;
+    // Split along N so that no launch exceeds the grid limit; every row is covered exactly once.
+    for (int64_t first_block = 0; first_block < report.blocks; first_block += max_blocks) {
+        const int64_t blocks = std::min(max_blocks, report.blocks - first_block);
+        fn(blocks, config.warps_per_block * 32, stream, args, first_block * rows_per_block);
+        cuda_check_launch("gemv_kernel");
+        ++report.launches;
+    }
+    return report;
+}
+
+GemvLaunchReport gemv_quantized(const QuantizedActivationsView& x, const GemvWeightView& w, float* y,
+                                cudaStream_t stream) {
+    return gemv_quantized(x, w, y, stream, plan_gemv(w.dtype, w.rows, w.cols));
+}
+
+void matmul(const float* x, const GemvWeightView& w, int64_t n_tokens, float* y, const ActivationScratch& scratch,
+            cudaStream_t stream) {
+    if (n_tokens != 1) {
+        fail_message("cuda matmul: only decode (n_tokens = 1) is implemented, got " + std::to_string(n_tokens) +
+                     " tokens for " + shape_text(w));
+    }
+    const QuantizedActivationsView xq = scratch.view(w.cols);
+    quantize_activations(x, xq, stream);
+    gemv_quantized(xq, w, y, stream);
+}
+
+GemvWeights upload_gemv_weights(const GemvRepacked& packed) {
+    GemvWeights out;
+    out.dtype = packed.dtype;
+    out.rows = packed.rows;
+    out.cols = packed.cols;
+    out.codes = DeviceBuffer(packed.codes.size());
+    out.codes.upload(packed.codes.data(), packed.codes.size());
+    out.scales = DeviceBuffer(packed.scales.size() * sizeof(uint16_t));
+    out.scales.upload(packed.scales.data(), packed.scales.size() * sizeof(uint16_t));
+    return out;
+}
+
+GemvWeights upload_gemv_weights(const WeightView& host_weights, const char* name) {
+    const GemvRepacked packed = repack_for_gemv(host_weights, name);
+    verify_gemv_repack(host_weights, packed, name);
+    return upload_gemv_weights(packed);
+}
+
+}  // namespace deltabit::cuda

@@ -1,0 +1,110 @@
+// CUDA matrix product for decode (n_tokens = 1): y[n] = Σ_k x[k] · W[n][k], the GPU twin of
+// ops/matmul.h's cpu::matmul for T = 1, with weights in the GEMV layout (ops/weight_repack.h) and
+// every pointer on the device.
+//
+//   x  [K]        f32, device
+//   w  W[N][K]    GemvWeightView: codes plane + fp16 scales plane, device
+//   y  [N]        f32, device; must not overlap x or the scratch
+//
+// Numerics (why it is not dot_row exactly). Streaming 1-bit weights at the HBM roofline leaves about
+// one instruction per weight, so the kernel multiplies integer codes by int8 activations with dp4a
+// (4 products per instruction) instead of converting every weight to float. The activations are
+// first quantised once per call, per group of 128 inputs:
+//
+//   scale_g = max|x| / 127 over the group,  q = clamp(round_half_even(x · (127 / max|x|)), −127, 127),
+//   sum_g = Σ q over the group (Q1_0 needs it: Σ sign·q = 2·Σ_{bit=1} q − Σ q).
+//
+// Each weight block's integer dot is exact; then y[n] = Σ_blocks d_w · scale_g · dot in fp32. So y
+// equals the reference dot_row applied to the dequantised activations q·scale_g up to fp32 rounding of
+// that last sum; against the unquantised x it differs by at most Σ_k |w_k| · scale_g(k) / 2.
+//
+// Supported: Q1_0, Q2_0 (group 128), Q2_0_G64, Q4_0, Q8_0; K a multiple of the block size (the last
+// activation group may be partial). Any N: launches are split to stay inside grid limits.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cuda_buffer.h"
+#include "core/dtype.h"
+#include "ops/weight_repack.h"
+
+namespace deltabit::cuda {
+
+inline constexpr int kActivationGroup = 128;
+
+// Weights in the GEMV layout on the device (non-owning).
+struct GemvWeightView {
+    const uint8_t* codes = nullptr;    // rows × gemv_code_row_bytes(dtype, cols), 16-byte aligned rows
+    const uint16_t* scales = nullptr;  // rows × cols / block_elems fp16 bits
+    DType dtype = DType::Q1_0;
+    int64_t rows = 0;  // N
+    int64_t cols = 0;  // K
+};
+
+// Owner of one uploaded matrix. upload_gemv_weights repacks on the host, proves the repack against
+// the original (verify_gemv_repack) and uploads both planes; the original can be released after.
+struct GemvWeights {
+    DeviceBuffer codes;
+    DeviceBuffer scales;
+    DType dtype = DType::Q1_0;
+    int64_t rows = 0;
+    int64_t cols = 0;
+    GemvWeightView view() const { return {codes.get<uint8_t>(), scales.get<uint16_t>(), dtype, rows, cols}; }
+};
+GemvWeights upload_gemv_weights(const WeightView& host_weights, const char* name);
+GemvWeights upload_gemv_weights(const GemvRepacked& packed);
+
+// Quantised activations: q int8[groups·128] (zero beyond K), then per group {scale, sum}.
+struct ActivationGroupMeta {
+    float scale;
+    int32_t sum;
+};
+struct QuantizedActivationsView {
+    int8_t* q = nullptr;
+    ActivationGroupMeta* meta = nullptr;
+    int64_t cols = 0;
+};
+inline int64_t activation_groups(int64_t k) { return (k + kActivationGroup - 1) / kActivationGroup; }
+// Scratch for activations of up to `max_cols` inputs; one per stream.
+struct ActivationScratch {
+    DeviceBuffer buffer;
+    int64_t max_cols = 0;
+    explicit ActivationScratch(int64_t max_cols);
+    QuantizedActivationsView view(int64_t cols) const;
+};
+
+// x[K] f32 → int8 groups of 128 with scale and sum, as above. One tiny launch; share the result among
+// all matrices that read the same x (q/k/v/gate, ffn gate/up).
+void quantize_activations(const float* x, const QuantizedActivationsView& out, cudaStream_t stream);
+
+// How a GEMV launch is shaped; chosen by plan_gemv, overridable for tests and the benchmark.
+struct GemvLaunchConfig {
+    int lanes_per_row = 8;      // threads splitting one row's K (8, 16 or 32)
+    int rows_per_thread = 2;    // rows sharing each activation load in registers (2 or 4)
+    int warps_per_block = 4;    // 1..8
+    int64_t max_blocks = 0;     // row tiles per launch; 0 = the device's grid limit (tests lower it to force splits)
+};
+GemvLaunchConfig plan_gemv(DType t, int64_t rows, int64_t cols);
+
+// What a call did, so callers and tests can see which path ran and how it was split.
+struct GemvLaunchReport {
+    GemvLaunchConfig config;
+    int64_t blocks = 0;    // row tiles of warps_per_block·(32/lanes_per_row)·rows_per_thread rows
+    int launches = 0;      // kernel launches after splitting along N
+};
+
+// y = W·x for already quantised activations.
+GemvLaunchReport gemv_quantized(const QuantizedActivationsView& x, const GemvWeightView& w, float* y,
+                                cudaStream_t stream, const GemvLaunchConfig& config);
+GemvLaunchReport gemv_quantized(const QuantizedActivationsView& x, const GemvWeightView& w, float* y,
+                                cudaStream_t stream);
+
+// The twin of cpu::matmul: quantise x into `scratch`, then the GEMV. n_tokens must be 1 (prefill has
+// its own path); throws deltabit::Error otherwise or when shapes disagree.
+void matmul(const float* x, const GemvWeightView& w, int64_t n_tokens, float* y, const ActivationScratch& scratch,
+            cudaStream_t stream = nullptr);
+
+}  // namespace deltabit::cuda

@@ -1,0 +1,314 @@
+// CUDA decode GEMV (ops/matmul_cuda.h) against the CPU reference, on the GPU machine; skips cleanly
+// without CUDA or a GPU.
+//
+// What is checked, per dtype × N × K × launch shape:
+//   - the activation quantiser's int8 codes, scales and sums equal a CPU twin of its definition bit
+//     for bit;
+//   - y equals cpu dot_row applied to the same int8-dequantised activations within the fp32 rounding
+//     bound of the kernel's summation tree (derived below), so one wrong or missing weight fails;
+//   - y is within the activation-quantisation bound Σ|w|·scale/2 of dot_row on the raw f32 x (and the
+//     measured error is printed);
+//   - every output was written (the buffer starts NaN) and the guard bytes after it are untouched;
+//   - a launch larger than the grid limit is split and still covers every row.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/half.h"
+#include "core/quant.h"
+#include "core/tensor.h"
+
+#ifdef DELTABIT_HAVE_CUDA
+#include "backend/cuda_probe.h"
+#include "ops/matmul_cuda.h"
+#endif
+
+namespace deltabit {
+namespace {
+
+#ifdef DELTABIT_HAVE_CUDA
+
+constexpr double kUnitRoundoff = 1.0 / (1 << 24);  // fp32, round to nearest
+constexpr size_t kGuardBytes = 256;
+constexpr uint8_t kGuardByte = 0xA5;
+
+template <typename F>
+void parallel_rows(int64_t rows, F&& body) {
+    const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(std::thread::hardware_concurrency(), rows));
+    std::vector<std::thread> pool;
+    for (int64_t t = 0; t < threads; ++t) {
+        pool.emplace_back([&, t] {
+            for (int64_t r = t; r < rows; r += threads) body(r);
+        });
+    }
+    for (auto& th : pool) th.join();
+}
+
+std::vector<uint8_t> random_weights(DType t, int64_t rows, int64_t cols, std::mt19937& rng) {
+    const DTypeInfo& info = dtype_info(t);
+    std::vector<uint8_t> bytes(size_t(rows) * dtype_bytes(t, uint64_t(cols)));
+    std::uniform_int_distribution<int> byte(0, 255);
+    std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
+    for (size_t b = 0; b < bytes.size(); b += info.block_bytes) {
+        const uint16_t d = float_to_half(scale(rng));
+        std::memcpy(&bytes[b], &d, sizeof d);
+        for (size_t i = sizeof d; i < info.block_bytes; ++i) bytes[b + i] = uint8_t(byte(rng));
+    }
+    return bytes;
+}
+
+// Activations with a per-group magnitude that varies over three decades, as hidden states do.
+std::vector<float> random_activations(int64_t cols, std::mt19937& rng) {
+    std::uniform_real_distribution<float> value(-1.0f, 1.0f);
+    std::uniform_real_distribution<float> log_magnitude(-2.0f, 1.0f);
+    std::vector<float> x(static_cast<size_t>(cols));
+    float magnitude = 1.0f;
+    for (int64_t k = 0; k < cols; ++k) {
+        if (k % 128 == 0) magnitude = std::pow(10.0f, log_magnitude(rng));
+        x[size_t(k)] = value(rng) * magnitude;
+    }
+    return x;
+}
+
+// CPU twin of the quantiser's definition in matmul_cuda.h.
+struct HostQuantized {
+    std::vector<int8_t> q;
+    std::vector<float> scale;
+    std::vector<int32_t> sum;
+};
+HostQuantized quantize_on_host(const std::vector<float>& x) {
+    const int64_t cols = int64_t(x.size());
+    const int64_t groups = cuda::activation_groups(cols);
+    HostQuantized out{std::vector<int8_t>(size_t(groups * 128), 0), std::vector<float>(size_t(groups)),
+                      std::vector<int32_t>(size_t(groups))};
+    for (int64_t g = 0; g < groups; ++g) {
+        float amax = 0.0f;
+        for (int64_t k = g * 128; k < std::min(cols, (g + 1) * 128); ++k) amax = std::max(amax, std::fabs(x[size_t(k)]));
+        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        int32_t sum = 0;
+        for (int64_t k = g * 128; k < std::min(cols, (g + 1) * 128); ++k) {
+            const long q = std::clamp(std::lrint(x[size_t(k)] * inv), -127L, 127L);  // round half to even
+            out.q[size_t(k)] = int8_t(q);
+            sum += int32_t(q);
+        }
+        out.scale[size_t(g)] = amax / 127.0f;
+        out.sum[size_t(g)] = sum;
+    }
+    return out;
+}
+
+struct Fixture {
+    DType dtype;
+    int64_t rows, cols;
+    std::vector<uint8_t> weights;
+    std::vector<float> x;
+    HostQuantized xq;
+    std::vector<float> x_dequantized;
+    std::vector<float> ref_quantized;     // dot_row(w, q·scale)
+    std::vector<float> ref_f32;           // dot_row(w, x)
+    std::vector<double> abs_products;     // Σ_k |w_k · x'_k|
+    std::vector<double> quantization_bound;  // Σ_k |w_k| · scale_g(k) / 2
+};
+
+Fixture make_fixture(DType t, int64_t rows, int64_t cols, uint32_t seed) {
+    std::mt19937 rng(seed);
+    Fixture f{t, rows, cols, random_weights(t, rows, cols, rng), random_activations(cols, rng), {}, {}, {}, {}, {}, {}};
+    f.xq = quantize_on_host(f.x);
+    f.x_dequantized.resize(size_t(cols));
+    for (int64_t k = 0; k < cols; ++k) f.x_dequantized[size_t(k)] = float(f.xq.q[size_t(k)]) * f.xq.scale[size_t(k / 128)];
+    f.ref_quantized.resize(size_t(rows));
+    f.ref_f32.resize(size_t(rows));
+    f.abs_products.resize(size_t(rows));
+    f.quantization_bound.resize(size_t(rows));
+    const WeightView w{f.weights.data(), t, rows, cols};
+    parallel_rows(rows, [&](int64_t r) {
+        f.ref_quantized[size_t(r)] = dot_row(t, w.row(r), f.x_dequantized.data(), cols);
+        f.ref_f32[size_t(r)] = dot_row(t, w.row(r), f.x.data(), cols);
+        std::vector<float> row(static_cast<size_t>(cols));
+        dequantize_row(t, w.row(r), row.data(), cols);
+        double abs_sum = 0.0, bound = 0.0;
+        for (int64_t k = 0; k < cols; ++k) {
+            abs_sum += std::fabs(double(row[size_t(k)]) * f.x_dequantized[size_t(k)]);
+            bound += std::fabs(double(row[size_t(k)])) * f.xq.scale[size_t(k / 128)] / 2;
+        }
+        f.abs_products[size_t(r)] = abs_sum;
+        f.quantization_bound[size_t(r)] = bound;
+    });
+    return f;
+}
+
+// The kernel's fp32 error bound. Each unit's integer dot is exact (|dot| < 2^24); the product
+// d·scale and the fma each round once (and the reference's x' = q·scale once more), a thread accumulates ceil(units / lanes) terms in sequence,
+// then log2(lanes) shuffle additions: a term passes through at most that many + 3 roundings, so
+// |y − Σ w·x'| ≤ (passes + log2(lanes) + 2) · u · Σ|w·x'|; the reference adds one rounding of its own.
+double rounding_bound(const Fixture& f, int lanes_per_row, int64_t r) {
+    const int64_t units = int64_t(gemv_code_row_bytes(f.dtype, f.cols) / 16);
+    const int64_t passes = (units + lanes_per_row - 1) / lanes_per_row;
+    const int64_t depth = passes + int64_t(std::log2(lanes_per_row)) + 3;
+    return double(depth) * kUnitRoundoff * f.abs_products[size_t(r)] +
+           kUnitRoundoff * std::fabs(double(f.ref_quantized[size_t(r)]));
+}
+
+struct DeviceRun {
+    std::vector<float> y;
+    bool guard_intact = true;
+    cuda::GemvLaunchReport report;
+};
+
+DeviceRun run_gemv(const cuda::QuantizedActivationsView& xq, const cuda::GemvWeightView& w, int64_t rows,
+                   const cuda::GemvLaunchConfig* config) {
+    const size_t out_bytes = size_t(rows) * sizeof(float);
+    cuda::DeviceBuffer y(out_bytes + kGuardBytes);
+    cuda::cuda_check(cudaMemset(y.get(), 0xFF, out_bytes), "poison y");  // 0xFFFFFFFF is a NaN
+    cuda::cuda_check(cudaMemset(y.get<uint8_t>() + out_bytes, kGuardByte, kGuardBytes), "guard");
+    DeviceRun run;
+    run.report = config != nullptr ? cuda::gemv_quantized(xq, w, y.get<float>(), nullptr, *config)
+                                   : cuda::gemv_quantized(xq, w, y.get<float>(), nullptr);
+    cuda::cuda_check(cudaDeviceSynchronize(), "gemv");
+    std::vector<uint8_t> host(out_bytes + kGuardBytes);
+    y.download(host.data(), host.size());
+    run.y.resize(size_t(rows));
+    std::memcpy(run.y.data(), host.data(), out_bytes);
+    for (size_t i = out_bytes; i < host.size(); ++i) run.guard_intact &= host[i] == kGuardByte;
+    return run;
+}
+
+struct Check {
+    double max_error_vs_f32 = 0.0;  // max |y − ref_f32| / max|ref_f32|
+};
+
+void expect_matches(const Fixture& f, const DeviceRun& run, int lanes_per_row, const std::string& what, Check& check) {
+    ASSERT_TRUE(run.guard_intact) << what << ": bytes after the output were written";
+    double max_ref = 0.0;
+    for (float v : f.ref_f32) max_ref = std::max(max_ref, double(std::fabs(v)));
+    for (int64_t r = 0; r < f.rows; ++r) {
+        const double y = run.y[size_t(r)];
+        ASSERT_FALSE(std::isnan(y)) << what << ": row " << r << " never written";
+        const double tol = rounding_bound(f, lanes_per_row, r);
+        ASSERT_LE(std::fabs(y - f.ref_quantized[size_t(r)]), tol)
+            << what << ": row " << r << " y " << y << " reference on quantised x " << f.ref_quantized[size_t(r)];
+        // Quantisation bound, with the two fp32 rounding bounds of the two sides on top.
+        const double quant_tol = f.quantization_bound[size_t(r)] * (1 + 1e-5) + 2 * tol +
+                                 f.cols * kUnitRoundoff * std::fabs(double(f.ref_f32[size_t(r)]));
+        ASSERT_LE(std::fabs(y - f.ref_f32[size_t(r)]), quant_tol) << what << ": row " << r << " vs f32 reference";
+        if (max_ref > 0) check.max_error_vs_f32 = std::max(check.max_error_vs_f32, std::fabs(y - f.ref_f32[size_t(r)]) / max_ref);
+    }
+}
+
+bool have_gpu() { return cuda::device_count() > 0; }
+
+class GemvCuda : public ::testing::TestWithParam<DType> {};
+
+TEST_P(GemvCuda, MatchesCpuReferenceOnHostileShapes) {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device on this machine";
+    const DType t = GetParam();
+    std::vector<int64_t> ks = {128, 256, 640, 5120, 17408};
+    if (dtype_info(t).block_elems < 128) ks.push_back(dtype_info(t).block_elems * 3);  // a partial activation group
+    const std::vector<int64_t> ns = {1, 63, 64, 65, 127, 129, 1000, 5120};
+    std::vector<cuda::GemvLaunchConfig> configs;
+    for (int lanes : {8, 16, 32}) {
+        for (int rows_per_thread : {2, 4}) {
+            for (int warps : {1, 3}) configs.push_back({lanes, rows_per_thread, warps, 0});
+        }
+    }
+    Check check;
+    uint32_t seed = 1;
+    for (int64_t k : ks) {
+        for (int64_t n : ns) {
+            const Fixture f = make_fixture(t, n, k, seed++);
+            const std::string shape = std::string(dtype_name(t)) + " N=" + std::to_string(n) + " K=" + std::to_string(k);
+            const cuda::GemvWeights w = cuda::upload_gemv_weights(WeightView{f.weights.data(), t, n, k}, "test");
+            cuda::DeviceBuffer x(size_t(k) * sizeof(float));
+            x.upload(f.x.data(), x.bytes());
+            const cuda::ActivationScratch scratch(k);
+            const cuda::QuantizedActivationsView xq = scratch.view(k);
+            cuda::quantize_activations(x.get<float>(), xq, nullptr);
+            cuda::cuda_check(cudaDeviceSynchronize(), "quantize");
+
+            // The quantiser, bit for bit.
+            const int64_t groups = cuda::activation_groups(k);
+            std::vector<int8_t> q(size_t(groups * 128));
+            std::vector<cuda::ActivationGroupMeta> meta(static_cast<size_t>(groups));
+            cuda::cuda_check(cudaMemcpy(q.data(), xq.q, q.size(), cudaMemcpyDeviceToHost), "q");
+            cuda::cuda_check(cudaMemcpy(meta.data(), xq.meta, meta.size() * sizeof meta[0], cudaMemcpyDeviceToHost), "meta");
+            ASSERT_EQ(q, f.xq.q) << shape << ": int8 activations";
+            for (int64_t g = 0; g < groups; ++g) {
+                ASSERT_EQ(float_to_bits(meta[size_t(g)].scale), float_to_bits(f.xq.scale[size_t(g)])) << shape << " group " << g;
+                ASSERT_EQ(meta[size_t(g)].sum, f.xq.sum[size_t(g)]) << shape << " group " << g;
+            }
+
+            const DeviceRun planned = run_gemv(xq, w.view(), n, nullptr);
+            expect_matches(f, planned, planned.report.config.lanes_per_row, shape + " (planned)", check);
+            EXPECT_EQ(planned.report.launches, 1) << shape;
+            for (const auto& c : configs) {
+                const DeviceRun run = run_gemv(xq, w.view(), n, &c);
+                expect_matches(f, run, c.lanes_per_row,
+                               shape + " lanes " + std::to_string(c.lanes_per_row) + " rows/thread " +
+                                   std::to_string(c.rows_per_thread) + " warps " + std::to_string(c.warps_per_block),
+                               check);
+                if (HasFatalFailure()) return;
+            }
+            // The twin of cpu::matmul: quantise + GEMV in one call gives the same y as the two steps.
+            cuda::DeviceBuffer y(size_t(n) * sizeof(float));
+            cuda::matmul(x.get<float>(), w.view(), 1, y.get<float>(), scratch);
+            std::vector<float> y_host(static_cast<size_t>(n));
+            y.download(y_host.data(), y.bytes());
+            ASSERT_EQ(0, std::memcmp(y_host.data(), planned.y.data(), y.bytes())) << shape << ": matmul entry";
+        }
+    }
+    std::printf("[ gemv %s ] max |y − f32 reference| / max|reference| = %.3g (activation int8 quantisation)\n",
+                std::string(dtype_name(t)).c_str(), check.max_error_vs_f32);
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, GemvCuda,
+                         ::testing::Values(DType::Q1_0, DType::Q2_0, DType::Q2_0_G64, DType::Q4_0, DType::Q8_0),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+TEST(GemvCudaLaunch, LargeNIsSplitAcrossLaunchesAndCoversEveryRow) {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device on this machine";
+    // 300 001 rows with at most 1000 blocks per launch: many launches, the last one partial.
+    const int64_t n = 300001, k = 128;
+    const Fixture f = make_fixture(DType::Q1_0, n, k, 99);
+    const cuda::GemvWeights w = cuda::upload_gemv_weights(WeightView{f.weights.data(), DType::Q1_0, n, k}, "big");
+    cuda::DeviceBuffer x(size_t(k) * sizeof(float));
+    x.upload(f.x.data(), x.bytes());
+    const cuda::ActivationScratch scratch(k);
+    cuda::quantize_activations(x.get<float>(), scratch.view(k), nullptr);
+    const cuda::GemvLaunchConfig config{8, 2, 2, 1000};
+    const DeviceRun run = run_gemv(scratch.view(k), w.view(), n, &config);
+    const int64_t rows_per_block = 2 * (32 / 8) * 2;
+    EXPECT_EQ(run.report.blocks, (n + rows_per_block - 1) / rows_per_block);
+    EXPECT_EQ(run.report.launches, (run.report.blocks + 999) / 1000);
+    EXPECT_GT(run.report.launches, 1);
+    Check check;
+    expect_matches(f, run, 8, "split launch", check);
+}
+
+TEST(GemvCudaLaunch, RefusesMismatchedShapesAndTokenCounts) {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device on this machine";
+    std::mt19937 rng(5);
+    const std::vector<uint8_t> bytes = random_weights(DType::Q1_0, 4, 256, rng);
+    const cuda::GemvWeights w = cuda::upload_gemv_weights(WeightView{bytes.data(), DType::Q1_0, 4, 256}, "t");
+    const cuda::ActivationScratch scratch(128);
+    EXPECT_THROW(scratch.view(256), Error);
+    const cuda::ActivationScratch big(256);
+    cuda::DeviceBuffer y(4 * sizeof(float));
+    EXPECT_THROW(cuda::gemv_quantized(big.view(128), w.view(), y.get<float>(), nullptr), Error);
+    EXPECT_THROW(cuda::matmul(nullptr, w.view(), 2, y.get<float>(), big), Error);
+}
+
+#else
+
+TEST(GemvCuda, SkippedWithoutCuda) { GTEST_SKIP() << "built without CUDA"; }
+
+#endif
+
+}  // namespace
+}  // namespace deltabit

@@ -1,0 +1,67 @@
+// rms_norm, l2_norm, gated_rms_norm and swiglu against values worked out by hand.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "ops/gated_rms_norm.h"
+#include "ops/l2_norm.h"
+#include "ops/rms_norm.h"
+#include "ops/swiglu.h"
+#include "ops_test_util.h"
+
+namespace deltabit {
+namespace {
+
+// The references compute in double and round once, so results sit within an fp32 ulp or two of the
+// exact value: 1e-6 relative.
+constexpr double kRel = 1e-6;
+
+TEST(RmsNorm, PlainAndOnePlusWeights) {
+    // Row [3, 4]: mean of squares 12.5, so x / rms = [3, 4] / sqrt(12.5) = [0.848528137, 1.131370850].
+    const float x[4] = {3, 4, -6, 8};  // second row: mean square 50, x/rms = [−0.848528, 1.131371]
+    const float w[2] = {0.5f, -2.0f};
+    std::vector<float> y(4);
+    cpu::rms_norm(x, w, 2, 2, 0.0f, cpu::NormWeight::plain, y.data());
+    test::expect_close(y, std::vector<double>{0.424264069, -2.262741700, -0.424264069, -2.262741700}, kRel);
+    cpu::rms_norm(x, w, 2, 2, 0.0f, cpu::NormWeight::one_plus, y.data());
+    test::expect_close(y, std::vector<double>{1.272792206, -1.131370850, -1.272792206, -1.131370850}, kRel);
+}
+
+TEST(RmsNorm, EpsIsAddedToTheMeanSquareAndInPlaceWorks) {
+    std::vector<float> x = {1e-3f, 0.0f};  // mean square 5e-7; with eps 1e-6: rms = sqrt(1.5e-6)
+    const float w[2] = {1, 1};
+    cpu::rms_norm(x.data(), w, 1, 2, 1e-6f, cpu::NormWeight::plain, x.data());
+    test::expect_close(x, std::vector<double>{1e-3 / std::sqrt(1.5e-6), 0.0}, kRel);
+}
+
+TEST(L2Norm, UnitLengthWithEpsInsideTheRoot) {
+    const float x[4] = {3, 4, 1e-4f, 0};
+    std::vector<float> y(4);
+    cpu::l2_norm(x, 2, 2, 1e-6f, y.data());
+    // Row 1: 3/sqrt(25 + 1e-6) ≈ 0.6; row 2: 1e-4 / sqrt(1e-8 + 1e-6) = 0.0995037190.
+    test::expect_close(y, std::vector<double>{3 / std::sqrt(25.000001), 4 / std::sqrt(25.000001), 0.0995037190, 0},
+                       kRel, 1e-3);
+}
+
+TEST(GatedRmsNorm, NormThenSiluGate) {
+    const float x[2] = {3, 4};
+    const float z[2] = {0.0f, 1.0f};  // silu(0) = 0, silu(1) = 1/(1+e^−1) = 0.731058579
+    const float w[2] = {2.0f, -1.0f};
+    std::vector<float> y(2);
+    cpu::gated_rms_norm(x, z, w, 1, 2, 0.0f, y.data());
+    test::expect_close(y, std::vector<double>{0.0, -1.131370850 * 0.731058579}, kRel);
+}
+
+TEST(Swiglu, SiluOfGateTimesUp) {
+    const float gate[4] = {0.0f, 1.0f, -1.0f, -200.0f};
+    const float up[4] = {5.0f, 2.0f, 3.0f, 7.0f};
+    std::vector<float> out(4);
+    cpu::swiglu(gate, up, 4, out.data());
+    // silu(−1) = −1/(1+e) = −0.268941421; silu(−200) underflows to −0 (e^200 ≈ 7e86 is finite in double)
+    test::expect_close(out, std::vector<double>{0.0, 1.462117157, -0.806824262, 0.0}, kRel, 1e-6);
+    EXPECT_FALSE(std::isnan(out[3]));
+}
+
+}  // namespace
+}  // namespace deltabit
