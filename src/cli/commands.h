@@ -5,6 +5,8 @@
 #include <CLI/CLI.hpp>
 
 namespace deltabit::cli {
+// `deltabit info MODEL [--json]` (cmd_info.cpp): metadata, tensors, types and sizes of a model.
+void add_info_command(CLI::App& app);
 
 
 }  // namespace deltabit::cli

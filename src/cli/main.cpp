@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
     CLI::App app{"deltabit — run, certify and train 1-bit and hybrid language models"};
     app.require_subcommand(1);
     app.set_version_flag("--version", "deltabit 0.1");
+    deltabit::cli::add_info_command(app);
 
 
     try {

@@ -36,6 +36,10 @@ struct ModelConfig {
     int64_t head_dim = 0;
     int64_t rope_dim = 0;       // rotated dims per head (hybrids: head_dim/4; qwen3: head_dim)
     float rope_theta = 10000.0f;
+    // M-RoPE sections (qwen35/qwen35moe GGUF rope.dimension_sections, HF rope_parameters.mrope_section
+    // padded to 4). Only image/video positions use them; text positions are equal in every section,
+    // so text-only inference ignores them, but llama.cpp requires the key for qwen35 files.
+    std::vector<int32_t> rope_sections;
     bool attn_output_gate = false;  // hybrids: q_proj is 2× wide, per-head [q | gate], sigmoid gate
 
     // Gated DeltaNet (linear attention) layers.
@@ -54,6 +58,10 @@ struct ModelConfig {
     bool norm_topk_prob = true;
 
     std::vector<LayerKind> layers;  // one per layer; size = number of layers (MTP layers excluded)
+    // Multi-token-prediction layers stored after the last layer (GGUF nextn_predict_layers, counted in
+    // block_count as blk.{n_layer}..; HF mtp_num_hidden_layers, weights mtp.*). The forward pass never
+    // runs them; a converter that drops their weights must set this to 0.
+    int64_t n_nextn_layers = 0;
     std::vector<bool> layer_is_moe; // one per layer
 
     // Special tokens from the model's own metadata (never borrowed from another model).
