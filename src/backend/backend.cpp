@@ -1,0 +1,35 @@
+#include "backend/backend.h"
+
+#include "backend/cpu_backend.h"
+#include "core/error.h"
+
+#ifdef DELTABIT_HAVE_CUDA
+#include "backend/cuda_backend.h"
+#include "backend/cuda_probe.h"
+#endif
+
+namespace deltabit {
+
+bool cuda_backend_available() {
+#ifdef DELTABIT_HAVE_CUDA
+    return cuda::device_count() > 0;
+#else
+    return false;
+#endif
+}
+
+std::unique_ptr<Backend> make_backend(std::string_view choice) {
+    if (choice == "cpu") return std::make_unique<CpuBackend>();
+    if (choice == "cuda" || choice == "auto") {
+#ifdef DELTABIT_HAVE_CUDA
+        if (cuda::device_count() > 0) return std::make_unique<CudaBackend>();
+        if (choice == "cuda") fail("backend cuda: no CUDA device on this machine");
+#else
+        if (choice == "cuda") fail("backend cuda: this build has no CUDA (configure with nvcc and -DDELTABIT_CUDA=ON)");
+#endif
+        return std::make_unique<CpuBackend>();
+    }
+    fail("backend: unknown backend '{}' (choose cpu, cuda or auto)", choice);
+}
+
+}  // namespace deltabit
