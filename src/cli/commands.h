@@ -5,6 +5,10 @@
 #include <CLI/CLI.hpp>
 
 namespace deltabit::cli {
+#ifdef DELTABIT_HAVE_TEXT
+// `deltabit tokenize` and `deltabit detokenize` (cmd_text_tokenize.cpp; built only with utf8proc + pcre2).
+void add_tokenize_commands(CLI::App& app);
+#endif
 // `deltabit info MODEL [--json]` (cmd_info.cpp): metadata, tensors, types and sizes of a model.
 void add_info_command(CLI::App& app);
 

@@ -11,6 +11,9 @@ int main(int argc, char** argv) {
     CLI::App app{"deltabit — run, certify and train 1-bit and hybrid language models"};
     app.require_subcommand(1);
     app.set_version_flag("--version", "deltabit 0.1");
+#ifdef DELTABIT_HAVE_TEXT
+    deltabit::cli::add_tokenize_commands(app);
+#endif
     deltabit::cli::add_info_command(app);
 
 
