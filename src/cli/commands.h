@@ -9,8 +9,12 @@ namespace deltabit::cli {
 // `deltabit tokenize` and `deltabit detokenize` (cmd_text_tokenize.cpp; built only with utf8proc + pcre2).
 void add_tokenize_commands(CLI::App& app);
 #endif
+// `deltabit logits` (cmd_logits.cpp): the CPU reference forward pass, logits to a file.
+void add_logits_command(CLI::App& app);
 // `deltabit info MODEL [--json]` (cmd_info.cpp): metadata, tensors, types and sizes of a model.
 void add_info_command(CLI::App& app);
+// `deltabit convert HF_DIR -o OUT.gguf --type T` (cmd_convert.cpp): HF folder → GGUF, every tensor proven.
+void add_convert_command(CLI::App& app);
 
 
 }  // namespace deltabit::cli

@@ -14,7 +14,9 @@ int main(int argc, char** argv) {
 #ifdef DELTABIT_HAVE_TEXT
     deltabit::cli::add_tokenize_commands(app);
 #endif
+    deltabit::cli::add_logits_command(app);
     deltabit::cli::add_info_command(app);
+    deltabit::cli::add_convert_command(app);
 
 
     try {

@@ -1,0 +1,104 @@
+// `deltabit logits`: the CPU reference forward pass from the command line, for comparing the engine
+// with other implementations position by position.
+//
+//   deltabit logits -m MODEL --ids 1,2,3 [--mode prompt|steps|split:N] -o OUT.bin
+//
+// OUT.bin is raw float32 little-endian logits [positions][vocab], no header. Modes: `prompt` runs
+// the ids in one call, `steps` one token per call, `split:N` the first N then the rest; all three
+// must give the same logits (tests/models).
+#include "cli/commands.h"
+#include "core/error.h"
+#include "models/model.h"
+
+#include <fmt/format.h>
+
+#include <bit>
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace deltabit::cli {
+namespace {
+
+struct LogitsArgs {
+    std::string model;
+    std::string ids;
+    std::string mode = "prompt";
+    std::string out;
+};
+
+std::vector<int32_t> parse_id_list(const std::string& text) {
+    std::vector<int32_t> ids;
+    std::string number;
+    auto flush = [&] {
+        if (number.empty()) return;
+        if (number.size() > 10 || number.find_first_not_of("0123456789") != std::string::npos)
+            fail("logits: --ids: {:?} is not a token id", number);
+        const long long value = std::stoll(number);
+        if (value > INT32_MAX) fail("logits: --ids: {} is not a token id", number);
+        ids.push_back(int32_t(value));
+        number.clear();
+    };
+    for (char c : text) {
+        if (c == ',' || c == ' ') flush();
+        else number.push_back(c);
+    }
+    flush();
+    if (ids.empty()) fail("logits: --ids: no token ids given");
+    return ids;
+}
+
+// The chunks the ids are fed in: one chunk (prompt), one per token (steps) or two (split:N).
+std::vector<size_t> chunk_sizes(const std::string& mode, size_t n) {
+    if (mode == "prompt") return {n};
+    if (mode == "steps") return std::vector<size_t>(n, 1);
+    if (mode.rfind("split:", 0) == 0) {
+        const std::string count = mode.substr(6);
+        if (count.empty() || count.size() > 9 || count.find_first_not_of("0123456789") != std::string::npos)
+            fail("logits: --mode {}: expected split:N with N a number", mode);
+        const size_t first = std::stoul(count);
+        if (first == 0 || first >= n)
+            fail("logits: --mode {}: N must be between 1 and {} (one less than the {} ids)", mode, n - 1, n);
+        return {first, n - first};
+    }
+    fail("logits: --mode {:?}: expected prompt, steps or split:N", mode);
+}
+
+void run_logits(const LogitsArgs& args) {
+    static_assert(std::endian::native == std::endian::little, "OUT.bin is written as little-endian floats");
+    const std::vector<int32_t> ids = parse_id_list(args.ids);
+    const std::vector<size_t> chunks = chunk_sizes(args.mode, ids.size());
+    const Model model = Model::load(args.model);
+
+    SequenceState state = model.new_sequence();
+    std::vector<float> logits;
+    size_t start = 0;
+    for (size_t size : chunks) {
+        const std::vector<float> part = model.forward(state, std::span<const int32_t>(ids).subspan(start, size));
+        logits.insert(logits.end(), part.begin(), part.end());
+        start += size;
+    }
+
+    std::ofstream out(args.out, std::ios::binary | std::ios::trunc);
+    if (!out) fail("logits: {}: cannot open for writing", args.out);
+    out.write(reinterpret_cast<const char*>(logits.data()), std::streamsize(logits.size() * sizeof(float)));
+    if (!out.flush()) fail("logits: {}: write failed", args.out);
+    fmt::print("{}: {} positions x {} vocab float32 ({} mode) -> {}\n", args.model, ids.size(), model.config().n_vocab,
+               args.mode, args.out);
+}
+
+}  // namespace
+
+void add_logits_command(CLI::App& app) {
+    auto args = std::make_shared<LogitsArgs>();
+    CLI::App* cmd = app.add_subcommand("logits", "Write the CPU reference logits of a token sequence (float32 [positions][vocab])");
+    cmd->add_option("-m,--model", args->model, "GGUF file or Hugging Face folder")->required();
+    cmd->add_option("--ids", args->ids, "token ids, comma-separated")->required();
+    cmd->add_option("--mode", args->mode, "prompt (one call), steps (one token per call) or split:N")
+        ->capture_default_str();
+    cmd->add_option("-o,--output", args->out, "output file")->required();
+    cmd->callback([args] { run_logits(*args); });
+}
+
+}  // namespace deltabit::cli

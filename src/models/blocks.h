@@ -1,0 +1,80 @@
+// The shared blocks every architecture is built from, on the CPU reference ops (src/ops). Each block
+// takes the already-normed hidden states of T new tokens, x[T][n_embd] row-major, and writes its
+// output (to be added to the residual) to out[T][n_embd]; out must not overlap x. Math:
+// ../shared/reference/qwen35-transformers.md §2.3–2.5 (hybrids) and §5 (qwen3), in the GGUF
+// conventions of models/weights.h.
+#pragma once
+
+#include "core/tensor.h"
+#include "models/model_config.h"
+#include "models/sequence_state.h"
+
+#include <cstdint>
+#include <functional>
+#include <string_view>
+
+namespace deltabit {
+
+// Sees every named intermediate ("blk.3.attn.out", [T][...] row-major, n values) when set; the
+// same names on every backend let two runs be diffed.
+using ActivationObserver = std::function<void(std::string_view name, const float* data, int64_t n)>;
+
+struct BlockContext {
+    const ModelConfig& config;
+    int64_t layer = 0;
+    const ActivationObserver* observer = nullptr;  // may be null
+
+    void observe(std::string_view what, const float* data, int64_t n) const;
+};
+
+struct AttentionWeights {
+    WeightView q;        // [n_head·head_dim·(gate ? 2 : 1)][n_embd]; with the gate, per head [q_h | gate_h]
+    WeightView k, v;     // [n_head_kv·head_dim][n_embd]
+    WeightView output;   // [n_embd][n_head·head_dim]
+    const float* q_norm = nullptr;  // [head_dim] (1+w already added for the hybrids)
+    const float* k_norm = nullptr;
+};
+
+struct DeltaNetWeights {
+    WeightView qkv;      // [2·H_k·d_k + H_v·d_v][n_embd], output [q | k | v]
+    WeightView gate;     // z, [H_v·d_v][n_embd]
+    WeightView beta;     // [H_v][n_embd]
+    WeightView alpha;    // [H_v][n_embd]
+    WeightView output;   // [n_embd][H_v·d_v]
+    const float* conv = nullptr;     // [channels][K] (GGUF ssm_conv1d {K, channels})
+    const float* ssm_a = nullptr;    // [H_v], −exp(A_log)
+    const float* dt_bias = nullptr;  // [H_v]
+    const float* norm = nullptr;     // [d_v], plain w
+};
+
+struct FfnWeights {
+    WeightView gate, up;  // [n_ff][n_embd]
+    WeightView down;      // [n_embd][n_ff]
+};
+
+struct MoeWeights {
+    WeightView router;       // [n_expert][n_embd]
+    WeightView gate, up;     // experts stacked: [n_expert·expert_ff][n_embd]
+    WeightView down;         // [n_expert·n_embd][expert_ff]
+    bool has_shared = false;
+    FfnWeights shared;       // width shared_expert_ff
+    WeightView shared_gate;  // [1][n_embd]: sigmoid gate of the shared expert's output
+};
+
+// Full attention with its KV cache: appends the T new keys/values to state.k/v at positions
+// n_past .. n_past+T−1 and attends over all of them. The sigmoid output gate is used when
+// config.attn_output_gate (the hybrids).
+void attention_block(const BlockContext& ctx, const AttentionWeights& w, const float* x, int64_t n_tokens,
+                     int64_t n_past, LayerState& state, float* out);
+
+// Gated DeltaNet: conv window and recurrent state carried in `state`.
+void gated_deltanet_block(const BlockContext& ctx, const DeltaNetWeights& w, const float* x, int64_t n_tokens,
+                          LayerState& state, float* out);
+
+// down(silu(gate x) ⊙ up x).
+void swiglu_ffn(const BlockContext& ctx, const FfnWeights& w, const float* x, int64_t n_tokens, float* out);
+
+// Σ_top-k p_e · expert_e(x) + sigmoid(shared_gate · x) · shared(x).
+void moe_ffn(const BlockContext& ctx, const MoeWeights& w, const float* x, int64_t n_tokens, float* out);
+
+}  // namespace deltabit

@@ -1,0 +1,89 @@
+#include "models/model.h"
+
+#include "core/error.h"
+#include "formats/gguf.h"
+#include "formats/safetensors.h"
+#include "models/architectures.h"
+#include "models/config_gguf.h"
+#include "models/hf_folder.h"
+#include "ops/embedding.h"
+#include "ops/matmul.h"
+#include "ops/rms_norm.h"
+
+#include <memory>
+
+namespace deltabit {
+
+namespace {
+
+constexpr Architecture kArchitectures[] = {
+    {Arch::qwen35, bind_qwen35},
+    {Arch::qwen35moe, bind_qwen35},
+    {Arch::qwen3next, bind_qwen35},
+    {Arch::qwen3, bind_qwen3},
+};
+
+void add_into(float* x, const float* y, int64_t n) {
+    for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+}  // namespace
+
+const Architecture& architecture_of(Arch arch) {
+    for (const Architecture& a : kArchitectures)
+        if (a.arch == arch) return a;
+    fail("no forward pass registered for architecture #{}", int(arch));
+}
+
+Model Model::load(const std::filesystem::path& path) {
+    if (is_hf_folder(path)) {
+        HfFolder folder = open_hf_folder(path);
+        auto files = std::make_shared<const safetensors::Set>(std::move(folder.weights));
+        return Model(ModelWeights::from_hf(std::move(files), std::move(folder.config)));
+    }
+    auto file = std::make_shared<const gguf::File>(gguf::File::open(path.string()));
+    ModelConfig config = model_config_from_gguf(*file);
+    return Model(ModelWeights::from_gguf(std::move(file), std::move(config)));
+}
+
+Model::Model(ModelWeights weights) : weights_(std::move(weights)) {
+    parts_ = architecture_of(weights_.config().arch).bind(weights_);
+}
+
+std::vector<float> Model::forward(SequenceState& state, std::span<const int32_t> ids,
+                                  const ActivationObserver* observer) const {
+    const ModelConfig& c = config();
+    const int64_t T = int64_t(ids.size()), D = c.n_embd;
+    if (state.n_layer() != c.n_layer())
+        fail("forward: the sequence state has {} layers but the model has {}", state.n_layer(), c.n_layer());
+    if (T == 0) return {};
+
+    std::vector<float> x(size_t(T * D)), h(size_t(T * D)), m(size_t(T * D));
+    cpu::embedding_lookup(parts_.token_embd, ids.data(), T, x.data());  // throws on a bad id, before any state change
+    const int64_t n_past = state.position();
+    for (int64_t l = 0; l < c.n_layer(); ++l) {
+        const LayerWeights& L = parts_.layers[size_t(l)];
+        const BlockContext ctx{c, l, observer};
+        cpu::rms_norm(x.data(), L.attn_norm, T, D, c.rms_eps, cpu::NormWeight::plain, h.data());
+        if (L.kind == LayerKind::linear_attention)
+            gated_deltanet_block(ctx, L.deltanet, h.data(), T, state.layer(l), m.data());
+        else
+            attention_block(ctx, L.attention, h.data(), T, n_past, state.layer(l), m.data());
+        add_into(x.data(), m.data(), T * D);
+
+        cpu::rms_norm(x.data(), L.ffn_norm, T, D, c.rms_eps, cpu::NormWeight::plain, h.data());
+        if (L.moe)
+            moe_ffn(ctx, L.experts, h.data(), T, m.data());
+        else
+            swiglu_ffn(ctx, L.ffn, h.data(), T, m.data());
+        add_into(x.data(), m.data(), T * D);
+        ctx.observe("out", x.data(), T * D);
+    }
+    cpu::rms_norm(x.data(), parts_.output_norm, T, D, c.rms_eps, cpu::NormWeight::plain, h.data());
+    std::vector<float> logits(size_t(T * c.n_vocab));
+    cpu::matmul(h.data(), parts_.output, T, logits.data());
+    state.advance(T);
+    return logits;
+}
+
+}  // namespace deltabit

@@ -1,0 +1,69 @@
+// A loaded model and its CPU reference forward pass.
+//
+// The forward pass is one loop for every architecture (config is data): embed; per layer
+// x += mixer(norm(x)) with the mixer chosen by config.layers[l] (full attention or gated DeltaNet),
+// then x += ffn(norm(x)) with the FFN chosen by config.layer_is_moe[l]; final norm; logits. What
+// differs between architectures is only which tensors are bound to the blocks: one bind function
+// per architecture (qwen35.cpp for qwen35/qwen35moe/qwen3next, qwen3.cpp), registered in
+// architectures.cpp.
+//
+// forward() consumes the next tokens of a sequence and returns their logits, so a whole prompt in one
+// call, one token per call, or a prefill followed by a continuation all give the same logits.
+#pragma once
+
+#include "models/blocks.h"
+#include "models/model_config.h"
+#include "models/sequence_state.h"
+#include "models/weights.h"
+
+#include <cstdint>
+#include <filesystem>
+#include <span>
+#include <vector>
+
+namespace deltabit {
+
+struct LayerWeights {
+    LayerKind kind = LayerKind::full_attention;
+    bool moe = false;
+    const float* attn_norm = nullptr;  // before the mixer
+    const float* ffn_norm = nullptr;   // before the FFN
+    AttentionWeights attention;        // kind == full_attention
+    DeltaNetWeights deltanet;          // kind == linear_attention
+    FfnWeights ffn;                    // !moe
+    MoeWeights experts;                // moe
+};
+
+struct ModelParts {
+    WeightView token_embd;  // [n_vocab][n_embd]
+    const float* output_norm = nullptr;
+    WeightView output;      // [n_vocab][n_embd]; token_embd when tied
+    std::vector<LayerWeights> layers;
+};
+
+class Model {
+public:
+    // A GGUF file, or a Hugging Face folder (config.json + safetensors).
+    static Model load(const std::filesystem::path& path);
+    // Binds the blocks to `weights` by the architecture's names; Error naming a missing or
+    // misshapen tensor.
+    explicit Model(ModelWeights weights);
+
+    Model(Model&&) = default;
+    Model& operator=(Model&&) = default;
+
+    const ModelConfig& config() const { return weights_.config(); }
+    const ModelWeights& weights() const { return weights_; }
+    SequenceState new_sequence() const { return SequenceState(config()); }
+
+    // Logits [ids.size()][n_vocab] for the tokens after state.position(); advances the state.
+    // Error for a token id outside the vocabulary (the state is then unchanged).
+    std::vector<float> forward(SequenceState& state, std::span<const int32_t> ids,
+                               const ActivationObserver* observer = nullptr) const;
+
+private:
+    ModelWeights weights_;
+    ModelParts parts_;
+};
+
+}  // namespace deltabit

@@ -1,0 +1,79 @@
+// `deltabit logits` end to end: the binary's output file against transformers' logits of a fixture.
+#include "fixture.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+namespace deltabit {
+namespace {
+
+struct CommandResult {
+    int exit_code = -1;
+    std::string output;
+};
+
+CommandResult run(const std::string& args) {
+    const std::string command = std::string(DELTABIT_BINARY) + " " + args + " 2>&1";
+    CommandResult r;
+    FILE* pipe = popen(command.c_str(), "r");
+    if (!pipe) return r;
+    char buffer[4096];
+    size_t n;
+    while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) r.output.append(buffer, n);
+    const int status = pclose(pipe);
+    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    return r;
+}
+
+std::vector<float> read_floats(const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    const std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::vector<float> values(bytes.size() / 4);
+    std::memcpy(values.data(), bytes.data(), values.size() * 4);
+    return values;
+}
+
+TEST(CmdLogits, EveryModeWritesTransformersLogits) {
+    const test::Fixture f = test::load_fixture("qwen3_5_binary");
+    const test::FixtureCase& c = f.cases.at(1);  // L = 5, split at 2
+    ASSERT_EQ(c.length, 5);
+    std::string ids;
+    for (int32_t id : c.tokens) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+    const std::filesystem::path out = std::filesystem::temp_directory_path() / "deltabit_test_cmd_logits.bin";
+
+    for (const std::string mode : {"prompt", "steps", "split:2"}) {
+        std::filesystem::remove(out);
+        const CommandResult r = run("logits -m " + f.dir.string() + " --ids " + ids + " --mode " + mode + " -o " + out.string());
+        ASSERT_EQ(r.exit_code, 0) << r.output;
+        const std::vector<float> got = read_floats(out);
+        const std::vector<float>& want = c.logits.at("prompt");
+        ASSERT_EQ(got.size(), want.size()) << mode;
+        double worst = 0.0;
+        for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::abs(double(got[i]) - want[i]));
+        // Same bound as test_fixture_parity (DESIGN.md §6 rung 2).
+        EXPECT_LE(worst, 1e-4 * f.max_abs_logit) << mode;
+    }
+    std::filesystem::remove(out);
+}
+
+TEST(CmdLogits, BadArgumentsAreOneLineErrors) {
+    const std::string model = (test::fixtures_dir() / "qwen3_float").string();
+    const CommandResult bad_mode = run("logits -m " + model + " --ids 1,2 --mode split:2 -o /dev/null");
+    EXPECT_EQ(bad_mode.exit_code, 1);
+    EXPECT_NE(bad_mode.output.find("split:2"), std::string::npos) << bad_mode.output;
+    const CommandResult bad_id = run("logits -m " + model + " --ids 1,256 -o /dev/null");
+    EXPECT_EQ(bad_id.exit_code, 1);
+    EXPECT_NE(bad_id.output.find("256"), std::string::npos) << bad_id.output;
+    const CommandResult not_number = run("logits -m " + model + " --ids 1,x -o /dev/null");
+    EXPECT_EQ(not_number.exit_code, 1);
+    EXPECT_NE(not_number.output.find("\"x\""), std::string::npos) << not_number.output;
+}
+
+}  // namespace
+}  // namespace deltabit
