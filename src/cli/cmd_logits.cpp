@@ -1,9 +1,11 @@
 // `deltabit logits`: the CPU reference forward pass from the command line, for comparing the engine
 // with other implementations position by position.
 //
-//   deltabit logits -m MODEL --ids 1,2,3 [--mode prompt|steps|split:N] -o OUT.bin
+//   deltabit logits -m MODEL --ids 1,2,3 [--mode prompt|steps|split:N] -o OUT.bin [--dump NAME]
 //
-// OUT.bin is raw float32 little-endian logits [positions][vocab], no header. Modes: `prompt` runs
+// OUT.bin is raw float32 little-endian logits [positions][vocab], no header. With --dump NAME the
+// named intermediate (e.g. blk.3.attn.out) is written instead, [positions][width], so two runs or two
+// backends can be diffed at one point of the network. Modes: `prompt` runs
 // the ids in one call, `steps` one token per call, `split:N` the first N then the rest; all three
 // must give the same logits (tests/models).
 #include "cli/commands.h"
@@ -26,6 +28,7 @@ struct LogitsArgs {
     std::string ids;
     std::string mode = "prompt";
     std::string out;
+    std::string dump;  // a named intermediate instead of the logits
 };
 
 std::vector<int32_t> parse_id_list(const std::string& text) {
@@ -73,19 +76,39 @@ void run_logits(const LogitsArgs& args) {
 
     SequenceState state = model.new_sequence();
     std::vector<float> logits;
+    std::vector<float> dumped;
+    size_t dump_hits = 0;
+    const ActivationObserver observer = [&](std::string_view name, const float* data, int64_t n) {
+        if (name != args.dump) return;
+        dumped.insert(dumped.end(), data, data + n);
+        ++dump_hits;
+    };
     size_t start = 0;
     for (size_t size : chunks) {
-        const std::vector<float> part = model.forward(state, std::span<const int32_t>(ids).subspan(start, size));
+        const std::vector<float> part = model.forward(state, std::span<const int32_t>(ids).subspan(start, size),
+                                                      args.dump.empty() ? nullptr : &observer);
         logits.insert(logits.end(), part.begin(), part.end());
         start += size;
+    }
+    if (!args.dump.empty()) {
+        if (dump_hits == 0)
+            fail("logits: --dump {}: no intermediate has that name (names look like blk.0.attn.out, "
+                 "blk.1.gdn.conv_out, blk.2.out)",
+                 args.dump);
+        logits = std::move(dumped);
     }
 
     std::ofstream out(args.out, std::ios::binary | std::ios::trunc);
     if (!out) fail("logits: {}: cannot open for writing", args.out);
     out.write(reinterpret_cast<const char*>(logits.data()), std::streamsize(logits.size() * sizeof(float)));
     if (!out.flush()) fail("logits: {}: write failed", args.out);
-    fmt::print("{}: {} positions x {} vocab float32 ({} mode) -> {}\n", args.model, ids.size(), model.config().n_vocab,
-               args.mode, args.out);
+    if (args.dump.empty()) {
+        fmt::print("{}: {} positions x {} vocab float32 ({} mode) -> {}\n", args.model, ids.size(),
+                   model.config().n_vocab, args.mode, args.out);
+    } else {
+        fmt::print("{}: {} = {} float32 values ({} positions, {} mode) -> {}\n", args.model, args.dump,
+                   logits.size(), ids.size(), args.mode, args.out);
+    }
 }
 
 }  // namespace
@@ -98,6 +121,7 @@ void add_logits_command(CLI::App& app) {
     cmd->add_option("--mode", args->mode, "prompt (one call), steps (one token per call) or split:N")
         ->capture_default_str();
     cmd->add_option("-o,--output", args->out, "output file")->required();
+    cmd->add_option("--dump", args->dump, "write this named intermediate instead of the logits (e.g. blk.0.gdn.out)");
     cmd->callback([args] { run_logits(*args); });
 }
 

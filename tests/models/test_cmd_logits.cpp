@@ -62,6 +62,33 @@ TEST(CmdLogits, EveryModeWritesTransformersLogits) {
     std::filesystem::remove(out);
 }
 
+TEST(CmdLogits, DumpWritesTheNamedIntermediateForEveryPosition) {
+    // blk.2 is the full-attention layer of qwen3_5 (lin, lin, full): its output is [positions][n_embd],
+    // and it must not depend on how the ids were fed (prompt vs steps).
+    const std::string model = (test::fixtures_dir() / "qwen3_5_float").string();
+    const std::filesystem::path out = std::filesystem::temp_directory_path() / "deltabit_test_cmd_dump.bin";
+    std::vector<std::vector<float>> dumps;
+    for (const std::string mode : {"prompt", "steps"}) {
+        std::filesystem::remove(out);
+        const CommandResult r =
+            run("logits -m " + model + " --ids 3,1,4,1,5 --mode " + mode + " --dump blk.2.attn.out -o " + out.string());
+        ASSERT_EQ(r.exit_code, 0) << r.output;
+        dumps.push_back(read_floats(out));
+        ASSERT_EQ(dumps.back().size(), 5u * 128u) << mode;  // 5 positions × hidden 128
+    }
+    double scale = 0.0, worst = 0.0;
+    for (size_t i = 0; i < dumps[0].size(); ++i) {
+        scale = std::max(scale, std::abs(double(dumps[0][i])));
+        worst = std::max(worst, std::abs(double(dumps[0][i]) - dumps[1][i]));
+    }
+    EXPECT_GT(scale, 0.0);
+    EXPECT_LE(worst, 1e-5 * scale);  // fp32 summation order differs between one call and five
+    const CommandResult unknown = run("logits -m " + model + " --ids 1 --dump blk.9.nothing -o " + out.string());
+    EXPECT_EQ(unknown.exit_code, 1);
+    EXPECT_NE(unknown.output.find("blk.9.nothing"), std::string::npos) << unknown.output;
+    std::filesystem::remove(out);
+}
+
 TEST(CmdLogits, BadArgumentsAreOneLineErrors) {
     const std::string model = (test::fixtures_dir() / "qwen3_float").string();
     const CommandResult bad_mode = run("logits -m " + model + " --ids 1,2 --mode split:2 -o /dev/null");
