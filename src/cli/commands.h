@@ -8,6 +8,8 @@ namespace deltabit::cli {
 #ifdef DELTABIT_HAVE_TEXT
 // `deltabit tokenize` and `deltabit detokenize` (cmd_text_tokenize.cpp; built only with utf8proc + pcre2).
 void add_tokenize_commands(CLI::App& app);
+// `deltabit run -m MODEL (-p TEXT | --ids ...)` (cmd_text_run.cpp): one-shot generation.
+void add_run_command(CLI::App& app);
 #endif
 // `deltabit logits` (cmd_logits.cpp): the CPU reference forward pass, logits to a file.
 void add_logits_command(CLI::App& app);

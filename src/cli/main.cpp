@@ -13,6 +13,7 @@ int main(int argc, char** argv) {
     app.set_version_flag("--version", "deltabit 0.1");
 #ifdef DELTABIT_HAVE_TEXT
     deltabit::cli::add_tokenize_commands(app);
+    deltabit::cli::add_run_command(app);
 #endif
     deltabit::cli::add_logits_command(app);
     deltabit::cli::add_info_command(app);

@@ -18,6 +18,8 @@
 // Every error is one line: "gguf: FILE: what (key/tensor), byte offset".
 #pragma once
 
+#include "core/mapped_file.h"
+
 #include "core/dtype.h"
 
 #include <cstddef>
@@ -240,8 +242,7 @@ private:
 
     std::string path_;
     std::span<const uint8_t> bytes_;
-    void* mapping_ = nullptr;  // owned mmap (open) or null (parse)
-    size_t mapping_size_ = 0;
+    MappedFile mapping_;  // owned mapping (open); empty when parsing bytes the caller keeps (parse)
     uint32_t version_ = 0;
     uint64_t alignment_ = kDefaultAlignment;
     uint64_t data_offset_ = 0;

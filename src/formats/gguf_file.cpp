@@ -3,13 +3,6 @@
 #include "formats/gguf.h"
 #include "formats/gguf_codec.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <utility>
 
 namespace deltabit::gguf {
@@ -23,27 +16,10 @@ uint64_t TensorInfo::n_elements() const {
 uint64_t TensorInfo::n_rows() const { return shape.empty() ? 1 : n_elements() / static_cast<uint64_t>(shape[0]); }
 
 File File::open(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) fail("gguf: {}: cannot open: {}", path, std::strerror(errno));
-    struct stat st {};
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        ::close(fd);
-        fail("gguf: {}: not a regular file", path);
-    }
     File file;
     file.path_ = path;
-    const auto size = static_cast<size_t>(st.st_size);
-    if (size > 0) {
-        void* mapping = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-        const int mmap_errno = errno;
-        ::close(fd);
-        if (mapping == MAP_FAILED) fail("gguf: {}: cannot map {} bytes: {}", path, size, std::strerror(mmap_errno));
-        file.mapping_ = mapping;
-        file.mapping_size_ = size;
-        file.bytes_ = {static_cast<const uint8_t*>(mapping), size};
-    } else {
-        ::close(fd);
-    }
+    file.mapping_ = MappedFile::open(path, "gguf");
+    file.bytes_ = file.mapping_.bytes();
     parse_into(file);  // on Error, ~File unmaps
     return file;
 }
@@ -56,28 +32,10 @@ File File::parse(std::span<const uint8_t> bytes, std::string name) {
     return file;
 }
 
-File::File(File&& other) noexcept { *this = std::move(other); }
-
-File& File::operator=(File&& other) noexcept {
-    if (this == &other) return *this;
-    if (mapping_) ::munmap(mapping_, mapping_size_);
-    path_ = std::move(other.path_);
-    bytes_ = std::exchange(other.bytes_, {});
-    mapping_ = std::exchange(other.mapping_, nullptr);
-    mapping_size_ = std::exchange(other.mapping_size_, 0);
-    version_ = other.version_;
-    alignment_ = other.alignment_;
-    data_offset_ = other.data_offset_;
-    metadata_ = std::move(other.metadata_);
-    key_index_ = std::move(other.key_index_);
-    tensors_ = std::move(other.tensors_);
-    tensor_index_ = std::move(other.tensor_index_);
-    return *this;
-}
-
-File::~File() {
-    if (mapping_) ::munmap(mapping_, mapping_size_);
-}
+// The mapping does not move in memory when the File does, so TensorInfo::data stays valid.
+File::File(File&&) noexcept = default;
+File& File::operator=(File&&) noexcept = default;
+File::~File() = default;
 
 const Value* File::find(std::string_view key) const {
     auto it = key_index_.find(key);

@@ -12,11 +12,6 @@
 #include <set>
 #include <utility>
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 namespace deltabit::safetensors {
 
 namespace {
@@ -90,14 +85,6 @@ uint64_t json_unsigned(const json& value, const std::string& what) {
     if (value.is_number_integer()) fail("{} is negative ({})", what, value.get<int64_t>());
     fail("{} is not a non-negative integer (found {})", what, printable(value.dump()));
 }
-
-struct Mapping {
-    void* address = nullptr;
-    size_t size = 0;
-    ~Mapping() {
-        if (address) munmap(address, size);
-    }
-};
 
 }  // namespace
 
@@ -249,58 +236,16 @@ File File::parse(std::span<const uint8_t> bytes, std::string name) {
 }
 
 File File::open(const std::filesystem::path& path) {
-    const std::string name = path.string();
-    const int fd = ::open(name.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) fail("safetensors: {}: cannot open: {}", name, std::strerror(errno));
-    struct stat st {};
-    if (fstat(fd, &st) != 0) {
-        const int err = errno;
-        ::close(fd);
-        fail("safetensors: {}: cannot stat: {}", name, std::strerror(err));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        ::close(fd);
-        fail("safetensors: {}: not a regular file", name);
-    }
-    Mapping mapping;
-    mapping.size = size_t(st.st_size);
-    if (mapping.size > 0) {
-        void* address = mmap(nullptr, mapping.size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (address == MAP_FAILED) {
-            const int err = errno;
-            ::close(fd);
-            fail("safetensors: {}: cannot mmap {} bytes: {}", name, mapping.size, std::strerror(err));
-        }
-        mapping.address = address;
-    }
-    ::close(fd);  // the mapping keeps the file alive
-
-    File file = parse({static_cast<const uint8_t*>(mapping.address), mapping.size}, name);
-    file.mapping_ = std::exchange(mapping.address, nullptr);
-    file.mapping_size_ = mapping.size;
+    MappedFile mapping = MappedFile::open(path.string(), "safetensors");
+    File file = parse(mapping.bytes(), path.string());  // TensorInfo::data points into the mapping
+    file.mapping_ = std::move(mapping);
     return file;
 }
 
-File::File(File&& other) noexcept { *this = std::move(other); }
-
-File& File::operator=(File&& other) noexcept {
-    if (this != &other) {
-        if (mapping_) munmap(mapping_, mapping_size_);
-        name_ = std::move(other.name_);
-        bytes_ = other.bytes_;
-        mapping_ = std::exchange(other.mapping_, nullptr);
-        mapping_size_ = std::exchange(other.mapping_size_, 0);
-        data_offset_ = other.data_offset_;
-        tensors_ = std::move(other.tensors_);  // moving keeps element addresses (Set points at them)
-        index_ = std::move(other.index_);
-        metadata_ = std::move(other.metadata_);
-    }
-    return *this;
-}
-
-File::~File() {
-    if (mapping_) munmap(mapping_, mapping_size_);
-}
+// Moving keeps the mapping's address and the tensors' element addresses (Set points at them).
+File::File(File&&) noexcept = default;
+File& File::operator=(File&&) noexcept = default;
+File::~File() = default;
 
 const TensorInfo* File::find(std::string_view name) const {
     const auto it = index_.find(name);

@@ -17,6 +17,8 @@
 //    shape [4, 8] of F32 needs 128".
 #pragma once
 
+#include "core/mapped_file.h"
+
 #include "core/dtype.h"
 
 #include <cstddef>
@@ -91,8 +93,7 @@ private:
 
     std::string name_;
     std::span<const uint8_t> bytes_;
-    void* mapping_ = nullptr;  // owned mmap (open) or null (parse)
-    size_t mapping_size_ = 0;
+    MappedFile mapping_;  // owned mapping (open); empty when parsing bytes the caller keeps (parse)
     uint64_t data_offset_ = 0;
     std::vector<TensorInfo> tensors_;
     std::map<std::string, size_t, std::less<>> index_;

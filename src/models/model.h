@@ -55,6 +55,8 @@ public:
     const ModelConfig& config() const { return weights_.config(); }
     const ModelWeights& weights() const { return weights_; }
     SequenceState new_sequence() const { return SequenceState(config()); }
+    // The tensors bound to the blocks (what a GPU copy of the model uploads: models/model_cuda.h).
+    const ModelParts& parts() const { return parts_; }
 
     // Logits [ids.size()][n_vocab] for the tokens after state.position(); advances the state.
     // Error for a token id outside the vocabulary (the state is then unchanged).

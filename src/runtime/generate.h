@@ -1,0 +1,80 @@
+// The generation loop of one sequence: prefill the prompt, then sample one token at a time until the
+// model's EOS, a stop string, or max_tokens.
+//
+//   prompt ids ──forward──▶ logits ──Sampler──▶ token ──┬─▶ EOS?           → finish "eos"
+//                 ▲                                     ├─▶ detokenize → stop string? → "stop"
+//                 └──────────── forward(token) ◀────────┴─▶ count = max?    → "length"
+//
+// The state consumes the prompt and every generated token except the last: the last one is never
+// needed to sample anything, so its forward step is skipped. The ledger follows the state
+// (ledger.size() == state.position() before and after), which lets a chat continue the same state
+// on the next turn by feeding the last token first.
+//
+// EOS ids must be the model's own (ModelConfig::eos_ids from its metadata): a model without them
+// generates only with max_tokens, never with an EOS borrowed from another model.
+#pragma once
+
+#include "models/model.h"
+#include "runtime/token_ledger.h"
+#include "sampling/sampling_params.h"
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace deltabit {
+
+enum class FinishReason { eos, stop, length };
+std::string_view finish_reason_name(FinishReason reason);  // "eos", "stop", "length"
+
+struct GenerationOptions {
+    SamplingParams sampling = default_sampling_params();  // temperature 0 = greedy
+    std::optional<int64_t> max_tokens;                     // ≥ 1; required when the model has no EOS
+    std::vector<std::string> stop;                         // matched on decoded text; needs `detokenize`
+};
+
+struct GenerationCallbacks {
+    // Token → the text that became final with it (whole UTF-8 characters only; a streaming
+    // detokenizer's push) and the end of the stream (its finish). Without them there is no text:
+    // stop strings are refused and the result's text stays empty.
+    std::function<std::string(int32_t)> detokenize;
+    std::function<std::string()> detokenize_finish;
+    // Called once per generated token, in order, with the text released with it (possibly empty:
+    // an incomplete character, or text held back because it may start a stop string). The EOS
+    // token is reported with empty text; text held at the end comes with the last token.
+    std::function<void(int32_t token, std::string_view text)> on_token;
+};
+
+struct GenerationTimings {
+    double prefill_ms = 0.0;  // the prompt's forward call
+    double decode_ms = 0.0;   // the forward calls of generated tokens plus all sampling
+    int64_t prompt_tokens = 0;
+    int64_t decode_steps = 0;  // forward calls after the prefill (generated tokens − 1)
+    double decode_tokens_per_s() const { return decode_ms > 0.0 ? 1e3 * double(decode_steps) / decode_ms : 0.0; }
+};
+
+struct GenerationResult {
+    std::vector<int32_t> tokens;  // generated ids, including the EOS that ended it
+    std::string text;             // decoded text without EOS or stop string (empty without detokenize)
+    FinishReason finish = FinishReason::length;
+    GenerationTimings timings;
+};
+
+// Generates after `prompt`, continuing `state` and its `ledger` (which must agree in length; both
+// empty for a fresh sequence). `prompt` must not be empty. Error, before any forward call, for a
+// model without EOS ids and no max_tokens, max_tokens < 1, or stop strings without `detokenize`.
+GenerationResult generate(const Model& model, SequenceState& state, TokenLedger& ledger,
+                          std::span<const int32_t> prompt, const GenerationOptions& options,
+                          const GenerationCallbacks& callbacks = {});
+
+// The same with EOS ids given explicitly. They must come from the model's own metadata (tests use
+// a copy of the config with eos_ids set); nothing here checks where they came from.
+GenerationResult generate_with_eos(const Model& model, std::span<const int64_t> eos_ids, SequenceState& state,
+                                   TokenLedger& ledger, std::span<const int32_t> prompt,
+                                   const GenerationOptions& options, const GenerationCallbacks& callbacks = {});
+
+}  // namespace deltabit
