@@ -9,6 +9,7 @@
 // the ids in one call, `steps` one token per call, `split:N` the first N then the rest; all three
 // must give the same logits (tests/models).
 #include "cli/commands.h"
+#include "cli/token_ids.h"
 #include "core/error.h"
 #include "models/model.h"
 
@@ -31,27 +32,6 @@ struct LogitsArgs {
     std::string dump;  // a named intermediate instead of the logits
 };
 
-std::vector<int32_t> parse_id_list(const std::string& text) {
-    std::vector<int32_t> ids;
-    std::string number;
-    auto flush = [&] {
-        if (number.empty()) return;
-        if (number.size() > 10 || number.find_first_not_of("0123456789") != std::string::npos)
-            fail("logits: --ids: {:?} is not a token id", number);
-        const long long value = std::stoll(number);
-        if (value > INT32_MAX) fail("logits: --ids: {} is not a token id", number);
-        ids.push_back(int32_t(value));
-        number.clear();
-    };
-    for (char c : text) {
-        if (c == ',' || c == ' ') flush();
-        else number.push_back(c);
-    }
-    flush();
-    if (ids.empty()) fail("logits: --ids: no token ids given");
-    return ids;
-}
-
 // The chunks the ids are fed in: one chunk (prompt), one per token (steps) or two (split:N).
 std::vector<size_t> chunk_sizes(const std::string& mode, size_t n) {
     if (mode == "prompt") return {n};
@@ -70,7 +50,7 @@ std::vector<size_t> chunk_sizes(const std::string& mode, size_t n) {
 
 void run_logits(const LogitsArgs& args) {
     static_assert(std::endian::native == std::endian::little, "OUT.bin is written as little-endian floats");
-    const std::vector<int32_t> ids = parse_id_list(args.ids);
+    const std::vector<int32_t> ids = parse_token_ids(args.ids, "logits: --ids");
     const std::vector<size_t> chunks = chunk_sizes(args.mode, ids.size());
     const Model model = Model::load(args.model);
 

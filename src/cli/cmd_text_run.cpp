@@ -9,6 +9,7 @@
 // needs no tokenizer: generated ids are printed instead of text. --json prints one object at the end
 // instead: text (null with --ids), tokens, finish_reason, timings. Timings also go to stderr.
 #include "cli/commands.h"
+#include "cli/token_ids.h"
 #include "core/error.h"
 #include "formats/gguf.h"
 #include "models/model.h"
@@ -42,27 +43,6 @@ struct RunArgs {
     bool json = false;
 };
 
-std::vector<int32_t> parse_prompt_ids(const std::string& text) {
-    std::vector<int32_t> ids;
-    std::string number;
-    auto flush = [&] {
-        if (number.empty()) return;
-        if (number.size() > 10 || number.find_first_not_of("0123456789") != std::string::npos)
-            fail("run: --ids: {:?} is not a token id", number);
-        const long long value = std::stoll(number);
-        if (value > INT32_MAX) fail("run: --ids: {} is not a token id", number);
-        ids.push_back(int32_t(value));
-        number.clear();
-    };
-    for (char c : text) {
-        if (c == ',' || c == ' ') flush();
-        else number.push_back(c);
-    }
-    flush();
-    if (ids.empty()) fail("run: --ids: no token ids given");
-    return ids;
-}
-
 text::ChatTemplate load_chat_template(const std::string& model_path) {
     if (std::filesystem::is_directory(model_path)) return text::ChatTemplate::from_hf_directory(model_path);
     return text::ChatTemplate::from_gguf(gguf::File::open(model_path));
@@ -93,7 +73,7 @@ void run_generation(const RunArgs& args) {
         tokenizer = std::make_unique<text::Tokenizer>(text::load_tokenizer(args.model));
         prompt = encode_prompt(args, *tokenizer);
     } else {
-        prompt = parse_prompt_ids(args.ids);
+        prompt = parse_token_ids(args.ids, "run: --ids");
     }
 
     GenerationOptions options;

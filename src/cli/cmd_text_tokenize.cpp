@@ -7,6 +7,7 @@
 // MODEL is a tokenizer.json, a Hugging Face folder holding one, or a .gguf. Without TEXT (or IDS) the
 // input is read from stdin; ids may be separated by spaces, commas or newlines, with optional [ ].
 #include "cli/commands.h"
+#include "cli/token_ids.h"
 #include "core/error.h"
 #include "text/tokenizer_load.h"
 #include "text/tokenizer_stream.h"
@@ -25,30 +26,6 @@ namespace {
 std::string read_stdin() {
     std::cin >> std::noskipws;
     return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
-}
-
-std::vector<int32_t> parse_ids(const std::string& text) {
-    std::vector<int32_t> ids;
-    std::string number;
-    auto flush = [&] {
-        if (number.empty()) return;
-        size_t used = 0;
-        long long value = 0;
-        try {
-            value = std::stoll(number, &used);
-        } catch (const std::exception&) {
-            used = 0;
-        }
-        if (used != number.size() || value < 0 || value > INT32_MAX) fail("detokenize: {:?} is not a token id", number);
-        ids.push_back(static_cast<int32_t>(value));
-        number.clear();
-    };
-    for (char c : text) {
-        if (c == ' ' || c == ',' || c == '\n' || c == '\r' || c == '\t' || c == '[' || c == ']') flush();
-        else number.push_back(c);
-    }
-    flush();
-    return ids;
 }
 
 struct TokenizeArgs {
@@ -93,7 +70,7 @@ void run_detokenize(const DetokenizeArgs& args) {
     for (const auto& s : args.ids) joined += s + " ";
     // Streams like a generation loop would: each token's bytes as they come, whole characters only.
     text::StreamingDetokenizer stream(tokenizer, {.skip_special = args.skip_special});
-    for (int32_t id : parse_ids(joined)) fmt::print("{}", stream.push(id));
+    for (int32_t id : parse_token_ids(joined, "detokenize")) fmt::print("{}", stream.push(id));
     fmt::print("{}", stream.finish());
     std::fflush(stdout);
 }
