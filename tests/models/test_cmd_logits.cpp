@@ -1,4 +1,5 @@
 // `deltabit logits` end to end: the binary's output file against transformers' logits of a fixture.
+#include "cli_command.h"
 #include "fixture.h"
 
 #include <gtest/gtest.h>
@@ -13,23 +14,9 @@
 namespace deltabit {
 namespace {
 
-struct CommandResult {
-    int exit_code = -1;
-    std::string output;
-};
+using test::CommandResult;
 
-CommandResult run(const std::string& args) {
-    const std::string command = std::string(DELTABIT_BINARY) + " " + args + " 2>&1";
-    CommandResult r;
-    FILE* pipe = popen(command.c_str(), "r");
-    if (!pipe) return r;
-    char buffer[4096];
-    size_t n;
-    while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) r.output.append(buffer, n);
-    const int status = pclose(pipe);
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return r;
-}
+CommandResult run(const std::string& args) { return test::run_deltabit(args); }
 
 std::vector<float> read_floats(const std::filesystem::path& path) {
     std::ifstream in(path, std::ios::binary);

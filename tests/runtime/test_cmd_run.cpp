@@ -1,4 +1,5 @@
 // `deltabit run --ids ... --json` end to end: the binary's tokens against the library's greedy run.
+#include "cli_command.h"
 #include "models/model.h"
 #include "runtime/generate.h"
 
@@ -19,23 +20,11 @@ namespace {
 // `run` is a cmd_text_* command: built only with the text libraries.
 #ifdef DELTABIT_HAVE_TEXT
 
-struct CommandResult {
-    int exit_code = -1;
-    std::string output;
-};
+using test::CommandResult;
 
 // stdout only when `merge_stderr` is false, so JSON can be parsed without the timing line.
 CommandResult run(const std::string& args, bool merge_stderr) {
-    const std::string command = std::string(DELTABIT_BINARY) + " " + args + (merge_stderr ? " 2>&1" : " 2>/dev/null");
-    CommandResult r;
-    FILE* pipe = popen(command.c_str(), "r");
-    if (!pipe) return r;
-    char buffer[4096];
-    size_t n;
-    while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) r.output.append(buffer, n);
-    const int status = pclose(pipe);
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    return r;
+    return test::run_deltabit(args, merge_stderr ? test::Stderr::merge : test::Stderr::discard);
 }
 
 const std::filesystem::path kFixture = std::filesystem::path(DELTABIT_SOURCE_DIR) / "tests" / "fixtures" / "qwen3_5_binary";

@@ -1,4 +1,6 @@
 // `deltabit tokenize` / `deltabit detokenize` as a user runs them, on a hand-made tokenizer.json.
+#include "cli_command.h"
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -20,15 +22,9 @@ struct Result {
 
 // Runs `deltabit ARGS`, with `stdin_file` as its input when given; stdout and stderr together.
 Result run(const std::string& args, const fs::path& stdin_file = "/dev/null") {
-    const std::string command = std::string(DELTABIT_BINARY) + " " + args + " < '" + stdin_file.string() + "' 2>&1";
-    FILE* pipe = popen(command.c_str(), "r");
-    if (!pipe) throw std::runtime_error("popen failed: " + command);
-    std::string out;
-    char buffer[4096];
-    size_t n;
-    while ((n = fread(buffer, 1, sizeof buffer, pipe)) > 0) out.append(buffer, n);
-    const int status = pclose(pipe);
-    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+    const deltabit::test::CommandResult r =
+        deltabit::test::run_deltabit(args, deltabit::test::Stderr::merge, stdin_file.string());
+    return {r.exit_code, r.output};
 }
 
 class TokenizeCli : public ::testing::Test {
