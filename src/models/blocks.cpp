@@ -34,6 +34,11 @@ Buffer buffer(int64_t n) { return Buffer(size_t(n)); }
 
 }  // namespace
 
+void matmul_with(MatmulNumerics numerics, const float* x, const WeightView& w, int64_t n_tokens, float* y) {
+    if (numerics == MatmulNumerics::int8_activations) cpu::matmul_int8_activations(x, w, n_tokens, y);
+    else cpu::matmul(x, w, n_tokens, y);
+}
+
 void BlockContext::observe(std::string_view what, const float* data, int64_t n) const {
     if (observer && *observer) (*observer)(fmt::format("blk.{}.{}", layer, what), data, n);
 }
@@ -46,7 +51,7 @@ void attention_block(const BlockContext& ctx, const AttentionWeights& w, const f
     const int64_t per_head = gated ? 2 * dh : dh;
 
     Buffer q_full = buffer(T * H * per_head);
-    cpu::matmul(x, w.q, T, q_full.data());
+    ctx.matmul(x, w.q, T, q_full.data());
     // With the output gate, q_proj's rows interleave per head: [q_h (dh) | gate_h (dh)].
     Buffer q = buffer(T * H * dh), gate = buffer(gated ? T * H * dh : 0);
     for (int64_t t = 0; t < T; ++t)
@@ -56,8 +61,8 @@ void attention_block(const BlockContext& ctx, const AttentionWeights& w, const f
             if (gated) std::copy(src + dh, src + 2 * dh, gate.data() + (t * H + h) * dh);
         }
     Buffer k = buffer(T * H_kv * dh), v = buffer(T * H_kv * dh);
-    cpu::matmul(x, w.k, T, k.data());
-    cpu::matmul(x, w.v, T, v.data());
+    ctx.matmul(x, w.k, T, k.data());
+    ctx.matmul(x, w.v, T, v.data());
 
     // QK-norm per head, before RoPE.
     cpu::rms_norm(q.data(), w.q_norm, T * H, dh, c.rms_eps, cpu::NormWeight::plain, q.data());
@@ -82,7 +87,7 @@ void attention_block(const BlockContext& ctx, const AttentionWeights& w, const f
     const cpu::AttentionDims dims{T, n_past, H, H_kv, dh};
     cpu::attention(q.data(), state.k.data(), state.v.data(), gated ? gate.data() : nullptr, dims, attended.data());
     ctx.observe("attn.gated", attended.data(), T * H * dh);
-    cpu::matmul(attended.data(), w.output, T, out);
+    ctx.matmul(attended.data(), w.output, T, out);
     ctx.observe("attn.out", out, T * c.n_embd);
 }
 
@@ -94,10 +99,10 @@ void gated_deltanet_block(const BlockContext& ctx, const DeltaNetWeights& w, con
     const int64_t key_dim = H_k * d_k, value_dim = H_v * d_v, channels = c.ssm_conv_channels();
 
     Buffer mixed = buffer(T * channels), z = buffer(T * value_dim), b = buffer(T * H_v), a = buffer(T * H_v);
-    cpu::matmul(x, w.qkv, T, mixed.data());
-    cpu::matmul(x, w.gate, T, z.data());
-    cpu::matmul(x, w.beta, T, b.data());
-    cpu::matmul(x, w.alpha, T, a.data());
+    ctx.matmul(x, w.qkv, T, mixed.data());
+    ctx.matmul(x, w.gate, T, z.data());
+    ctx.matmul(x, w.beta, T, b.data());
+    ctx.matmul(x, w.alpha, T, a.data());
 
     Buffer conv = buffer(T * channels);
     cpu::conv1d_causal_silu(mixed.data(), w.conv, state.conv.data(), T, channels, c.ssm_conv_kernel, conv.data());
@@ -132,17 +137,17 @@ void gated_deltanet_block(const BlockContext& ctx, const DeltaNetWeights& w, con
     ctx.observe("gdn.core_out", o.data(), T * value_dim);
 
     cpu::gated_rms_norm(o.data(), z.data(), w.norm, T * H_v, d_v, c.rms_eps, o.data());
-    cpu::matmul(o.data(), w.output, T, out);
+    ctx.matmul(o.data(), w.output, T, out);
     ctx.observe("gdn.out", out, T * c.n_embd);
 }
 
 void swiglu_ffn(const BlockContext& ctx, const FfnWeights& w, const float* x, int64_t n_tokens, float* out) {
     const int64_t width = w.gate.rows;
     Buffer gate = buffer(n_tokens * width), up = buffer(n_tokens * width);
-    cpu::matmul(x, w.gate, n_tokens, gate.data());
-    cpu::matmul(x, w.up, n_tokens, up.data());
+    ctx.matmul(x, w.gate, n_tokens, gate.data());
+    ctx.matmul(x, w.up, n_tokens, up.data());
     cpu::swiglu(gate.data(), up.data(), n_tokens * width, gate.data());
-    cpu::matmul(gate.data(), w.down, n_tokens, out);
+    ctx.matmul(gate.data(), w.down, n_tokens, out);
 }
 
 void moe_ffn(const BlockContext& ctx, const MoeWeights& w, const float* x, int64_t n_tokens, float* out) {
@@ -150,7 +155,7 @@ void moe_ffn(const BlockContext& ctx, const MoeWeights& w, const float* x, int64
     const int64_t T = n_tokens, D = c.n_embd, E = c.n_expert, top_k = c.n_expert_used, F = c.expert_ff;
 
     Buffer logits = buffer(T * E);
-    cpu::matmul(x, w.router, T, logits.data());
+    ctx.matmul(x, w.router, T, logits.data());
     std::vector<int32_t> ids(size_t(T * top_k));
     Buffer weights = buffer(T * top_k);
     cpu::moe_router(logits.data(), T, E, top_k, c.norm_topk_prob, ids.data(), weights.data());
@@ -161,10 +166,10 @@ void moe_ffn(const BlockContext& ctx, const MoeWeights& w, const float* x, int64
         const float* xt = x + t * D;
         for (int64_t j = 0; j < top_k; ++j) {
             const int64_t e = ids[size_t(t * top_k + j)];
-            cpu::matmul(xt, w.gate.slice_rows(e * F, F), 1, gate.data());
-            cpu::matmul(xt, w.up.slice_rows(e * F, F), 1, up.data());
+            ctx.matmul(xt, w.gate.slice_rows(e * F, F), 1, gate.data());
+            ctx.matmul(xt, w.up.slice_rows(e * F, F), 1, up.data());
             cpu::swiglu(gate.data(), up.data(), F, gate.data());
-            cpu::matmul(gate.data(), w.down.slice_rows(e * D, D), 1, down.data());
+            ctx.matmul(gate.data(), w.down.slice_rows(e * D, D), 1, down.data());
             const float p = weights[size_t(t * top_k + j)];
             for (int64_t i = 0; i < D; ++i) out[t * D + i] += p * down[size_t(i)];
         }
@@ -172,7 +177,7 @@ void moe_ffn(const BlockContext& ctx, const MoeWeights& w, const float* x, int64
     if (w.has_shared) {
         Buffer shared = buffer(T * D), shared_gate = buffer(T);
         swiglu_ffn(ctx, w.shared, x, T, shared.data());
-        cpu::matmul(x, w.shared_gate, T, shared_gate.data());
+        ctx.matmul(x, w.shared_gate, T, shared_gate.data());
         for (int64_t t = 0; t < T; ++t) {
             const float s = float(cpu::sigmoid(shared_gate[size_t(t)]));
             for (int64_t i = 0; i < D; ++i) out[t * D + i] += s * shared[size_t(t * D + i)];

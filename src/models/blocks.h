@@ -19,12 +19,23 @@ namespace deltabit {
 // same names on every backend let two runs be diffed.
 using ActivationObserver = std::function<void(std::string_view name, const float* data, int64_t n)>;
 
+// How the reference computes products with stored weights: exactly in f32 (the default, what rung 2
+// certifies), or with activations rounded to int8 per 128 as the CUDA GEMV does (so the GPU path can be
+// checked against a reference with the same rounding; ops/matmul.h).
+enum class MatmulNumerics { f32, int8_activations };
+
+void matmul_with(MatmulNumerics numerics, const float* x, const WeightView& w, int64_t n_tokens, float* y);
+
 struct BlockContext {
     const ModelConfig& config;
     int64_t layer = 0;
     const ActivationObserver* observer = nullptr;  // may be null
+    MatmulNumerics numerics = MatmulNumerics::f32;
 
     void observe(std::string_view what, const float* data, int64_t n) const;
+    void matmul(const float* x, const WeightView& w, int64_t n_tokens, float* y) const {
+        matmul_with(numerics, x, w, n_tokens, y);
+    }
 };
 
 struct AttentionWeights {

@@ -63,7 +63,7 @@ std::vector<float> Model::forward(SequenceState& state, std::span<const int32_t>
     const int64_t n_past = state.position();
     for (int64_t l = 0; l < c.n_layer(); ++l) {
         const LayerWeights& L = parts_.layers[size_t(l)];
-        const BlockContext ctx{c, l, observer};
+        const BlockContext ctx{c, l, observer, numerics_};
         cpu::rms_norm(x.data(), L.attn_norm, T, D, c.rms_eps, cpu::NormWeight::plain, h.data());
         if (L.kind == LayerKind::linear_attention)
             gated_deltanet_block(ctx, L.deltanet, h.data(), T, state.layer(l), m.data());
@@ -81,7 +81,7 @@ std::vector<float> Model::forward(SequenceState& state, std::span<const int32_t>
     }
     cpu::rms_norm(x.data(), parts_.output_norm, T, D, c.rms_eps, cpu::NormWeight::plain, h.data());
     std::vector<float> logits(size_t(T * c.n_vocab));
-    cpu::matmul(h.data(), parts_.output, T, logits.data());
+    matmul_with(numerics_, h.data(), parts_.output, T, logits.data());
     state.advance(T);
     return logits;
 }

@@ -63,9 +63,13 @@ public:
     std::vector<float> forward(SequenceState& state, std::span<const int32_t> ids,
                                const ActivationObserver* observer = nullptr) const;
 
+    // f32 by default; int8_activations mirrors the CUDA GEMV's rounding (blocks.h), for rung 3.
+    void set_matmul_numerics(MatmulNumerics numerics) { numerics_ = numerics; }
+
 private:
     ModelWeights weights_;
     ModelParts parts_;
+    MatmulNumerics numerics_ = MatmulNumerics::f32;
 };
 
 }  // namespace deltabit

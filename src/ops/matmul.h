@@ -17,4 +17,12 @@ namespace deltabit::cpu {
 
 void matmul(const float* x, const WeightView& w, int64_t n_tokens, float* y);
 
+// The reference of the CUDA quantised GEMV's numerics (ops/matmul_cuda.h): for a quantised weight
+// type, each token's x is first rounded per group of kInt8ActivationGroup values to int8 — scale =
+// max|x|/127, q = round-half-even(x · (127/max|x|)) clamped to ±127, all in fp32 — and the dequantised
+// q · scale is dotted with the row as in matmul. Plain-float weights (F32/F16/BF16) run matmul as is,
+// since the GPU computes those in fp32.
+inline constexpr int64_t kInt8ActivationGroup = 128;
+void matmul_int8_activations(const float* x, const WeightView& w, int64_t n_tokens, float* y);
+
 }  // namespace deltabit::cpu

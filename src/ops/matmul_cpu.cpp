@@ -2,6 +2,10 @@
 
 #include "core/quant.h"
 
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
 namespace deltabit::cpu {
 
 void matmul(const float* x, const WeightView& w, int64_t n_tokens, float* y) {
@@ -9,6 +13,29 @@ void matmul(const float* x, const WeightView& w, int64_t n_tokens, float* y) {
         for (int64_t n = 0; n < w.rows; ++n) {
             y[t * w.rows + n] = dot_row(w.dtype, w.row(n), x + t * w.cols, w.cols);
         }
+    }
+}
+
+void matmul_int8_activations(const float* x, const WeightView& w, int64_t n_tokens, float* y) {
+    if (!is_quantized(w.dtype)) {
+        matmul(x, w, n_tokens, y);
+        return;
+    }
+    std::vector<float> rounded(size_t(w.cols));
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        const float* xt = x + t * w.cols;
+        for (int64_t begin = 0; begin < w.cols; begin += kInt8ActivationGroup) {
+            const int64_t end = std::min(w.cols, begin + kInt8ActivationGroup);
+            float amax = 0.0f;
+            for (int64_t i = begin; i < end; ++i) amax = std::max(amax, std::fabs(xt[i]));
+            const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+            const float scale = amax / 127.0f;
+            for (int64_t i = begin; i < end; ++i) {
+                const float q = std::clamp(std::nearbyint(xt[i] * inv), -127.0f, 127.0f);  // ties to even
+                rounded[size_t(i)] = q * scale;
+            }
+        }
+        matmul(rounded.data(), w, 1, y + t * w.rows);
     }
 }
 

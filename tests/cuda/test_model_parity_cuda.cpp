@@ -7,21 +7,25 @@
 // fixtures), so both paths read identical weights and the GPU path goes through the int8 GEMV; the
 // *_float fixtures stay BF16 and go through the fp32 plain-weight kernel.
 //
-// Tolerances (fixed before the first GPU run; a run never widens them):
+// Tolerances (each fixed before the GPU run that first checked it; a run never widens them):
 //  - float fixtures: the rung-2 bound, 1e-4 · max|logit|. The GPU computes in fp32 where the reference
 //    uses double; the fixtures show fp32 paths agree to ~1e-5 · max|logit| (transformers vs itself).
-//  - binary fixtures: 5e-2 · max|logit|. The GEMV rounds each activation to 1/254 of its group's
-//    max|x| (ops/matmul_cuda.h). For ±s weights that is, per output, a random error of
-//    s·√K·max|x|/(127·√12) against an output of size ~s·√K·rms(x), i.e. ~0.6% relative for Gaussian
-//    groups (max ≈ 2.5 rms); about a dozen quantised matmuls lie in series between embedding and
-//    logits (√12 ≈ 3.5 in quadrature, amplified by the norms), ~2% of a typical logit, and the worst
-//    logit of thousands sits ~2.5× above that: 5% of max|logit|.
-//    First H200 run (fixed bounds, not widened): every float fixture within 1.6e-6 · max|logit| of
-//    the CPU in every mode; binary: qwen3 2.7e-2, qwen3_next 3.6e-2 (inside), qwen3_5_moe 0.22,
-//    qwen3_next_moe 0.14 and qwen3_5 (outside). The MoE outliers fit expert flips: the fixtures'
-//    router top-k margins go down to 7e-5 (meta.json), far below int8 activation noise, so the GPU
-//    can route a token to another expert. Until a bound is derived per mechanism, the binary max|Δ|
-//    bound runs only with DELTABIT_CHECK_INT8_BOUND=1; argmax and greedy rules below always run.
+//  - binary fixtures: the GPU's int8 GEMV rounds activations per 128 (ops/matmul_cuda.h), which moves
+//    logits by several % against the f32 reference — the first H200 run measured 2.7e-2 (qwen3) to
+//    0.22 (qwen3_5_moe) × max|logit|, and a CPU run with the same rounding emulated
+//    (cpu::matmul_int8_activations) reproduced them (max |Δlogit| 0.824 vs the GPU's 0.825 for qwen3_5,
+//    1.688 vs 1.688 for qwen3_5_moe, 1.143 vs 1.143 for qwen3_next_moe). So the reference
+//    for these fixtures is the CPU model with MatmulNumerics::int8_activations. Against it the second
+//    H200 run measured 6.8e-3 (qwen3_5_moe), 8.8e-3 (qwen3_next_moe), 1.3e-2 (qwen3_5), 1.67e-2
+//    (qwen3) and 2.2e-2 (qwen3_next) × max|logit|, every argmax at a decisive position identical, and
+//    greedy runs identical for 154–256 tokens (42–256 against the f32 reference). The bound set before
+//    that run, 1e-2 · max|logit|, reasoned that the paths differ only where fp32-vs-double differences
+//    in x push a value across a rounding boundary (a one-quantum change of one activation, ≤ ~0.2% of
+//    one output, ~2.5e-4 per activation); three fixtures exceed it, so that model of how a flip
+//    propagates is wrong. Not widened: the max|Δ| bound runs only with DELTABIT_CHECK_INT8_BOUND=1
+//    until a per-layer count of flipped int8 codes gives a bound that holds; the argmax and greedy
+//    rules always run. The drift against f32 and transformers is printed, not asserted: bounding it is
+//    a distribution gate (rung 5).
 //  - argmax: must equal the CPU's wherever the CPU's top-1 − top-2 gap exceeds 2·tolerance (a gap no
 //    pair of logits each moved by at most the tolerance can close); elsewhere it may differ.
 //  - greedy: CPU and GPU each feed their own choices; the sequences must agree token for token up to
@@ -48,7 +52,7 @@ namespace deltabit {
 namespace {
 
 constexpr double kFloatTolerance = 1e-4;   // × max|logit|; see the header comment
-constexpr double kInt8Tolerance = 5e-2;    // × max|logit|
+constexpr double kInt8Tolerance = 1e-2;    // × max|logit|, against the int8-emulating CPU reference
 constexpr int64_t kGreedyTokens = 256;
 constexpr int64_t kMaxPositions = 512;     // longest fixture prompt (200) + 256 greedy tokens fits
 
@@ -146,7 +150,8 @@ TEST_P(ModelParityCuda, LogitsMatchCpuInEveryMode) {
     const test::Fixture f = test::load_fixture(GetParam());
     const bool binary = is_binary(f.name);
     const Model hf = Model::load(f.dir);
-    const Model cpu = binary ? with_q1_matrices(hf) : Model::load(f.dir);
+    Model cpu = binary ? with_q1_matrices(hf) : Model::load(f.dir);
+    if (binary) cpu.set_matmul_numerics(MatmulNumerics::int8_activations);
     CudaModel gpu(cpu);
     const double tolerance = (binary ? kInt8Tolerance : kFloatTolerance) * f.max_abs_logit;
 
@@ -167,9 +172,11 @@ TEST_P(ModelParityCuda, LogitsMatchCpuInEveryMode) {
                     f.name.c_str(), mode.c_str(), vs_cpu.max_diff, vs_cpu.max_diff / f.max_abs_logit, f.max_abs_logit,
                     vs_tf.max_diff, (long long)vs_cpu.argmax_mismatches, (long long)vs_cpu.decisive);
         EXPECT_EQ(vs_cpu.argmax_mismatches, 0) << mode;
-        // The 5e-2 bound for the int8 path was falsified by the first H200 run (see the header): it is
-        // checked only where this test is asked to (DELTABIT_CHECK_INT8_BOUND=1), not widened.
-        if (binary && std::getenv("DELTABIT_CHECK_INT8_BOUND") == nullptr) continue;
+        if (binary) {
+            // See the header: the int8 bound is falsified and opt-in until derived; never widened.
+            if (std::getenv("DELTABIT_CHECK_INT8_BOUND") != nullptr) EXPECT_LE(vs_cpu.max_diff, tolerance) << mode;
+            continue;  // int8 drift against transformers is printed above (rung 5 bounds it)
+        }
         EXPECT_LE(vs_cpu.max_diff, tolerance) << mode;
         // Against transformers the CPU's own rung-2 error (≤ 1e-4 · max|logit|) adds to the GPU's.
         EXPECT_LE(vs_tf.max_diff, tolerance + 1e-4 * f.max_abs_logit) << mode;
@@ -181,7 +188,8 @@ TEST_P(ModelParityCuda, GreedyContinuationMatchesCpu) {
     const test::Fixture f = test::load_fixture(GetParam());
     const bool binary = is_binary(f.name);
     const Model hf = Model::load(f.dir);
-    const Model cpu = binary ? with_q1_matrices(hf) : Model::load(f.dir);
+    Model cpu = binary ? with_q1_matrices(hf) : Model::load(f.dir);
+    if (binary) cpu.set_matmul_numerics(MatmulNumerics::int8_activations);
     CudaModel gpu(cpu);
     const double tolerance = (binary ? kInt8Tolerance : kFloatTolerance) * f.max_abs_logit;
     const int64_t V = f.vocab;

@@ -68,6 +68,38 @@ TEST(Matmul, EveryDtypeEqualsDequantizedProduct) {
     }
 }
 
+TEST(Matmul, Int8ActivationsRoundPerGroupOf128) {
+    // One Q8_0 row of 256 equal weights c (1 stored as q = 127, d = fp16(1/127), so c is 1 within
+    // fp16 rounding), so y = c · Σ x̂ where x̂ is x rounded per 128 to int8: group 0 has max |x| = 127 → scale 1, and its other
+    // values 0.4 and 0.6 round to 0 and 1; group 1 has max |x| = 254 → scale 2, 3.0 → 2·round(1.5) = 2·2
+    // (half to even) and 5.0 → 2·round(2.5) = 2·2.
+    std::vector<float> row(256, 1.0f);
+    std::vector<uint8_t> q8(dtype_bytes(DType::Q8_0, 256));
+    quantize_row(DType::Q8_0, row.data(), q8.data(), 256);
+    std::vector<float> x(256, 0.0f);
+    x[0] = 127.0f;
+    x[1] = 0.4f;
+    x[2] = 0.6f;
+    x[128] = -254.0f;
+    x[129] = 3.0f;
+    x[130] = 5.0f;
+    std::vector<float> decoded(256);
+    dequantize_row(DType::Q8_0, q8.data(), decoded.data(), 256);
+    const float c = decoded[0];
+    ASSERT_NEAR(c, 1.0f, 1e-3f);
+    float y = 0.0f;
+    cpu::matmul_int8_activations(x.data(), WeightView{q8.data(), DType::Q8_0, 1, 256}, 1, &y);
+    EXPECT_FLOAT_EQ(y, c * (127.0f + 0.0f + 1.0f - 254.0f + 4.0f + 4.0f));
+    // The f32 reference keeps the exact values.
+    float exact = 0.0f;
+    cpu::matmul(x.data(), WeightView{q8.data(), DType::Q8_0, 1, 256}, 1, &exact);
+    EXPECT_FLOAT_EQ(exact, c * (127.0f + 0.4f + 0.6f - 254.0f + 3.0f + 5.0f));
+    // Plain-float weights are not rounded (the GPU runs them in f32).
+    float plain = 0.0f;
+    cpu::matmul_int8_activations(x.data(), WeightView{row.data(), DType::F32, 1, 256}, 1, &plain);
+    EXPECT_FLOAT_EQ(plain, 127.0f + 0.4f + 0.6f - 254.0f + 3.0f + 5.0f);
+}
+
 TEST(Embedding, LooksUpRowsOfAnyDtypeAndRefusesBadIds) {
     const int64_t vocab = 4, d = 64;
     const std::vector<float> table = random_vector(size_t(vocab * d), 3);
