@@ -5,6 +5,7 @@
 #include <fmt/core.h>
 
 #include <cstdio>
+#include <string>
 #include <exception>
 
 int main(int argc, char** argv) {
@@ -20,6 +21,13 @@ int main(int argc, char** argv) {
     deltabit::cli::add_convert_command(app);
 
 
+    // CLI11 answers a misspelt command with "A subcommand is required"; name it and the choices instead.
+    if (argc > 1 && argv[1][0] != '-' && app.get_subcommands([&](CLI::App* sub) { return sub->check_name(argv[1]); }).empty()) {
+        std::string names;
+        for (const CLI::App* sub : app.get_subcommands({})) names += (names.empty() ? "" : ", ") + sub->get_name();
+        fmt::print(stderr, "deltabit: error: unknown command '{}' (commands: {}; see deltabit --help)\n", argv[1], names);
+        return 1;
+    }
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

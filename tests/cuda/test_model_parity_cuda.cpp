@@ -124,25 +124,6 @@ void compare(const std::vector<float>& gpu, const std::vector<float>& reference,
     }
 }
 
-template <typename M, typename S>
-std::vector<float> run_mode(M& model, S& state, const std::string& mode, const test::FixtureCase& c) {
-    const std::span<const int32_t> ids(c.tokens);
-    std::vector<float> logits;
-    auto append = [&](std::span<const int32_t> part) {
-        const std::vector<float> out = model.forward(state, part);
-        logits.insert(logits.end(), out.begin(), out.end());
-    };
-    if (mode == "prompt") {
-        append(ids);
-    } else if (mode == "split") {
-        append(ids.first(size_t(c.split)));
-        append(ids.subspan(size_t(c.split)));
-    } else {
-        for (size_t t = 0; t < ids.size(); ++t) append(ids.subspan(t, 1));
-    }
-    return logits;
-}
-
 class ModelParityCuda : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ModelParityCuda, LogitsMatchCpuInEveryMode) {
@@ -161,8 +142,8 @@ TEST_P(ModelParityCuda, LogitsMatchCpuInEveryMode) {
             if (mode == "split" && c.split == 0) continue;
             SequenceState cpu_state = cpu.new_sequence();
             CudaSequenceState gpu_state = gpu.new_sequence(kMaxPositions);
-            const std::vector<float> expected = run_mode(cpu, cpu_state, mode, c);
-            const std::vector<float> got = run_mode(gpu, gpu_state, mode, c);
+            const std::vector<float> expected = test::feed_in_mode(cpu, cpu_state, mode, c);
+            const std::vector<float> got = test::feed_in_mode(gpu, gpu_state, mode, c);
             EXPECT_EQ(gpu_state.position(), c.length);
             compare(got, expected, f.vocab, 2 * tolerance, vs_cpu);
             compare(got, c.logits.at(mode), f.vocab, 2 * tolerance, vs_tf);

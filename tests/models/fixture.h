@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -72,6 +73,30 @@ inline std::vector<std::string> fixture_names() {
             names.push_back(entry.path().filename().string());
     std::sort(names.begin(), names.end());
     return names;
+}
+
+// Feeds a fixture case's tokens to `model` (CPU or GPU) the way `mode` names: "prompt" in one call,
+// "split" as the first c.split tokens then the rest, "steps" one token per call; returns the logits of
+// every position concatenated, as the fixture stores them. Throws for an unknown mode.
+template <typename Model, typename State>
+std::vector<float> feed_in_mode(Model& model, State& state, const std::string& mode, const FixtureCase& c) {
+    const std::span<const int32_t> ids(c.tokens);
+    std::vector<float> logits;
+    auto append = [&](std::span<const int32_t> part) {
+        const std::vector<float> out = model.forward(state, part);
+        logits.insert(logits.end(), out.begin(), out.end());
+    };
+    if (mode == "prompt") {
+        append(ids);
+    } else if (mode == "split") {
+        append(ids.first(size_t(c.split)));
+        append(ids.subspan(size_t(c.split)));
+    } else if (mode == "steps") {
+        for (size_t t = 0; t < ids.size(); ++t) append(ids.subspan(t, 1));
+    } else {
+        throw std::runtime_error("unknown fixture mode " + mode);
+    }
+    return logits;
 }
 
 }  // namespace deltabit::test

@@ -76,6 +76,13 @@ TEST(CmdLogits, DumpWritesTheNamedIntermediateForEveryPosition) {
     std::filesystem::remove(out);
 }
 
+TEST(Cli, UnknownCommandIsNamedWithTheChoices) {
+    const CommandResult r = run("logit --ids 1");  // a misspelt `logits`
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_NE(r.output.find("unknown command 'logit'"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("logits"), std::string::npos) << r.output;
+}
+
 TEST(CmdLogits, BadArgumentsAreOneLineErrors) {
     const std::string model = (test::fixtures_dir() / "qwen3_float").string();
     const CommandResult bad_mode = run("logits -m " + model + " --ids 1,2 --mode split:2 -o /dev/null");

@@ -21,22 +21,7 @@ constexpr double kRelativeTolerance = 1e-4;
 
 std::vector<float> run_mode(const Model& model, const std::string& mode, const test::FixtureCase& c) {
     SequenceState state = model.new_sequence();
-    const std::span<const int32_t> ids(c.tokens);
-    std::vector<float> logits;
-    auto append = [&](std::span<const int32_t> part) {
-        const std::vector<float> out = model.forward(state, part);
-        logits.insert(logits.end(), out.begin(), out.end());
-    };
-    if (mode == "prompt") {
-        append(ids);
-    } else if (mode == "split") {
-        append(ids.first(size_t(c.split)));
-        append(ids.subspan(size_t(c.split)));
-    } else if (mode == "steps") {
-        for (size_t t = 0; t < ids.size(); ++t) append(ids.subspan(t, 1));
-    } else {
-        ADD_FAILURE() << "unknown mode " << mode;
-    }
+    std::vector<float> logits = test::feed_in_mode(model, state, mode, c);
     EXPECT_EQ(state.position(), c.length);
     return logits;
 }
