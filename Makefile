@@ -19,15 +19,16 @@ test: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$${FUZZ_SECONDS:-30}
 
-# The main job on the model that ships with the repo. Until `deltabit chat` and the trained default
-# model land, that is the tiny binary Qwen3.5 test model: convert it to a proven Q1_0 GGUF, describe
-# it, and compute its logits for a few tokens.
+# The main job on the model that ships with the repo: a chat. Until the trained default model lands,
+# that is the tiny binary Qwen3.5 test model (random weights, so its replies are noise): convert it to
+# a proven Q1_0 GGUF, then chat with it from a script — two turns, with /stats after each to show the
+# second turn reusing the first one's state. `deltabit chat -m $(TINY_GGUF) --max-tokens 32` is the
+# same chat, interactive.
 TINY_HF = tests/fixtures/qwen3_5_binary
 TINY_GGUF = $(BUILD_DIR)/tiny-qwen35.q1_0.gguf
 run: build
 	@$(BUILD_DIR)/deltabit convert $(TINY_HF) -o $(TINY_GGUF) --type q1_0
-	@$(BUILD_DIR)/deltabit info $(TINY_GGUF)
-	@$(BUILD_DIR)/deltabit logits -m $(TINY_GGUF) --ids 1,2,3,4 -o $(BUILD_DIR)/tiny-logits.bin
+	@printf 'Hello\n/stats\nTell me more\n/stats\n' | $(BUILD_DIR)/deltabit chat -m $(TINY_GGUF) --max-tokens 32
 
 # libFuzzer targets for the file parsers, built with clang; FUZZ_SECONDS per target.
 FUZZ_SECONDS ?= 60

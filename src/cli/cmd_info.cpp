@@ -10,6 +10,9 @@
 #include "models/config_gguf.h"
 #include "models/config_summary.h"
 #include "models/hf_folder.h"
+#include "models/kv_cache.h"
+#include "models/kv_format.h"
+#include "models/sequence_state.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -248,6 +251,69 @@ void print_gguf(const gguf::File& file, const json& r) {
     print_totals(r);
 }
 
+// ---- KV cache memory (--kv) ----
+
+// What one sequence of this model holds per format: bytes per further token, at 1K and 32K positions
+// (models/sequence_state.h computes them from the state image layout), and the DeltaNet state.
+json kv_cache_report(const ModelConfig& c) {
+    int64_t attention_layers = 0;
+    for (LayerKind kind : c.layers) attention_layers += kind == LayerKind::full_attention;
+    json formats = json::array();
+    for (KvFormat f : {KvFormat::f32, KvFormat::f16, KvFormat::kivi4}) {
+        json row = {{"format", kv_format_name(f)}};
+        if (f == KvFormat::kivi4 && c.head_dim % kKiviGroup != 0) {
+            row["unavailable"] =
+                fmt::format("head_dim {} is not a multiple of the group size {}", c.head_dim, kKiviGroup);
+        } else {
+            row["bytes_per_token"] = kv_bytes_per_token(c, f);
+            row["bytes_1k"] = kv_cache_bytes(c, f, 1024);
+            row["bytes_32k"] = kv_cache_bytes(c, f, 32768);
+        }
+        formats.push_back(std::move(row));
+    }
+    return {{"full_attention_layers", attention_layers},
+            {"n_head_kv", c.n_head_kv},
+            {"head_dim", c.head_dim},
+            {"deltanet_state_bytes", deltanet_state_bytes(c)},
+            {"formats", std::move(formats)}};
+}
+
+void print_kv_cache(const std::string& model, const json& r) {
+    const auto layers = r["full_attention_layers"].get<int64_t>();
+    fmt::print("{}: KV cache of {} full-attention layer{}, {} KV heads x head_dim {}\n", model, layers,
+               layers == 1 ? "" : "s", json_text(r["n_head_kv"]), json_text(r["head_dim"]));
+    fmt::print("  {:<7}  {:>12}  {:>14}  {:>14}\n", "format", "bytes/token", "1K context", "32K context");
+    for (const json& f : r["formats"]) {
+        if (f.contains("unavailable")) {
+            fmt::print("  {:<7}  unavailable: {}\n", f["format"].get<std::string>(),
+                       f["unavailable"].get<std::string>());
+            continue;
+        }
+        fmt::print("  {:<7}  {:>12g}  {:>14}  {:>14}\n", f["format"].get<std::string>(),
+                   f["bytes_per_token"].get<double>(), human_bytes(f["bytes_1k"].get<uint64_t>()),
+                   human_bytes(f["bytes_32k"].get<uint64_t>()));
+    }
+    fmt::print("  kivi4 keeps the first {} and the newest {}..{} tokens exact (f32) and the rest at 4 bits in "
+               "groups of {}\n",
+               kKiviSinks, kKiviResidual, kKiviResidual + kKiviGroup - 1, kKiviGroup);
+    const auto deltanet = r["deltanet_state_bytes"].get<uint64_t>();
+    if (deltanet > 0)
+        fmt::print("  DeltaNet conv + recurrent state: {} per sequence, at any length\n", human_bytes(deltanet));
+}
+
+void info_kv_cache(const std::string& model, bool as_json) {
+    const std::filesystem::path path(model);
+    const ModelConfig config = std::filesystem::is_directory(path)
+                                   ? open_hf_folder(path).config
+                                   : model_config_from_gguf(gguf::File::open(model));
+    const json report = kv_cache_report(config);
+    if (as_json) {
+        fmt::print("{}\n", json{{"path", model}, {"kv_cache", report}}.dump(2));
+    } else {
+        print_kv_cache(model, report);
+    }
+}
+
 // ---- dispatch ----
 
 void info_hf_folder(const std::filesystem::path& path, bool as_json) {
@@ -270,7 +336,11 @@ void info_gguf(const std::string& path, bool as_json) {
 }
 
 // The one place that decides what kind of model MODEL is.
-void run_info(const std::string& model, bool as_json) {
+void run_info(const std::string& model, bool as_json, bool kv) {
+    if (kv) {
+        info_kv_cache(model, as_json);
+        return;
+    }
     const std::filesystem::path path(model);
     if (std::filesystem::is_directory(path)) {
         if (!is_hf_folder(path)) fail("info: {}: a folder without config.json is not a Hugging Face model", model);
@@ -286,12 +356,14 @@ void add_info_command(CLI::App& app) {
     struct Args {
         std::string model;
         bool json = false;
+        bool kv = false;
     };
     auto args = std::make_shared<Args>();
     CLI::App* cmd = app.add_subcommand("info", "Show a model's metadata, tensors, types and sizes");
     cmd->add_option("MODEL", args->model, "GGUF file or Hugging Face folder")->required();
     cmd->add_flag("--json", args->json, "Print one JSON object instead of text");
-    cmd->callback([args] { run_info(args->model, args->json); });
+    cmd->add_flag("--kv", args->kv, "Print only the KV cache's memory per token and at 1K/32K context, per format");
+    cmd->callback([args] { run_info(args->model, args->json, args->kv); });
 }
 
 }  // namespace deltabit::cli

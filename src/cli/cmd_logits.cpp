@@ -1,23 +1,28 @@
-// `deltabit logits`: the CPU reference forward pass from the command line, for comparing the engine
-// with other implementations position by position.
+// `deltabit logits`: a forward pass from the command line, for comparing the engine with other
+// implementations (and its backends with each other) position by position.
 //
 //   deltabit logits -m MODEL --ids 1,2,3 [--mode prompt|steps|split:N] -o OUT.bin [--dump NAME]
+//                   [--backend cpu|cuda|auto]
 //
-// OUT.bin is raw float32 little-endian logits [positions][vocab], no header. With --dump NAME the
-// named intermediate (e.g. blk.3.attn.out) is written instead, [positions][width], so two runs or two
-// backends can be diffed at one point of the network. Modes: `prompt` runs
+// OUT.bin is raw float32 little-endian logits [positions][vocab], no header. --backend picks the
+// engine (runtime/engine.h; auto = CUDA when present). With --dump NAME the named intermediate (e.g.
+// blk.3.attn.out) of the CPU reference is written instead, [positions][width], so two runs can be
+// diffed at one point of the network. Modes: `prompt` runs
 // the ids in one call, `steps` one token per call, `split:N` the first N then the rest; all three
 // must give the same logits (tests/models).
 #include "cli/commands.h"
+#include "cli/engine_options.h"
 #include "cli/token_ids.h"
 #include "core/error.h"
 #include "models/model.h"
+#include "runtime/engine.h"
 
 #include <fmt/format.h>
 
 #include <bit>
 #include <cstdint>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -30,6 +35,7 @@ struct LogitsArgs {
     std::string mode = "prompt";
     std::string out;
     std::string dump;  // a named intermediate instead of the logits
+    EngineArgs engine;
 };
 
 // The chunks the ids are fed in: one chunk (prompt), one per token (steps) or two (split:N).
@@ -48,10 +54,41 @@ std::vector<size_t> chunk_sizes(const std::string& mode, size_t n) {
     fail("logits: --mode {:?}: expected prompt, steps or split:N", mode);
 }
 
+void write_floats(const std::string& path, const std::vector<float>& values) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    if (!out) fail("logits: {}: cannot open for writing", path);
+    out.write(reinterpret_cast<const char*>(values.data()), std::streamsize(values.size() * sizeof(float)));
+    if (!out.flush()) fail("logits: {}: write failed", path);
+}
+
+// The logits through an engine on the chosen backend, fed in the same chunks.
+void write_engine_logits(const LogitsArgs& args, const std::vector<int32_t>& ids, const std::vector<size_t>& chunks) {
+    std::unique_ptr<Engine> engine = open_engine(args.model, args.engine.backend);
+    std::unique_ptr<EngineSequence> sequence =
+        engine->new_sequence(SequenceOptions{.max_positions = int64_t(ids.size()), .kv_format = KvFormat::f32});
+    std::vector<float> logits;
+    size_t start = 0;
+    for (size_t size : chunks) {
+        const std::vector<float> part = engine->forward_all(*sequence, std::span<const int32_t>(ids).subspan(start, size));
+        logits.insert(logits.end(), part.begin(), part.end());
+        start += size;
+    }
+    write_floats(args.out, logits);
+    fmt::print("{}: {} positions x {} vocab float32 ({} mode, {}) -> {}\n", args.model, ids.size(),
+               engine->config().n_vocab, args.mode, engine->backend_name(), args.out);
+}
+
 void run_logits(const LogitsArgs& args) {
     static_assert(std::endian::native == std::endian::little, "OUT.bin is written as little-endian floats");
     const std::vector<int32_t> ids = parse_token_ids(args.ids, "logits: --ids");
     const std::vector<size_t> chunks = chunk_sizes(args.mode, ids.size());
+    if (args.dump.empty()) {
+        write_engine_logits(args, ids, chunks);
+        return;
+    }
+    // Named intermediates are the CPU reference's (models/model.h's observer); no other backend has them.
+    if (args.engine.backend == "cuda")
+        fail("logits: --dump reads the CPU reference's intermediates; use --backend cpu (or auto) with it");
     const Model model = Model::load(args.model);
 
     SequenceState state = model.new_sequence();
@@ -78,10 +115,7 @@ void run_logits(const LogitsArgs& args) {
         logits = std::move(dumped);
     }
 
-    std::ofstream out(args.out, std::ios::binary | std::ios::trunc);
-    if (!out) fail("logits: {}: cannot open for writing", args.out);
-    out.write(reinterpret_cast<const char*>(logits.data()), std::streamsize(logits.size() * sizeof(float)));
-    if (!out.flush()) fail("logits: {}: write failed", args.out);
+    write_floats(args.out, logits);
     if (args.dump.empty()) {
         fmt::print("{}: {} positions x {} vocab float32 ({} mode) -> {}\n", args.model, ids.size(),
                    model.config().n_vocab, args.mode, args.out);
@@ -95,12 +129,13 @@ void run_logits(const LogitsArgs& args) {
 
 void add_logits_command(CLI::App& app) {
     auto args = std::make_shared<LogitsArgs>();
-    CLI::App* cmd = app.add_subcommand("logits", "Write the CPU reference logits of a token sequence (float32 [positions][vocab])");
+    CLI::App* cmd = app.add_subcommand("logits", "Write the logits of a token sequence (float32 [positions][vocab])");
     cmd->add_option("-m,--model", args->model, "GGUF file or Hugging Face folder")->required();
     cmd->add_option("--ids", args->ids, "token ids, comma-separated")->required();
     cmd->add_option("--mode", args->mode, "prompt (one call), steps (one token per call) or split:N")
         ->capture_default_str();
     cmd->add_option("-o,--output", args->out, "output file")->required();
+    add_backend_option(*cmd, args->engine);
     cmd->add_option("--dump", args->dump, "write this named intermediate instead of the logits (e.g. blk.0.gdn.out)");
     cmd->callback([args] { run_logits(*args); });
 }

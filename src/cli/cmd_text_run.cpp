@@ -2,27 +2,32 @@
 //
 //   deltabit run -m MODEL (-p TEXT | --ids 1,2,3) [--raw] [--max-tokens N] [--temperature T] [--top-k K]
 //                [--top-p P] [--min-p P] [--seed S] [--repeat-penalty R] [--dry-multiplier M]
-//                [--stop S]... [--thinking on|off] [--json]
+//                [--stop S]... [--thinking on|off] [--backend cpu|cuda|auto] [--kv f32|f16|kivi4]
+//                [--ctx N] [--json] [--quiet]
 //
 // -p TEXT is wrapped as one user message in the model's own chat template (unless --raw) and
 // tokenized; the text is streamed to stdout as tokens arrive. --ids takes the prompt as token ids and
 // needs no tokenizer: generated ids are printed instead of text. --json prints one object at the end
-// instead: text (null with --ids), tokens, finish_reason, timings. Timings also go to stderr.
+// instead: text (null with --ids), tokens, finish_reason, timings, and what ran it (backend, KV format,
+// context, reuse). Timings also go to stderr.
+//
+// The run is one turn of a fresh Session (runtime/session.h), the same path `deltabit chat` takes, so
+// the two commands cannot drift apart; its reuse figures are 0 and are reported to prove it.
+#include "cli/cmd_text_prompt.h"
 #include "cli/commands.h"
+#include "cli/engine_options.h"
+#include "cli/progress.h"
+#include "cli/sampling_options.h"
 #include "cli/token_ids.h"
 #include "core/error.h"
-#include "formats/gguf.h"
-#include "models/model.h"
-#include "runtime/generate.h"
-#include "text/chat_template.h"
-#include "text/tokenizer_load.h"
+#include "runtime/engine.h"
+#include "runtime/session.h"
 #include "text/tokenizer_stream.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
-#include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,22 +46,18 @@ struct RunArgs {
     std::vector<std::string> stop;
     std::string thinking;  // "", "on" or "off"
     bool json = false;
+    bool quiet = false;
+    EngineArgs engine;
+    SequenceArgs sequence;
 };
 
-text::ChatTemplate load_chat_template(const std::string& model_path) {
-    if (std::filesystem::is_directory(model_path)) return text::ChatTemplate::from_hf_directory(model_path);
-    return text::ChatTemplate::from_gguf(gguf::File::open(model_path));
-}
-
-std::vector<int32_t> encode_prompt(const RunArgs& args, const text::Tokenizer& tokenizer) {
-    if (args.raw) return tokenizer.encode(args.prompt, {.add_special = true});
+std::vector<int32_t> encode_prompt(const RunArgs& args, const TextFrontEnd& text) {
+    if (args.raw) return encode_raw(text, args.prompt);
     text::ChatRequest request;
     request.messages.push_back({{"role", "user"}, {"content", args.prompt}});
     request.add_generation_prompt = true;
     if (!args.thinking.empty()) request.enable_thinking = args.thinking == "on";
-    const std::string rendered = load_chat_template(args.model).render(request);
-    // The template writes the special tokens itself, as apply_chat_template(tokenize=True) assumes.
-    return tokenizer.encode(rendered, {.add_special = false, .parse_special = true});
+    return encode_rendered(text, text.chat_template->render(request));
 }
 
 void run_generation(const RunArgs& args) {
@@ -66,15 +67,23 @@ void run_generation(const RunArgs& args) {
     if (!args.ids.empty() && (args.raw || !args.thinking.empty()))
         fail("run: --raw and --thinking shape a text prompt; --ids is used as given");
 
-    const Model model = Model::load(args.model);
-    std::unique_ptr<text::Tokenizer> tokenizer;
+    const bool progress = !args.quiet && stderr_is_terminal();
+    std::unique_ptr<Engine> engine = open_engine_for(args.model, args.engine, progress);
+    const SequenceOptions sequence = sequence_options(args.sequence, engine->config(), "run");
+    std::optional<TextFrontEnd> text;
     std::vector<int32_t> prompt;
     if (args.ids.empty()) {
-        tokenizer = std::make_unique<text::Tokenizer>(text::load_tokenizer(args.model));
-        prompt = encode_prompt(args, *tokenizer);
+        text = load_text_front_end(args.model, engine->config(), /*need_chat_template=*/!args.raw);
+        if (!args.quiet)
+            for (const std::string& note : text->notes) fmt::print(stderr, "run: note: {}\n", note);
+        prompt = encode_prompt(args, *text);
     } else {
         prompt = parse_token_ids(args.ids, "run: --ids");
     }
+
+    if (int64_t(prompt.size()) > sequence.max_positions)
+        fail("run: the prompt has {} tokens and the context holds {}; raise --ctx or shorten the prompt",
+             prompt.size(), sequence.max_positions);
 
     GenerationOptions options;
     options.sampling = args.sampling;
@@ -83,43 +92,55 @@ void run_generation(const RunArgs& args) {
 
     GenerationCallbacks callbacks;
     std::optional<text::StreamingDetokenizer> detokenizer;
-    if (tokenizer) {
-        detokenizer.emplace(*tokenizer, text::DecodeOptions{.skip_special = true});
+    if (text) {
+        detokenizer.emplace(*text->tokenizer, text::DecodeOptions{.skip_special = true});
         callbacks.detokenize = [&](int32_t id) { return detokenizer->push(id); };
         callbacks.detokenize_finish = [&] { return detokenizer->finish(); };
     }
-    bool first = true;  // outlives the callback, which runs inside generate()
-    if (!args.json) {
-        callbacks.on_token = [&](int32_t id, std::string_view text) {
-            if (tokenizer) fmt::print("{}", text);
-            else fmt::print("{}{}", first ? "" : " ", id);
-            first = false;
-            std::fflush(stdout);
-        };
-    }
+    // Drawn while the prompt is read, erased by the first token.
+    ProgressLine prefill_progress(fmt::format("prefill {} tokens", prompt.size()), progress);
+    bool first = true;  // outlives the callback, which runs inside run_turn()
+    callbacks.on_token = [&](int32_t id, std::string_view piece) {
+        prefill_progress.finish();
+        if (args.json) return;
+        if (text) fmt::print("{}", piece);
+        else fmt::print("{}{}", first ? "" : " ", id);
+        first = false;
+        std::fflush(stdout);
+    };
 
-    SequenceState state = model.new_sequence();
-    TokenLedger ledger;
-    const GenerationResult result = generate(model, state, ledger, prompt, options, callbacks);
+    Session session(*engine, SessionOptions{.sequence = sequence, .checkpoints = {}});
+    const TurnResult turn = session.run_turn(prompt, options, callbacks);
+    prefill_progress.finish();
+    const GenerationResult& result = turn.generation;
 
     const GenerationTimings& t = result.timings;
     if (args.json) {
         nlohmann::ordered_json out;
-        out["text"] = tokenizer ? nlohmann::ordered_json(result.text) : nlohmann::ordered_json(nullptr);
+        out["text"] = text ? nlohmann::ordered_json(result.text) : nlohmann::ordered_json(nullptr);
         out["tokens"] = result.tokens;
-        out["prompt_tokens"] = t.prompt_tokens;
+        out["prompt_tokens"] = turn.reuse.prompt_tokens;
         out["finish_reason"] = finish_reason_name(result.finish);
         out["timings"] = {{"prefill_ms", t.prefill_ms},
                           {"decode_ms", t.decode_ms},
                           {"decode_steps", t.decode_steps},
                           {"decode_tokens_per_s", t.decode_tokens_per_s()}};
+        out["backend"] = engine->backend_name();
+        out["backend_description"] = engine->description();
+        out["kv_format"] = kv_format_name(sequence.kv_format);
+        out["context"] = sequence.max_positions;
+        out["reuse"] = {{"prompt_tokens", turn.reuse.prompt_tokens},
+                        {"common_prefix", turn.reuse.common_prefix},
+                        {"reused", turn.reuse.reused},
+                        {"recomputed", turn.reuse.recomputed}};
         fmt::print("{}\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     } else {
         fmt::print("\n");
     }
-    fmt::print(stderr, "run: {} prompt tokens in {:.1f} ms; {} generated, {:.1f} tok/s decode; finish: {}\n",
-               t.prompt_tokens, t.prefill_ms, result.tokens.size(), t.decode_tokens_per_s(),
-               finish_reason_name(result.finish));
+    if (!args.quiet)
+        fmt::print(stderr, "run: {} prompt tokens in {:.1f} ms; {} generated, {:.1f} tok/s decode; finish: {}; {}, kv {}\n",
+                   t.prompt_tokens, t.prefill_ms, result.tokens.size(), t.decode_tokens_per_s(),
+                   finish_reason_name(result.finish), engine->backend_name(), kv_format_name(sequence.kv_format));
 }
 
 }  // namespace
@@ -133,17 +154,14 @@ void add_run_command(CLI::App& app) {
     prompt->excludes(ids);
     cmd->add_flag("--raw", args->raw, "tokenize the prompt as is, without the chat template");
     cmd->add_option("--max-tokens", args->max_tokens, "stop after this many generated tokens");
-    cmd->add_option("--temperature", args->sampling.temperature, "0 = greedy")->capture_default_str();
-    cmd->add_option("--top-k", args->sampling.top_k, "0 = off")->capture_default_str();
-    cmd->add_option("--top-p", args->sampling.top_p, "1 = off")->capture_default_str();
-    cmd->add_option("--min-p", args->sampling.min_p, "0 = off")->capture_default_str();
-    cmd->add_option("--seed", args->sampling.seed, "seed of the sampler's random draws")->capture_default_str();
-    cmd->add_option("--repeat-penalty", args->sampling.repeat_penalty, "1 = off")->capture_default_str();
-    cmd->add_option("--dry-multiplier", args->sampling.dry_multiplier, "0 = off")->capture_default_str();
+    add_sampling_options(*cmd, args->sampling);
     cmd->add_option("--stop", args->stop, "stop when the text contains this (repeatable)");
     cmd->add_option("--thinking", args->thinking, "enable_thinking for the chat template")
         ->check(CLI::IsMember({"on", "off"}));
+    add_backend_option(*cmd, args->engine);
+    add_sequence_options(*cmd, args->sequence);
     cmd->add_flag("--json", args->json, "print one JSON object at the end instead of streaming");
+    cmd->add_flag("-q,--quiet", args->quiet, "no progress line, notes or timing summary on stderr");
     cmd->callback([args] { run_generation(*args); });
 }
 

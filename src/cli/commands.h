@@ -10,13 +10,17 @@ namespace deltabit::cli {
 void add_tokenize_commands(CLI::App& app);
 // `deltabit run -m MODEL (-p TEXT | --ids ...)` (cmd_text_run.cpp): one-shot generation.
 void add_run_command(CLI::App& app);
+// `deltabit chat -m MODEL` (cmd_text_chat.cpp): interactive multi-turn chat with /commands.
+void add_chat_command(CLI::App& app);
 #endif
-// `deltabit logits` (cmd_logits.cpp): the CPU reference forward pass, logits to a file.
+// `deltabit logits` (cmd_logits.cpp): a forward pass (any backend; --dump on the CPU reference), logits to a file.
 void add_logits_command(CLI::App& app);
 // `deltabit info MODEL [--json]` (cmd_info.cpp): metadata, tensors, types and sizes of a model.
 void add_info_command(CLI::App& app);
 // `deltabit convert HF_DIR -o OUT.gguf --type T` (cmd_convert.cpp): HF folder → GGUF, every tensor proven.
 void add_convert_command(CLI::App& app);
+// `deltabit bench (-m MODEL | --geometry NAME)` (cmd_bench.cpp): GPU prefill/decode speed vs the roofline.
+void add_bench_command(CLI::App& app);
 
 
 }  // namespace deltabit::cli

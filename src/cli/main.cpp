@@ -15,10 +15,12 @@ int main(int argc, char** argv) {
 #ifdef DELTABIT_HAVE_TEXT
     deltabit::cli::add_tokenize_commands(app);
     deltabit::cli::add_run_command(app);
+    deltabit::cli::add_chat_command(app);
 #endif
     deltabit::cli::add_logits_command(app);
     deltabit::cli::add_info_command(app);
     deltabit::cli::add_convert_command(app);
+    deltabit::cli::add_bench_command(app);
 
 
     // CLI11 answers a misspelt command with "A subcommand is required"; name it and the choices instead.

@@ -77,15 +77,20 @@ void attention_block(const BlockContext& ctx, const AttentionWeights& w, const f
 
     // The cache holds exactly the positions before this call; anything else is a caller bug that
     // would silently attend to the wrong keys.
-    if (int64_t(state.k.size()) != n_past * H_kv * dh)
-        fail("blk.{}: KV cache holds {} positions but the sequence is at position {}", ctx.layer,
-             int64_t(state.k.size()) / (H_kv * dh), n_past);
-    state.k.insert(state.k.end(), k.begin(), k.end());
-    state.v.insert(state.v.end(), v.begin(), v.end());
+    if (state.k.size() != n_past || state.v.size() != n_past)
+        fail("blk.{}: KV cache holds {} keys and {} values but the sequence is at position {}", ctx.layer,
+             state.k.size(), state.v.size(), n_past);
+    // The new tokens enter in their per-token form and are attended that way; only then may a
+    // quantising format (KIVI) compress what has left its exact window (models/kv_cache.h).
+    state.k.append(k.data(), T);
+    state.v.append(v.data(), T);
+    const Buffer cached_k = state.k.read(), cached_v = state.v.read();
 
     Buffer attended = buffer(T * H * dh);
     const cpu::AttentionDims dims{T, n_past, H, H_kv, dh};
-    cpu::attention(q.data(), state.k.data(), state.v.data(), gated ? gate.data() : nullptr, dims, attended.data());
+    cpu::attention(q.data(), cached_k.data(), cached_v.data(), gated ? gate.data() : nullptr, dims, attended.data());
+    state.k.compress();
+    state.v.compress();
     ctx.observe("attn.gated", attended.data(), T * H * dh);
     ctx.matmul(attended.data(), w.output, T, out);
     ctx.observe("attn.out", out, T * c.n_embd);

@@ -73,8 +73,9 @@ struct MoeWeights {
 };
 
 // Full attention with its KV cache: appends the T new keys/values to state.k/v at positions
-// n_past .. n_past+T−1 and attends over all of them. The sigmoid output gate is used when
-// config.attn_output_gate (the hybrids).
+// n_past .. n_past+T−1 and attends over all of them as the cache's format reads them back (the new ones
+// in their per-token form; then KIVI compresses: models/kv_cache.h). The sigmoid output gate is used
+// when config.attn_output_gate (the hybrids).
 void attention_block(const BlockContext& ctx, const AttentionWeights& w, const float* x, int64_t n_tokens,
                      int64_t n_past, LayerState& state, float* out);
 

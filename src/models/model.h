@@ -54,7 +54,7 @@ public:
 
     const ModelConfig& config() const { return weights_.config(); }
     const ModelWeights& weights() const { return weights_; }
-    SequenceState new_sequence() const { return SequenceState(config()); }
+    SequenceState new_sequence(KvFormat kv = KvFormat::f32) const { return SequenceState(config(), kv); }
     // The tensors bound to the blocks (what a GPU copy of the model uploads: models/model_cuda.h).
     const ModelParts& parts() const { return parts_; }
 

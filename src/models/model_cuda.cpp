@@ -7,13 +7,18 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <limits>
 #include <string>
 #include <utility>
 
 #include "core/error.h"
 #include "ops/activations.h"
+#include "ops/decode_cuda.h"
 #include "ops/dense_cuda.h"
 #include "ops/ops_cuda.h"
+#include "ops/prefill_cuda.h"
 #include "ops/weight_repack.h"
 
 namespace deltabit {
@@ -24,6 +29,9 @@ namespace {
 constexpr float kL2NormEps = 1e-6f;
 
 void check(cudaError_t status, const char* what) { cuda::cuda_check(status, what); }
+
+// The argmax result sits after the reduction's partials, 4-byte aligned.
+size_t argmax_result_offset(int64_t n_vocab) { return (cuda::argmax_scratch_bytes(n_vocab) + 3) / 4 * 4; }
 
 CudaMatrix upload_matrix(const WeightView& w, const std::string& name, int64_t& max_cols) {
     CudaMatrix m;
@@ -68,8 +76,19 @@ struct CudaModel::Layer {
     bool has_shared = false;
 };
 
-CudaSequenceState::CudaSequenceState(const ModelConfig& c, int64_t max_positions)
-    : max_positions_(max_positions), layers_(size_t(c.n_layer())) {
+namespace {
+
+std::atomic<uint64_t> next_state_id{1};
+
+size_t kv_element_size(KvFormat kv) { return kv == KvFormat::f16 ? 2 : 4; }
+
+}  // namespace
+
+CudaSequenceState::CudaSequenceState(const ModelConfig& c, int64_t max_positions, KvFormat kv)
+    : max_positions_(max_positions), kv_format_(kv), id_(next_state_id.fetch_add(1)), layers_(size_t(c.n_layer())) {
+    if (kv == KvFormat::kivi4) fail("kivi4 KV cache is not on the GPU yet");
+    if (max_positions < 0) fail("cuda sequence state: max_positions {} is negative", max_positions);
+    kv_row_bytes_ = size_t(c.n_head_kv * c.head_dim) * kv_element_size(kv);
     for (int64_t i = 0; i < c.n_layer(); ++i) {
         CudaLayerState& s = layers_[size_t(i)];
         if (c.layers[size_t(i)] == LayerKind::linear_attention) {
@@ -77,14 +96,130 @@ CudaSequenceState::CudaSequenceState(const ModelConfig& c, int64_t max_positions
             const size_t recurrent = size_t(c.ssm_n_value_heads * c.ssm_key_dim * c.ssm_value_dim) * sizeof(float);
             s.conv = cuda::DeviceBuffer(conv);
             s.recurrent = cuda::DeviceBuffer(recurrent);
-            check(cudaMemset(s.conv.get(), 0, conv), "zero conv state");
+            if (conv != 0) check(cudaMemset(s.conv.get(), 0, conv), "zero conv state");
             check(cudaMemset(s.recurrent.get(), 0, recurrent), "zero recurrent state");
         } else {
-            const size_t kv = size_t(max_positions * c.n_head_kv * c.head_dim) * sizeof(float);
-            s.k = cuda::DeviceBuffer(kv);
-            s.v = cuda::DeviceBuffer(kv);
+            s.k = cuda::DeviceBuffer(size_t(max_positions) * kv_row_bytes_);
+            s.v = cuda::DeviceBuffer(size_t(max_positions) * kv_row_bytes_);
         }
     }
+}
+
+std::vector<CudaSequenceState::ExpectedChunk> CudaSequenceState::expected_chunks(int64_t position,
+                                                                                 bool with_kv) const {
+    std::vector<ExpectedChunk> out;
+    for (size_t l = 0; l < layers_.size(); ++l) {
+        const CudaLayerState& s = layers_[l];
+        const std::string blk = "blk." + std::to_string(l) + ".";
+        if (s.recurrent.bytes() != 0) {
+            out.push_back({blk + "gdn.conv", s.conv.bytes(), &s.conv});
+            out.push_back({blk + "gdn.recurrent", s.recurrent.bytes(), &s.recurrent});
+        } else if (with_kv) {
+            out.push_back({blk + "attn.k", size_t(position) * kv_row_bytes_, &s.k});
+            out.push_back({blk + "attn.v", size_t(position) * kv_row_bytes_, &s.v});
+        }
+    }
+    return out;
+}
+
+void CudaSequenceState::check_chunks(const std::vector<StateChunk>& chunks, const std::vector<ExpectedChunk>& expected,
+                                     const char* what) const {
+    for (const ExpectedChunk& e : expected) {
+        const auto it = std::find_if(chunks.begin(), chunks.end(), [&](const StateChunk& c) { return c.name == e.name; });
+        if (it == chunks.end()) fail("cuda sequence state: {}: chunk {} is missing", what, e.name);
+        if (std::count_if(chunks.begin(), chunks.end(), [&](const StateChunk& c) { return c.name == e.name; }) != 1)
+            fail("cuda sequence state: {}: chunk {} appears more than once", what, e.name);
+        if (it->bytes.size() != e.bytes)
+            fail("cuda sequence state: {}: chunk {} holds {} bytes, this sequence needs {}", what, e.name,
+                 it->bytes.size(), e.bytes);
+    }
+    for (const StateChunk& c : chunks) {
+        const bool known = std::any_of(expected.begin(), expected.end(), [&](const ExpectedChunk& e) { return e.name == c.name; });
+        if (!known) fail("cuda sequence state: {}: unexpected chunk {} ({} bytes)", what, c.name, c.bytes.size());
+    }
+}
+
+// Plain cudaMemcpy on the legacy stream: it waits for the model's stream (a blocking stream), so nothing
+// still queued for this state can run during or after the copy.
+StateImage CudaSequenceState::save() const {
+    StateImage image;
+    image.position = position_;
+    image.kv_format = kv_format_;
+    for (const ExpectedChunk& e : expected_chunks(position_, true)) {
+        StateChunk chunk{e.name, std::vector<std::byte>(e.bytes)};
+        if (e.bytes != 0) e.buffer->download(chunk.bytes.data(), e.bytes);
+        image.chunks.push_back(std::move(chunk));
+    }
+    return image;
+}
+
+void CudaSequenceState::load(const StateImage& image) {
+    if (image.kv_format != kv_format_)
+        fail("cuda sequence state: load: the image's KV cache is {}, this sequence's is {}",
+             kv_format_name(image.kv_format), kv_format_name(kv_format_));
+    if (image.position < 0 || image.position > max_positions_)
+        fail("cuda sequence state: load: the image is at position {}, this sequence holds at most {}", image.position,
+             max_positions_);
+    const std::vector<ExpectedChunk> expected = expected_chunks(image.position, true);
+    check_chunks(image.chunks, expected, "load");
+    for (const ExpectedChunk& e : expected) {
+        const StateChunk& c = *std::find_if(image.chunks.begin(), image.chunks.end(),
+                                            [&](const StateChunk& x) { return x.name == e.name; });
+        if (e.bytes != 0) const_cast<cuda::DeviceBuffer*>(e.buffer)->upload(c.bytes.data(), e.bytes);
+    }
+    position_ = image.position;
+}
+
+StateCheckpoint CudaSequenceState::checkpoint() const {
+    StateCheckpoint cp;
+    cp.position = position_;
+    for (const ExpectedChunk& e : expected_chunks(position_, false)) {
+        StateChunk chunk{e.name, std::vector<std::byte>(e.bytes)};
+        if (e.bytes != 0) e.buffer->download(chunk.bytes.data(), e.bytes);
+        cp.chunks.push_back(std::move(chunk));
+    }
+    return cp;
+}
+
+void CudaSequenceState::restore(const StateCheckpoint& cp) {
+    if (cp.position < 0 || cp.position > position_)
+        fail("cuda sequence state: restore: the checkpoint is at position {}, past this sequence's position {} "
+             "(its KV cache does not hold those tokens)", cp.position, position_);
+    const std::vector<ExpectedChunk> expected = expected_chunks(cp.position, false);
+    check_chunks(cp.chunks, expected, "restore");
+    for (const ExpectedChunk& e : expected) {
+        const StateChunk& c = *std::find_if(cp.chunks.begin(), cp.chunks.end(),
+                                            [&](const StateChunk& x) { return x.name == e.name; });
+        if (e.bytes != 0) const_cast<cuda::DeviceBuffer*>(e.buffer)->upload(c.bytes.data(), e.bytes);
+    }
+    position_ = cp.position;
+}
+
+// ---- DeviceArena ----
+
+namespace {
+constexpr size_t kArenaAlign = 256;
+size_t align_up(size_t n) { return (n + kArenaAlign - 1) / kArenaAlign * kArenaAlign; }
+}  // namespace
+
+void* DeviceArena::alloc(size_t bytes) {
+    const size_t size = align_up(std::max<size_t>(bytes, 1));
+    const size_t offset = used_;
+    used_ += size;
+    high_water_ = std::max(high_water_, used_);
+    if (used_ <= buffer_.bytes()) return buffer_.get<char>() + offset;
+    ++allocations_;
+    return overflow_.emplace_back(size).get();
+}
+
+bool DeviceArena::begin_call() {
+    used_ = 0;
+    if (overflow_.empty()) return false;
+    overflow_.clear();
+    buffer_ = cuda::DeviceBuffer();  // free first: the old and the new need not fit together
+    buffer_ = cuda::DeviceBuffer(high_water_);
+    ++allocations_;
+    return true;
 }
 
 CudaModel::CudaModel(const Model& model) : config_(model.config()) {
@@ -153,18 +288,35 @@ CudaModel::CudaModel(const Model& model) : config_(model.config()) {
         }
     }
     activations_ = std::make_unique<cuda::ActivationScratch>(max_cols);
+    for (const Layer& L : layers_) graphable_ = graphable_ && !L.moe;
+    step_ = cuda::DeviceBuffer(2 * sizeof(int32_t));
+    check(cudaMallocHost(&step_host_, 2 * sizeof(int32_t)), "pinned decode inputs");
+    check(cudaEventCreateWithFlags(&step_uploaded_, cudaEventDisableTiming), "decode input event");
+    argmax_scratch_ = cuda::DeviceBuffer(argmax_result_offset(c.n_vocab) + sizeof(int32_t));
 }
 
 CudaModel::~CudaModel() {
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);  // no throw from a destructor
+    // No throw from a destructor: queued work must finish before the buffers it uses are freed.
+    if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+    if (graph_exec_ != nullptr) cudaGraphExecDestroy(graph_exec_);
+    if (step_uploaded_ != nullptr) cudaEventDestroy(step_uploaded_);
+    if (step_host_ != nullptr) cudaFreeHost(step_host_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
 float* CudaModel::temp(int64_t n_floats) {
-    return temp_.emplace_back(size_t(std::max<int64_t>(n_floats, 1)) * sizeof(float)).get<float>();
+    return static_cast<float*>(arena_->alloc(size_t(std::max<int64_t>(n_floats, 1)) * sizeof(float)));
 }
 
 int32_t* CudaModel::temp_ids(int64_t n) {
-    return temp_.emplace_back(size_t(std::max<int64_t>(n, 1)) * sizeof(int32_t)).get<int32_t>();
+    return static_cast<int32_t*>(arena_->alloc(size_t(std::max<int64_t>(n, 1)) * sizeof(int32_t)));
+}
+
+void CudaModel::begin_call(DeviceArena& arena) {
+    // Growing frees the old buffer, which the previous call's kernels may still be reading.
+    if (arena.overflowed()) check(cudaStreamSynchronize(stream_), "drain before growing the arena");
+    if (arena.begin_call() && &arena == &decode_arena_) release_graph();  // it points into the old buffer
+    arena_ = &arena;
 }
 
 void CudaModel::matmul(const float* x, const CudaMatrix& w, int64_t first_row, int64_t n_rows, int64_t n_tokens,
@@ -177,17 +329,64 @@ void CudaModel::matmul(const float* x, const CudaMatrix& w, int64_t first_row, i
     view.codes += size_t(first_row) * gemv_code_row_bytes(view.dtype, view.cols);
     view.scales += size_t(first_row) * size_t(view.cols / dtype_info(view.dtype).block_elems);
     view.rows = n_rows;
-    // One GEMV per token: the decode kernel is the only quantised matmul on the GPU so far, and it gives
-    // a prompt exactly the per-token activation quantisation that decoding the same tokens would.
-    for (int64_t t = 0; t < n_tokens; ++t) cuda::matmul(x + t * w.cols, view, 1, y + t * n_rows, *activations_, stream_);
+    // Prompts: every token's activations quantised exactly as a decode step quantises its one token,
+    // then one tensor-core GEMM (ops/prefill_cuda.h) — the GEMV's terms, summed in another order. Below
+    // cuda::kGemmMinTokens it runs the per-token GEMV itself.
+    if (n_tokens > 1) {
+        const size_t bytes = cuda::activation_rows_bytes(n_tokens, w.cols);
+        const cuda::QuantizedActivationRows rows =
+            cuda::activation_rows_view(temp(int64_t((bytes + 3) / 4)), n_tokens, w.cols);
+        cuda::matmul_prefill(x, view, n_tokens, y, rows, stream_);
+        return;
+    }
+    cuda::matmul(x, view, 1, y, *activations_, stream_);
 }
 
-void CudaModel::attention_block(const Layer& L, const float* x, int64_t T, int64_t n_past, CudaLayerState& state,
-                                float* out) {
+void CudaModel::matmul_shared_input(const float* x,
+                                    std::initializer_list<std::pair<const CudaMatrix*, float*>> outputs) {
+    const int64_t cols = outputs.begin()->first->cols;
+    const bool shared = std::all_of(outputs.begin(), outputs.end(),
+                                    [&](const auto& o) { return o.first->quantized && o.first->cols == cols; });
+    if (!shared) {
+        for (const auto& [w, y] : outputs) matmul(x, *w, 1, y);
+        return;
+    }
+    // The same int8 activations each separate matmul would compute, computed once.
+    const cuda::QuantizedActivationsView xq = activations_->view(cols);
+    cuda::quantize_activations(x, xq, stream_);
+    for (const auto& [w, y] : outputs) cuda::gemv_quantized(xq, w->gemv.view(), y, stream_);
+}
+
+void CudaModel::attention_block(const Layer& L, const float* x, int64_t T, int64_t n_past, const int32_t* d_positions,
+                                CudaLayerState& state, float* out) {
     const ModelConfig& c = config_;
     const int64_t H = c.n_head, H_kv = c.n_head_kv, dh = c.head_dim;
     const bool gated = c.attn_output_gate;
     const int64_t per_head = gated ? 2 * dh : dh;
+
+    if (T == 1) {
+        // The decode step: the position is d_positions[0], read on the device (a graph replays this for
+        // every position). q_proj's per-head [q_h | gate_h] rows are read in place, not split.
+        float* q_full = temp(H * per_head);
+        float* k_raw = temp(H_kv * dh);
+        float* v_raw = temp(H_kv * dh);
+        matmul_shared_input(x, {{&L.q, q_full}, {&L.k, k_raw}, {&L.v, v_raw}});
+        float* q = temp(H * dh);
+        const cuda::AttentionPrologueDims prologue{H, H_kv, dh, per_head, c.rope_dim, c.rope_theta, c.rms_eps};
+        cuda::attention_decode_prologue(q_full, k_raw, v_raw, L.q_norm, L.k_norm, d_positions, prologue, call_kv_,
+                                        state.k.get(), state.v.get(), q, stream_);
+        const cuda::CachedAttentionDims dims{1, H, H_kv, dh, call_capacity_, per_head};
+        // Scratch for the most splits any capacity plans, so the decode arena (and a graph captured in
+        // it) suits every sequence whatever its capacity.
+        cuda::CachedAttentionDims largest = dims;
+        largest.max_keys = std::numeric_limits<int32_t>::max();
+        float* scratch = temp(int64_t(cuda::attention_decode_scratch_floats(largest)));
+        float* attended = temp(H * dh);
+        cuda::attention_cached(q, state.k.get(), state.v.get(), call_kv_, gated ? q_full + dh : nullptr, d_positions,
+                               dims, scratch, attended, stream_);
+        matmul(attended, L.attn_output, 1, out);
+        return;
+    }
 
     float* q_full = temp(T * H * per_head);
     matmul(x, L.q, T, q_full);
@@ -200,29 +399,36 @@ void CudaModel::attention_block(const Layer& L, const float* x, int64_t T, int64
         check(cudaMemcpy2DAsync(gate, row, q_full + dh, pitch, row, size_t(T * H), cudaMemcpyDeviceToDevice, stream_),
               "split gate");
 
-    // New keys and values go straight into the cache at positions n_past .. n_past+T−1.
+    // New keys and values go straight into an f32 cache at positions n_past .. n_past+T−1; a half cache
+    // gets them through kv_store.
+    const bool f32_cache = call_kv_ == cuda::KvElement::f32;
     float* k_cache = state.k.get<float>();
     float* v_cache = state.v.get<float>();
-    float* k_new = k_cache + n_past * H_kv * dh;
+    float* k_new = f32_cache ? k_cache + n_past * H_kv * dh : temp(T * H_kv * dh);
+    float* v_new = f32_cache ? v_cache + n_past * H_kv * dh : temp(T * H_kv * dh);
     float* k_raw = temp(T * H_kv * dh);
     matmul(x, L.k, T, k_raw);
-    matmul(x, L.v, T, v_cache + n_past * H_kv * dh);
+    matmul(x, L.v, T, v_new);
 
     float* q_normed = temp(T * H * dh);
     cuda::rms_norm(q, L.q_norm, T * H, dh, c.rms_eps, cuda::NormWeight::plain, q_normed, stream_);
     cuda::rms_norm(k_raw, L.k_norm, T * H_kv, dh, c.rms_eps, cuda::NormWeight::plain, k_new, stream_);
-    std::vector<int32_t> positions(static_cast<size_t>(T));
-    for (int64_t t = 0; t < T; ++t) positions[size_t(t)] = int32_t(n_past + t);
-    int32_t* d_positions = temp_ids(T);
-    // Pageable source: the copy has taken the bytes when the call returns, so `positions` may die.
-    check(cudaMemcpyAsync(d_positions, positions.data(), size_t(T) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
-          "upload positions");
     cuda::rope_neox(q_normed, d_positions, T, H, dh, c.rope_dim, c.rope_theta, stream_);
     cuda::rope_neox(k_new, d_positions, T, H_kv, dh, c.rope_dim, c.rope_theta, stream_);
 
     float* attended = temp(T * H * dh);
-    const cuda::AttentionDims dims{T, n_past, H, H_kv, dh};
-    cuda::attention(q_normed, k_cache, v_cache, gate, dims, attended, stream_);
+    if (f32_cache) {
+        const cuda::AttentionDims dims{T, n_past, H, H_kv, dh};
+        cuda::attention_prefill(q_normed, k_cache, v_cache, gate, dims, attended, stream_);
+    } else {
+        // d_positions[0] = n_past.
+        cuda::kv_store(k_new, T, H_kv * dh, d_positions, call_kv_, state.k.get(), stream_);
+        cuda::kv_store(v_new, T, H_kv * dh, d_positions, call_kv_, state.v.get(), stream_);
+        const cuda::CachedAttentionDims dims{T, H, H_kv, dh, n_past + T, dh};
+        float* scratch = temp(int64_t(cuda::attention_decode_scratch_floats(dims)));
+        cuda::attention_cached(q_normed, state.k.get(), state.v.get(), call_kv_, gate, d_positions, dims, scratch,
+                               attended, stream_);
+    }
     matmul(attended, L.attn_output, T, out);
 }
 
@@ -230,6 +436,30 @@ void CudaModel::deltanet_block(const Layer& L, const float* x, int64_t T, CudaLa
     const ModelConfig& c = config_;
     const int64_t H_k = c.ssm_n_key_heads, H_v = c.ssm_n_value_heads, d_k = c.ssm_key_dim, d_v = c.ssm_value_dim;
     const int64_t key_dim = H_k * d_k, value_dim = H_v * d_v, channels = c.ssm_conv_channels();
+    const cuda::KeyHeadMap key_head_map =
+        c.value_head_order == ValueHeadOrder::tiled ? cuda::KeyHeadMap::tiled : cuda::KeyHeadMap::grouped;
+
+    if (T == 1) {
+        // The decode step: conv, norms and gates in one launch, recurrence and gated norm in another.
+        float* mixed = temp(channels);
+        float* z = temp(value_dim);
+        float* b = temp(H_v);
+        float* a = temp(H_v);
+        matmul_shared_input(x, {{&L.qkv, mixed}, {&L.z_gate, z}, {&L.beta, b}, {&L.alpha, a}});
+        float* q = temp(key_dim);
+        float* k = temp(key_dim);
+        float* v = temp(value_dim);
+        float* beta = temp(H_v);
+        float* g = temp(H_v);
+        const cuda::GdnDecodeDims dims{H_k, H_v, d_k, d_v, c.ssm_conv_kernel, key_head_map};
+        cuda::gdn_decode_prepare(mixed, b, a, L.conv, state.conv.get<float>(), L.ssm_a, L.dt_bias, dims, kL2NormEps, q,
+                                 k, v, beta, g, stream_);
+        float* normed = temp(value_dim);
+        cuda::gdn_decode_recurrent(q, k, v, beta, g, z, L.ssm_norm, c.rms_eps, dims, state.recurrent.get<float>(),
+                                   normed, stream_);
+        matmul(normed, L.ssm_output, 1, out);
+        return;
+    }
 
     float* mixed = temp(T * channels);
     float* z = temp(T * value_dim);
@@ -263,11 +493,11 @@ void CudaModel::deltanet_block(const Layer& L, const float* x, int64_t T, CudaLa
     float* g = temp(T * H_v);
     cuda::gdn_gates(b, a, L.ssm_a, L.dt_bias, T, H_v, beta, g, stream_);
 
-    const cuda::DeltaRuleDims dims{T, H_k, H_v, d_k, d_v,
-                                   c.value_head_order == ValueHeadOrder::tiled ? cuda::KeyHeadMap::tiled
-                                                                               : cuda::KeyHeadMap::grouped};
+    const cuda::DeltaRuleDims dims{T, H_k, H_v, d_k, d_v, key_head_map};
     float* o = temp(T * value_dim);
-    cuda::gated_delta_rule_recurrent(q_normed, k_normed, v, g, beta, dims, state.recurrent.get<float>(), o, stream_);
+    void* workspace = temp(int64_t((cuda::delta_rule_chunked_workspace_bytes(dims) + 3) / 4));
+    cuda::gated_delta_rule_chunked(q_normed, k_normed, v, g, beta, dims, state.recurrent.get<float>(), o, workspace,
+                                   stream_);
     float* normed = temp(T * value_dim);
     cuda::gated_rms_norm(o, z, L.ssm_norm, T * H_v, d_v, c.rms_eps, normed, stream_);
     matmul(normed, L.ssm_output, T, out);
@@ -279,8 +509,12 @@ void CudaModel::swiglu_ffn(const CudaMatrix& gate, const CudaMatrix& up, const C
     float* g = temp(T * width);
     float* u = temp(T * width);
     float* act = temp(T * width);
-    matmul(x, gate, T, g);
-    matmul(x, up, T, u);
+    if (T == 1) {
+        matmul_shared_input(x, {{&gate, g}, {&up, u}});
+    } else {
+        matmul(x, gate, T, g);
+        matmul(x, up, T, u);
+    }
     cuda::swiglu(g, u, T * width, act, stream_);
     matmul(act, down, T, out);
 }
@@ -331,36 +565,43 @@ void CudaModel::moe_ffn(const Layer& L, const float* x, int64_t T, float* out) {
     }
 }
 
-std::vector<float> CudaModel::forward(CudaSequenceState& state, std::span<const int32_t> ids) {
+void CudaModel::check_call(const CudaSequenceState& state, std::span<const int32_t> ids) const {
     const ModelConfig& c = config_;
-    const int64_t T = int64_t(ids.size()), D = c.n_embd;
+    const int64_t T = int64_t(ids.size());
     if (state.n_layer() != c.n_layer())
         fail("cuda forward: the sequence state has {} layers but the model has {}", state.n_layer(), c.n_layer());
-    if (T == 0) return {};
     // The device cannot throw: ids and capacity are checked here, before any state changes.
     for (int64_t t = 0; t < T; ++t)
         if (ids[size_t(t)] < 0 || ids[size_t(t)] >= c.n_vocab)
             fail("cuda forward: token id {} at index {} is outside the vocabulary of {}", ids[size_t(t)], t, c.n_vocab);
-    const int64_t n_past = state.position();
-    if (n_past + T > state.max_positions())
-        fail("cuda forward: {} tokens after position {} exceed the sequence's KV capacity of {}", T, n_past,
+    if (state.position() + T > state.max_positions())
+        fail("cuda forward: {} tokens after position {} exceed the sequence's KV capacity of {}", T, state.position(),
              state.max_positions());
+}
 
-    int32_t* d_ids = temp_ids(T);
-    check(cudaMemcpyAsync(d_ids, ids.data(), size_t(T) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_), "upload ids");
+void CudaModel::run_layers(CudaSequenceState& state, const int32_t* d_ids, const int32_t* d_positions, int64_t T,
+                           int64_t first_logit_row, float* logits) {
+    const ModelConfig& c = config_;
+    const int64_t D = c.n_embd, n_past = state.position();
+    call_kv_ = state.kv_format() == KvFormat::f16 ? cuda::KvElement::f16 : cuda::KvElement::f32;
+    call_capacity_ = state.max_positions();
     float* x = temp(T * D);
     float* h = temp(T * D);
     float* m = temp(T * D);
     cuda::embedding_lookup(token_embd_view_, d_ids, T, x, stream_);
+    // Every block's intermediates are dead once its output is added to x: each block starts from here.
+    const size_t block_mark = arena_->mark();
     for (int64_t l = 0; l < c.n_layer(); ++l) {
         const Layer& L = layers_[size_t(l)];
+        arena_->rewind(block_mark);
         cuda::rms_norm(x, L.attn_norm, T, D, c.rms_eps, cuda::NormWeight::plain, h, stream_);
         if (L.kind == LayerKind::linear_attention)
             deltanet_block(L, h, T, state.layer(l), m);
         else
-            attention_block(L, h, T, n_past, state.layer(l), m);
+            attention_block(L, h, T, n_past, d_positions, state.layer(l), m);
         cuda::axpy(1.0f, m, x, T * D, stream_);
 
+        arena_->rewind(block_mark);
         cuda::rms_norm(x, L.ffn_norm, T, D, c.rms_eps, cuda::NormWeight::plain, h, stream_);
         if (L.moe)
             moe_ffn(L, h, T, m);
@@ -368,16 +609,152 @@ std::vector<float> CudaModel::forward(CudaSequenceState& state, std::span<const 
             swiglu_ffn(L.ffn_gate, L.ffn_up, L.ffn_down, h, T, m);
         cuda::axpy(1.0f, m, x, T * D, stream_);
     }
-    cuda::rms_norm(x, output_norm_, T, D, c.rms_eps, cuda::NormWeight::plain, h, stream_);
-    float* d_logits = temp(T * c.n_vocab);
-    matmul(h, output_, T, d_logits);
-    std::vector<float> logits(size_t(T * c.n_vocab));
-    check(cudaMemcpyAsync(logits.data(), d_logits, logits.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_),
-          "download logits");
-    check(cudaStreamSynchronize(stream_), "forward sync");
-    temp_.clear();  // the stream has drained: nothing reads these any more
+    arena_->rewind(block_mark);
+    const int64_t rows = T - first_logit_row;
+    cuda::rms_norm(x + first_logit_row * D, output_norm_, rows, D, c.rms_eps, cuda::NormWeight::plain, h, stream_);
+    matmul(h, output_, rows, logits);
+}
+
+const float* CudaModel::prompt_chunk(CudaSequenceState& state, std::span<const int32_t> ids, bool all_logits) {
+    const int64_t T = int64_t(ids.size()), n_past = state.position();
+    begin_call(prompt_arena_);
+    int32_t* d_ids = temp_ids(T);
+    int32_t* d_positions = temp_ids(T);
+    float* logits = temp((all_logits ? T : 1) * config_.n_vocab);
+    std::vector<int32_t> positions(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) positions[size_t(t)] = int32_t(n_past + t);
+    // Pageable sources: each copy has taken the bytes when the call returns, so the vectors may die.
+    check(cudaMemcpyAsync(d_ids, ids.data(), size_t(T) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_), "upload ids");
+    check(cudaMemcpyAsync(d_positions, positions.data(), size_t(T) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
+          "upload positions");
+    run_layers(state, d_ids, d_positions, T, all_logits ? 0 : T - 1, logits);
     state.advance(T);
+    ++stats_.prompt_chunks;
     return logits;
+}
+
+const float* CudaModel::enqueue_decode_step(CudaSequenceState& state) {
+    const int32_t* d_token = step_.get<int32_t>();
+    float* logits = temp(config_.n_vocab);
+    run_layers(state, d_token, d_token + 1, 1, 0, logits);
+    return logits;
+}
+
+bool CudaModel::capture_decode_graph(CudaSequenceState& state) {
+    release_graph();
+    cudaGraph_t graph = nullptr;
+    // Relaxed: the GEMV launcher queries the device (attributes, occupancy) while it is being recorded.
+    check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed), "begin decode graph capture");
+    const float* logits = nullptr;
+    try {
+        logits = enqueue_decode_step(state);
+    } catch (...) {
+        cudaStreamEndCapture(stream_, &graph);
+        if (graph != nullptr) cudaGraphDestroy(graph);
+        throw;
+    }
+    check(cudaStreamEndCapture(stream_, &graph), "end decode graph capture");
+    if (arena_->overflowed()) {
+        // The step needs more scratch than the eager step that sized the arena (not expected: its size
+        // does not depend on the sequence). Run this step eagerly; the next call grows the arena and
+        // captures again.
+        cudaGraphDestroy(graph);
+        arena_->rewind(0);
+        return false;
+    }
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    check(status, "instantiate decode graph");
+    graph_exec_ = exec;
+    graph_state_id_ = state.id();
+    graph_logits_ = logits;
+    ++stats_.graph_captures;
+    return true;
+}
+
+void CudaModel::release_graph() {
+    if (graph_exec_ != nullptr) cudaGraphExecDestroy(graph_exec_);
+    graph_exec_ = nullptr;
+    graph_state_id_ = 0;
+    graph_logits_ = nullptr;
+}
+
+const float* CudaModel::decode_step(CudaSequenceState& state, int32_t id) {
+    begin_call(decode_arena_);
+    // The pinned inputs may be rewritten once the previous step's upload has read them.
+    check(cudaEventSynchronize(step_uploaded_), "wait for the previous decode inputs");
+    step_host_[0] = id;
+    step_host_[1] = int32_t(state.position());
+    check(cudaMemcpyAsync(step_.get(), step_host_, 2 * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
+          "upload decode inputs");
+    check(cudaEventRecord(step_uploaded_, stream_), "record decode inputs");
+
+    const float* logits = nullptr;
+    bool graph = graphs_enabled_ && graphable_ && decode_sized_;
+    if (graph && (graph_exec_ == nullptr || graph_state_id_ != state.id())) graph = capture_decode_graph(state);
+    if (graph) {
+        check(cudaGraphLaunch(graph_exec_, stream_), "replay decode graph");
+        ++stats_.graph_replays;
+        logits = graph_logits_;
+    } else {
+        logits = enqueue_decode_step(state);
+        ++stats_.eager_steps;
+        decode_sized_ = true;  // the arena grows to this step's needs at the next call
+    }
+    state.advance(1);
+    return logits;
+}
+
+std::vector<float> CudaModel::forward(CudaSequenceState& state, std::span<const int32_t> ids) {
+    check_call(state, ids);
+    const int64_t T = int64_t(ids.size()), V = config_.n_vocab;
+    if (T == 0) return {};
+    std::vector<float> logits(size_t(T * V));
+    if (T == 1) {
+        const float* d = decode_step(state, ids[0]);
+        check(cudaMemcpyAsync(logits.data(), d, size_t(V) * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+              "download logits");
+    } else {
+        for (int64_t first = 0; first < T; first += kPromptChunk) {
+            const int64_t n = std::min(kPromptChunk, T - first);
+            const float* d = prompt_chunk(state, ids.subspan(size_t(first), size_t(n)), true);
+            check(cudaMemcpyAsync(logits.data() + first * V, d, size_t(n * V) * sizeof(float), cudaMemcpyDeviceToHost,
+                                  stream_), "download logits");
+        }
+    }
+    check(cudaStreamSynchronize(stream_), "forward sync");
+    return logits;
+}
+
+const float* CudaModel::forward_last(CudaSequenceState& state, std::span<const int32_t> ids) {
+    check_call(state, ids);
+    const int64_t T = int64_t(ids.size());
+    if (T == 0) fail("cuda forward_last: no tokens to consume");
+    if (T == 1) return decode_step(state, ids[0]);
+    const float* logits = nullptr;
+    for (int64_t first = 0; first < T; first += kPromptChunk) {
+        const int64_t n = std::min(kPromptChunk, T - first);
+        logits = prompt_chunk(state, ids.subspan(size_t(first), size_t(n)), false);
+    }
+    return logits;
+}
+
+int32_t CudaModel::argmax(const float* device_logits) {
+    auto* result = reinterpret_cast<int32_t*>(argmax_scratch_.get<char>() + argmax_result_offset(config_.n_vocab));
+    cuda::argmax(device_logits, config_.n_vocab, argmax_scratch_.get(), result, stream_);
+    int32_t id = 0;
+    check(cudaMemcpyAsync(&id, result, sizeof(int32_t), cudaMemcpyDeviceToHost, stream_), "download argmax");
+    check(cudaStreamSynchronize(stream_), "argmax sync");
+    return id;
+}
+
+void CudaModel::set_decode_graphs(bool enabled) { graphs_enabled_ = enabled; }
+
+CudaDecodeStats CudaModel::decode_stats() const {
+    CudaDecodeStats s = stats_;
+    s.arena_allocations = decode_arena_.allocations() + prompt_arena_.allocations();
+    return s;
 }
 
 }  // namespace deltabit

@@ -16,6 +16,17 @@
 //
 // MoE layers copy the router's choices to the host (one synchronisation per MoE layer) and run the
 // chosen experts' GEMVs from there: correct first, fused later.
+//
+// Decode. One token (T = 1) runs the decode kernels of ops/decode_cuda.h — one attention prologue (norms,
+// RoPE, cache store) and split-K attention that reads each KV row once for all its query heads; the
+// gated DeltaNet step in two launches; inputs shared by several matrices quantised once — and reads its
+// token id and position from device memory, so the whole step is captured once per sequence state as a
+// CUDA graph and replayed for every later token (CudaDecodeStats counts captures and replays). Greedy
+// decoding copies back only the argmax's 4 bytes. MoE layers are not captured (their router syncs with
+// the host) and run eagerly.
+//
+// Memory. Intermediates come from two DeviceArenas, one per shape class (the decode step; prompt chunks
+// of at most kPromptChunk tokens), reset per layer, so steady-state calls allocate nothing.
 #pragma once
 
 #if DELTABIT_HAVE_CUDA
@@ -24,11 +35,17 @@
 
 #include <cstdint>
 #include <memory>
+#include <initializer_list>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda_buffer.h"
+#include "models/kv_format.h"
 #include "models/model.h"
+#include "models/state_image.h"
+#include "ops/decode_cuda.h"
 #include "ops/matmul_cuda.h"
 
 namespace deltabit {
@@ -42,9 +59,9 @@ struct CudaMatrix {
     int64_t rows = 0, cols = 0;
 };
 
-// Per-layer device state: the KV cache ([capacity][n_head_kv][head_dim], filled up to the sequence's
-// position) of full-attention layers; the conv window and recurrent state of DeltaNet layers, in the
-// layouts of models/sequence_state.h.
+// Per-layer device state: the KV cache ([capacity][n_head_kv][head_dim] in the sequence's KV format,
+// filled up to the sequence's position) of full-attention layers; the conv window and recurrent state
+// of DeltaNet layers, in the layouts of models/sequence_state.h (f32).
 struct CudaLayerState {
     cuda::DeviceBuffer k, v;
     cuda::DeviceBuffer conv, recurrent;
@@ -52,23 +69,89 @@ struct CudaLayerState {
 
 class CudaSequenceState {
 public:
-    // Room for `max_positions` tokens in every KV cache; zero conv and recurrent states.
-    CudaSequenceState(const ModelConfig& config, int64_t max_positions);
+    // Room for `max_positions` tokens in every KV cache, stored as `kv` (f32, or f16 = IEEE half rounded
+    // to nearest even); zero conv and recurrent states. Error for kivi4 (not on the GPU yet).
+    CudaSequenceState(const ModelConfig& config, int64_t max_positions, KvFormat kv = KvFormat::f32);
 
     int64_t position() const { return position_; }
     int64_t max_positions() const { return max_positions_; }
+    KvFormat kv_format() const { return kv_format_; }
     void advance(int64_t n_tokens) { position_ += n_tokens; }
     CudaLayerState& layer(int64_t i) { return layers_[size_t(i)]; }
     int64_t n_layer() const { return int64_t(layers_.size()); }
+    // Names this state's device buffers for the model's cached decode graph; moves with them.
+    uint64_t id() const { return id_; }
+
+    // The whole state as named chunks, byte for byte the CPU SequenceState's (models/state_image.h):
+    // "blk.N.attn.k" / "blk.N.attn.v" = [position][n_head_kv][head_dim] in the KV element type,
+    // "blk.N.gdn.conv" = [K−1][channels] f32, "blk.N.gdn.recurrent" = [H_v][d_k][d_v] f32.
+    StateImage save() const;
+    // Validates everything first (KV format, position against capacity, every chunk's name and size) and
+    // throws a deltabit::Error naming the problem with the state untouched.
+    void load(const StateImage& image);
+    // The DeltaNet chunks and the position; restore() goes back to it (the KV beyond it is dead).
+    StateCheckpoint checkpoint() const;
+    void restore(const StateCheckpoint& checkpoint);
 
 private:
+    struct ExpectedChunk {
+        std::string name;
+        size_t bytes = 0;
+        const cuda::DeviceBuffer* buffer = nullptr;
+    };
+    // The chunks of an image at `position` (KV chunks too when `with_kv`), in layer order.
+    std::vector<ExpectedChunk> expected_chunks(int64_t position, bool with_kv) const;
+    void check_chunks(const std::vector<StateChunk>& chunks, const std::vector<ExpectedChunk>& expected,
+                      const char* what) const;
+
     int64_t position_ = 0;
     int64_t max_positions_ = 0;
+    KvFormat kv_format_ = KvFormat::f32;
+    size_t kv_row_bytes_ = 0;  // one position of one layer's K (or V): n_head_kv · head_dim elements
+    uint64_t id_ = 0;
     std::vector<CudaLayerState> layers_;
+};
+
+// Device memory for the intermediates of forward calls of one shape class, reused by every call and
+// every layer: a bump allocator over one buffer. A call that needs more than the buffer holds gets the
+// excess from extra allocations and records how much it used; the next call (after the stream has
+// drained) replaces the buffer by one of that size. So a shape class allocates once (or a few times while
+// the longest chunk is first seen) and never again — steady state is zero cudaMalloc/cudaFree.
+class DeviceArena {
+public:
+    void* alloc(size_t bytes);
+    size_t mark() const { return used_; }
+    void rewind(size_t mark) { used_ = mark; }
+    // Start of a call: nothing of the previous call may still run. Grows the buffer if the last call
+    // overflowed; returns whether it did.
+    bool begin_call();
+    bool overflowed() const { return !overflow_.empty(); }
+    int64_t allocations() const { return allocations_; }
+    size_t capacity() const { return buffer_.bytes(); }
+
+private:
+    cuda::DeviceBuffer buffer_;
+    std::vector<cuda::DeviceBuffer> overflow_;
+    size_t used_ = 0, high_water_ = 0;
+    int64_t allocations_ = 0;
+};
+
+// What the decode path did, so tests and benchmarks can prove the fast path ran (STYLE habit 16).
+struct CudaDecodeStats {
+    int64_t graph_captures = 0;   // T = 1 steps recorded as a CUDA graph
+    int64_t graph_replays = 0;    // T = 1 steps run by replaying it
+    int64_t eager_steps = 0;      // T = 1 steps launched kernel by kernel (first step, MoE, graphs off)
+    int64_t prompt_chunks = 0;    // T > 1 calls are cut into chunks of at most kPromptChunk tokens
+    int64_t arena_allocations = 0;  // cudaMalloc calls of the scratch arenas, ever
 };
 
 class CudaModel {
 public:
+    // Prompts are run in chunks of at most this many tokens, so the prompt arena is bounded whatever the
+    // prompt length. The cut changes nothing on the prompt path (every op carries its state across calls
+    // exactly), except that a one-token tail takes the decode kernels: the same math, other roundings.
+    static constexpr int64_t kPromptChunk = 512;
+
     // Uploads `model`'s bound weights to device 0; Error when a matrix's dtype has no CUDA matmul.
     explicit CudaModel(const Model& model);
     ~CudaModel();
@@ -76,20 +159,35 @@ public:
     CudaModel& operator=(const CudaModel&) = delete;
 
     const ModelConfig& config() const { return config_; }
-    CudaSequenceState new_sequence(int64_t max_positions) const { return CudaSequenceState(config_, max_positions); }
+    CudaSequenceState new_sequence(int64_t max_positions, KvFormat kv = KvFormat::f32) const {
+        return CudaSequenceState(config_, max_positions, kv);
+    }
 
     // As Model::forward: logits [ids.size()][n_vocab] (copied to the host) for the tokens after
     // state.position(); advances the state. Error for a token id outside the vocabulary or a sequence
     // that would outgrow its KV capacity (the state is then unchanged).
     std::vector<float> forward(CudaSequenceState& state, std::span<const int32_t> ids);
 
+    // Consumes `ids` and returns a DEVICE pointer to the last token's logits [n_vocab]; nothing is copied
+    // to the host and nothing waits. Valid until the next call on this model. One id is one decode step:
+    // a replay of the CUDA graph of the whole step (captured on the second step of a state, the first
+    // running eagerly to size the decode arena). Same errors as forward().
+    const float* forward_last(CudaSequenceState& state, std::span<const int32_t> ids);
+
+    // The index of the largest logit, ties to the lowest id (sampling/sampler.h argmax_lowest_id),
+    // computed on the GPU; copies back 4 bytes.
+    int32_t argmax(const float* device_logits);
+
+    // Decode-step graphs on (default) or off (every step eager; the test of graph = eager uses it).
+    void set_decode_graphs(bool enabled);
+    CudaDecodeStats decode_stats() const;
+
     cudaStream_t stream() const { return stream_; }
 
 private:
     struct Layer;
 
-    // Device memory for one forward call's intermediates, released when the call returns (after the
-    // stream has drained). Simple, not fast: an arena sized once comes with the CUDA-graph work.
+    // Intermediates of the running call, from the current arena (decode or prompt).
     float* temp(int64_t n_floats);
     int32_t* temp_ids(int64_t n);
 
@@ -97,11 +195,31 @@ private:
     void matmul(const float* x, const CudaMatrix& w, int64_t n_tokens, float* y) {
         matmul(x, w, 0, w.rows, n_tokens, y);
     }
-    void attention_block(const Layer& L, const float* x, int64_t T, int64_t n_past, CudaLayerState& state, float* out);
+    // One token, several matrices reading the same x: quantised once when they all are.
+    void matmul_shared_input(const float* x, std::initializer_list<std::pair<const CudaMatrix*, float*>> outputs);
+    void attention_block(const Layer& L, const float* x, int64_t T, int64_t n_past, const int32_t* d_positions,
+                         CudaLayerState& state, float* out);
     void deltanet_block(const Layer& L, const float* x, int64_t T, CudaLayerState& state, float* out);
     void swiglu_ffn(const CudaMatrix& gate, const CudaMatrix& up, const CudaMatrix& down, const float* x, int64_t T,
                     float* out);
     void moe_ffn(const Layer& L, const float* x, int64_t T, float* out);
+
+    void check_call(const CudaSequenceState& state, std::span<const int32_t> ids) const;
+    // The layers for T tokens whose ids and positions are on the device; the final norm of the rows
+    // from `first_logit_row` and their logits into `logits`.
+    void run_layers(CudaSequenceState& state, const int32_t* d_ids, const int32_t* d_positions, int64_t T,
+                    int64_t first_logit_row, float* logits);
+    // T > 1: one chunk; logits of every token (all_logits) or of the last one, into `logits`.
+    const float* prompt_chunk(CudaSequenceState& state, std::span<const int32_t> ids, bool all_logits);
+    // T = 1: the step of one token, replayed from the graph when it can be.
+    const float* decode_step(CudaSequenceState& state, int32_t id);
+    // The kernels of one decode step, reading step_ (what the graph records); returns the logits.
+    const float* enqueue_decode_step(CudaSequenceState& state);
+    // False (nothing captured) when the step outgrew the decode arena: it then runs eagerly.
+    bool capture_decode_graph(CudaSequenceState& state);
+    void release_graph();
+    // Makes `arena` the running call's, grown first if the last call overflowed it.
+    void begin_call(DeviceArena& arena);
 
     ModelConfig config_;
     cudaStream_t stream_ = nullptr;
@@ -112,7 +230,25 @@ private:
     CudaMatrix output_;
     std::vector<Layer> layers_;
     std::unique_ptr<cuda::ActivationScratch> activations_;
-    std::vector<cuda::DeviceBuffer> temp_;
+
+    DeviceArena decode_arena_, prompt_arena_;
+    DeviceArena* arena_ = nullptr;  // the running call's
+    // The decode step's inputs on the device, {token id, position}, refreshed before each step from a
+    // pinned host copy (the event says when that copy may be rewritten); the graph reads them.
+    cuda::DeviceBuffer step_;
+    int32_t* step_host_ = nullptr;
+    cudaEvent_t step_uploaded_ = nullptr;
+    cuda::DeviceBuffer argmax_scratch_;  // partials, then the 4-byte result at the end
+    bool graphs_enabled_ = true;
+    bool graphable_ = true;              // false with MoE layers: their router syncs with the host
+    bool decode_sized_ = false;          // an eager step has sized the decode arena
+    cudaGraphExec_t graph_exec_ = nullptr;
+    uint64_t graph_state_id_ = 0;        // the state whose buffers the graph was captured with
+    const float* graph_logits_ = nullptr;  // where the graph leaves the logits (decode_arena_)
+    // The running call's sequence: its KV element type and capacity (the decode grid is planned for it).
+    cuda::KvElement call_kv_ = cuda::KvElement::f32;
+    int64_t call_capacity_ = 0;
+    CudaDecodeStats stats_;
 };
 
 }  // namespace deltabit

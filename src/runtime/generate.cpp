@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 namespace deltabit {
 namespace {
@@ -16,61 +17,82 @@ double ms_since(Clock::time_point start) {
     return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-void check_request(const Model& model, std::span<const int64_t> eos_ids, const SequenceState& state,
-                   const TokenLedger& ledger, std::span<const int32_t> prompt, const GenerationOptions& options,
-                   const GenerationCallbacks& callbacks) {
-    if (prompt.empty()) fail("generate: the prompt is empty; at least one token is needed to predict the next");
-    if (options.max_tokens && *options.max_tokens < 1)
-        fail("generate: max_tokens is {}; it must be at least 1", *options.max_tokens);
-    if (eos_ids.empty() && !options.max_tokens)
-        fail("generate: {}: the model's metadata declares no EOS token, so generation would never end on its "
-             "own; give max_tokens",
-             model.weights().source());
-    if (!options.stop.empty() && !callbacks.detokenize)
-        fail("generate: stop strings are matched on text, but no detokenizer was given (token ids only)");
-    if (ledger.size() != state.position())
-        fail("generate: the token ledger holds {} tokens but the state is at position {}", ledger.size(),
-             state.position());
-}
+// What the loop needs of a sequence, whichever kind it is.
+class Stepper {
+public:
+    virtual ~Stepper() = default;
+    virtual void feed(std::span<const int32_t> ids) = 0;
+    virtual int32_t choose(Sampler& sampler, const TokenHistory& history) = 0;
+    virtual int64_t position() const = 0;
+    virtual int64_t capacity() const = 0;
+};
 
-}  // namespace
-
-std::string_view finish_reason_name(FinishReason reason) {
-    switch (reason) {
-        case FinishReason::eos: return "eos";
-        case FinishReason::stop: return "stop";
-        case FinishReason::length: return "length";
+class EngineStepper final : public Stepper {
+public:
+    EngineStepper(Engine& engine, EngineSequence& sequence) : engine_(engine), sequence_(sequence) {}
+    void feed(std::span<const int32_t> ids) override { engine_.forward(sequence_, ids); }
+    int32_t choose(Sampler& sampler, const TokenHistory& history) override {
+        return engine_.next_token(sequence_, sampler, history);
     }
-    return "?";
+    int64_t position() const override { return sequence_.position(); }
+    int64_t capacity() const override { return sequence_.max_positions(); }
+
+private:
+    Engine& engine_;
+    EngineSequence& sequence_;
+};
+
+class ModelStepper final : public Stepper {
+public:
+    ModelStepper(const Model& model, SequenceState& state) : model_(model), state_(state) {}
+    void feed(std::span<const int32_t> ids) override {
+        std::vector<float> logits = model_.forward(state_, ids);
+        const size_t n_vocab = size_t(model_.config().n_vocab);
+        logits.erase(logits.begin(), logits.end() - std::ptrdiff_t(n_vocab));  // keep the last row
+        last_ = std::move(logits);
+    }
+    int32_t choose(Sampler& sampler, const TokenHistory& history) override { return sampler.sample(last_, history); }
+    int64_t position() const override { return state_.position(); }
+    int64_t capacity() const override { return std::numeric_limits<int64_t>::max(); }
+
+private:
+    const Model& model_;
+    SequenceState& state_;
+    std::vector<float> last_;
+};
+
+void check_request(std::span<const int64_t> eos_ids, Stepper& stepper, const TokenLedger& ledger,
+                   std::span<const int32_t> prompt, const GenerationOptions& options,
+                   const GenerationCallbacks& callbacks, std::string_view model) {
+    if (prompt.empty()) fail("generate: the prompt is empty; at least one token is needed to predict the next");
+    check_generation_options(eos_ids, options, callbacks, model);
+    if (ledger.size() != stepper.position())
+        fail("generate: the token ledger holds {} tokens but the state is at position {}", ledger.size(),
+             stepper.position());
+    if (int64_t(prompt.size()) > stepper.capacity() - stepper.position())
+        fail("generate: the prompt's {} tokens do not fit after the {} the sequence holds (capacity {})",
+             prompt.size(), stepper.position(), stepper.capacity());
 }
 
-GenerationResult generate(const Model& model, SequenceState& state, TokenLedger& ledger,
+GenerationResult run_loop(Stepper& stepper, std::span<const int64_t> eos_ids, TokenLedger& ledger,
                           std::span<const int32_t> prompt, const GenerationOptions& options,
                           const GenerationCallbacks& callbacks) {
-    return generate_with_eos(model, model.config().eos_ids, state, ledger, prompt, options, callbacks);
-}
-
-GenerationResult generate_with_eos(const Model& model, std::span<const int64_t> eos_ids, SequenceState& state,
-                                   TokenLedger& ledger, std::span<const int32_t> prompt,
-                                   const GenerationOptions& options, const GenerationCallbacks& callbacks) {
-    check_request(model, eos_ids, state, ledger, prompt, options, callbacks);
-    const size_t n_vocab = size_t(model.config().n_vocab);
     GenerationResult result;
     result.timings.prompt_tokens = int64_t(prompt.size());
 
     const Clock::time_point prefill_start = Clock::now();
-    std::vector<float> logits = model.forward(state, prompt);
+    stepper.feed(prompt);
     ledger.append_prompt(prompt);
+    if (callbacks.after_forward) callbacks.after_forward(stepper.position());
     result.timings.prefill_ms = ms_since(prefill_start);
 
     const Clock::time_point decode_start = Clock::now();
     Sampler sampler(options.sampling);
     StopStringMatcher stops(options.stop);
     const bool has_text = bool(callbacks.detokenize);
-    std::span<const float> next_logits = std::span<const float>(logits).subspan((prompt.size() - 1) * n_vocab, n_vocab);
 
     for (;;) {
-        const int32_t token = sampler.sample(next_logits, ledger.history());
+        const int32_t token = stepper.choose(sampler, ledger.history());
         result.tokens.push_back(token);
         const bool is_eos = std::find(eos_ids.begin(), eos_ids.end(), int64_t(token)) != eos_ids.end();
 
@@ -83,7 +105,8 @@ GenerationResult generate_with_eos(const Model& model, std::span<const int64_t> 
             stopped = step.stopped;
         }
         const bool at_limit = options.max_tokens && int64_t(result.tokens.size()) >= *options.max_tokens;
-        const bool last = is_eos || stopped || at_limit;
+        const bool full = stepper.position() >= stepper.capacity();  // no room to consume this token
+        const bool last = is_eos || stopped || at_limit || full;
         if (last && !stopped && has_text) {
             // A character cut short becomes U+FFFD here, and that could still complete a stop string.
             StopStringMatcher::Step step =
@@ -100,13 +123,59 @@ GenerationResult generate_with_eos(const Model& model, std::span<const int64_t> 
             break;
         }
         const int32_t fed[1] = {token};
-        logits = model.forward(state, fed);
+        stepper.feed(fed);
         ledger.append_generated(token);
         ++result.timings.decode_steps;
-        next_logits = logits;
+        if (callbacks.after_forward) callbacks.after_forward(stepper.position());
     }
     result.timings.decode_ms = ms_since(decode_start);
     return result;
+}
+
+}  // namespace
+
+std::string_view finish_reason_name(FinishReason reason) {
+    switch (reason) {
+        case FinishReason::eos: return "eos";
+        case FinishReason::stop: return "stop";
+        case FinishReason::length: return "length";
+    }
+    return "?";
+}
+
+void check_generation_options(std::span<const int64_t> eos_ids, const GenerationOptions& options,
+                              const GenerationCallbacks& callbacks, std::string_view model) {
+    if (options.max_tokens && *options.max_tokens < 1)
+        fail("generate: max_tokens is {}; it must be at least 1", *options.max_tokens);
+    if (eos_ids.empty() && !options.max_tokens)
+        fail("generate: {}: the model's metadata declares no EOS token, so generation would never end on its "
+             "own; give max_tokens",
+             model);
+    if (!options.stop.empty() && !callbacks.detokenize)
+        fail("generate: stop strings are matched on text, but no detokenizer was given (token ids only)");
+}
+
+GenerationResult generate(Engine& engine, EngineSequence& sequence, TokenLedger& ledger,
+                          std::span<const int32_t> prompt, const GenerationOptions& options,
+                          const GenerationCallbacks& callbacks) {
+    EngineStepper stepper(engine, sequence);
+    const std::span<const int64_t> eos_ids = engine.config().eos_ids;
+    check_request(eos_ids, stepper, ledger, prompt, options, callbacks, engine.config().arch_name);
+    return run_loop(stepper, eos_ids, ledger, prompt, options, callbacks);
+}
+
+GenerationResult generate(const Model& model, SequenceState& state, TokenLedger& ledger,
+                          std::span<const int32_t> prompt, const GenerationOptions& options,
+                          const GenerationCallbacks& callbacks) {
+    return generate_with_eos(model, model.config().eos_ids, state, ledger, prompt, options, callbacks);
+}
+
+GenerationResult generate_with_eos(const Model& model, std::span<const int64_t> eos_ids, SequenceState& state,
+                                   TokenLedger& ledger, std::span<const int32_t> prompt,
+                                   const GenerationOptions& options, const GenerationCallbacks& callbacks) {
+    ModelStepper stepper(model, state);
+    check_request(eos_ids, stepper, ledger, prompt, options, callbacks, model.weights().source());
+    return run_loop(stepper, eos_ids, ledger, prompt, options, callbacks);
 }
 
 }  // namespace deltabit

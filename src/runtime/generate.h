@@ -1,20 +1,31 @@
 // The generation loop of one sequence: prefill the prompt, then sample one token at a time until the
-// model's EOS, a stop string, or max_tokens.
+// model's EOS, a stop string, max_tokens, or a full sequence.
 //
 //   prompt ids ──forward──▶ logits ──Sampler──▶ token ──┬─▶ EOS?           → finish "eos"
 //                 ▲                                     ├─▶ detokenize → stop string? → "stop"
-//                 └──────────── forward(token) ◀────────┴─▶ count = max?    → "length"
+//                 │                                     ├─▶ count = max?    → "length"
+//                 └──────────── forward(token) ◀────────┴─▶ sequence full?  → "length"
 //
 // The state consumes the prompt and every generated token except the last: the last one is never
 // needed to sample anything, so its forward step is skipped. The ledger follows the state
 // (ledger.size() == state.position() before and after), which lets a chat continue the same state
 // on the next turn by feeding the last token first.
 //
+// One loop serves two kinds of sequence: an Engine's (runtime/engine.h: any backend, logits stay on
+// the device, with a capacity) and the CPU reference's Model + SequenceState (no capacity; kept for
+// the callers that hold a Model).
+//
+// Capacity: a generated token that the sequence has no room to consume ends the generation with finish
+// reason "length" (it is still returned: it was sampled from valid logits). So after a prompt of P
+// tokens on an empty sequence of capacity C, at most C − P + 1 tokens come back, and the sequence then
+// holds C.
+//
 // EOS ids must be the model's own (ModelConfig::eos_ids from its metadata): a model without them
 // generates only with max_tokens, never with an EOS borrowed from another model.
 #pragma once
 
 #include "models/model.h"
+#include "runtime/engine.h"
 #include "runtime/token_ledger.h"
 #include "sampling/sampling_params.h"
 
@@ -47,12 +58,15 @@ struct GenerationCallbacks {
     // an incomplete character, or text held back because it may start a stop string). The EOS
     // token is reported with empty text; text held at the end comes with the last token.
     std::function<void(int32_t token, std::string_view text)> on_token;
+    // Called after every forward call (the prompt's, then each generated token's) with the sequence's
+    // new position, the ledger already updated: where a session takes its checkpoints.
+    std::function<void(int64_t position)> after_forward;
 };
 
 struct GenerationTimings {
-    double prefill_ms = 0.0;  // the prompt's forward call
-    double decode_ms = 0.0;   // the forward calls of generated tokens plus all sampling
-    int64_t prompt_tokens = 0;
+    double prefill_ms = 0.0;    // the prompt's forward calls
+    double decode_ms = 0.0;     // the forward calls of generated tokens plus all sampling
+    int64_t prompt_tokens = 0;  // tokens the prompt's forward calls consumed (a session: those not reused)
     int64_t decode_steps = 0;  // forward calls after the prefill (generated tokens − 1)
     double decode_tokens_per_s() const { return decode_ms > 0.0 ? 1e3 * double(decode_steps) / decode_ms : 0.0; }
 };
@@ -63,6 +77,18 @@ struct GenerationResult {
     FinishReason finish = FinishReason::length;
     GenerationTimings timings;
 };
+
+// Generates after `prompt` on an engine's sequence, continuing it and its `ledger` (which must agree in
+// length), with the EOS ids of engine.config(). Error, before any forward call, for what the Model
+// overload refuses below and for a prompt that does not fit the sequence's capacity after what it holds.
+GenerationResult generate(Engine& engine, EngineSequence& sequence, TokenLedger& ledger,
+                          std::span<const int32_t> prompt, const GenerationOptions& options,
+                          const GenerationCallbacks& callbacks = {});
+
+// The option checks every generate() makes before its first forward call, for callers that must refuse
+// before they change anything of their own (sessions). `model` names the model in messages.
+void check_generation_options(std::span<const int64_t> eos_ids, const GenerationOptions& options,
+                              const GenerationCallbacks& callbacks, std::string_view model);
 
 // Generates after `prompt`, continuing `state` and its `ledger` (which must agree in length; both
 // empty for a fresh sequence). `prompt` must not be empty. Error, before any forward call, for a

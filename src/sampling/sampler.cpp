@@ -46,6 +46,52 @@ void apply_dry(std::vector<float>& logits, const TokenHistory& history, const Sa
     }
 }
 
+std::vector<LogitAdjustment> logit_adjustments(const TokenHistory& history, const SamplingParams& params,
+                                               size_t n_vocab) {
+    std::vector<LogitAdjustment> out;
+    auto entry = [&](int32_t token) -> LogitAdjustment& {  // `out` stays sorted by token
+        auto it = std::lower_bound(out.begin(), out.end(), token,
+                                   [](const LogitAdjustment& a, int32_t t) { return a.token < t; });
+        if (it == out.end() || it->token != token) it = out.insert(it, LogitAdjustment{token, false, false, 0.0f, 0.0f});
+        return *it;
+    };
+    // Mirrors apply_penalties: same window, same count, same float expression.
+    const bool any = params.repeat_penalty != 1.0f || params.presence_penalty != 0.0f ||
+                     params.frequency_penalty != 0.0f;
+    if (any && params.penalty_last_n != 0 && !history.tokens.empty()) {
+        const size_t n = history.tokens.size();
+        const size_t last_n = params.penalty_last_n < 0 ? n : std::min(n, size_t(params.penalty_last_n));
+        std::unordered_map<int32_t, int> counts;
+        for (size_t i = n - last_n; i < n; ++i) ++counts[history.tokens[i]];
+        for (const auto& [token, count] : counts) {
+            if (token < 0 || size_t(token) >= n_vocab) continue;
+            LogitAdjustment& a = entry(token);
+            a.penalised = true;
+            a.penalty = params.presence_penalty + params.frequency_penalty * float(count);
+        }
+    }
+    // Mirrors apply_dry.
+    if (params.dry_multiplier != 0.0f && params.dry_allowed_length >= 1) {
+        for (const DryMatch& match : dry_find_repeats(history.tokens, history.generated, params.dry_window,
+                                                      params.dry_allowed_length)) {
+            if (match.token < 0 || size_t(match.token) >= n_vocab) continue;
+            LogitAdjustment& a = entry(match.token);
+            a.dried = true;
+            a.dry = params.dry_multiplier * std::pow(params.dry_base, float(match.length - params.dry_allowed_length));
+        }
+    }
+    return out;
+}
+
+float apply_logit_adjustment(float logit, const LogitAdjustment& adjustment, float repeat_penalty) {
+    if (adjustment.penalised) {
+        logit = logit > 0.0f ? logit / repeat_penalty : logit * repeat_penalty;
+        logit -= adjustment.penalty;
+    }
+    if (adjustment.dried) logit -= adjustment.dry;
+    return logit;
+}
+
 std::vector<Candidate> Sampler::candidates(std::span<const float> raw_logits, const TokenHistory& history) const {
     std::vector<float> logits(raw_logits.begin(), raw_logits.end());
     apply_penalties(logits, history, params_);

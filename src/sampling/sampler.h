@@ -38,6 +38,11 @@ public:
 
     const SamplingParams& params() const { return params_; }
 
+    // The random numbers the draw consumes (one next_unit() per sample() that keeps more than one
+    // candidate). Exposed so another backend of the chain (sampling/sampler_cuda.h) advances it exactly
+    // as sample() would, and the two can be interleaved on one sequence.
+    SamplerRng& rng() { return rng_; }
+
 private:
     SamplingParams params_;
     SamplerRng rng_;
@@ -47,5 +52,27 @@ private:
 void apply_penalties(std::vector<float>& logits, const TokenHistory& history, const SamplingParams& params);
 void apply_dry(std::vector<float>& logits, const TokenHistory& history, const SamplingParams& params);
 int32_t argmax_lowest_id(std::span<const float> logits);
+
+// Stages 1–2 touch only tokens in the history. For each such token, what they do to its logit, so a
+// backend that keeps the logits elsewhere (the GPU) can apply the very same float operations to just
+// those entries, in this order:
+//   if (penalised) { x = x > 0 ? x / repeat_penalty : x * repeat_penalty;  x -= penalty; }
+//   if (dried) x -= dry;
+// The values are computed with the same expressions as apply_penalties / apply_dry, so applying them
+// gives those functions' result bit for bit (tests/cuda/test_sampler_cuda.cpp checks it on the CPU).
+struct LogitAdjustment {
+    int32_t token;
+    bool penalised;  // stage 1 applies: the repeat_penalty sign rule, then − penalty
+    bool dried;      // stage 2 applies: − dry
+    float penalty;   // presence_penalty + frequency_penalty · occurrences in the last penalty_last_n
+    float dry;       // dry_multiplier · dry_base^(repeat length − dry_allowed_length)
+};
+
+// One entry per adjusted token, sorted by token; tokens outside [0, n_vocab) are dropped, as the stages
+// drop them.
+std::vector<LogitAdjustment> logit_adjustments(const TokenHistory& history, const SamplingParams& params,
+                                               size_t n_vocab);
+// The host twin of what the GPU does with one entry (for the test above and for readers).
+float apply_logit_adjustment(float logit, const LogitAdjustment& adjustment, float repeat_penalty);
 
 }  // namespace deltabit

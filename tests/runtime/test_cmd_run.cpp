@@ -1,4 +1,5 @@
 // `deltabit run --ids ... --json` end to end: the binary's tokens against the library's greedy run.
+#include "byte_tokenizer_model.h"
 #include "cli_command.h"
 #include "models/model.h"
 #include "runtime/generate.h"
@@ -27,7 +28,7 @@ CommandResult run(const std::string& args, bool merge_stderr) {
     return test::run_deltabit(args, merge_stderr ? test::Stderr::merge : test::Stderr::discard);
 }
 
-const std::filesystem::path kFixture = std::filesystem::path(DELTABIT_SOURCE_DIR) / "tests" / "fixtures" / "qwen3_5_binary";
+const std::filesystem::path kFixture = test::kBinaryFixture;
 
 TEST(CmdRun, IdsJsonMatchesLibraryGreedy) {
     const std::vector<int32_t> prompt = {5, 61, 200, 7};
@@ -50,6 +51,49 @@ TEST(CmdRun, IdsJsonMatchesLibraryGreedy) {
     EXPECT_TRUE(out.at("text").is_null());  // --ids: no tokenizer, no text
     EXPECT_GE(out.at("timings").at("prefill_ms").get<double>(), 0.0);
     EXPECT_EQ(out.at("timings").at("decode_steps"), 5);
+}
+
+// --json says what ran the prompt, and a one-shot run reuses nothing (a fresh session).
+TEST(CmdRun, JsonNamesBackendKvFormatContextAndReuse) {
+    const CommandResult r = run("run -m " + kFixture.string() +
+                                    " --ids 5,61,200,7 --max-tokens 3 --temperature 0 --backend cpu --kv f16 --ctx 64 --json",
+                                false);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const nlohmann::json out = nlohmann::json::parse(r.output);
+    EXPECT_EQ(out.at("backend"), "cpu");
+    EXPECT_EQ(out.at("kv_format"), "f16");
+    EXPECT_EQ(out.at("context"), 64);
+    EXPECT_EQ(out.at("reuse").at("prompt_tokens"), 4);
+    EXPECT_EQ(out.at("reuse").at("reused"), 0);
+    EXPECT_EQ(out.at("reuse").at("recomputed"), 4);
+    EXPECT_EQ(out.at("tokens").size(), 3u);
+}
+
+// The context bounds prompt + reply: 4 prompt tokens in a context of 6 leave room for 2 tokens in the
+// state, and the last generated token is never fed (generate.h), so 3 come out and then "length".
+TEST(CmdRun, ContextLimitEndsGeneration) {
+    const CommandResult r =
+        run("run -m " + kFixture.string() + " --ids 5,61,200,7 --max-tokens 10 --temperature 0 --backend cpu --ctx 6 --json",
+            false);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const nlohmann::json out = nlohmann::json::parse(r.output);
+    EXPECT_EQ(out.at("finish_reason"), "length");
+    EXPECT_EQ(out.at("tokens").size(), 3u);
+
+    const CommandResult too_long =
+        run("run -m " + kFixture.string() + " --ids 5,61,200,7,8 --max-tokens 1 --backend cpu --ctx 4", true);
+    EXPECT_EQ(too_long.exit_code, 1) << too_long.output;
+    EXPECT_NE(too_long.output.find("the prompt has 5 tokens and the context holds 4"), std::string::npos)
+        << too_long.output;
+}
+
+TEST(CmdRun, BadBackendAndKvAreRefusedByName) {
+    const CommandResult backend = run("run -m " + kFixture.string() + " --ids 1 --max-tokens 1 --backend tpu", true);
+    EXPECT_NE(backend.exit_code, 0);
+    EXPECT_NE(backend.output.find("tpu"), std::string::npos) << backend.output;
+    const CommandResult kv = run("run -m " + kFixture.string() + " --ids 1 --max-tokens 1 --kv q8", true);
+    EXPECT_NE(kv.exit_code, 0);
+    EXPECT_NE(kv.output.find("q8"), std::string::npos) << kv.output;
 }
 
 TEST(CmdRun, SeededSamplingIsReproducibleFromTheCommandLine) {
@@ -81,41 +125,13 @@ TEST(CmdRun, PlainOutputStreamsIds) {
     EXPECT_EQ(r.output, std::to_string(ids[0]) + " " + std::to_string(ids[1]) + " " + std::to_string(ids[2]) + "\n");
 }
 
-// A model folder with the fixture's weights and a hand-made byte tokenizer: 256 tokens, token b is
-// byte b (GPT-2's byte-to-character table, no merges), so the expected text of any ids is their
-// bytes. The chat template wraps the user message in <...> and appends "!" when thinking is off,
-// which makes the rendered prompt checkable by its token count.
+// The byte-tokenizer model (byte_tokenizer_model.h) with a template that wraps the user message in
+// <...> and appends "!" when thinking is off, which makes the rendered prompt checkable by its token
+// count.
 std::filesystem::path byte_tokenizer_model() {
-    namespace fs = std::filesystem;
-    // One folder per test: ctest runs the tests of this file in parallel processes.
-    const fs::path dir = fs::temp_directory_path() /
-                         (std::string("deltabit_test_cmd_run_") +
-                          ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::create_directories(dir);
-    fs::copy_file(kFixture / "config.json", dir / "config.json", fs::copy_options::overwrite_existing);
-    fs::copy_file(kFixture / "model.safetensors", dir / "model.safetensors", fs::copy_options::overwrite_existing);
-    nlohmann::json vocab = nlohmann::json::object();
-    int next_unprintable = 256;
-    for (int b = 0; b < 256; ++b) {
-        const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-        const int code = printable ? b : next_unprintable++;
-        std::string utf8;  // code < 0x800: one or two bytes
-        if (code < 0x80) utf8 = std::string(1, char(code));
-        else utf8 = {char(0xC0 | (code >> 6)), char(0x80 | (code & 0x3F))};
-        vocab[utf8] = b;
-    }
-    const nlohmann::json tokenizer = {
-        {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}},
-        {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", true}}},
-        {"decoder", {{"type", "ByteLevel"}}},
-        {"added_tokens", nlohmann::json::array()}};
-    std::ofstream(dir / "tokenizer.json") << tokenizer.dump();
-    const nlohmann::json config = {
-        {"chat_template",
-         "{% for m in messages %}<{{ m['content'] }}>{% endfor %}"
-         "{% if enable_thinking is defined and not enable_thinking %}!{% endif %}"}};
-    std::ofstream(dir / "tokenizer_config.json") << config.dump();
-    return dir;
+    return test::byte_tokenizer_model(test::test_scratch_dir("deltabit_test_cmd_run"),
+                                      "{% for m in messages %}<{{ m['content'] }}>{% endfor %}"
+                                      "{% if enable_thinking is defined and not enable_thinking %}!{% endif %}");
 }
 
 TEST(CmdRun, TextPromptThroughChatTemplate) {

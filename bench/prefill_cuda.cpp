@@ -1,0 +1,372 @@
+// Micro-benchmark of the prefill kernels (ops/prefill_cuda.h) on Bonsai-27B / Qwen3.5-27B shapes, each
+// figure printed next to its ceiling.
+//
+//   bench_prefill_cuda
+//
+// Sections:
+//   1. Q1_0 GEMM at T = 512 (pp512) for every matrix of a Bonsai-27B layer and the LM head, each tile
+//      and the automatic choice: TFLOP/s = 2·T·N·K / time, against the H200's dense bf16 tensor-core
+//      rate measured on this workplace's machines (769–798 TFLOP/s, 8192³ bf16 products through
+//      PyTorch: .library/device/KINDS.md; 790 used). Then the whole model's matmuls at pp512 (64
+//      layers: 48 DeltaNet, 16 attention, every FFN, the LM head) as one figure.
+//   2. Prompt lengths T = 1 .. 64: T decode GEMVs (quantise + GEMV per token) against one GEMM (quantise
+//      rows + GEMM) — where kGemmMinTokens comes from. Weights rotate over copies ≥ 3× the L2, as in a
+//      real forward pass where each matrix is read once.
+//   3. Gated delta rule, Bonsai-27B heads (16 key / 48 value, 128 × 128): the recurrent kernel against
+//      the chunked one, in GB/s of the bytes the op must move (q, k, v, g, β, out, state in and out)
+//      against the measured copy bandwidth.
+//   4. Attention prefill, Qwen3.5-27B geometry (24 / 4 heads, head_dim 256): the decode-style kernel
+//      against the flash-style one, TFLOP/s = 4·d·H·Σ_t visible(t) against the fp32 FMA peak (67
+//      TFLOP/s by the datasheet; these kernels use no tensor cores).
+// Time: each measurement is a CUDA graph of back-to-back calls, replayed and timed with events; the
+// median replay divided by the calls.
+//
+// Measured (H200, 2026-11-29, same build as a passing test_prefill_* run; the copy figure then came from
+// graph memcpy nodes, 2713 GB/s — the percentages in 3. below are against ~4250 GB/s, the eager copy):
+//   1. pp512 Q1_0, µs (tile m64 unless noted) / TFLOP/s: ssm_qkv 265 / 202, ssm_gate 172 / 187,
+//      ssm_beta/alpha 24.4 (m16) / 10, ssm_out 211 / 153, attn_q+gate 289 / 223, attn_k/v 63.6 (m16) / 84,
+//      ffn_gate/up 455 / 200, ffn_down 567 / 160, lm_head 5543 / 235 (30% of bf16 peak); the m128 tile
+//      was 30–50% slower than m64 everywhere. Whole model's matmuls at pp512: 152.7 ms, 172 TFLOP/s
+//      (21.7% of 790) with m64 on every matrix; ~147 ms with m16 on the 48- and 1024-row ones, as the
+//      automatic choice now does (per-matrix times above; not re-measured as one figure).
+//   2. GEMM faster than T decode GEMVs from T = 6 (10240 × 5120), 8 (17408 × 5120), 12 (5120 × 17408);
+//      the m16 tile costs 34 / 57 / 86 µs at any T ≤ 16 for these, the GEMV 6.7 / 8.7 / 10.6 µs a token.
+//   3. Delta rule T = 512: recurrent 428 µs (94 GB/s, 2.2% of copy), chunked 321 µs (125 GB/s, 2.9%),
+//      1.3×; T = 4096: 3360 → 2525 µs, 1.3×.
+//   4. Attention T = 512: 642 → 257 µs (12.5 TFLOP/s, 19% of fp32 peak), 2.5×; T = 4096: 40.9 → 11.8 ms
+//      (17.4 TFLOP/s, 26%), 3.5×; T = 512 after 8192: 18.8 → 7.8 ms, 2.4×.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#ifdef DELTABIT_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "backend/cuda_buffer.h"
+#include "backend/cuda_probe.h"
+#include "core/half.h"
+#include "ops/matmul_cuda.h"
+#include "ops/ops_cuda.h"
+#include "ops/prefill_cuda.h"
+#endif
+
+#ifndef DELTABIT_HAVE_CUDA
+int main() {
+    std::puts("bench_prefill_cuda: built without CUDA");
+    return 0;
+}
+#else
+
+namespace {
+
+using namespace deltabit;
+using namespace deltabit::cuda;
+
+constexpr double kBf16PeakTflops = 790.0;  // measured here (KINDS.md), dense bf16
+constexpr double kFp32PeakTflops = 67.0;   // H100/H200 SXM datasheet, fp32 FMA
+
+uint64_t next_random(uint64_t& s) {  // xorshift64*
+    s ^= s >> 12;
+    s ^= s << 25;
+    s ^= s >> 27;
+    return s * 2685821657736338717ull;
+}
+
+std::vector<uint8_t> random_weights(DType t, int64_t rows, int64_t cols, uint64_t seed) {
+    const DTypeInfo& info = dtype_info(t);
+    std::vector<uint8_t> bytes(size_t(rows) * dtype_bytes(t, uint64_t(cols)));
+    for (size_t i = 0; i + 8 <= bytes.size(); i += 8) {
+        const uint64_t r = next_random(seed);
+        std::memcpy(&bytes[i], &r, 8);
+    }
+    for (size_t b = 0; b < bytes.size(); b += info.block_bytes) {
+        const uint16_t d = float_to_half(0.01f + float(next_random(seed) % 1000) * 1e-5f);
+        std::memcpy(&bytes[b], &d, sizeof d);
+    }
+    return bytes;
+}
+
+std::vector<float> random_floats(size_t n, uint64_t seed, float lo, float hi) {
+    std::vector<float> v(n);
+    for (float& x : v) x = lo + (hi - lo) * float(next_random(seed) % 1000001) * 1e-6f;
+    return v;
+}
+
+DeviceBuffer upload(const std::vector<float>& v) {
+    DeviceBuffer b(v.size() * sizeof(float));
+    b.upload(v.data(), b.bytes());
+    return b;
+}
+
+class Timer {
+public:
+    Timer() {
+        cuda_check(cudaEventCreate(&start_), "event");
+        cuda_check(cudaEventCreate(&stop_), "event");
+    }
+    ~Timer() {
+        cudaEventDestroy(start_);
+        cudaEventDestroy(stop_);
+    }
+    // µs per call: `calls` calls of body(i) captured in one graph, median of 7 replays after a warm-up.
+    template <typename F>
+    double graph_us(cudaStream_t stream, int calls, F&& body) {
+        body(0);  // outside the capture: first-call attribute setup, warm caches
+        cuda_check(cudaStreamSynchronize(stream), "warm-up");
+        cudaGraph_t graph{};
+        cuda_check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), "begin capture");
+        for (int i = 0; i < calls; ++i) body(i);
+        cuda_check(cudaStreamEndCapture(stream, &graph), "end capture");
+        cudaGraphExec_t exec{};
+        cuda_check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
+        cuda_check(cudaGraphLaunch(exec, stream), "replay");
+        std::vector<double> ms;
+        for (int r = 0; r < 7; ++r) {
+            cuda_check(cudaEventRecord(start_, stream), "record");
+            cuda_check(cudaGraphLaunch(exec, stream), "replay");
+            cuda_check(cudaEventRecord(stop_, stream), "record");
+            cuda_check(cudaEventSynchronize(stop_), "sync");
+            float t = 0;
+            cuda_check(cudaEventElapsedTime(&t, start_, stop_), "elapsed");
+            ms.push_back(t);
+        }
+        cudaGraphExecDestroy(exec);
+        cudaGraphDestroy(graph);
+        std::sort(ms.begin(), ms.end());
+        return ms[3] * 1e3 / calls;
+    }
+
+private:
+    cudaEvent_t start_{}, stop_{};
+};
+
+// Eager copies, not graph memcpy nodes: captured device-to-device copies measured 2713 GB/s on an
+// H200 where eager ones (bench_gemv_cuda) measure ~4250 — the eager figure is the ceiling kernels see.
+double copy_bandwidth_gbs(cudaStream_t stream) {
+    const size_t bytes = size_t(1) << 30;
+    DeviceBuffer a(bytes), b(bytes);
+    cuda_check(cudaMemset(a.get(), 1, bytes), "memset");
+    cudaEvent_t start{}, stop{};
+    cuda_check(cudaEventCreate(&start), "event");
+    cuda_check(cudaEventCreate(&stop), "event");
+    std::vector<double> ms;
+    for (int r = 0; r < 6; ++r) {
+        cuda_check(cudaEventRecord(start, stream), "record");
+        for (int i = 0; i < 10; ++i)
+            cuda_check(cudaMemcpyAsync(b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, stream), "copy");
+        cuda_check(cudaEventRecord(stop, stream), "record");
+        cuda_check(cudaEventSynchronize(stop), "sync");
+        float t = 0;
+        cuda_check(cudaEventElapsedTime(&t, start, stop), "elapsed");
+        if (r > 0) ms.push_back(t);  // the first is a warm-up
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    std::sort(ms.begin(), ms.end());
+    return 2.0 * double(bytes) * 10 / (ms[ms.size() / 2] * 1e-3) / 1e9;
+}
+
+// Weights of one shape, in `copies` device copies (rotated so that no call finds them in L2).
+struct RotatingWeights {
+    GemvWeights w;
+    DeviceBuffer codes, scales;
+    int copies = 1;
+    RotatingWeights(DType t, int64_t n, int64_t k, size_t l2_bytes, bool rotate) {
+        const std::vector<uint8_t> host = random_weights(t, n, k, uint64_t(n * 31 + k) | 1);
+        w = upload_gemv_weights(WeightView{host.data(), t, n, k}, "bench");
+        const size_t cb = w.codes.bytes(), sb = w.scales.bytes();
+        copies = rotate ? int(std::max<size_t>(1, 3 * l2_bytes / (cb + sb) + 1)) : 1;
+        codes = DeviceBuffer(cb * copies);
+        scales = DeviceBuffer(sb * copies);
+        for (int c = 0; c < copies; ++c) {
+            cuda_check(cudaMemcpy(codes.get<uint8_t>() + c * cb, w.codes.get(), cb, cudaMemcpyDeviceToDevice), "copy");
+            cuda_check(cudaMemcpy(scales.get<uint8_t>() + c * sb, w.scales.get(), sb, cudaMemcpyDeviceToDevice), "copy");
+        }
+    }
+    GemvWeightView view(int i) const {
+        GemvWeightView v = w.view();
+        v.codes = codes.get<uint8_t>() + size_t(i % copies) * w.codes.bytes();
+        v.scales = reinterpret_cast<const uint16_t*>(scales.get<uint8_t>() + size_t(i % copies) * w.scales.bytes());
+        return v;
+    }
+};
+
+struct MatrixShape {
+    const char* name;
+    int64_t n, k;
+    int per_model;  // matrices of this shape in one Bonsai-27B forward pass
+};
+// Bonsai-27B (qwen35): 48 DeltaNet layers (qkv, z gate, beta, alpha, out), 16 attention layers (q with
+// its gate, k, v, out), 64 FFNs (gate, up, down), the LM head.
+constexpr MatrixShape kModelShapes[] = {
+    {"ssm_qkv", 10240, 5120, 48},  {"ssm_gate", 6144, 5120, 48}, {"ssm_beta/alpha", 48, 5120, 96},
+    {"ssm_out", 5120, 6144, 48},   {"attn_q+gate", 12288, 5120, 16}, {"attn_k/v", 1024, 5120, 32},
+    {"attn_out", 5120, 6144, 16},  {"ffn_gate/up", 17408, 5120, 128}, {"ffn_down", 5120, 17408, 64},
+    {"lm_head", 248320, 5120, 1},
+};
+
+void bench_gemm(cudaStream_t stream, Timer& timer) {
+    const int64_t T = 512;
+    std::printf("\n== 1. Q1_0 GEMM, T = %lld (pp%lld); TFLOP/s = 2·T·N·K / time; %% of %.0f TFLOP/s dense bf16\n",
+                (long long)T, (long long)T, kBf16PeakTflops);
+    std::printf("%-15s %7s %6s | %9s %9s %9s | %-10s %9s %7s %5s | %9s\n", "matrix", "N", "K", "m16 us", "m64 us",
+                "m128 us", "auto", "us", "TFLOP/s", "%", "+quant us");
+    double model_flops = 0, model_us = 0;
+    for (const MatrixShape& s : kModelShapes) {
+        RotatingWeights w(DType::Q1_0, s.n, s.k, 0, false);
+        const std::vector<float> x_host = random_floats(size_t(T * s.k), 7, -1.0f, 1.0f);
+        DeviceBuffer x = upload(x_host), y(size_t(T * s.n) * sizeof(float));
+        const ActivationRowsScratch scratch(T, s.k);
+        const QuantizedActivationRows xq = scratch.view(T, s.k);
+        quantize_activation_rows(x.get<float>(), xq, stream);
+        const double flops = 2.0 * double(T) * double(s.n) * double(s.k);
+        const int calls = int(std::clamp(2e-3 / (flops / 300e12), 3.0, 200.0));
+        auto time_tile = [&](GemmTile tile) {
+            return timer.graph_us(stream, calls, [&](int) { gemm_quantized(xq, w.view(0), y.get<float>(), stream, tile); });
+        };
+        const double us16 = time_tile(GemmTile::m16_n64), us64 = time_tile(GemmTile::m64_n128),
+                     us128 = time_tile(GemmTile::m128_n128), us_auto = time_tile(GemmTile::automatic);
+        const GemmLaunchReport chosen = gemm_quantized(xq, w.view(0), y.get<float>(), stream);
+        const double us_full = timer.graph_us(stream, calls, [&](int) {
+            matmul_prefill(x.get<float>(), w.view(0), T, y.get<float>(), scratch, stream);
+        });
+        const double tflops = flops / us_auto / 1e6;
+        std::printf("%-15s %7lld %6lld | %9.1f %9.1f %9.1f | %-10s %9.1f %7.0f %5.1f | %9.1f\n", s.name,
+                    (long long)s.n, (long long)s.k, us16, us64, us128, gemm_tile_name(chosen.tile), us_auto, tflops,
+                    100 * tflops / kBf16PeakTflops, us_full);
+        model_flops += flops * s.per_model;
+        model_us += us_full * s.per_model;
+    }
+    const double tflops = model_flops / model_us / 1e6;
+    std::printf("whole model pp%lld matmuls (quantise + GEMM, %d layers + LM head): %.2f ms, %.0f TFLOP/s = %.1f%% of "
+                "%.0f; %.0f tok/s from the matmuls alone\n",
+                (long long)T, 64, model_us / 1e3, tflops, 100 * tflops / kBf16PeakTflops, kBf16PeakTflops,
+                double(T) / (model_us * 1e-6));
+}
+
+void bench_crossover(cudaStream_t stream, Timer& timer, size_t l2_bytes) {
+    std::printf("\n== 2. GEMV per token vs one GEMM, Q1_0, weights rotating past the L2 (µs per matmul of T tokens)\n");
+    const MatrixShape shapes[] = {{"ssm_qkv", 10240, 5120, 0}, {"ffn_gate/up", 17408, 5120, 0}, {"ffn_down", 5120, 17408, 0}};
+    const int64_t lengths[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64};
+    for (const MatrixShape& s : shapes) {
+        RotatingWeights w(DType::Q1_0, s.n, s.k, l2_bytes, true);
+        const int64_t t_max = 64;
+        const std::vector<float> x_host = random_floats(size_t(t_max * s.k), 9, -1.0f, 1.0f);
+        DeviceBuffer x = upload(x_host), y(size_t(t_max * s.n) * sizeof(float));
+        const ActivationRowsScratch rows(t_max, s.k);
+        const ActivationScratch one(s.k);
+        std::printf("%-12s %6s | %10s %10s %7s\n", s.name, "T", "GEMV×T", "GEMM", "ratio");
+        int64_t crossover = -1;
+        for (int64_t T : lengths) {
+            const int calls = 2 * w.copies;
+            const double gemv = timer.graph_us(stream, calls, [&](int i) {
+                for (int64_t t = 0; t < T; ++t)
+                    matmul(x.get<float>() + t * s.k, w.view(i), 1, y.get<float>() + t * s.n, one, stream);
+            });
+            const double gemm = timer.graph_us(stream, calls, [&](int i) {
+                const QuantizedActivationRows xq = rows.view(T, s.k);
+                quantize_activation_rows(x.get<float>(), xq, stream);
+                gemm_quantized(xq, w.view(i), y.get<float>(), stream);
+            });
+            if (crossover < 0 && gemm < gemv) crossover = T;
+            std::printf("%-12s %6lld | %10.2f %10.2f %7.2f\n", "", (long long)T, gemv, gemm, gemv / gemm);
+        }
+        std::printf("%-12s GEMM faster from T = %lld (kGemmMinTokens = %lld)\n", s.name, (long long)crossover,
+                    (long long)kGemmMinTokens);
+    }
+}
+
+void bench_delta_rule(cudaStream_t stream, Timer& timer, double copy_gbs) {
+    std::printf("\n== 3. gated delta rule, Bonsai-27B heads (16/48, 128×128); GB/s of the bytes the op moves, %% of %.0f copy\n",
+                copy_gbs);
+    std::printf("%6s | %12s %8s %6s | %12s %8s %6s %8s | %7s\n", "T", "recurrent us", "GB/s", "%", "chunked us",
+                "GB/s", "%", "TFLOP/s", "speedup");
+    for (int64_t T : {int64_t(512), int64_t(4096)}) {
+        const DeltaRuleDims d{T, 16, 48, 128, 128, KeyHeadMap::tiled};
+        DeviceBuffer q = upload(random_floats(size_t(T * 16 * 128), 1, -0.1f, 0.1f));
+        DeviceBuffer k = upload(random_floats(size_t(T * 16 * 128), 2, -0.1f, 0.1f));
+        DeviceBuffer v = upload(random_floats(size_t(T * 48 * 128), 3, -1.0f, 1.0f));
+        DeviceBuffer g = upload(random_floats(size_t(T * 48), 4, -1.0f, -0.001f));
+        DeviceBuffer beta = upload(random_floats(size_t(T * 48), 5, 0.0f, 1.0f));
+        DeviceBuffer state(size_t(48 * 128 * 128) * sizeof(float)), out(size_t(T * 48 * 128) * sizeof(float));
+        cuda_check(cudaMemset(state.get(), 0, state.bytes()), "zero state");
+        DeviceBuffer workspace(delta_rule_chunked_workspace_bytes(d));
+        const double bytes = 4.0 * double(2 * T * 16 * 128 + 2 * T * 48 * 128 + 2 * T * 48 + 2 * 48 * 128 * 128);
+        // Chunked work per head and chunk of 64: A and M (64²·128 each), K S, Q S, the state update
+        // (64·128² each), Tb R and M V' (64²·128/2 each) multiply-adds, ×2 FLOP.
+        const double flops = 2.0 * 48 * double((T + 63) / 64) * (2.0 * 64 * 64 * 128 + 3.0 * 64 * 128 * 128 + 64.0 * 64 * 128);
+        const double rec = timer.graph_us(stream, 3, [&](int) {
+            gated_delta_rule_recurrent(q.get<float>(), k.get<float>(), v.get<float>(), g.get<float>(), beta.get<float>(),
+                                       d, state.get<float>(), out.get<float>(), stream);
+        });
+        const double chk = timer.graph_us(stream, 3, [&](int) {
+            gated_delta_rule_chunked(q.get<float>(), k.get<float>(), v.get<float>(), g.get<float>(), beta.get<float>(),
+                                     d, state.get<float>(), out.get<float>(), workspace.get(), stream);
+        });
+        auto gbs = [&](double us) { return bytes / us / 1e3; };
+        std::printf("%6lld | %12.1f %8.1f %6.2f | %12.1f %8.1f %6.2f %8.2f | %7.1f\n", (long long)T, rec, gbs(rec),
+                    100 * gbs(rec) / copy_gbs, chk, gbs(chk), 100 * gbs(chk) / copy_gbs, flops / chk / 1e6, rec / chk);
+    }
+}
+
+void bench_attention(cudaStream_t stream, Timer& timer) {
+    std::printf("\n== 4. attention prefill, Qwen3.5-27B (24/4 heads, d 256); TFLOP/s = 4·d·H·Σ visible, %% of %.0f fp32\n",
+                kFp32PeakTflops);
+    std::printf("%6s %7s | %12s %8s | %12s %8s %6s | %7s\n", "T", "n_past", "decode-style", "TFLOP/s", "prefill us",
+                "TFLOP/s", "%", "speedup");
+    struct Run {
+        int64_t T, past;
+    };
+    for (const Run r : {Run{512, 0}, Run{4096, 0}, Run{512, 8192}}) {
+        const AttentionDims d{r.T, r.past, 24, 4, 256};
+        const int64_t n_kv = r.past + r.T;
+        DeviceBuffer q = upload(random_floats(size_t(r.T * 24 * 256), 1, -1.0f, 1.0f));
+        DeviceBuffer k = upload(random_floats(size_t(n_kv * 4 * 256), 2, -1.0f, 1.0f));
+        DeviceBuffer v = upload(random_floats(size_t(n_kv * 4 * 256), 3, -1.0f, 1.0f));
+        DeviceBuffer gate = upload(random_floats(size_t(r.T * 24 * 256), 4, -2.0f, 2.0f));
+        DeviceBuffer out(size_t(r.T * 24 * 256) * sizeof(float));
+        const double visible = double(r.T) * double(r.past) + double(r.T) * double(r.T + 1) / 2;
+        const double flops = 4.0 * 256 * 24 * visible;
+        const double old_us = timer.graph_us(stream, 2, [&](int) {
+            attention(q.get<float>(), k.get<float>(), v.get<float>(), gate.get<float>(), d, out.get<float>(), stream);
+        });
+        const double new_us = timer.graph_us(stream, 2, [&](int) {
+            attention_prefill(q.get<float>(), k.get<float>(), v.get<float>(), gate.get<float>(), d, out.get<float>(), stream);
+        });
+        std::printf("%6lld %7lld | %12.1f %8.2f | %12.1f %8.2f %6.1f | %7.1f\n", (long long)r.T, (long long)r.past, old_us,
+                    flops / old_us / 1e6, new_us, flops / new_us / 1e6, 100 * flops / new_us / 1e6 / kFp32PeakTflops,
+                    old_us / new_us);
+    }
+}
+
+}  // namespace
+
+int main() {
+    if (device_count() == 0) {
+        std::puts("bench_prefill_cuda: no CUDA device");
+        return 0;
+    }
+    try {
+        cudaDeviceProp prop{};
+        cuda_check(cudaGetDeviceProperties(&prop, 0), "properties");
+        cudaStream_t stream{};
+        cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+        Timer timer;
+        const double copy_gbs = copy_bandwidth_gbs(stream);
+        std::printf("device: %s, %d SMs, L2 %.0f MiB; D2D copy %.0f GB/s (read + write)\n", device_summary().c_str(),
+                    prop.multiProcessorCount, prop.l2CacheSize / 1048576.0, copy_gbs);
+        bench_gemm(stream, timer);
+        bench_crossover(stream, timer, size_t(prop.l2CacheSize));
+        bench_delta_rule(stream, timer, copy_gbs);
+        bench_attention(stream, timer);
+        cudaStreamDestroy(stream);
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_prefill_cuda: %s\n", e.what());
+        return 1;
+    }
+    return 0;
+}
+#endif

@@ -1,0 +1,149 @@
+#include "cli/bench_report.h"
+
+#include "core/error.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace deltabit::cli {
+
+namespace {
+
+// The columns bench_gemv_cuda's rows started the file with, then the ones `deltabit bench` adds.
+constexpr const char* kBaseColumns = "date\tcommit\tgpu\tbench\tgeometry\tdepth\ttype\tshape\tus\tGB_s\tpct_of_copy_bw\tnote";
+constexpr const char* kAddedColumns = "tok_s\ttflop_s\tpct_of_bf16_peak\tbytes_per_token\tpeak_mem_GiB";
+
+std::string optional_text(const std::optional<double>& v, const char* format_spec) {
+    return v ? fmt::format(fmt::runtime(format_spec), *v) : std::string();
+}
+
+// A note must stay one TSV field.
+std::string field(std::string s) {
+    for (char& c : s)
+        if (c == '\t' || c == '\n' || c == '\r') c = ' ';
+    return s;
+}
+
+std::string history_row(const BenchReport& r, const BenchMeasurement& m) {
+    const std::string gpu = fmt::format("{} (copy {:.0f} GB/s)", r.gpu, r.copy_gb_s);
+    return fmt::format("{}\t{}\t{}\tdeltabit bench\t{}\t{}\t{}\t{}\t{:.2f}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{:.2f}", r.date,
+                       r.commit, field(gpu), field(r.model), m.depth, r.weight_type, m.test, m.unit_us,
+                       optional_text(m.gb_s, "{:.0f}"), optional_text(m.pct_of_copy_bandwidth, "{:.1f}"),
+                       field(m.note), optional_text(m.tokens_per_s, "{:.1f}"), optional_text(m.tflop_s, "{:.2f}"),
+                       optional_text(m.pct_of_bf16_peak, "{:.2f}"), optional_text(m.bytes_per_token, "{:.0f}"),
+                       m.peak_memory_gib);
+}
+
+std::string read_all(const std::filesystem::path& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) fail("bench: {}: cannot open for reading", path.string());
+    std::ostringstream s;
+    s << in.rdbuf();
+    return s.str();
+}
+
+void write_all(const std::filesystem::path& path, const std::string& text, std::ios::openmode mode) {
+    std::ofstream out(path, std::ios::binary | mode);
+    if (!out) fail("bench: {}: cannot open for writing", path.string());
+    out << text;
+    if (!out.flush()) fail("bench: {}: write failed", path.string());
+}
+
+std::string cell(const std::optional<double>& v, const char* format_spec) {
+    return v ? fmt::format(fmt::runtime(format_spec), *v) : "-";
+}
+
+std::string duration_text(double seconds) {
+    return seconds < 1.0 ? fmt::format("{:.2f} ms", seconds * 1e3) : fmt::format("{:.2f} s", seconds);
+}
+
+}  // namespace
+
+std::string history_header() { return std::string(kBaseColumns) + "\t" + kAddedColumns; }
+
+void append_history(const std::filesystem::path& path, const BenchReport& report) {
+    std::string rows;
+    for (const BenchMeasurement& m : report.measurements) rows += history_row(report, m) + "\n";
+    if (!std::filesystem::exists(path)) {
+        write_all(path, history_header() + "\n" + rows, std::ios::trunc);
+        return;
+    }
+    const std::string text = read_all(path);
+    const size_t eol = text.find('\n');
+    const std::string header = text.substr(0, eol);
+    if (header == history_header()) {
+        write_all(path, (text.empty() || text.back() == '\n' ? "" : "\n") + rows, std::ios::app);
+        return;
+    }
+    if (header != kBaseColumns)
+        fail("bench: {}: the header is neither the bench history's nor its older 12-column form; not appending "
+             "(expected: {})", path.string(), history_header());
+    // Older header: extend it in a copy, then replace the file, so a crash leaves one or the other whole.
+    std::string upgraded = history_header() + (eol == std::string::npos ? "\n" : text.substr(eol));
+    if (upgraded.back() != '\n') upgraded += '\n';
+    const std::filesystem::path temporary = path.string() + ".tmp";
+    write_all(temporary, upgraded + rows, std::ios::trunc);
+    std::filesystem::rename(temporary, path);
+}
+
+void print_report(const BenchReport& r) {
+    fmt::print("deltabit bench: {} ({}, {:.2f} B parameters, {:.2f} GB stored, KV cache {})\n", r.model, r.weight_type,
+               r.parameters / 1e9, double(r.stored_bytes) / 1e9, r.kv_format);
+    if (!r.model_description.empty()) fmt::print("  {}\n", r.model_description);
+    fmt::print("device: {}; copy bandwidth {:.0f} GB/s (read + write)", r.device_summary, r.copy_gb_s);
+    if (r.bf16_peak_tflop_s > 0) fmt::print("; bf16 tensor peak {:.0f} TFLOP/s", r.bf16_peak_tflop_s);
+    fmt::print("\nbuilt in {:.1f} s, uploaded in {:.1f} s; decode path: {}\n\n", r.build_seconds, r.upload_seconds,
+               r.decode_path);
+    fmt::print("{:<7} {:>6} {:>6} {:>10} {:>9} {:>8} {:>6} {:>9} {:>6} {:>6} {:>8}  {}\n", "test", "depth", "tokens",
+               "time", "tok/s", "TFLOP/s", "%bf16", "MB/token", "GB/s", "%copy", "peak GiB", "note");
+    for (const BenchMeasurement& m : r.measurements) {
+        fmt::print("{:<7} {:>6} {:>6} {:>10} {:>9} {:>8} {:>6} {:>9} {:>6} {:>6} {:>8.2f}  {}\n", m.test, m.depth,
+                   m.tokens, duration_text(m.seconds), cell(m.tokens_per_s, "{:.1f}"), cell(m.tflop_s, "{:.2f}"),
+                   cell(m.pct_of_bf16_peak, "{:.2f}"),
+                   cell(m.bytes_per_token ? std::optional<double>(*m.bytes_per_token / 1e6) : std::nullopt, "{:.1f}"),
+                   cell(m.gb_s, "{:.0f}"), cell(m.pct_of_copy_bandwidth, "{:.1f}"), m.peak_memory_gib, m.note);
+    }
+    for (const std::string& note : r.notes) fmt::print("note: {}\n", note);
+}
+
+nlohmann::json report_to_json(const BenchReport& r) {
+    using nlohmann::json;
+    auto optional = [](const std::optional<double>& v) { return v ? json(*v) : json(); };
+    json measurements = json::array();
+    for (const BenchMeasurement& m : r.measurements) {
+        measurements.push_back({{"test", m.test},
+                                {"depth", m.depth},
+                                {"tokens", m.tokens},
+                                {"seconds", m.seconds},
+                                {"unit_us", m.unit_us},
+                                {"tokens_per_s", optional(m.tokens_per_s)},
+                                {"tflop_s", optional(m.tflop_s)},
+                                {"pct_of_bf16_peak", optional(m.pct_of_bf16_peak)},
+                                {"bytes_per_token", optional(m.bytes_per_token)},
+                                {"gb_s", optional(m.gb_s)},
+                                {"pct_of_copy_bandwidth", optional(m.pct_of_copy_bandwidth)},
+                                {"peak_memory_gib", m.peak_memory_gib},
+                                {"note", m.note}});
+    }
+    return {{"date", r.date},
+            {"commit", r.commit},
+            {"gpu", r.gpu},
+            {"device", r.device_summary},
+            {"copy_gb_s", r.copy_gb_s},
+            {"bf16_peak_tflop_s", r.bf16_peak_tflop_s > 0 ? json(r.bf16_peak_tflop_s) : json()},
+            {"model", r.model},
+            {"model_description", r.model_description},
+            {"weight_type", r.weight_type},
+            {"kv_format", r.kv_format},
+            {"parameters", r.parameters},
+            {"stored_bytes", r.stored_bytes},
+            {"decode_path", r.decode_path},
+            {"build_seconds", r.build_seconds},
+            {"upload_seconds", r.upload_seconds},
+            {"measurements", std::move(measurements)},
+            {"notes", r.notes}};
+}
+
+}  // namespace deltabit::cli

@@ -1,0 +1,63 @@
+// What `deltabit bench` measured, and the three ways it is reported: a text table (stdout), one JSON
+// object (--json) and rows appended to bench/history.tsv.
+//
+// history.tsv keeps the columns the micro-benchmarks started it with (date … note) and extends them on
+// the right (tok_s … peak_mem_GiB); rows written before the extension simply end early. A file whose
+// header is the older 12-column one gets the extended header line on the first append (every other
+// line untouched). Fields that do not apply to a row (GB/s of a prefill) are left empty.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace deltabit::cli {
+
+// One figure: a prefill (pp512), a decode run (tg128 at a depth) or a time to first token (ttft16).
+struct BenchMeasurement {
+    std::string test;        // "pp512", "tg128", "ttft16"
+    int64_t depth = 0;       // tokens already in the sequence before the measured ones
+    int64_t tokens = 0;      // tokens the measured operation consumed (pp: the prompt; tg: decode steps)
+    double seconds = 0;      // the measured operation: the whole prompt, all decode steps, or to first token
+    double unit_us = 0;      // history's `us`: pp the prompt, tg one decode step, ttft the first token
+    std::optional<double> tokens_per_s;
+    std::optional<double> tflop_s, pct_of_bf16_peak;                    // prefill
+    std::optional<double> bytes_per_token, gb_s, pct_of_copy_bandwidth;  // decode
+    double peak_memory_gib = 0;  // device-wide, during this measurement (and the filling before it)
+    std::string note;
+};
+
+struct BenchReport {
+    std::string date;    // UTC, YYYY-MM-DD
+    std::string commit;  // git short hash, or "unknown"
+    std::string gpu;     // "NVIDIA H200"
+    std::string device_summary;
+    double copy_gb_s = 0;
+    double bf16_peak_tflop_s = 0;  // 0 when unknown for this GPU
+    std::string model;             // geometry name or model file name
+    std::string model_description;
+    std::string weight_type;       // "q1_0" (the type of most matrix bytes)
+    std::string kv_format;         // "f32", "f16"
+    double parameters = 0;
+    uint64_t stored_bytes = 0;
+    std::string decode_path;       // what the decode steps ran as (graph replays / eager), for habit 16
+    double build_seconds = 0, upload_seconds = 0;
+    std::vector<BenchMeasurement> measurements;
+    std::vector<std::string> notes;  // tests skipped and why (printed and in JSON; not history rows)
+};
+
+void print_report(const BenchReport& report);
+nlohmann::json report_to_json(const BenchReport& report);
+
+// Appends one row per measurement to the TSV at `path` (created with its header when absent).
+// Error naming the file when it cannot be written or its header is neither form above.
+void append_history(const std::filesystem::path& path, const BenchReport& report);
+
+// The header line, without its newline.
+std::string history_header();
+
+}  // namespace deltabit::cli

@@ -1,0 +1,258 @@
+// `deltabit bench`: prefill, first-token and decode speed on the GPU, read against the card's measured
+// copy bandwidth and tensor-core peak, appended to bench/history.tsv (docs/bench.md).
+//
+//   deltabit bench (-m MODEL | --geometry NAME) [--type q1_0] [--json] [--depths 0,4096,32768]
+//                  [--prompts 512,4096] [--kv f32|f16] [--fill auto|prefill|synthetic]
+//                  [--prompt-budget S] [--fill-budget S] [--max-seconds S]
+//                  [--no-history | --history FILE] [--commit HASH] [--seed N]
+//
+// --geometry builds a random-bit model of a real shape in memory (models/synthetic_model.h), so the
+// flagship shapes are measured without downloading them. Without a usable GPU the command says so and
+// exits non-zero: there is no CPU bench. Progress goes to stderr; the table (or JSON) to stdout.
+#include "cli/bench_gpu.h"
+#include "cli/bench_report.h"
+#include "cli/commands.h"
+#include "core/error.h"
+#include "models/inference_cost.h"
+#include "models/model.h"
+#include "models/synthetic_model.h"
+
+#if DELTABIT_HAVE_CUDA
+#include "models/model_cuda.h"
+#endif
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace deltabit::cli {
+namespace {
+
+struct BenchArgs {
+    std::string model;
+    std::string geometry;
+    std::string type = "q1_0";
+    bool json = false;
+    std::string depths = "0,4096,32768";
+    std::string prompts = "512,4096";
+    std::string kv = "f32";
+    std::string fill = "auto";
+    bool no_history = false;
+    std::string history = std::string(DELTABIT_SOURCE_DIR) + "/bench/history.tsv";
+    std::string commit;
+    uint64_t seed = 1;
+    double prompt_budget = 60.0, fill_budget = 45.0, max_seconds = 240.0;
+};
+
+// "0,4096,32768" → {0, 4096, 32768}; every value ≥ `minimum`.
+std::vector<int64_t> parse_counts(const std::string& text, const char* option, int64_t minimum) {
+    std::vector<int64_t> values;
+    size_t start = 0;
+    while (start <= text.size()) {
+        const size_t comma = std::min(text.find(',', start), text.size());
+        const std::string item = text.substr(start, comma - start);
+        if (item.empty() || item.size() > 9 || item.find_first_not_of("0123456789") != std::string::npos)
+            fail("bench: {} {:?}: expected comma-separated whole numbers, found {:?}", option, text, item);
+        values.push_back(std::stoll(item));
+        if (values.back() < minimum) fail("bench: {} {:?}: {} is below the minimum {}", option, text, item, minimum);
+        start = comma + 1;
+    }
+    return values;
+}
+
+DepthFill parse_fill(const std::string& s) {
+    if (s == "auto") return DepthFill::automatic;
+    if (s == "prefill") return DepthFill::prefill;
+    if (s == "synthetic") return DepthFill::synthetic;
+    fail("bench: --fill {:?}: expected auto, prefill or synthetic", s);
+}
+
+// The arguments, checked on any machine before a GPU is looked for.
+BenchPlan plan_from(const BenchArgs& args) {
+    if (args.model.empty() == args.geometry.empty())
+        fail("bench: give exactly one of -m MODEL or --geometry NAME (geometries: bonsai-27b, bonsai-8b, "
+             "bonsai-4b, qwen35-0.8b, tiny-qwen35, tiny-qwen3)");
+    if (!args.geometry.empty()) find_geometry(args.geometry);
+    BenchPlan plan;
+    plan.depths = parse_counts(args.depths, "--depths", 0);
+    plan.prompt_lengths = parse_counts(args.prompts, "--prompts", 2);
+    const std::optional<KvFormat> kv = parse_kv_format(args.kv);
+    if (!kv || *kv == KvFormat::kivi4) fail("bench: --kv {:?}: expected f32 or f16 (the GPU's KV formats)", args.kv);
+    plan.kv = *kv;
+    plan.fill = parse_fill(args.fill);
+    plan.seed = args.seed;
+    for (const auto& [value, option] : {std::pair{args.prompt_budget, "--prompt-budget"},
+                                        std::pair{args.fill_budget, "--fill-budget"},
+                                        std::pair{args.max_seconds, "--max-seconds"}})
+        if (!(value > 0)) fail("bench: {} {}: must be a positive number of seconds", option, value);
+    plan.prompt_budget_s = args.prompt_budget;
+    plan.fill_budget_s = args.fill_budget;
+    plan.max_seconds = args.max_seconds;
+    return plan;
+}
+
+#if DELTABIT_HAVE_CUDA
+
+void progress(const std::string& line) {
+    std::fputs(("bench: " + line + "\n").c_str(), stderr);
+    std::fflush(stderr);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+std::string utc_date() {
+    const std::time_t now = std::time(nullptr);
+    std::tm utc{};
+    gmtime_r(&now, &utc);
+    char text[16];
+    std::strftime(text, sizeof text, "%Y-%m-%d", &utc);
+    return text;
+}
+
+std::string command_output(const std::string& command) {
+    FILE* pipe = popen(command.c_str(), "r");
+    if (pipe == nullptr) return "";
+    std::string out;
+    char buffer[256];
+    while (fgets(buffer, sizeof buffer, pipe) != nullptr) out += buffer;
+    pclose(pipe);
+    while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+    return out;
+}
+
+// The source tree's commit, "+dirty" when tracked files differ from it; "unknown" without git (the
+// GPU machines get a copy of the tree without its history: pass --commit there).
+std::string source_commit() {
+    const std::string dir = DELTABIT_SOURCE_DIR;
+    const std::string hash = command_output("git -C '" + dir + "' rev-parse --short HEAD 2>/dev/null");
+    if (hash.empty()) return "unknown";
+    const bool dirty = !command_output("git -C '" + dir + "' status --porcelain --untracked-files=no 2>/dev/null").empty();
+    return dirty ? hash + "+dirty" : hash;
+}
+
+// The dtype holding most of the matrix bytes: the history's `type` column.
+std::string main_weight_type(const ModelWeights& weights) {
+    std::map<DType, uint64_t> bytes;
+    for (const auto& [name, t] : weights.tensors())
+        if (t.shape.size() >= 2) bytes[t.dtype] += t.bytes;
+    DType best = DType::F32;
+    uint64_t most = 0;
+    for (const auto& [dtype, n] : bytes)
+        if (n > most) most = n, best = dtype;
+    return std::string(dtype_name(best));
+}
+
+// The model to measure, and what the report says about it.
+std::unique_ptr<Model> build_model(const BenchArgs& args, BenchReport& report) {
+    const auto start = std::chrono::steady_clock::now();
+    std::unique_ptr<Model> model;
+    if (!args.geometry.empty()) {
+        const Geometry& g = find_geometry(args.geometry);
+        const std::optional<DType> type = parse_dtype(args.type);
+        if (!type) fail("bench: --type {:?}: not a type name (q1_0, q2_0, q4_0, q8_0)", args.type);
+        progress(fmt::format("building {} with random {} weights in memory", g.name, dtype_name(*type)));
+        model = std::make_unique<Model>(synthetic_weights(g.config, g.name, {.matrix_dtype = *type, .seed = args.seed}));
+        report.model = g.name;
+        report.model_description = g.description;
+    } else {
+        progress(fmt::format("loading {}", args.model));
+        model = std::make_unique<Model>(Model::load(args.model));
+        report.model = std::filesystem::path(args.model).filename().string();
+        report.model_description = args.model;
+    }
+    report.build_seconds = seconds_since(start);
+    report.weight_type = main_weight_type(model->weights());
+    progress(fmt::format("  {:.1f} s", report.build_seconds));
+    return model;
+}
+
+void run_bench(const BenchArgs& args) {
+    const BenchPlan plan = plan_from(args);
+    const GpuProbe gpu = probe_gpu();
+    progress(fmt::format("  {}: {:.0f} GB/s", gpu.summary, gpu.copy_gb_s));
+
+    BenchReport report;
+    report.date = utc_date();
+    report.commit = args.commit.empty() ? source_commit() : args.commit;
+    report.gpu = gpu.name;
+    report.device_summary = gpu.summary;
+    report.copy_gb_s = gpu.copy_gb_s;
+    report.bf16_peak_tflop_s = gpu.bf16_peak_tflop_s;
+    report.kv_format = std::string(kv_format_name(plan.kv));
+
+    std::unique_ptr<Model> model = build_model(args, report);
+    const InferenceCost cost(model->weights(), plan.kv == KvFormat::f16 ? 2 : 4);
+    report.parameters = cost.parameters();
+    report.stored_bytes = cost.stored_weight_bytes();
+    progress(fmt::format("uploading {:.2f} GB to the GPU (GEMV repack, checked)", double(report.stored_bytes) / 1e9));
+    const auto upload_start = std::chrono::steady_clock::now();
+    CudaModel cuda_model(*model);
+    report.upload_seconds = seconds_since(upload_start);
+    model.reset();  // the GPU copy is all the bench needs; release the host weights
+    progress(fmt::format("  {:.1f} s", report.upload_seconds));
+
+    report.measurements = run_gpu_bench(cuda_model, cost, plan, gpu, report.notes, report.decode_path);
+    if (args.json)
+        fmt::print("{}\n", report_to_json(report).dump(2));
+    else
+        print_report(report);
+    if (!args.no_history) {
+        append_history(args.history, report);
+        progress(fmt::format("appended {} rows to {}", report.measurements.size(), args.history));
+    }
+}
+
+#else
+
+void run_bench(const BenchArgs& args) {
+    plan_from(args);
+    fail("bench: this build has no CUDA backend; `deltabit bench` measures a GPU and there is no CPU bench "
+         "(rebuild with nvcc present and -DDELTABIT_CUDA=ON)");
+}
+
+#endif
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+    auto args = std::make_shared<BenchArgs>();
+    CLI::App* cmd = app.add_subcommand("bench", "Measure prefill, first-token and decode speed on the GPU");
+    cmd->add_option("-m,--model", args->model, "GGUF file or Hugging Face folder");
+    cmd->add_option("--geometry", args->geometry,
+                    "Random-bit model of a real shape: bonsai-27b, bonsai-8b, bonsai-4b, qwen35-0.8b "
+                    "(tiny-qwen35, tiny-qwen3 for smoke tests)");
+    cmd->add_option("--type", args->type, "Matrix type of a --geometry model: q1_0, q2_0, q4_0, q8_0")
+        ->default_str("q1_0");
+    cmd->add_flag("--json", args->json, "Print one JSON object instead of the table");
+    cmd->add_option("--depths", args->depths, "Context depths of the decode tests")->default_str("0,4096,32768");
+    cmd->add_option("--prompts", args->prompts, "Prompt lengths of the prefill tests")->default_str("512,4096");
+    cmd->add_option("--kv", args->kv, "KV cache format: f32 or f16")->default_str("f32");
+    cmd->add_option("--fill", args->fill,
+                    "How a decode test reaches its depth: prefill, synthetic (random KV, no model run), or auto "
+                    "(prefill unless projected over --fill-budget)")
+        ->default_str("auto");
+    cmd->add_option("--prompt-budget", args->prompt_budget,
+                    "Skip a prefill test projected (from the previous one) to take longer, in seconds")
+        ->default_str("60");
+    cmd->add_option("--fill-budget", args->fill_budget,
+                    "With --fill auto, fill a depth synthetically when its prefill is projected to take longer")
+        ->default_str("45");
+    cmd->add_option("--max-seconds", args->max_seconds, "Skip the tests that would start after this long measuring")
+        ->default_str("240");
+    cmd->add_flag("--no-history", args->no_history, "Do not append to the history file");
+    cmd->add_option("--history", args->history, "History file to append to")->default_str("bench/history.tsv");
+    cmd->add_option("--commit", args->commit, "Commit recorded in the history (default: git rev-parse --short HEAD)");
+    cmd->add_option("--seed", args->seed, "Seed of the random weights and prompts")->default_str("1");
+    cmd->callback([args] { run_bench(*args); });
+}
+
+}  // namespace deltabit::cli

@@ -1,0 +1,150 @@
+// `deltabit chat`: an interactive, multi-turn conversation with a model.
+//
+//   deltabit chat -m MODEL [--system TEXT] [--max-tokens N] [--thinking on|off] [--on-full drop-oldest|stop]
+//                 [--backend cpu|cuda|auto] [--kv f32|f16|kivi4] [--ctx N] [sampling options]
+//                 [--stop S]... [--json] [--quiet]
+//
+// Reads one line at a time from stdin: a message, or a /command (cmd_text_chat_loop.h); a line ending
+// in a backslash continues on the next, for messages of several lines. On a terminal
+// it prompts with "> " and streams each reply as it is made; from a pipe or file it reads one message
+// per line, echoes each line after "> " so the output reads as a transcript, and ends at end of input —
+// so scripts, tests and `make run` drive it the same way a user does. --json turns replies and /stats
+// into one JSON object per line on stdout. Notes, progress and errors go to stderr.
+#include "cli/cmd_text_chat_loop.h"
+#include "cli/cmd_text_prompt.h"
+#include "cli/commands.h"
+#include "cli/engine_options.h"
+#include "cli/progress.h"
+#include "cli/sampling_options.h"
+#include "core/error.h"
+#include "runtime/engine.h"
+#include "runtime/session.h"
+
+#include <fmt/format.h>
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace deltabit::cli {
+namespace {
+
+struct ChatArgs {
+    std::string model;
+    std::string system;
+    std::optional<int64_t> max_tokens;
+    SamplingParams sampling = default_sampling_params();
+    std::vector<std::string> stop;
+    std::string thinking;  // "", "on" or "off"
+    std::string on_full = "drop-oldest";
+    bool json = false;
+    bool quiet = false;
+    EngineArgs engine;
+    SequenceArgs sequence;
+};
+
+// One message from stdin: a line, or several when each but the last ends with a backslash (which
+// becomes a newline). False at the end of input. `echo` repeats the input after the prompt, so a
+// scripted chat's output reads as a transcript.
+bool read_message(bool interactive, bool echo, std::string& message) {
+    message.clear();
+    std::string line;
+    for (bool first = true;; first = false) {
+        if (interactive) {
+            fmt::print("{}", first ? "> " : ". ");
+            std::fflush(stdout);
+        }
+        if (!std::getline(std::cin, line)) {
+            if (interactive) fmt::print("\n");  // Ctrl-D leaves the cursor after the prompt
+            return !first;  // a message cut short by the end of input is still sent
+        }
+        if (line.ends_with('\r')) line.pop_back();  // input with Windows line ends
+        if (echo) {
+            fmt::print("{}{}\n", first ? "> " : ". ", line);
+            std::fflush(stdout);
+        }
+        const bool continued = line.ends_with('\\');
+        if (continued) line.pop_back();
+        message += line;
+        if (!continued) return true;
+        message += '\n';
+    }
+}
+
+void run_chat(const ChatArgs& args) {
+    // DESIGN.md §1 promises a small default model in models/; until it ships, say what to do instead.
+    if (args.model.empty())
+        fail("chat: no model given: use -m MODEL (a GGUF file or a Hugging Face folder). The repository's "
+             "default model has not shipped yet; after `make run`, `deltabit chat -m build/tiny-qwen35.q1_0.gguf "
+             "--max-tokens 32` chats with a tiny test model (random weights)");
+    if (args.max_tokens && *args.max_tokens < 1) fail("chat: --max-tokens {}: must be at least 1", *args.max_tokens);
+
+    const bool show_progress = !args.quiet && stderr_is_terminal();
+    std::unique_ptr<Engine> engine = open_engine_for(args.model, args.engine, show_progress);
+    // Checked here, not at the first message: a chat that cannot end a reply is useless from the start.
+    if (engine->config().eos_ids.empty() && !args.max_tokens)
+        fail("chat: {}: the model's metadata declares no EOS token, so a reply would never end on its own; "
+             "give --max-tokens N",
+             args.model);
+    const TextFrontEnd text = load_text_front_end(args.model, engine->config(), /*need_chat_template=*/true);
+    const SessionOptions session_options{.sequence = sequence_options(args.sequence, engine->config(), "chat"),
+                                         .checkpoints = {}};
+    Session session(*engine, session_options);
+
+    ChatSettings settings;
+    settings.generation.sampling = args.sampling;
+    settings.generation.max_tokens = args.max_tokens;
+    settings.generation.stop = args.stop;
+    if (!args.thinking.empty()) settings.thinking = args.thinking == "on";
+    settings.on_full = args.on_full == "stop" ? OnContextFull::stop : OnContextFull::drop_oldest;
+    settings.json = args.json;
+    settings.show_progress = show_progress;
+    settings.stdout_is_terminal = isatty(STDOUT_FILENO) == 1;
+    const bool interactive = isatty(STDIN_FILENO) == 1;
+    settings.interruptible = interactive;
+    ChatLoop loop(session, text, settings, args.system);
+
+    if (!args.quiet) {
+        for (const std::string& line : text.notes) fmt::print(stderr, "chat: note: {}\n", line);
+        fmt::print(stderr, "chat: {} on {}; kv {}, context {} tokens. {}/help lists commands.\n", args.model,
+                   engine->description(), kv_format_name(session_options.sequence.kv_format),
+                   session_options.sequence.max_positions,
+                   interactive ? "Type a message; Ctrl-D or /quit ends. " : "");
+    }
+
+    std::string message;
+    while (read_message(interactive, /*echo=*/!interactive && !args.json, message))
+        if (!loop.handle_line(message)) break;
+}
+
+}  // namespace
+
+void add_chat_command(CLI::App& app) {
+    auto args = std::make_shared<ChatArgs>();
+    CLI::App* cmd = app.add_subcommand("chat", "Chat with a model: multi-turn, streamed, with /commands (/help)");
+    cmd->add_option("-m,--model", args->model, "GGUF file or Hugging Face folder");
+    cmd->add_option("--system", args->system, "system message, kept for the whole conversation");
+    cmd->add_option("--max-tokens", args->max_tokens,
+                    "at most this many tokens per reply (required for a model without an EOS token)");
+    add_sampling_options(*cmd, args->sampling);
+    cmd->add_option("--stop", args->stop, "end a reply when its text contains this (repeatable)");
+    cmd->add_option("--thinking", args->thinking, "enable_thinking for the chat template (/thinking switches it)")
+        ->check(CLI::IsMember({"on", "off"}));
+    cmd->add_option("--on-full", args->on_full,
+                    "when the conversation outgrows the context: drop-oldest turns (never the system "
+                    "message) or stop (refuse the message)")
+        ->check(CLI::IsMember({"drop-oldest", "stop"}))
+        ->capture_default_str();
+    add_backend_option(*cmd, args->engine);
+    add_sequence_options(*cmd, args->sequence);
+    cmd->add_flag("--json", args->json, "replies and /stats as one JSON object per line on stdout (for scripts)");
+    cmd->add_flag("-q,--quiet", args->quiet, "no banner, notes or progress line on stderr");
+    cmd->callback([args] { run_chat(*args); });
+}
+
+}  // namespace deltabit::cli

@@ -1,0 +1,324 @@
+#include "cli/cmd_text_chat_loop.h"
+
+#include "cli/interrupt.h"
+#include "cli/progress.h"
+#include "core/error.h"
+#include "text/tokenizer_stream.h"
+#include "text/unicode.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
+
+namespace deltabit::cli {
+namespace {
+
+using nlohmann::ordered_json;
+
+std::string_view trim(std::string_view s) {
+    const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
+    while (!s.empty() && space(s.front())) s.remove_prefix(1);
+    while (!s.empty() && space(s.back())) s.remove_suffix(1);
+    return s;
+}
+
+void note(std::string_view line) {
+    fmt::print(stderr, "chat: {}\n", line);
+    std::fflush(stderr);
+}
+
+std::string mebibytes(int64_t bytes) { return fmt::format("{:.1f} MiB", double(bytes) / double(1 << 20)); }
+
+// Thrown from the token callback when the user pressed Ctrl-C; not an Error, so nothing but send()
+// catches it.
+struct ReplyInterrupted {};
+
+double tokens_per_s(int64_t steps, double ms) { return ms > 0.0 ? 1e3 * double(steps) / ms : 0.0; }
+
+// Text for a terminal: C0 control characters other than newline and tab (and DEL) become their
+// Unicode "control picture" (ESC → U+241B), so a model's stray escape sequence cannot take over the
+// user's terminal. Pipes and files get the text unchanged.
+std::string printable_on_terminal(std::string_view text) {
+    std::string out;
+    out.reserve(text.size());
+    for (const char ch : text) {
+        const auto c = static_cast<unsigned char>(ch);
+        if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7F) {
+            const char32_t picture = c == 0x7F ? 0x2421 : 0x2400 + c;  // U+2400..U+241F, U+2421
+            out += char(0xE0 | (picture >> 12));
+            out += char(0x80 | ((picture >> 6) & 0x3F));
+            out += char(0x80 | (picture & 0x3F));
+        } else {
+            out += ch;
+        }
+    }
+    return out;
+}
+
+constexpr std::string_view kHelp =
+    "commands:\n"
+    "  /thinking on|off  let the model think before it answers (the chat template's enable_thinking)\n"
+    "  /save FILE        save the conversation and the model's state to FILE\n"
+    "  /load FILE        continue a conversation saved by /save (same model and KV format)\n"
+    "  /reset            forget the conversation (the system message stays)\n"
+    "  /stats            context used, tokens reused and recomputed, checkpoints, decode speed\n"
+    "  /help             this list\n"
+    "  /quit             end the chat (Ctrl-D too)\n"
+    "a line ending in \\ continues the message on the next line; "
+    "a line starting with // is sent as a message starting with /\n";
+
+}  // namespace
+
+ChatLoop::ChatLoop(Session& session, const TextFrontEnd& text, ChatSettings settings, const std::string& system_prompt)
+    : session_(session), text_(text), settings_(std::move(settings)) {
+    conversation_.thinking = settings_.thinking;
+    if (!system_prompt.empty())
+        conversation_.messages.push_back({{"role", "system"}, {"content", text::utf8_repair(system_prompt)}});
+}
+
+bool ChatLoop::handle_line(std::string_view line) {
+    line = trim(line);
+    if (line.empty()) return true;
+    try {
+        if (line.starts_with("//")) {
+            send(std::string(line.substr(1)));
+        } else if (line.starts_with("/")) {
+            const size_t space = line.find_first_of(" \t");
+            const std::string_view name = line.substr(1, space == std::string_view::npos ? std::string_view::npos : space - 1);
+            const std::string_view argument = space == std::string_view::npos ? "" : trim(line.substr(space));
+            if (name == "quit" || name == "exit") return false;
+            command(name, argument);
+        } else {
+            send(std::string(line));
+        }
+    } catch (const Error& e) {
+        note(fmt::format("error: {}", e.what()));
+    }
+    return true;
+}
+
+void ChatLoop::command(std::string_view name, std::string_view argument) {
+    if (name == "help") {
+        print_help();
+    } else if (name == "stats") {
+        print_stats();
+    } else if (name == "thinking") {
+        if (argument == "on" || argument == "off") {
+            conversation_.thinking = argument == "on";
+            note(fmt::format("thinking {}", argument));
+        } else if (argument.empty()) {
+            note(fmt::format("thinking is {}",
+                             !conversation_.thinking ? "the chat template's default" : *conversation_.thinking ? "on" : "off"));
+        } else {
+            fail("/thinking {:?}: expected on or off", argument);
+        }
+    } else if (name == "reset") {
+        session_.reset();
+        ordered_json kept = ordered_json::array();
+        for (const ordered_json& m : conversation_.messages)
+            if (m["role"] == "system") kept.push_back(m);
+        conversation_.messages = std::move(kept);
+        last_turn_.reset();
+        note("conversation cleared");
+    } else if (name == "save" || name == "load") {
+        if (argument.empty()) fail("/{} needs a file name: /{} FILE", name, name);
+        const std::string file(argument);
+        if (name == "save") {
+            save_chat_file(file, conversation_, session_);
+            note(fmt::format("saved {} messages ({} tokens of state) to {}", conversation_.messages.size(),
+                             session_.stats().position, file));
+        } else {
+            conversation_ = load_chat_file(file, session_);
+            last_turn_.reset();
+            note(fmt::format("loaded {} messages ({} tokens of state) from {}", conversation_.messages.size(),
+                             session_.stats().position, file));
+        }
+    } else {
+        fail("unknown command /{}; /help lists the commands (start a message with // to send a leading /)", name);
+    }
+}
+
+void ChatLoop::send(std::string message) {
+    // Whatever happens below, a failed or refused line leaves the conversation as it was.
+    const ordered_json before = conversation_.messages;
+    conversation_.messages.push_back({{"role", "user"}, {"content", text::utf8_repair(message)}});
+    std::optional<std::vector<int32_t>> prompt;
+    try {
+        prompt = fit_prompt();
+    } catch (...) {
+        conversation_.messages = before;
+        throw;
+    }
+    if (!prompt) {
+        conversation_.messages = before;
+        return;
+    }
+
+    text::StreamingDetokenizer detokenizer(*text_.tokenizer, text::DecodeOptions{.skip_special = true});
+    GenerationCallbacks callbacks;
+    callbacks.detokenize = [&](int32_t id) { return detokenizer.push(id); };
+    callbacks.detokenize_finish = [&] { return detokenizer.finish(); };
+    ProgressLine progress(fmt::format("prefill ({} tokens of conversation)", prompt->size()), settings_.show_progress);
+    bool streamed = false;
+    const InterruptScope interrupt_scope(settings_.interruptible);
+    callbacks.on_token = [&](int32_t, std::string_view piece) {
+        progress.finish();  // before the first byte of the reply reaches the terminal
+        if (interrupt_requested()) throw ReplyInterrupted{};
+        if (settings_.json || piece.empty()) return;
+        const std::string shown = settings_.stdout_is_terminal ? printable_on_terminal(piece) : std::string(piece);
+        std::fwrite(shown.data(), 1, shown.size(), stdout);
+        std::fflush(stdout);
+        streamed = true;
+    };
+
+    TurnResult turn;
+    try {
+        turn = session_.run_turn(*prompt, settings_.generation, callbacks);
+    } catch (const ReplyInterrupted&) {
+        // The session stays consistent (session.h); the next turn re-renders without this exchange.
+        progress.finish();
+        fmt::print("\n");
+        std::fflush(stdout);
+        conversation_.messages = before;
+        note("interrupted: the message and its partial reply are not kept");
+        return;
+    } catch (...) {
+        progress.finish();
+        if (streamed) fmt::print("\n");
+        conversation_.messages = before;
+        throw;
+    }
+    progress.finish();
+    const GenerationResult& reply = turn.generation;
+    conversation_.messages.push_back({{"role", "assistant"}, {"content", reply.text}});
+
+    if (settings_.json) {
+        ordered_json out;
+        out["reply"] = reply.text;
+        out["tokens"] = reply.tokens;
+        out["finish_reason"] = finish_reason_name(reply.finish);
+        out["prompt_tokens"] = turn.reuse.prompt_tokens;
+        out["reused"] = turn.reuse.reused;
+        out["recomputed"] = turn.reuse.recomputed;
+        fmt::print("{}\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    } else {
+        fmt::print("\n");
+    }
+    std::fflush(stdout);
+
+    const std::optional<int64_t>& limit = settings_.generation.max_tokens;
+    if (reply.finish == FinishReason::length && (!limit || int64_t(reply.tokens.size()) < *limit))
+        note(fmt::format("the reply was cut at the end of the context ({} tokens); {}", session_.stats().max_positions,
+                         settings_.on_full == OnContextFull::drop_oldest ? "the next message drops the oldest turns"
+                                                                         : "/reset to start over"));
+    decode_ms_total_ += reply.timings.decode_ms;
+    decode_steps_total_ += reply.timings.decode_steps;
+    last_turn_ = std::move(turn);
+}
+
+std::optional<std::vector<int32_t>> ChatLoop::fit_prompt() {
+    const int64_t capacity = session_.stats().max_positions;
+    int dropped_turns = 0;
+    for (;;) {
+        std::vector<int32_t> prompt = render();
+        const int64_t needed = int64_t(prompt.size()) + reply_reserve();
+        if (needed <= capacity) {
+            if (dropped_turns > 0)
+                note(fmt::format("context full: dropped the oldest {} turn{} (the conversation is now {} of {} tokens)",
+                                 dropped_turns, dropped_turns == 1 ? "" : "s", prompt.size(), capacity));
+            return prompt;
+        }
+        ordered_json& messages = conversation_.messages;
+        const size_t newest = messages.size() - 1;  // the message being sent
+        const size_t oldest = first_droppable();
+        if (oldest >= newest) {
+            note(fmt::format("this message does not fit: with {} tokens kept for the reply it needs {}, and the "
+                             "context holds {} (--ctx); not sent",
+                             reply_reserve(), needed, capacity));
+            return std::nullopt;
+        }
+        if (settings_.on_full == OnContextFull::stop) {
+            note(fmt::format("context full: with {} tokens kept for the reply the conversation needs {}, and the "
+                             "context holds {}; not sent (/reset starts over; --on-full drop-oldest drops old turns)",
+                             reply_reserve(), needed, capacity));
+            return std::nullopt;
+        }
+        // The oldest turn: a user message and every reply up to the next user message.
+        size_t end = oldest + 1;
+        while (end < newest && messages[end]["role"] != "user") ++end;
+        messages.erase(messages.begin() + long(oldest), messages.begin() + long(end));
+        ++dropped_turns;
+    }
+}
+
+std::vector<int32_t> ChatLoop::render() const {
+    text::ChatRequest request;
+    request.messages = conversation_.messages;
+    request.add_generation_prompt = true;
+    request.enable_thinking = conversation_.thinking;
+    return encode_rendered(text_, text_.chat_template->render(request));
+}
+
+int64_t ChatLoop::reply_reserve() const {
+    const int64_t capacity = session_.stats().max_positions;
+    const std::optional<int64_t>& limit = settings_.generation.max_tokens;
+    return limit ? std::min(*limit, capacity / 2) : capacity / 4;
+}
+
+size_t ChatLoop::first_droppable() const {
+    const ordered_json& messages = conversation_.messages;
+    size_t i = 0;
+    while (i < messages.size() && messages[i]["role"] == "system") ++i;
+    return i;
+}
+
+void ChatLoop::print_stats() const {
+    const SessionStats s = session_.stats();
+    const Engine& engine = session_.engine();
+    if (settings_.json) {
+        ordered_json out;
+        out["position"] = s.position;
+        out["capacity"] = s.max_positions;
+        out["backend"] = engine.backend_name();
+        out["kv_format"] = kv_format_name(s.kv_format);
+        if (last_turn_) {
+            const ReuseReport& r = last_turn_->reuse;
+            out["last_turn"] = {{"prompt_tokens", r.prompt_tokens},
+                                {"reused", r.reused},
+                                {"recomputed", r.recomputed},
+                                {"generated", last_turn_->generation.tokens.size()},
+                                {"decode_tokens_per_s", last_turn_->generation.timings.decode_tokens_per_s()}};
+        } else {
+            out["last_turn"] = nullptr;
+        }
+        out["total"] = {{"turns", s.turns},
+                        {"reused", s.tokens_reused},
+                        {"recomputed", s.tokens_recomputed},
+                        {"decode_tokens_per_s", tokens_per_s(decode_steps_total_, decode_ms_total_)}};
+        out["checkpoints"] = s.checkpoints;
+        out["checkpoint_bytes"] = s.checkpoint_bytes;
+        fmt::print("{}\n", ordered_json{{"stats", out}}.dump());
+        std::fflush(stdout);
+        return;
+    }
+    fmt::print("context      {} of {} tokens (kv {})\n", s.position, s.max_positions, kv_format_name(s.kv_format));
+    fmt::print("backend      {}\n", engine.description());
+    if (last_turn_) {
+        const ReuseReport& r = last_turn_->reuse;
+        const GenerationResult& g = last_turn_->generation;
+        fmt::print("last turn    {} prompt tokens: {} reused, {} recomputed; {} generated at {:.1f} tok/s\n",
+                   r.prompt_tokens, r.reused, r.recomputed, g.tokens.size(), g.timings.decode_tokens_per_s());
+    } else {
+        fmt::print("last turn    none yet\n");
+    }
+    fmt::print("all turns    {} turn{}: {} reused, {} recomputed; decode {:.1f} tok/s\n", s.turns,
+               s.turns == 1 ? "" : "s", s.tokens_reused, s.tokens_recomputed,
+               tokens_per_s(decode_steps_total_, decode_ms_total_));
+    fmt::print("checkpoints  {} ({})\n", s.checkpoints, mebibytes(s.checkpoint_bytes));
+    std::fflush(stdout);
+}
+
+void ChatLoop::print_help() const { fmt::print(stderr, "{}", kHelp); }
+
+}  // namespace deltabit::cli

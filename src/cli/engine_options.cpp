@@ -1,0 +1,51 @@
+#include "cli/engine_options.h"
+
+#include "cli/progress.h"
+#include "core/error.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <filesystem>
+
+namespace deltabit::cli {
+
+void add_backend_option(CLI::App& command, EngineArgs& args) {
+    command.add_option("--backend", args.backend, fmt::format("where the model runs: {}", kBackendChoices))
+        ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
+        ->capture_default_str();
+}
+
+void add_sequence_options(CLI::App& command, SequenceArgs& args) {
+    command.add_option("--kv", args.kv, "KV cache format: f32 (exact), f16, or kivi4 (KIVI 4-bit)")
+        ->check(CLI::IsMember({"f32", "f16", "kivi4"}))
+        ->capture_default_str();
+    command.add_option("--ctx", args.ctx,
+                       fmt::format("context capacity in tokens (default: the model's training context, at most {}; "
+                                   "{} when the model does not say)",
+                                   kDefaultContextCap, kFallbackContext));
+}
+
+int64_t default_context(const ModelConfig& config) {
+    if (config.context_length <= 0) return kFallbackContext;
+    return std::min(config.context_length, kDefaultContextCap);
+}
+
+SequenceOptions sequence_options(const SequenceArgs& args, const ModelConfig& config, std::string_view command) {
+    SequenceOptions options;
+    const std::optional<KvFormat> kv = parse_kv_format(args.kv);
+    if (!kv) fail("{}: --kv {:?}: expected f32, f16 or kivi4", command, args.kv);
+    options.kv_format = *kv;
+    options.max_positions = args.ctx.value_or(default_context(config));
+    if (options.max_positions < 2)
+        fail("{}: --ctx {}: the context must hold at least a prompt token and a reply", command, options.max_positions);
+    return options;
+}
+
+std::unique_ptr<Engine> open_engine_for(const std::string& model, const EngineArgs& args, bool show_progress) {
+    ProgressLine progress(fmt::format("loading {} ({})", std::filesystem::path(model).filename().string(), args.backend),
+                          show_progress, std::chrono::milliseconds(250));
+    return open_engine(model, args.backend);
+}
+
+}  // namespace deltabit::cli

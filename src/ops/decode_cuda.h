@@ -1,0 +1,130 @@
+// CUDA kernels of the batch-1 decode step (models/model_cuda.h captures the whole step as one CUDA
+// graph): fewer, fatter launches than the one-op-per-kernel twins in ops/ops_cuda.h, and every length
+// that changes from token to token (the position, the number of keys) read from device memory, so one
+// captured graph serves every position. Same conventions as ops/ops_cuda.h: device pointers, work
+// enqueued on `stream`, launch errors throw deltabit::Error naming the kernel.
+//
+// The CPU references are the ordinary ops (ops/attention.h, conv1d.h, l2_norm.h, gdn_gates.h,
+// delta_rule.h, gated_rms_norm.h, rms_norm.h, rope.h); each kernel below says which chain it fuses.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ops/delta_rule.h"
+
+namespace deltabit::cuda {
+
+// Element type of a KV cache on the device: f32, or IEEE half rounded to nearest even (the values are
+// rounded when stored; attention reads the stored values and computes in f32).
+enum class KvElement : uint8_t { f32, f16 };
+inline size_t kv_element_bytes(KvElement e) { return e == KvElement::f32 ? 4 : 2; }
+
+// ---- attention over a KV cache (attention_decode_cuda.cu) ----
+//
+//   q      [T][n_head][head_dim]        normed and roped
+//   k, v   [capacity][n_kv_head][head_dim] in `kv` elements, positions 0 .. n_past+T−1 filled
+//   gate   token t, head h, dim i at gate[t·n_head·gate_head_stride + h·gate_head_stride + i], or nullptr
+//   out    [T][n_head][head_dim]
+//   n_past one int32 on the device: token t attends keys 0 .. n_past + t (ops/attention.h's rule)
+//
+// Split-K: block (token, kv head, split) walks one contiguous slice of the keys for ALL the query heads
+// of its kv head (GQA: each key and value row is read once per token, not once per query head), keeping
+// an online softmax per query head in base 2; a combine kernel merges the splits (max-rescaled sums, in
+// a fixed order, so results are deterministic). The grid is planned for `max_keys` keys (the KV capacity
+// under a CUDA graph); the slice length is computed on the device from the real length, so every split
+// has work at any depth and blocks past the end exit at once.
+// head_dim <= 256; n_head a multiple of n_kv_head with at most 8 query heads per kv head.
+inline constexpr int64_t kAttentionDecodeMaxHeadDim = 256;
+inline constexpr int64_t kAttentionDecodeMaxGroup = 8;
+
+// How a split's block works through its keys (both write the same partials; tests check both):
+//   dims_across_lanes  each warp takes two keys at a time, lane i holding dims [i·P, i·P + P) of q, k, v;
+//                      a score needs a 5-step butterfly per query head per key.
+//   keys_across_lanes  each warp takes 32 keys at a time, lane j computing key j's scores for every
+//                      query head from q in shared memory (no butterflies), then the weighted sum of V
+//                      with lanes over dims again (one shuffle per key and head to broadcast p).
+// Measured on an H200, Bonsai-27B geometry (tests/cuda/test_decode_perf.cpp, 2026-11-29), split + combine:
+//   depth 32K: f16 cache 130 µs keys / 159 µs dims, f32 168 / 175 (the one-block-per-head kernel: 3775);
+//   depth 4K:  f16 34 / 29, f32 37 / 31 (the old kernel: 485).
+// keys_across_lanes is the default: deep contexts are where attention costs; both are far from the copy
+// roofline (24% at 32K f16), latency-bound per warp — tensor-core scoring is the next step.
+enum class AttentionDecodeVariant : uint8_t { dims_across_lanes, keys_across_lanes };
+
+struct CachedAttentionDims {
+    int64_t n_tokens = 1;
+    int64_t n_head = 0;
+    int64_t n_kv_head = 0;
+    int64_t head_dim = 0;
+    int64_t max_keys = 0;          // n_past + n_tokens never exceeds this (the grid is planned for it)
+    int64_t gate_head_stride = 0;  // distance between heads in `gate` (head_dim, or 2·head_dim inside q_proj)
+    AttentionDecodeVariant variant = AttentionDecodeVariant::keys_across_lanes;
+};
+
+// Splits per (token, kv head) the launch uses, and the scratch (floats) it needs for the partial results.
+int64_t attention_decode_splits(const CachedAttentionDims& dims);
+size_t attention_decode_scratch_floats(const CachedAttentionDims& dims);
+
+void attention_cached(const float* q, const void* k_cache, const void* v_cache, KvElement kv, const float* gate,
+                      const int32_t* n_past, const CachedAttentionDims& dims, float* scratch, float* out,
+                      cudaStream_t stream);
+
+// The decode step's attention prologue, one launch for what the prompt path does with a split, two
+// rms_norms, two ropes and the cache stores: for the one new token at position *position,
+//   q_out[h]            = rope(rms_norm(q_full[h·q_head_stride ..][0 .. head_dim), q_norm))
+//   k_cache[position]   = rope(rms_norm(k_raw, k_norm))   converted to `kv`
+//   v_cache[position]   = v_raw                           converted to `kv`
+// Norms as cuda::rms_norm (plain weight), rope as cuda::rope_neox (fp32 angle, double rotation).
+struct AttentionPrologueDims {
+    int64_t n_head = 0, n_kv_head = 0, head_dim = 0;
+    int64_t q_head_stride = 0;  // head_dim, or 2·head_dim when q_proj interleaves the output gate
+    int64_t rope_dim = 0;
+    float rope_theta = 0.0f;
+    float rms_eps = 0.0f;
+};
+void attention_decode_prologue(const float* q_full, const float* k_raw, const float* v_raw, const float* q_norm,
+                               const float* k_norm, const int32_t* position, const AttentionPrologueDims& dims,
+                               KvElement kv, void* k_cache, void* v_cache, float* q_out, cudaStream_t stream);
+
+// Prompt path with a half cache: rows [T][n_kv_head·head_dim] of f32 keys/values stored at positions
+// n_past .. n_past+T−1 (n_past on the device), converted to `kv`.
+void kv_store(const float* rows, int64_t n_tokens, int64_t row_elems, const int32_t* n_past, KvElement kv,
+              void* cache, cudaStream_t stream);
+
+// ---- gated DeltaNet decode step (gdn_decode_cuda.cu) ----
+// Two launches instead of ten. They cannot be one: the conv window of a key head's q/k channels is
+// shared by the several value heads that read that key head, and rolling it in place races with the
+// blocks still reading the old window unless every reader has finished — the launch boundary is that
+// barrier.
+struct GdnDecodeDims {
+    int64_t n_key_heads = 0, n_value_heads = 0, key_dim = 0, value_dim = 0, conv_kernel = 0;
+    cpu::KeyHeadMap key_head_map = cpu::KeyHeadMap::tiled;
+};
+inline constexpr int64_t kGdnDecodeMaxKeyDim = 256;
+inline constexpr int64_t kGdnDecodeMaxValueDim = 1024;
+inline constexpr int64_t kGdnDecodeMaxConvKernel = 8;
+
+// conv1d_causal_silu (T = 1, state rolled) → l2_norm of every q and k head (eps l2_eps) → gdn_gates.
+//   mixed [C] = [q (H_k·d_k) | k (H_k·d_k) | v (H_v·d_v)], conv_w [C][K], conv_state [K−1][C]
+//   q, k [H_k][d_k] normed; v [H_v][d_v]; beta, g [H_v]
+void gdn_decode_prepare(const float* mixed, const float* b, const float* a, const float* conv_w, float* conv_state,
+                        const float* ssm_a, const float* dt_bias, const GdnDecodeDims& dims, float l2_eps, float* q,
+                        float* k, float* v, float* beta, float* g, cudaStream_t stream);
+
+// gated_delta_rule_recurrent (T = 1) → gated_rms_norm(o, z, norm_w, eps): one block per value head
+// holds the head's whole state, reads and writes it once, and norms the head's output in place.
+//   z, out [H_v][d_v]; state [H_v][d_k][d_v]
+void gdn_decode_recurrent(const float* q, const float* k, const float* v, const float* beta, const float* g,
+                          const float* z, const float* norm_w, float norm_eps, const GdnDecodeDims& dims,
+                          float* state, float* out, cudaStream_t stream);
+
+// ---- argmax (argmax_cuda.cu) ----
+// The index of the largest of x[0 .. n), ties to the lowest index — sampling/sampler.h's
+// argmax_lowest_id exactly, NaN included (a NaN never wins; NaN at index 0 makes the answer 0).
+// `scratch` holds argmax_scratch_bytes(n) bytes; the result lands in *out (device).
+size_t argmax_scratch_bytes(int64_t n);
+void argmax(const float* x, int64_t n, void* scratch, int32_t* out, cudaStream_t stream);
+
+}  // namespace deltabit::cuda

@@ -1,0 +1,120 @@
+// Prefill (T > 1) fast paths on the GPU: the same contracts as the CPU references (ops/matmul.h,
+// ops/delta_rule.h, ops/attention.h) with every pointer on the device, built for many tokens at once.
+// Decode keeps its own kernels (ops/matmul_cuda.h, ops/ops_cuda.h); the model picks by T.
+//
+//   gemm_quant_cuda.cu            y = x · Wᵀ for quantised W on int8 tensor cores
+//   delta_rule_chunked_cuda.cu    the gated delta rule in chunks of 64 (the WY form)
+//   attention_prefill_cuda.cu     causal GQA attention, flash-style (online softmax over key tiles)
+//
+// Common to all: work is enqueued on `stream`, nothing waits; a launch error throws deltabit::Error
+// naming the kernel; any length that fits in memory runs (grid-stride loops over tiles, grids capped
+// as in ops/cuda_launch.h: a launch never exceeds a device limit).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cuda_buffer.h"
+#include "ops/matmul_cuda.h"
+#include "ops/ops_cuda.h"  // AttentionDims, DeltaRuleDims
+
+namespace deltabit::cuda {
+
+// ---- quantised GEMM (gemm_quant_cuda.cu) ----
+//
+//   x  [T][K]  f32, quantised per row and per group of 128 exactly as the decode GEMV does
+//              (quantize_activations, matmul_cuda.h): q int8, scale = max|x|/127
+//   w  W[N][K] GemvWeightView (the GEMV layout of ops/weight_repack.h; no second copy of the weights)
+//   y  [T][N]  f32
+//
+// Numerics: per output, per weight-scale group (128 weights for Q1_0 and Q2_0, 64 for Q2_0_G64, 32
+// for Q4_0 and Q8_0) one exact int32 dot from the tensor cores (mma.sync m16n8k32 s8·s8→s32, weight
+// levels expanded to int8 in registers: Q1_0 signs become ±1), then y += float(dot) · (d_w · scale_x)
+// by fmaf in fp32, in k order. Each term is bit for bit the GEMV's term for the same weights (the
+// GEMV forms the same product d_w · scale_x and an exact integer dot), so y equals the GEMV's y up to
+// fp32 summation order, and cpu::matmul_int8_activations's up to fp32 rounding of that last sum.
+
+// Int8 activations of T rows: row t's codes at q + t·groups·128 (zero beyond K), its per-group
+// {scale, sum} at meta + t·groups, groups = activation_groups(K).
+struct QuantizedActivationRows {
+    int8_t* q = nullptr;
+    ActivationGroupMeta* meta = nullptr;
+    int64_t rows = 0;  // T
+    int64_t cols = 0;  // K
+};
+struct ActivationRowsScratch {
+    DeviceBuffer buffer;
+    int64_t max_rows = 0, max_cols = 0;
+    ActivationRowsScratch(int64_t max_rows, int64_t max_cols);
+    QuantizedActivationRows view(int64_t rows, int64_t cols) const;  // Error when it does not fit
+};
+// The same layout in caller-owned device memory (e.g. a per-call arena): bytes needed, and the view
+// of `buffer` (16-byte aligned) holding rows × cols.
+size_t activation_rows_bytes(int64_t rows, int64_t cols);
+QuantizedActivationRows activation_rows_view(void* buffer, int64_t rows, int64_t cols);
+// One launch when K is a multiple of 128 (the rows are then one flat vector), else one per row.
+void quantize_activation_rows(const float* x, const QuantizedActivationRows& out, cudaStream_t stream);
+
+// Block tiles: tokens × weight rows. m16 serves short prompts without paying for 64 idle token rows
+// (its 4 warps split K, so that few tiles still fill the GPU).
+enum class GemmTile : uint8_t { automatic, m16_n64, m64_n128, m128_n128 };
+const char* gemm_tile_name(GemmTile t);
+
+struct GemmLaunchReport {
+    GemmTile tile = GemmTile::automatic;  // the tile that ran
+    int64_t tiles = 0;                    // block tiles covering T × N
+    int64_t blocks = 0;                   // blocks launched (≤ tiles; each walks tiles grid-stride)
+};
+
+// y = x · Wᵀ for already quantised rows. Supported: the GEMV layout's dtypes (Q1_0, Q2_0, Q2_0_G64,
+// Q4_0, Q8_0). Error on mismatched shapes or an unsupported dtype. `max_blocks` (0 = the grid cap of
+// ops/cuda_launch.h) lets tests force blocks to walk several tiles.
+GemmLaunchReport gemm_quantized(const QuantizedActivationRows& x, const GemvWeightView& w, float* y,
+                                cudaStream_t stream, GemmTile tile = GemmTile::automatic, int64_t max_blocks = 0);
+
+// Below this many tokens the per-token decode GEMV is faster than the tensor-core GEMM (both read
+// the weights from memory; the GEMM's m16 tile costs about the same at any T ≤ 16). Measured with
+// bench/prefill_cuda.cpp on an H200, Q1_0, weights rotating past the L2: the GEMM wins from T = 6 on
+// 10240 × 5120, T = 8 on 17408 × 5120 (the FFN, most of a layer's weights), T = 12 on 5120 × 17408.
+inline constexpr int64_t kGemmMinTokens = 8;
+
+// The prompt-path twin of cpu::matmul_int8_activations for quantised W: T < kGemmMinTokens runs the
+// decode GEMV per token, else quantise all rows into `scratch` and one GEMM. Returns whether the GEMM
+// ran (so callers and tests can see the path).
+bool matmul_prefill(const float* x, const GemvWeightView& w, int64_t n_tokens, float* y,
+                    const ActivationRowsScratch& scratch, cudaStream_t stream);
+// The same with the quantised rows in `rows` (n_tokens × w.cols, from activation_rows_view).
+bool matmul_prefill(const float* x, const GemvWeightView& w, int64_t n_tokens, float* y,
+                    const QuantizedActivationRows& rows, cudaStream_t stream);
+
+// ---- chunked gated delta rule (delta_rule_chunked_cuda.cu) ----
+//
+// Same contract as cpu::gated_delta_rule_chunked with chunk 64 (layouts in ops/delta_rule.h).
+// key_dim ≤ kChunkedDeltaRuleMaxKeyDim. Two kernels: per (value head, chunk), all chunks at once, the
+// state-free parts (the WY system's lower-triangular A and the causal q·k decay matrix); then per
+// (value head, tile of value columns) a walk over the chunks carrying the state tile in shared
+// memory. fp32 throughout (the reference works in double and keeps the state in fp32 between chunks).
+// `workspace` holds delta_rule_chunked_workspace_bytes(dims) bytes of device memory.
+inline constexpr int64_t kDeltaRuleChunk = 64;
+inline constexpr int64_t kChunkedDeltaRuleMaxKeyDim = 256;
+size_t delta_rule_chunked_workspace_bytes(const DeltaRuleDims& dims);
+// `max_blocks` (0 = the grid cap) lets tests force blocks to walk several items.
+void gated_delta_rule_chunked(const float* q, const float* k, const float* v, const float* g, const float* beta,
+                              const DeltaRuleDims& dims, float* state, float* out, void* workspace,
+                              cudaStream_t stream, int64_t max_blocks = 0);
+
+// ---- flash-style attention prefill (attention_prefill_cuda.cu) ----
+//
+// Same contract as cpu::attention. One block per (kv head, tile of kAttentionQueryTile query
+// positions) serves all n_head / n_kv_head query heads of that kv head, so each key and value tile is
+// read once for the whole group; online softmax (running max and denominator) over key tiles, fp32.
+// head_dim ≤ kAttentionPrefillMaxHeadDim.
+inline constexpr int64_t kAttentionQueryTile = 16;
+inline constexpr int64_t kAttentionPrefillMaxHeadDim = 256;
+// `max_blocks` (0 = the grid cap) lets tests force blocks to walk several items.
+void attention_prefill(const float* q, const float* k, const float* v, const float* gate, const AttentionDims& dims,
+                       float* out, cudaStream_t stream, int64_t max_blocks = 0);
+
+}  // namespace deltabit::cuda

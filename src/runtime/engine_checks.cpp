@@ -1,0 +1,28 @@
+#include "runtime/engine_checks.h"
+
+#include "core/error.h"
+
+namespace deltabit {
+
+void check_sequence_options(const SequenceOptions& options) {
+    if (options.max_positions < 1)
+        fail("engine: a sequence needs room for at least one token (max_positions {})", options.max_positions);
+}
+
+void check_forward(const ModelConfig& config, std::span<const int32_t> ids, int64_t position, int64_t max_positions) {
+    if (ids.empty()) fail("engine: forward needs at least one token");
+    for (size_t i = 0; i < ids.size(); ++i)
+        if (ids[i] < 0 || ids[i] >= config.n_vocab)
+            fail("engine: token {} (at {}) is outside the vocabulary of {} entries", ids[i], i, config.n_vocab);
+    if (position + int64_t(ids.size()) > max_positions)
+        fail("engine: the sequence holds {} tokens; {} more would pass its capacity of {}", position, ids.size(),
+             max_positions);
+}
+
+void check_image_fits(const StateImage& image, int64_t max_positions) {
+    if (image.position > max_positions)
+        fail("engine: the saved state holds {} tokens, more than this sequence's capacity of {}", image.position,
+             max_positions);
+}
+
+}  // namespace deltabit

@@ -1,0 +1,125 @@
+// The CPU engine: the reference forward pass (models/model.h) and the CPU sampler chain.
+#include "runtime/engine.h"
+
+#include "core/error.h"
+#include "models/model.h"
+#include "models/model_fingerprint.h"
+#include "models/sequence_state.h"
+#include "runtime/engine_checks.h"
+
+#include <fmt/format.h>
+
+#include <mutex>
+#include <utility>
+
+namespace deltabit {
+namespace {
+
+class CpuSequence final : public EngineSequence {
+public:
+    CpuSequence(const void* owner, const ModelConfig& config, const SequenceOptions& options)
+        : owner_(owner), state_(config, options.kv_format), max_positions_(options.max_positions) {}
+
+    int64_t position() const override { return state_.position(); }
+    int64_t max_positions() const override { return max_positions_; }
+    KvFormat kv_format() const override { return state_.kv_format(); }
+
+    StateImage save() const override { return state_.save(); }
+    void load(const StateImage& image) override {
+        check_image_fits(image, max_positions_);
+        state_.load(image);
+        last_logits_.clear();
+    }
+    StateCheckpoint checkpoint() const override { return state_.checkpoint(); }
+    void restore(const StateCheckpoint& checkpoint) override {
+        state_.restore(checkpoint);
+        last_logits_.clear();
+    }
+    void reset() override {
+        state_.reset();
+        last_logits_.clear();
+    }
+
+    const void* owner_;
+    SequenceState state_;
+    int64_t max_positions_;
+    std::vector<float> last_logits_;  // empty until forward()
+};
+
+class CpuEngine final : public Engine {
+public:
+    explicit CpuEngine(std::shared_ptr<const Model> model) : model_(std::move(model)) {}
+
+    const ModelConfig& config() const override { return model_->config(); }
+    std::string_view backend_name() const override { return "cpu"; }
+    std::string description() const override { return "cpu (reference)"; }
+    std::string fingerprint() const override {
+        // Hashing every weight byte is a pass over the whole model: done once, and only when asked
+        // (snapshots), never at load.
+        std::call_once(fingerprint_once_, [&] { fingerprint_ = model_fingerprint(model_->weights()); });
+        return fingerprint_;
+    }
+
+    std::unique_ptr<EngineSequence> new_sequence(const SequenceOptions& options) const override {
+        check_sequence_options(options);
+        return std::make_unique<CpuSequence>(this, config(), options);
+    }
+
+    void forward(EngineSequence& sequence, std::span<const int32_t> ids) override {
+        CpuSequence& s = own(sequence);
+        std::vector<float> logits = run(s, ids);
+        const size_t n_vocab = size_t(config().n_vocab);
+        s.last_logits_.assign(logits.end() - std::ptrdiff_t(n_vocab), logits.end());
+    }
+
+    int32_t next_token(EngineSequence& sequence, Sampler& sampler, const TokenHistory& history) override {
+        return sampler.sample(logits_of(own(sequence)), history);
+    }
+
+    std::vector<float> last_logits(const EngineSequence& sequence) const override {
+        const std::span<const float> l = logits_of(own(sequence));
+        return {l.begin(), l.end()};
+    }
+
+    std::vector<float> forward_all(EngineSequence& sequence, std::span<const int32_t> ids) override {
+        CpuSequence& s = own(sequence);
+        std::vector<float> logits = run(s, ids);
+        const size_t n_vocab = size_t(config().n_vocab);
+        s.last_logits_.assign(logits.end() - std::ptrdiff_t(n_vocab), logits.end());
+        return logits;
+    }
+
+private:
+    std::vector<float> run(CpuSequence& s, std::span<const int32_t> ids) {
+        check_forward(config(), ids, s.position(), s.max_positions_);
+        return model_->forward(s.state_, ids);
+    }
+
+    CpuSequence& own(EngineSequence& sequence) const { return const_cast<CpuSequence&>(own(std::as_const(sequence))); }
+    const CpuSequence& own(const EngineSequence& sequence) const {
+        const auto* s = dynamic_cast<const CpuSequence*>(&sequence);
+        if (s == nullptr || s->owner_ != this) fail("engine: a sequence was passed to an engine that did not make it");
+        return *s;
+    }
+    static std::span<const float> logits_of(const CpuSequence& s) {
+        if (s.last_logits_.empty()) fail("engine: no logits yet: feed the sequence (forward) before choosing a token");
+        return s.last_logits_;
+    }
+
+    std::shared_ptr<const Model> model_;
+    mutable std::once_flag fingerprint_once_;
+    mutable std::string fingerprint_;
+};
+
+}  // namespace
+
+std::unique_ptr<Engine> make_cpu_engine(const Model& model) {
+    // Borrowed: an owner-less shared_ptr (aliasing constructor) that never deletes.
+    return std::make_unique<CpuEngine>(std::shared_ptr<const Model>(std::shared_ptr<const Model>(), &model));
+}
+
+std::unique_ptr<Engine> make_cpu_engine(std::shared_ptr<const Model> model) {
+    return std::make_unique<CpuEngine>(std::move(model));
+}
+
+}  // namespace deltabit

@@ -1,0 +1,231 @@
+#include "runtime/session.h"
+
+#include "core/error.h"
+#include "models/config_summary.h"
+#include "models/sequence_state.h"
+#include "runtime/snapshot.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace deltabit {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point start) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+std::vector<int32_t> around(std::span<const int32_t> ids, int64_t at) {
+    const int64_t from = std::max<int64_t>(0, at - 4);
+    const int64_t to = std::min<int64_t>(int64_t(ids.size()), at + 4);
+    if (from >= to) return {};
+    return {ids.begin() + from, ids.begin() + to};
+}
+
+// The first n tokens of `ledger`, with their flags.
+TokenLedger ledger_prefix(const TokenLedger& ledger, int64_t n) {
+    TokenLedger out;
+    for (int64_t i = 0; i < n; ++i) {
+        const int32_t id = ledger.tokens()[size_t(i)];
+        if (ledger.generated()[size_t(i)]) {
+            out.append_generated(id);
+        } else {
+            const int32_t one[1] = {id};
+            out.append_prompt(one);
+        }
+    }
+    return out;
+}
+
+}  // namespace
+
+ReuseReport plan_reuse(std::span<const int32_t> held, std::span<const int32_t> prompt,
+                       std::span<const int64_t> checkpoint_positions, bool any_position) {
+    ReuseReport r;
+    r.prompt_tokens = int64_t(prompt.size());
+    const auto [held_end, prompt_end] = std::mismatch(held.begin(), held.end(), prompt.begin(), prompt.end());
+    r.common_prefix = int64_t(held_end - held.begin());
+    if (r.common_prefix < int64_t(held.size())) {
+        r.first_divergence = r.common_prefix;
+        r.held_around = around(held, r.first_divergence);
+        r.prompt_around = around(prompt, r.first_divergence);
+    }
+    // Feeding at least one token is what produces the logits the reply starts from.
+    const int64_t bound = std::min(r.common_prefix, int64_t(prompt.size()) - 1);
+    if (int64_t(held.size()) <= bound) {
+        r.reused = int64_t(held.size());
+    } else if (any_position) {
+        r.reused = std::max<int64_t>(bound, 0);
+    } else {
+        r.reused = 0;
+        for (int64_t p : checkpoint_positions)
+            if (p <= bound) r.reused = std::max(r.reused, p);
+    }
+    r.recomputed = r.prompt_tokens - r.reused;
+    return r;
+}
+
+Session::Session(Engine& engine, const SessionOptions& options)
+    : engine_(engine), options_(options), sequence_(engine.new_sequence(options.sequence)) {
+    if (options.checkpoints.interval < 0)
+        fail("session: checkpoint interval {} is negative (0 turns interval checkpoints off)",
+             options.checkpoints.interval);
+    if (options.checkpoints.max_kept < 0)
+        fail("session: max_kept {} is negative (0 keeps no checkpoints)", options.checkpoints.max_kept);
+    // The chunk list does not depend on the position (only the chunks' sizes do), so an empty list at 0
+    // means a KV cut alone returns to any position.
+    any_position_ = state_checkpoint_layout(engine.config(), sequence_->kv_format(), 0).empty();
+}
+
+void Session::reset() {
+    sequence_->reset();
+    ledger_.clear();
+    checkpoints_.clear();
+}
+
+// Returns the sequence and ledger to their first `position` tokens: a position plan_reuse() chose, so
+// either the held length (nothing to do), 0, any position (any_position_), or a kept checkpoint's.
+void Session::return_to(int64_t position) {
+    if (position == ledger_.size()) return;
+    if (position == 0) {
+        sequence_->reset();
+    } else if (any_position_) {
+        sequence_->restore(StateCheckpoint{position, {}});
+    } else {
+        const auto it = std::find_if(checkpoints_.begin(), checkpoints_.end(),
+                                     [&](const KeptCheckpoint& c) { return c.state.position == position; });
+        if (it == checkpoints_.end()) fail("session: internal: no checkpoint at position {}", position);
+        sequence_->restore(it->state);
+    }
+    ledger_ = ledger_prefix(ledger_, position);
+    // Checkpoints past the position describe a history that is about to be replaced.
+    while (!checkpoints_.empty() && checkpoints_.back().state.position > position) checkpoints_.pop_back();
+}
+
+void Session::keep_checkpoint(bool end_of_prompt) {
+    if (any_position_ || options_.checkpoints.max_kept == 0) return;
+    const Clock::time_point start = Clock::now();
+    KeptCheckpoint kept{sequence_->checkpoint(), end_of_prompt, next_serial_++};
+    totals_.checkpoint_ms += ms_since(start);
+    ++totals_.checkpoints_taken;
+
+    const int64_t position = kept.state.position;
+    auto at = std::lower_bound(checkpoints_.begin(), checkpoints_.end(), position,
+                               [](const KeptCheckpoint& c, int64_t p) { return c.state.position < p; });
+    if (at != checkpoints_.end() && at->state.position == position) {
+        kept.end_of_prompt = kept.end_of_prompt || at->end_of_prompt;
+        *at = std::move(kept);
+    } else {
+        checkpoints_.insert(at, std::move(kept));
+    }
+    // Over the limit: drop the oldest interval checkpoint, or, when there is none, the oldest at an end
+    // of prompt (these are where the next turn's prompt usually diverges, so they go last).
+    while (int64_t(checkpoints_.size()) > options_.checkpoints.max_kept) {
+        auto victim = checkpoints_.end();
+        for (bool ends : {false, true}) {
+            for (auto it = checkpoints_.begin(); it != checkpoints_.end(); ++it)
+                if (it->end_of_prompt == ends && (victim == checkpoints_.end() || it->serial < victim->serial))
+                    victim = it;
+            if (victim != checkpoints_.end()) break;
+        }
+        checkpoints_.erase(victim);
+    }
+}
+
+void Session::feed_prompt_piece(std::span<const int32_t> piece) {
+    engine_.forward(*sequence_, piece);
+    ledger_.append_prompt(piece);
+}
+
+TurnResult Session::run_turn(std::span<const int32_t> prompt, const GenerationOptions& options,
+                             const GenerationCallbacks& callbacks) {
+    const ModelConfig& config = engine_.config();
+    // Refusals, before anything changes.
+    if (prompt.empty()) fail("session: the prompt is empty; a turn needs at least one token");
+    if (int64_t(prompt.size()) > sequence_->max_positions())
+        fail("session: the prompt has {} tokens, more than the sequence's capacity of {}; render fewer turns "
+             "(docs/sessions.md, context limit)",
+             prompt.size(), sequence_->max_positions());
+    for (size_t i = 0; i < prompt.size(); ++i)
+        if (prompt[i] < 0 || prompt[i] >= config.n_vocab)
+            fail("session: prompt token {} (at {}) is outside the vocabulary of {} entries", prompt[i], i,
+                 config.n_vocab);
+    check_generation_options(config.eos_ids, options, callbacks, config.arch_name);
+
+    std::vector<int64_t> positions;
+    for (const KeptCheckpoint& c : checkpoints_) positions.push_back(c.state.position);
+    TurnResult turn;
+    turn.reuse = plan_reuse(ledger_.tokens(), prompt, positions, any_position_);
+    return_to(turn.reuse.reused);
+
+    // The prompt in pieces that end at interval multiples, each followed by its checkpoint; the last
+    // piece goes to generate(), whose first forward call ends the prompt.
+    const Clock::time_point prefill_start = Clock::now();
+    const int64_t end = int64_t(prompt.size());
+    const int64_t interval = options_.checkpoints.interval;
+    int64_t at = turn.reuse.reused;
+    if (interval > 0)
+        for (int64_t boundary = (at / interval + 1) * interval; boundary < end; boundary += interval) {
+            feed_prompt_piece(prompt.subspan(size_t(at), size_t(boundary - at)));
+            keep_checkpoint(/*end_of_prompt=*/false);
+            at = boundary;
+        }
+    const double pieces_ms = ms_since(prefill_start);
+    const int64_t pieces_tokens = at - turn.reuse.reused;
+
+    GenerationCallbacks hooked = callbacks;
+    hooked.after_forward = [&](int64_t position) {
+        if (position == end) keep_checkpoint(/*end_of_prompt=*/true);
+        else if (interval > 0 && position % interval == 0) keep_checkpoint(/*end_of_prompt=*/false);
+        if (callbacks.after_forward) callbacks.after_forward(position);
+    };
+    turn.generation = generate(engine_, *sequence_, ledger_, prompt.subspan(size_t(at)), options, hooked);
+    turn.generation.timings.prefill_ms += pieces_ms;
+    turn.generation.timings.prompt_tokens += pieces_tokens;
+
+    ++totals_.turns;
+    totals_.tokens_reused += turn.reuse.reused;
+    totals_.tokens_recomputed += turn.reuse.recomputed;
+    return turn;
+}
+
+SessionStats Session::stats() const {
+    SessionStats s = totals_;
+    s.position = sequence_->position();
+    s.max_positions = sequence_->max_positions();
+    s.kv_format = sequence_->kv_format();
+    s.checkpoints = int64_t(checkpoints_.size());
+    s.checkpoint_bytes = 0;
+    for (const KeptCheckpoint& c : checkpoints_) s.checkpoint_bytes += int64_t(c.state.byte_size());
+    return s;
+}
+
+void Session::save(const std::filesystem::path& file) const {
+    Snapshot s;
+    s.fingerprint = engine_.fingerprint();
+    s.model_summary = model_config_summary(engine_.config());
+    s.ledger = ledger_;
+    s.state = sequence_->save();
+    write_snapshot(file, s);
+}
+
+void Session::load(const std::filesystem::path& file) {
+    SnapshotExpectation expect;
+    expect.fingerprint = engine_.fingerprint();
+    expect.kv_format = sequence_->kv_format();
+    expect.config = &engine_.config();
+    expect.max_positions = sequence_->max_positions();
+    Snapshot s = read_snapshot(file, expect);
+    try {
+        sequence_->load(s.state);  // validates again, then changes: the session is untouched on Error
+    } catch (const Error& e) {
+        fail("snapshot {}: {}", file.string(), e.what());
+    }
+    ledger_ = std::move(s.ledger);
+    checkpoints_.clear();
+    keep_checkpoint(/*end_of_prompt=*/true);
+}
+
+}  // namespace deltabit

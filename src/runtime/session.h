@@ -1,0 +1,152 @@
+// A conversation's state across turns: one engine sequence, its token ledger, and checkpoints that let
+// a new turn reuse the longest common prefix with what the sequence already holds — exactly, although
+// DeltaNet state cannot be rewound (it is restored from the nearest checkpoint at or before the
+// divergence and the rest is re-read).
+//
+// Each turn is given the whole conversation as tokens (the chat template re-rendered), not a delta:
+// the session finds what it can reuse, so edited history, regenerated replies and templates that
+// rewrite earlier turns (Qwen drops old thinking blocks) all stay exact.
+//
+// How a turn reuses (plan_reuse below): with c = the common prefix of the held tokens and the prompt,
+// at most min(c, prompt − 1) tokens can be kept — at least one prompt token must be fed to get the
+// logits of the first reply token. If the held sequence is no longer than that, all of it is kept;
+// otherwise the sequence returns to the latest checkpoint at or before that bound (or to empty), and
+// every checkpoint past it is dropped. Models whose state is all KV cache in a format where cutting the
+// cache back is exact (qwen3 with f32 or f16: state_checkpoint_layout() is empty) can return to any
+// position, so they keep exactly min(c, prompt − 1) and store no checkpoints. The tokens kept keep
+// their ledger flags (a reply the model generated stays "generated" for DRY), whatever the new prompt
+// is; the ones fed are "prompt".
+//
+// Checkpoint policy (CheckpointPolicy): always at the end of each turn's prompt (where the next turn's
+// prompt usually diverges: the template re-renders the reply), plus at every multiple of `interval`
+// positions — prompts are fed in pieces split there, and generation checks after each token — keeping
+// at most `max_kept` (oldest dropped first, the end-of-prompt ones last). Sizes and the reason for the
+// defaults: docs/sessions.md.
+//
+// Exactness: a restored checkpoint is bit for bit the state at its position, so every logit of a reused
+// turn equals that of a fresh sequence fed the same tokens in the same forward calls (the earlier
+// turns' calls up to the reuse point, then this turn's). Whether it also equals a fresh run fed in other
+// calls depends on the forward pass: on the CPU it does for attention-only models with f32/f16 caches,
+// not for gated DeltaNet (prompts take the chunked form, single tokens the recurrence: other fp32
+// rounding) nor for kivi4 (it quantises between calls). Because prompts are split at absolute interval
+// multiples, a turn that reuses up to 0 or an interval multiple feeds exactly the calls a fresh session
+// would, and so gives a fresh session's tokens bit for bit (tests/runtime/test_session.cpp).
+//
+// EOS: a reply that ends with EOS leaves the EOS unfed (runtime/generate.h); the next turn's prompt,
+// which re-renders the reply with its end-of-turn token, feeds it, so the held sequence is always the
+// conversation as the template renders it.
+//
+// Snapshots: save() writes the session (ledger, state image, KV format, model fingerprint) to a file in
+// the format of DESIGN.md §5, through a temporary file and a rename; load() refuses a file from another
+// model, another KV format it cannot hold, a truncated file or a bad checksum with a message naming what
+// was wrong, and leaves the live session as it was.
+//
+// Context limit (docs/sessions.md): a turn whose prompt does not fit the sequence's
+// capacity is refused before anything changes (Error naming the sizes); generation that reaches the
+// capacity stops with finish reason "length". Dropping old turns is the caller's decision (it owns the
+// messages): re-render fewer turns and run the turn again — the session then re-reads from the
+// divergence, which is at the start, so no DeltaNet state ever holds dropped tokens.
+#pragma once
+
+#include "runtime/engine.h"
+#include "runtime/generate.h"
+#include "runtime/token_ledger.h"
+
+#include <cstdint>
+#include <deque>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <vector>
+
+namespace deltabit {
+
+struct CheckpointPolicy {
+    int64_t interval = 512;  // checkpoint at every multiple of this position (0 = only at ends of prompts)
+    int max_kept = 8;        // 0 = keep none (every divergence re-reads from the start)
+};
+
+struct SessionOptions {
+    SequenceOptions sequence;
+    CheckpointPolicy checkpoints;
+};
+
+// What a turn could reuse, reported with every turn.
+struct ReuseReport {
+    int64_t prompt_tokens = 0;
+    int64_t common_prefix = 0;      // tokens equal at the start of the held sequence and the new prompt
+    // Tokens not re-read: ≤ common_prefix and < prompt_tokens — the held length, a checkpoint's position,
+    // or (models that need no checkpoints) min(common_prefix, prompt_tokens − 1).
+    int64_t reused = 0;
+    int64_t recomputed = 0;         // prompt_tokens − reused
+    // Index of the first differing token (= prompt_tokens when the prompt is a strict prefix of the
+    // held sequence); −1 when the prompt extends or equals the held sequence.
+    int64_t first_divergence = -1;
+    // The tokens at [first_divergence − 4, first_divergence + 4) of each, clipped to their lengths
+    // (empty without a divergence): what a "why was this not reused?" message shows.
+    std::vector<int32_t> held_around, prompt_around;
+};
+
+struct TurnResult {
+    GenerationResult generation;
+    ReuseReport reuse;
+};
+
+struct SessionStats {
+    int64_t position = 0, max_positions = 0;
+    int64_t turns = 0, tokens_reused = 0, tokens_recomputed = 0;
+    int64_t checkpoints = 0, checkpoint_bytes = 0;  // kept now
+    int64_t checkpoints_taken = 0;                    // over the session's life
+    double checkpoint_ms = 0.0;                       // time spent taking them
+    KvFormat kv_format = KvFormat::f32;
+};
+
+// The reuse decision of run_turn() for held tokens `held`, a new `prompt` and checkpoints at
+// `checkpoint_positions`; `any_position`: the sequence can return to any position (see above).
+// Pure, so its arithmetic can be checked by hand.
+ReuseReport plan_reuse(std::span<const int32_t> held, std::span<const int32_t> prompt,
+                       std::span<const int64_t> checkpoint_positions, bool any_position);
+
+class Session {
+public:
+    // Error for a policy with a negative interval or max_kept, and as Engine::new_sequence.
+    Session(Engine& engine, const SessionOptions& options);
+
+    // Runs one turn on the whole conversation `prompt` (see above). Error before any change for an
+    // empty prompt, one that does not fit, a token outside the vocabulary, or options generate()
+    // refuses. An error from the engine or a callback during the turn leaves the session consistent
+    // (the ledger matches the sequence; the turn's tokens fed so far stay).
+    TurnResult run_turn(std::span<const int32_t> prompt, const GenerationOptions& options,
+                        const GenerationCallbacks& callbacks = {});
+
+    void reset();  // empty sequence, no checkpoints
+    // Snapshots (runtime/snapshot.h). load() verifies the whole file first and installs it only then;
+    // on Error the session is as it was. After a load the checkpoints are one at the loaded position.
+    void save(const std::filesystem::path& file) const;
+    void load(const std::filesystem::path& file);
+
+    const TokenLedger& ledger() const { return ledger_; }
+    SessionStats stats() const;
+    Engine& engine() const { return engine_; }
+
+private:
+    struct KeptCheckpoint {
+        StateCheckpoint state;
+        bool end_of_prompt = false;
+        uint64_t serial = 0;  // taking order: "oldest" for eviction
+    };
+    void return_to(int64_t position);
+    void keep_checkpoint(bool end_of_prompt);
+    void feed_prompt_piece(std::span<const int32_t> piece);
+
+    Engine& engine_;
+    SessionOptions options_;
+    std::unique_ptr<EngineSequence> sequence_;
+    TokenLedger ledger_;
+    std::deque<KeptCheckpoint> checkpoints_;  // by position, at most one per position
+    bool any_position_ = false;               // nothing a KV cut cannot recover: no checkpoints needed
+    uint64_t next_serial_ = 0;
+    SessionStats totals_;
+};
+
+}  // namespace deltabit

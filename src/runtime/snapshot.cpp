@@ -1,0 +1,398 @@
+#include "runtime/snapshot.h"
+
+#include "core/error.h"
+#include "models/config_summary.h"
+#include "models/sequence_state.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#if DELTABIT_HAVE_XXHASH
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+#endif
+
+namespace deltabit {
+
+#if DELTABIT_HAVE_XXHASH
+namespace {
+
+constexpr uint32_t kMaxHeaderBytes = 1u << 20;
+constexpr uint32_t kMaxChunkNameBytes = 4096;
+constexpr uint64_t kFixedHeadBytes = 24;  // magic, version, header_bytes, header_xxh3
+
+uint64_t xxh3(const void* data, size_t n) { return XXH3_64bits(data, n); }
+
+uint64_t chunk_checksum(std::string_view name, const std::vector<std::byte>& data) {
+    XXH3_state_t state;  // XXH_INLINE_ALL exposes the struct (aligned by its declaration)
+    XXH3_INITSTATE(&state);
+    XXH3_64bits_reset(&state);
+    XXH3_64bits_update(&state, name.data(), name.size());
+    if (!data.empty()) XXH3_64bits_update(&state, data.data(), data.size());
+    return XXH3_64bits_digest(&state);
+}
+
+void put_le(std::string& out, uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) out.push_back(char(v >> (8 * i)));
+}
+
+uint64_t get_le(const unsigned char* p, int bytes) {
+    uint64_t v = 0;
+    for (int i = 0; i < bytes; ++i) v |= uint64_t(p[i]) << (8 * i);
+    return v;
+}
+
+// ---- writing ----
+
+class FileWriter {
+public:
+    explicit FileWriter(std::filesystem::path path) : path_(std::move(path)) {
+        fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd_ < 0) fail("snapshot {}: cannot create: {}", path_.string(), std::strerror(errno));
+    }
+    ~FileWriter() {
+        if (fd_ >= 0) ::close(fd_);
+    }
+    FileWriter(const FileWriter&) = delete;
+    FileWriter& operator=(const FileWriter&) = delete;
+
+    void write(const void* data, size_t n) {
+        const char* p = static_cast<const char*>(data);
+        while (n > 0) {
+            const ssize_t k = ::write(fd_, p, n);
+            if (k < 0 && errno == EINTR) continue;
+            if (k <= 0) fail("snapshot {}: write failed: {}", path_.string(), std::strerror(errno));
+            p += k;
+            n -= size_t(k);
+        }
+    }
+    void write(const std::string& s) { write(s.data(), s.size()); }
+    // fsync, then close: the data is on disk before the rename makes it visible.
+    void finish() {
+        if (::fsync(fd_) != 0) fail("snapshot {}: fsync failed: {}", path_.string(), std::strerror(errno));
+        const int fd = fd_;
+        fd_ = -1;
+        if (::close(fd) != 0) fail("snapshot {}: close failed: {}", path_.string(), std::strerror(errno));
+    }
+
+private:
+    std::filesystem::path path_;
+    int fd_ = -1;
+};
+
+void sync_folder(const std::filesystem::path& file) {
+    const std::filesystem::path folder = file.has_parent_path() ? file.parent_path() : ".";
+    const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return;  // the rename is done; a folder that cannot be opened only loses durability
+    ::fsync(fd);
+    ::close(fd);
+}
+
+std::string header_json(const Snapshot& s) {
+    nlohmann::ordered_json model = nlohmann::ordered_json::object();
+    for (const auto& [key, value] : s.model_summary) model[key] = value;
+    nlohmann::ordered_json h;
+    h["fingerprint"] = s.fingerprint;
+    h["kv_format"] = std::string(kv_format_name(s.state.kv_format));
+    h["position"] = s.state.position;
+    h["chunks"] = s.state.chunks.size();
+    h["model"] = std::move(model);
+    h["writer"] = "deltabit";
+    return h.dump();
+}
+
+std::string ledger_bytes(const TokenLedger& ledger) {
+    std::string out;
+    out.reserve(size_t(ledger.size()) * 5);
+    for (int32_t id : ledger.tokens()) put_le(out, uint32_t(id), 4);
+    for (uint8_t g : ledger.generated()) out.push_back(char(g));
+    return out;
+}
+
+// ---- reading ----
+
+// A file read front to back; every read is checked against the file's size first, so a damaged length
+// never allocates more than the file holds.
+class FileReader {
+public:
+    explicit FileReader(const std::filesystem::path& path) : path_(path), in_(path, std::ios::binary) {
+        if (!in_) fail("snapshot {}: cannot open: {}", path.string(), std::strerror(errno));
+        std::error_code ec;
+        size_ = std::filesystem::file_size(path, ec);
+        if (ec) fail("snapshot {}: cannot read its size: {}", path.string(), ec.message());
+    }
+
+    uint64_t offset() const { return offset_; }
+    uint64_t size() const { return size_; }
+    uint64_t remaining() const { return size_ - offset_; }
+    const std::string& name() const { return name_; }
+
+    void need(uint64_t n, std::string_view what) const {
+        if (n > remaining())
+            fail("snapshot {}: truncated or damaged: {} at byte {} needs {} bytes, but the file ends at byte {}", name_,
+                 what, offset_, n, size_);
+    }
+    void read(void* out, uint64_t n, std::string_view what) {
+        need(n, what);
+        if (n > 0 && !in_.read(static_cast<char*>(out), std::streamsize(n)))
+            fail("snapshot {}: read failed at byte {} ({})", name_, offset_, what);
+        offset_ += n;
+    }
+    uint64_t u(int bytes, std::string_view what) {
+        unsigned char buf[8];
+        read(buf, uint64_t(bytes), what);
+        return get_le(buf, bytes);
+    }
+    std::string text(uint64_t n, std::string_view what) {
+        std::string s(size_t(n), '\0');
+        read(s.data(), n, what);
+        return s;
+    }
+
+private:
+    std::filesystem::path path_;
+    std::string name_ = path_.string();
+    std::ifstream in_;
+    uint64_t size_ = 0;
+    uint64_t offset_ = 0;
+};
+
+struct Header {
+    std::string fingerprint;
+    KvFormat kv_format = KvFormat::f32;
+    int64_t position = 0;
+    uint64_t chunks = 0;
+    std::vector<std::pair<std::string, std::string>> model_summary;
+};
+
+std::string summary_line(const std::vector<std::pair<std::string, std::string>>& summary) {
+    std::string line;
+    for (const auto& [key, value] : summary) {
+        if (key != "architecture" && key != "layers" && key != "hidden" && key != "vocab") continue;
+        if (!line.empty()) line += ", ";
+        line += key + " " + value;
+    }
+    return line.empty() ? "unknown model" : line;
+}
+
+Header parse_header(const std::string& file, const std::string& text, uint64_t at) {
+    nlohmann::ordered_json j;  // keeps the model summary in the writer's order, for messages
+    try {
+        j = nlohmann::ordered_json::parse(text);
+    } catch (const nlohmann::json::exception& e) {
+        fail("snapshot {}: header (byte {}) is not valid JSON: {}", file, at, e.what());
+    }
+    auto field = [&](const char* key) -> const nlohmann::ordered_json& {
+        if (!j.is_object() || !j.contains(key)) fail("snapshot {}: header (byte {}) has no \"{}\"", file, at, key);
+        return j.at(key);
+    };
+    Header h;
+    const nlohmann::ordered_json& fp = field("fingerprint");
+    const nlohmann::ordered_json& kv = field("kv_format");
+    const nlohmann::ordered_json& position = field("position");
+    const nlohmann::ordered_json& chunks = field("chunks");
+    if (!fp.is_string()) fail("snapshot {}: header (byte {}): \"fingerprint\" is not a string", file, at);
+    if (!kv.is_string() || !parse_kv_format(kv.get<std::string>()))
+        fail("snapshot {}: header (byte {}): \"kv_format\" is {}, not one of f32, f16, kivi4", file, at, kv.dump());
+    if (!position.is_number_integer() || position.get<int64_t>() < 0 || position.get<int64_t>() > kMaxStatePosition)
+        fail("snapshot {}: header (byte {}): \"position\" is {}, not a token count in 0 .. {}", file, at,
+             position.dump(), kMaxStatePosition);
+    if (!chunks.is_number_unsigned())
+        fail("snapshot {}: header (byte {}): \"chunks\" is {}, not a count", file, at, chunks.dump());
+    h.fingerprint = fp.get<std::string>();
+    h.kv_format = *parse_kv_format(kv.get<std::string>());
+    h.position = position.get<int64_t>();
+    h.chunks = chunks.get<uint64_t>();
+    if (j.contains("model") && j.at("model").is_object())
+        for (const auto& [key, value] : j.at("model").items())
+            h.model_summary.emplace_back(key, value.is_string() ? value.get<std::string>() : value.dump());
+    return h;
+}
+
+}  // namespace
+
+bool snapshots_available() { return true; }
+
+void write_snapshot(const std::filesystem::path& file, const Snapshot& s) {
+    if (s.ledger.size() != s.state.position)
+        fail("snapshot {}: the ledger holds {} tokens but the state is at position {}", file.string(),
+             s.ledger.size(), s.state.position);
+    const std::string header = header_json(s);
+    const std::string ledger = ledger_bytes(s.ledger);
+    std::string head(kSnapshotMagic.begin(), kSnapshotMagic.end());
+    put_le(head, kSnapshotVersion, 4);
+    put_le(head, header.size(), 4);
+    put_le(head, xxh3(header.data(), header.size()), 8);
+    head += header;
+    put_le(head, xxh3(ledger.data(), ledger.size()), 8);
+
+    std::filesystem::path tmp = file;
+    tmp += ".tmp";
+    try {
+        FileWriter out(tmp);
+        out.write(head);
+        out.write(ledger);
+        for (const StateChunk& c : s.state.chunks) {
+            std::string frame;
+            put_le(frame, c.name.size(), 4);
+            frame += c.name;
+            put_le(frame, c.bytes.size(), 8);
+            put_le(frame, chunk_checksum(c.name, c.bytes), 8);
+            out.write(frame);
+            out.write(c.bytes.data(), c.bytes.size());
+        }
+        out.finish();
+        std::error_code ec;
+        std::filesystem::rename(tmp, file, ec);
+        if (ec) fail("snapshot {}: cannot rename {} over it: {}", file.string(), tmp.string(), ec.message());
+    } catch (...) {
+        std::error_code ignored;
+        std::filesystem::remove(tmp, ignored);
+        throw;
+    }
+    sync_folder(file);
+}
+
+Snapshot read_snapshot(const std::filesystem::path& file, const SnapshotExpectation& expect) {
+    FileReader in(file);
+    const std::string& name = in.name();
+
+    std::array<char, 8> magic{};
+    in.read(magic.data(), magic.size(), "the magic");
+    if (magic != kSnapshotMagic) fail("snapshot {}: not a deltabit snapshot (no magic \"DBSNAP\" at byte 0)", name);
+    const uint64_t version_at = in.offset();
+    const uint64_t version = in.u(4, "the format version");
+    if (version != kSnapshotVersion)
+        fail("snapshot {}: format version {} (byte {}); this build reads version {}", name, version, version_at,
+             kSnapshotVersion);
+    const uint64_t header_bytes_at = in.offset();
+    const uint64_t header_bytes = in.u(4, "the header length");
+    if (header_bytes == 0 || header_bytes > kMaxHeaderBytes)
+        fail("snapshot {}: header length {} (byte {}) is not in 1 .. {}", name, header_bytes, header_bytes_at,
+             kMaxHeaderBytes);
+    const uint64_t header_sum = in.u(8, "the header checksum");
+    const uint64_t header_at = in.offset();
+    const std::string header_text = in.text(header_bytes, "the header");
+    if (const uint64_t got = xxh3(header_text.data(), header_text.size()); got != header_sum)
+        fail("snapshot {}: header (bytes {} .. {}) fails its checksum (stored {:016x}, computed {:016x}): the file "
+             "is damaged",
+             name, header_at, header_at + header_bytes, header_sum, got);
+    const Header h = parse_header(name, header_text, header_at);
+
+    if (h.fingerprint != expect.fingerprint)
+        fail("snapshot {}: made with another model ({}; fingerprint {}, header at byte {}), but this engine runs "
+             "{} (fingerprint {})",
+             name, summary_line(h.model_summary), h.fingerprint, header_at,
+             summary_line(model_config_summary(*expect.config)), expect.fingerprint);
+    if (h.kv_format != expect.kv_format)
+        fail("snapshot {}: its KV cache is {} (header at byte {}), but this session stores {}; open the session with "
+             "KV format {} to load it",
+             name, kv_format_name(h.kv_format), header_at, kv_format_name(expect.kv_format),
+             kv_format_name(h.kv_format));
+    if (h.position > expect.max_positions)
+        fail("snapshot {}: holds {} tokens (header at byte {}), more than this session's capacity of {}", name,
+             h.position, header_at, expect.max_positions);
+
+    Snapshot s;
+    s.fingerprint = h.fingerprint;
+    s.model_summary = h.model_summary;
+    s.state.position = h.position;
+    s.state.kv_format = h.kv_format;
+
+    // Ledger.
+    const uint64_t ledger_sum = in.u(8, "the ledger checksum");
+    const uint64_t ledger_at = in.offset();
+    const uint64_t n = uint64_t(h.position);
+    const std::string ledger = in.text(n * 5, "the token ledger");
+    if (const uint64_t got = xxh3(ledger.data(), ledger.size()); got != ledger_sum)
+        fail("snapshot {}: token ledger (bytes {} .. {}) fails its checksum (stored {:016x}, computed {:016x}): the "
+             "file is damaged",
+             name, ledger_at, ledger_at + n * 5, ledger_sum, got);
+    const auto* bytes = reinterpret_cast<const unsigned char*>(ledger.data());
+    for (uint64_t i = 0; i < n; ++i) {
+        const int64_t id = int32_t(uint32_t(get_le(bytes + 4 * i, 4)));
+        const uint8_t generated = bytes[4 * n + i];
+        if (id < 0 || id >= expect.config->n_vocab)
+            fail("snapshot {}: ledger token {} (byte {}) is {}, outside this model's vocabulary of {}", name, i,
+                 ledger_at + 4 * i, id, expect.config->n_vocab);
+        if (generated > 1)
+            fail("snapshot {}: ledger flag {} (byte {}) is {}, not 0 or 1", name, i, ledger_at + 4 * n + i, generated);
+        if (generated) {
+            s.ledger.append_generated(int32_t(id));
+        } else {
+            const int32_t one[1] = {int32_t(id)};
+            s.ledger.append_prompt(one);
+        }
+    }
+
+    // Chunks: each must be one the layout names, once, with the layout's size.
+    std::map<std::string, size_t, std::less<>> expected;
+    for (StateChunkSpec& spec : state_image_layout(*expect.config, h.kv_format, h.position))
+        expected.emplace(std::move(spec.name), spec.bytes);
+    if (h.chunks != expected.size())
+        fail("snapshot {}: the header (byte {}) announces {} chunks, but a {} state of this model at position {} has "
+             "{}",
+             name, header_at, h.chunks, kv_format_name(h.kv_format), h.position, expected.size());
+    std::set<std::string, std::less<>> seen;
+    for (uint64_t i = 0; i < h.chunks; ++i) {
+        const uint64_t at = in.offset();
+        const std::string what = fmt::format("chunk {} of {}", i, h.chunks);
+        const uint64_t name_bytes = in.u(4, what + " (name length)");
+        if (name_bytes == 0 || name_bytes > kMaxChunkNameBytes)
+            fail("snapshot {}: {} (byte {}): name length {} is not in 1 .. {}: the file is damaged", name, what, at,
+                 name_bytes, kMaxChunkNameBytes);
+        std::string chunk_name = in.text(name_bytes, what + " (name)");
+        const uint64_t data_bytes = in.u(8, what + " (data length)");
+        const uint64_t sum = in.u(8, what + " (checksum)");
+        const uint64_t data_at = in.offset();
+        in.need(data_bytes, fmt::format("{} '{}' (data)", what, chunk_name));
+        std::vector<std::byte> data(static_cast<size_t>(data_bytes));
+        in.read(data.data(), data_bytes, what);
+        if (const uint64_t got = chunk_checksum(chunk_name, data); got != sum)
+            fail("snapshot {}: {} '{}' (bytes {} .. {}) fails its checksum (stored {:016x}, computed {:016x}): the "
+                 "file is damaged",
+                 name, what, chunk_name, at, data_at + data_bytes, sum, got);
+        const auto spec = expected.find(chunk_name);
+        if (spec == expected.end())
+            fail("snapshot {}: {} (byte {}) is '{}', which is not part of this model's {} state", name, what, at,
+                 chunk_name, kv_format_name(h.kv_format));
+        if (!seen.insert(chunk_name).second)
+            fail("snapshot {}: {} (byte {}): '{}' appears twice", name, what, at, chunk_name);
+        if (data_bytes != spec->second)
+            fail("snapshot {}: {} '{}' (byte {}) holds {} bytes, but this model's state at position {} needs {}", name,
+                 what, chunk_name, at, data_bytes, h.position, spec->second);
+        s.state.chunks.push_back({std::move(chunk_name), std::move(data)});
+    }
+    // Every chunk was known and none repeated, and there were as many as expected: none is missing.
+    if (in.remaining() != 0)
+        fail("snapshot {}: {} unexpected bytes after the last chunk (from byte {})", name, in.remaining(),
+             in.offset());
+    return s;
+}
+
+#else
+
+bool snapshots_available() { return false; }
+
+namespace {
+[[noreturn]] void no_snapshots(const std::filesystem::path& file) {
+    fail("snapshot {}: this build has no snapshots: it was built without xxhash.h (install libxxhash-dev, or "
+         "copy xxhash.h to .carry/include/, and rebuild)",
+         file.string());
+}
+}  // namespace
+
+void write_snapshot(const std::filesystem::path& file, const Snapshot&) { no_snapshots(file); }
+Snapshot read_snapshot(const std::filesystem::path& file, const SnapshotExpectation&) { no_snapshots(file); }
+
+#endif
+
+}  // namespace deltabit

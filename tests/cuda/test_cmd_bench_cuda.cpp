@@ -1,0 +1,53 @@
+// `deltabit bench` end to end on the GPU, on a tiny geometry so it takes seconds: every test reports,
+// the decode steps ran as CUDA-graph replays (STYLE habit 16), both ways of reaching a depth work, and
+// the bytes per token are the cost model's (models/inference_cost.h). Skips without CUDA or a GPU.
+#include "cli_command.h"
+#include "models/inference_cost.h"
+#include "models/synthetic_model.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#ifdef DELTABIT_HAVE_CUDA
+#include "backend/cuda_probe.h"
+#endif
+
+namespace deltabit {
+namespace {
+
+TEST(BenchCliCuda, TinyGeometryReportsEveryTestFromTheFastPath) {
+#ifndef DELTABIT_HAVE_CUDA
+    GTEST_SKIP() << "built without CUDA";
+#else
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine";
+    const InferenceCost cost(synthetic_weights(find_geometry("tiny-qwen35").config, "tiny-qwen35"));
+    for (const char* fill : {"prefill", "synthetic"}) {
+        const auto r = test::run_deltabit(std::string("bench --geometry tiny-qwen35 --prompts 16,64 --depths 0,300 "
+                                                      "--no-history --json --fill ") + fill,
+                                          test::Stderr::discard);
+        ASSERT_EQ(r.exit_code, 0) << r.output;
+        const nlohmann::json report = nlohmann::json::parse(r.output);
+        EXPECT_GT(report["copy_gb_s"].get<double>(), 100.0);
+        std::vector<std::string> tests;
+        for (const auto& m : report["measurements"]) {
+            tests.push_back(m["test"].get<std::string>());
+            EXPECT_GT(m["seconds"].get<double>(), 0.0);
+            EXPECT_GT(m["peak_memory_gib"].get<double>(), 0.0);
+            if (m["test"] != "tg128") continue;
+            const int64_t depth = m["depth"].get<int64_t>();
+            const std::string note = m["note"].get<std::string>();
+            EXPECT_NE(note.find("graph replays 128/128"), std::string::npos) << note;
+            // Two warm-up steps, then 128 timed: counted at the middle of the timed steps.
+            EXPECT_EQ(m["bytes_per_token"].get<double>(), double(cost.decode_traffic(depth + 2 + 64).total()));
+            if (depth > 0)
+                EXPECT_NE(note.find(std::string(fill) == "prefill" ? "depth by prefill" : "filled synthetically"),
+                          std::string::npos)
+                    << note;
+        }
+        EXPECT_EQ(tests, (std::vector<std::string>{"pp16", "pp64", "ttft2", "ttft16", "ttft64", "tg128", "tg128"}));
+    }
+#endif
+}
+
+}  // namespace
+}  // namespace deltabit

@@ -1,0 +1,453 @@
+// Op parity for the decode kernels (ops/decode_cuda.h) against the naive CPU references they fuse, with
+// NaN-poisoned, guard-banded outputs (cuda/op_parity_cuda.h):
+//   attention_cached   vs cpu::attention on f32 and on f16-rounded caches, T = 1 and T > 1, hostile head
+//                      dims and GQA groups, positions at split edges, large scores, Bonsai-27B geometry
+//   attention prologue vs cpu::rms_norm + cpu::rope_neox, the cache rows stored at the device position
+//   kv_store           exact f32 → RNE half (core/half.h)
+//   gdn decode         vs cpu conv1d → l2_norm → gdn_gates → delta rule → gated_rms_norm, state and conv
+//                      window included
+//   argmax             exactly argmax_lowest_id, ties, NaN and −inf included
+// Skips cleanly without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/half.h"
+#include "ops/attention.h"
+#include "ops/conv1d.h"
+#include "ops/delta_rule.h"
+#include "ops/gated_rms_norm.h"
+#include "ops/gdn_gates.h"
+#include "ops/l2_norm.h"
+#include "ops/op_parity.h"
+#include "ops/rms_norm.h"
+#include "ops/rope.h"
+#include "sampling/sampler.h"
+
+#ifdef DELTABIT_HAVE_CUDA
+#include "cuda/op_parity_cuda.h"
+#include "ops/decode_cuda.h"
+#endif
+
+namespace deltabit::test {
+namespace {
+
+#ifdef DELTABIT_HAVE_CUDA
+
+std::vector<uint16_t> to_half(const std::vector<float>& x) {
+    std::vector<uint16_t> h(x.size());
+    for (size_t i = 0; i < x.size(); ++i) h[i] = float_to_half(x[i]);
+    return h;
+}
+std::vector<float> from_half(const std::vector<uint16_t>& h) {
+    std::vector<float> x(h.size());
+    for (size_t i = 0; i < h.size(); ++i) x[i] = half_to_float(h[i]);
+    return x;
+}
+
+// ---- attention_cached ----
+
+struct AttnCase {
+    int64_t n_tokens, n_past, n_head, n_kv_head, head_dim, capacity;
+    bool gate, half;
+    float q_scale;  // > 1: large scores, the running max moves
+    cuda::AttentionDecodeVariant variant = cuda::AttentionDecodeVariant::keys_across_lanes;
+};
+
+// Error bound per output element, from the kernels' arithmetic (attention_decode_cuda.cu), as
+// test_op_parity_attention.cpp derives it for the older kernel:
+//   score: q·scale rounded (u), then dims_across_lanes: P = ceil(d/32) fmaf terms per lane and 5
+//     butterfly levels, |δs| ≤ (P + 6)·u·A; keys_across_lanes: one sequential fmaf chain over the d dims,
+//     |δs| ≤ (d + 2)·u·A; A = max_p Σ_j |q_j k_pj| / sqrt(d); a score error moves a softmax output by at
+//     most 2·|δs|·vmax;
+//   per warp, each step of two keys costs one rescale (exp2f 4u, its argument's rounding u·R·log2e) and
+//     two weights (the same each) and two fmaf: ≤ (10 + 2R)·u per key relative to vmax, n_w keys per warp
+//     (a split's keys / 4 warps);
+//   the merge of 4 warps (4 exp2f + 4 fmaf: 20u), of S splits (S exp2f + S fmaf + one divide: 6S + 1 u),
+//   the gate (8u·|o|).
+// R = the span of scores (2·max|s|). The CPU reference reads the same (f16-rounded when half) K and V.
+std::vector<double> attention_tolerance(const AttnCase& c, int64_t splits, const std::vector<float>& q,
+                                        const std::vector<float>& k, const std::vector<float>& v,
+                                        const std::vector<double>& want) {
+    const int64_t d = c.head_dim, group = c.n_head / c.n_kv_head;
+    const double inv_sqrt_d = 1.0 / std::sqrt(double(d));
+    const int64_t total = c.n_past + c.n_tokens;
+    const int64_t per_split = std::max<int64_t>(64, (total + splits - 1) / splits);
+    const double n_w = std::ceil(double(per_split) / 4.0);
+    std::vector<double> tol(want.size());
+    for (int64_t t = 0; t < c.n_tokens; ++t) {
+        const int64_t visible = c.n_past + t + 1;
+        for (int64_t h = 0; h < c.n_head; ++h) {
+            const int64_t kvh = h / group;
+            double a_max = 0, s_max = 0, v_max = 0;
+            for (int64_t p = 0; p < visible; ++p) {
+                double a = 0, s = 0;
+                for (int64_t j = 0; j < d; ++j) {
+                    const double qj = q[size_t((t * c.n_head + h) * d + j)];
+                    const double kj = k[size_t((p * c.n_kv_head + kvh) * d + j)];
+                    a += std::fabs(qj * kj);
+                    s += qj * kj;
+                    v_max = std::max(v_max, double(std::fabs(v[size_t((p * c.n_kv_head + kvh) * d + j)])));
+                }
+                a_max = std::max(a_max, a * inv_sqrt_d);
+                s_max = std::max(s_max, std::fabs(s * inv_sqrt_d));
+            }
+            const double P = std::ceil(double(d) / 32.0);
+            const bool keys = c.variant == cuda::AttentionDecodeVariant::keys_across_lanes;
+            const double score_err = (keys ? double(d) + 2.0 : P + 6.0) * kU * a_max;
+            const double span = 2.0 * s_max * 1.4426950408889634;
+            // (+5u: keys_across_lanes sums each warp's per-lane denominators with a butterfly at the end.)
+            const double bound =
+                (2.0 * score_err + (n_w * (10.0 + 2.0 * span) + 26.0 + 6.0 * double(splits)) * kU) * v_max;
+            for (int64_t j = 0; j < d; ++j) {
+                const size_t i = size_t((t * c.n_head + h) * d + j);
+                tol[i] = bound + 8.0 * kU * std::fabs(want[i]);
+            }
+        }
+    }
+    return tol;
+}
+
+void check_attention_cached(const AttnCase& c, uint32_t seed) {
+    std::mt19937 rng(seed);
+    const int64_t n_kv = c.n_past + c.n_tokens, row = c.n_kv_head * c.head_dim;
+    std::vector<float> q = uniform(static_cast<size_t>(c.n_tokens * c.n_head * c.head_dim), rng, -1.0f, 1.0f);
+    for (float& x : q) x *= c.q_scale;
+    std::vector<float> k = uniform(static_cast<size_t>(n_kv * row), rng, -1.0f, 1.0f);
+    std::vector<float> v = uniform(k.size(), rng, -1.0f, 1.0f);
+    const std::vector<float> gate = uniform(q.size(), rng, -4.0f, 4.0f);
+    if (c.half) {  // the reference sees what the cache holds
+        k = from_half(to_half(k));
+        v = from_half(to_half(v));
+    }
+    const cpu::AttentionDims ref_dims{c.n_tokens, c.n_past, c.n_head, c.n_kv_head, c.head_dim};
+    std::vector<float> want(q.size());
+    cpu::attention(q.data(), k.data(), v.data(), c.gate ? gate.data() : nullptr, ref_dims, want.data());
+
+    // The cache holds `capacity` rows; rows past n_kv are NaN and must never be read.
+    const size_t elem = c.half ? 2 : 4;
+    std::vector<uint8_t> k_bytes(static_cast<size_t>(c.capacity * row) * elem, 0xFF), v_bytes(k_bytes.size(), 0xFF);
+    if (c.half) {
+        const std::vector<uint16_t> kh = to_half(k), vh = to_half(v);
+        std::memcpy(k_bytes.data(), kh.data(), kh.size() * 2);
+        std::memcpy(v_bytes.data(), vh.data(), vh.size() * 2);
+    } else {
+        std::memcpy(k_bytes.data(), k.data(), k.size() * 4);
+        std::memcpy(v_bytes.data(), v.data(), v.size() * 4);
+    }
+    const cuda::CachedAttentionDims dims{c.n_tokens, c.n_head, c.n_kv_head, c.head_dim, c.capacity, c.head_dim,
+                                         c.variant};
+    GuardedDeviceArray<float> dq(q), dgate(gate), dout(q.size());
+    GuardedDeviceArray<uint8_t> dk(k_bytes), dv(v_bytes);
+    GuardedDeviceArray<int32_t> dpast(std::vector<int32_t>{int32_t(c.n_past)});
+    GuardedDeviceArray<float> scratch(cuda::attention_decode_scratch_floats(dims));
+    cuda::attention_cached(dq.get(), dk.get(), dv.get(), c.half ? cuda::KvElement::f16 : cuda::KvElement::f32,
+                           c.gate ? dgate.get() : nullptr, dpast.get(), dims, scratch.get(), dout.get(), nullptr);
+    const int64_t splits = cuda::attention_decode_splits(dims);
+    const bool keys = c.variant == cuda::AttentionDecodeVariant::keys_across_lanes;
+    const std::string what = std::string("attention_cached ") + (keys ? "keys " : "dims ") + (c.half ? "f16" : "f32") + " T=" +
+                             std::to_string(c.n_tokens) + " past=" + std::to_string(c.n_past) + " cap=" +
+                             std::to_string(c.capacity) + " H=" + std::to_string(c.n_head) + "/" +
+                             std::to_string(c.n_kv_head) + " d=" + std::to_string(c.head_dim) +
+                             (c.gate ? " gate" : "") + (c.q_scale > 1 ? " large" : "") + " S=" + std::to_string(splits);
+    const std::vector<double> want_d = to_double(want);
+    const std::vector<double> tol = attention_tolerance(c, splits, q, k, v, want_d);
+    expect_within(dout.download(what), want_d, [&](size_t i) { return tol[i]; }, what);
+}
+
+TEST(DecodeKernels, AttentionCachedHostileShapes) {
+    DELTABIT_REQUIRE_GPU();
+    uint32_t seed = 1;
+    for (const bool half : {false, true}) {
+        const std::vector<AttnCase> cases = {
+            // T = 1 (decode) at depths around the 64-key split minimum and warp/pair edges
+            {1, 0, 1, 1, 1, 1, false, half, 1},      {1, 0, 2, 1, 32, 4096, true, half, 1},
+            {1, 63, 2, 1, 63, 64, true, half, 1},    {1, 64, 4, 2, 64, 65, false, half, 1},
+            {1, 127, 6, 1, 65, 4096, true, half, 8}, {1, 1000, 8, 1, 127, 1001, true, half, 1},
+            {1, 1000, 3, 3, 129, 8192, false, half, 8}, {1, 4095, 8, 2, 256, 4096, true, half, 1},
+            {1, 8191, 5, 1, 33, 8192, false, half, 1},
+            // T > 1 (the prompt path over a half cache), continuing a history
+            {63, 0, 4, 2, 65, 63, true, half, 1},    {7, 121, 6, 1, 128, 512, true, half, 8},
+            {65, 1000, 2, 1, 256, 2000, false, half, 1},
+        };
+        for (AttnCase c : cases)
+            for (const auto variant : {cuda::AttentionDecodeVariant::dims_across_lanes,
+                                       cuda::AttentionDecodeVariant::keys_across_lanes}) {
+                c.variant = variant;
+                check_attention_cached(c, seed++);
+            }
+    }
+}
+
+TEST(DecodeKernels, AttentionCachedBonsai27B) {
+    DELTABIT_REQUIRE_GPU();
+    // 24 query heads on 4 kv heads of 256, the gate on, a 32K cache filled to 3000.
+    for (const auto variant : {cuda::AttentionDecodeVariant::dims_across_lanes,
+                               cuda::AttentionDecodeVariant::keys_across_lanes}) {
+        check_attention_cached({1, 2999, 24, 4, 256, 32768, true, false, 1, variant}, 200);
+        check_attention_cached({1, 2999, 24, 4, 256, 32768, true, true, 1, variant}, 201);
+    }
+}
+
+// ---- prologue and kv_store ----
+
+void check_prologue(int64_t H, int64_t H_kv, int64_t d, int64_t rope_dim, bool gated, bool half, int32_t position,
+                    uint32_t seed) {
+    std::mt19937 rng(seed);
+    const int64_t per_head = gated ? 2 * d : d, capacity = position + 3;
+    const std::vector<float> q_full = uniform(static_cast<size_t>(H * per_head), rng, -3.0f, 3.0f);
+    const std::vector<float> k_raw = uniform(static_cast<size_t>(H_kv * d), rng, -3.0f, 3.0f);
+    const std::vector<float> v_raw = uniform(static_cast<size_t>(H_kv * d), rng, -3.0f, 3.0f);
+    const std::vector<float> q_norm = uniform(static_cast<size_t>(d), rng, 0.5f, 1.5f), k_norm = uniform(static_cast<size_t>(d), rng, 0.5f, 1.5f);
+    const float eps = 1e-6f, theta = 1e7f;
+
+    // Reference: split, rms_norm, rope; the new rows of the cache.
+    std::vector<float> q(static_cast<size_t>(H * d)), k(static_cast<size_t>(H_kv * d));
+    for (int64_t h = 0; h < H; ++h) std::copy_n(q_full.begin() + h * per_head, d, q.begin() + h * d);
+    cpu::rms_norm(q.data(), q_norm.data(), H, d, eps, cpu::NormWeight::plain, q.data());
+    cpu::rms_norm(k_raw.data(), k_norm.data(), H_kv, d, eps, cpu::NormWeight::plain, k.data());
+    cpu::rope_neox(q.data(), &position, 1, H, d, rope_dim, theta);
+    cpu::rope_neox(k.data(), &position, 1, H_kv, d, rope_dim, theta);
+
+    const size_t elem = half ? 2 : 4, row_bytes = size_t(H_kv * d) * elem;
+    GuardedDeviceArray<float> dq_full(q_full), dk_raw(k_raw), dv_raw(v_raw), dqn(q_norm), dkn(k_norm);
+    GuardedDeviceArray<float> dq(static_cast<size_t>(H * d));
+    GuardedDeviceArray<uint8_t> dk_cache(static_cast<size_t>(capacity) * row_bytes), dv_cache(static_cast<size_t>(capacity) * row_bytes);
+    GuardedDeviceArray<int32_t> dpos(std::vector<int32_t>{position});
+    const cuda::AttentionPrologueDims dims{H, H_kv, d, per_head, rope_dim, theta, eps};
+    cuda::attention_decode_prologue(dq_full.get(), dk_raw.get(), dv_raw.get(), dqn.get(), dkn.get(), dpos.get(), dims,
+                                    half ? cuda::KvElement::f16 : cuda::KvElement::f32, dk_cache.get(), dv_cache.get(),
+                                    dq.get(), nullptr);
+    const std::string what = std::string("attention prologue ") + (half ? "f16" : "f32") + " H=" + std::to_string(H) +
+                             "/" + std::to_string(H_kv) + " d=" + std::to_string(d) + " rope=" +
+                             std::to_string(rope_dim) + " pos=" + std::to_string(position);
+    // rms_norm in fp32 (a sum of d squares over 256 threads and a butterfly: ≤ (ceil(d/256) + 8)·u
+    // relative; 1/sqrt ≤ 2u; two products) and the rotation in double of those floats: ≤ 16u relative
+    // to the larger of the pair, the angle itself formed exactly as the reference forms it.
+    auto pair_tol = [&](const std::vector<float>& want, int64_t rows) {
+        std::vector<double> tol(want.size());
+        for (int64_t r = 0; r < rows; ++r)
+            for (int64_t i = 0; i < d; ++i) {
+                const int64_t half_dim = rope_dim / 2;
+                const int64_t j = i < half_dim ? i : i < rope_dim ? i - half_dim : i;
+                const double m = i < rope_dim ? std::max(std::fabs(want[size_t(r * d + j)]),
+                                                         std::fabs(want[size_t(r * d + j + half_dim)]))
+                                              : std::fabs(want[size_t(r * d + i)]);
+                tol[size_t(r * d + i)] = 16.0 * kU * 2.0 * m;
+            }
+        return tol;
+    };
+    const std::vector<double> q_tol = pair_tol(q, H), k_tol = pair_tol(k, H_kv);
+    expect_within(dq.download(what + " q"), to_double(q), [&](size_t i) { return q_tol[i]; }, what + " q");
+    // The cache: only row `position` was written (the rest is still poison 0xFF), in the KV element type.
+    const std::vector<uint8_t> k_bytes = dk_cache.download(what + " k"), v_bytes = dv_cache.download(what + " v");
+    for (size_t b = 0; b < k_bytes.size(); ++b) {
+        const bool in_row = b / row_bytes == size_t(position);
+        if (!in_row) ASSERT_TRUE(k_bytes[b] == 0xFF && v_bytes[b] == 0xFF) << what << ": byte " << b << " written";
+    }
+    std::vector<float> k_got(static_cast<size_t>(H_kv * d)), v_got(k_got.size());
+    const uint8_t* krow = k_bytes.data() + size_t(position) * row_bytes;
+    const uint8_t* vrow = v_bytes.data() + size_t(position) * row_bytes;
+    for (size_t i = 0; i < k_got.size(); ++i) {
+        if (half) {
+            uint16_t kh, vh;
+            std::memcpy(&kh, krow + 2 * i, 2);
+            std::memcpy(&vh, vrow + 2 * i, 2);
+            k_got[i] = half_to_float(kh);
+            v_got[i] = half_to_float(vh);
+            // v is stored as given: exactly the RNE half of it.
+            ASSERT_EQ(vh, float_to_half(v_raw[i])) << what << ": v element " << i;
+        } else {
+            std::memcpy(&k_got[i], krow + 4 * i, 4);
+            std::memcpy(&v_got[i], vrow + 4 * i, 4);
+            ASSERT_EQ(v_got[i], v_raw[i]) << what << ": v element " << i;
+        }
+    }
+    // A half cache adds its own rounding (≤ 2^-11 relative) to k.
+    expect_within(k_got, to_double(k),
+                  [&](size_t i) { return k_tol[i] + (half ? std::ldexp(std::fabs(double(k[i])), -11) : 0.0); },
+                  what + " k");
+}
+
+TEST(DecodeKernels, AttentionPrologue) {
+    DELTABIT_REQUIRE_GPU();
+    check_prologue(1, 1, 1, 0, false, false, 0, 1);
+    check_prologue(4, 2, 63, 62, true, false, 5, 2);
+    check_prologue(8, 2, 128, 128, false, true, 1000, 3);
+    check_prologue(24, 4, 256, 64, true, false, 31999, 4);  // Bonsai-27B: partial rope, gate interleaved
+    check_prologue(24, 4, 256, 64, true, true, 4095, 5);
+}
+
+TEST(DecodeKernels, KvStoreRoundsToNearestEven) {
+    DELTABIT_REQUIRE_GPU();
+    std::mt19937 rng(7);
+    const int64_t T = 5, row = 65, past = 3;
+    std::vector<float> rows = uniform(static_cast<size_t>(T * row), rng, -70000.0f, 70000.0f);
+    rows[0] = 1.0f + 1.0f / 2048.0f;  // exactly between two halves: ties to even (1.0)
+    rows[1] = 65520.0f;               // rounds past the largest half: inf
+    rows[2] = 1e-8f;                  // below the smallest subnormal half's half: +0
+    GuardedDeviceArray<float> drows(rows);
+    GuardedDeviceArray<uint16_t> cache(static_cast<size_t>((past + T) * row));
+    GuardedDeviceArray<int32_t> dpast(std::vector<int32_t>{int32_t(past)});
+    cuda::kv_store(drows.get(), T, row, dpast.get(), cuda::KvElement::f16, cache.get(), nullptr);
+    const std::vector<uint16_t> got = cache.download("kv_store f16");
+    for (size_t i = 0; i < got.size(); ++i) {
+        const size_t r = i / size_t(row);
+        if (r < size_t(past)) ASSERT_EQ(got[i], 0xFFFF) << "element " << i << " before n_past was written";
+        else ASSERT_EQ(got[i], float_to_half(rows[i - size_t(past * row)])) << "element " << i;
+    }
+}
+
+// ---- gated DeltaNet decode ----
+
+void check_gdn_decode(const cuda::GdnDecodeDims& d, uint32_t seed) {
+    std::mt19937 rng(seed);
+    const int64_t Hk = d.n_key_heads, Hv = d.n_value_heads, dk = d.key_dim, dv = d.value_dim, K = d.conv_kernel;
+    const int64_t C = 2 * Hk * dk + Hv * dv;
+    const std::vector<float> mixed = uniform(static_cast<size_t>(C), rng, -2.0f, 2.0f);
+    const std::vector<float> b = uniform(static_cast<size_t>(Hv), rng, -4.0f, 4.0f), a = uniform(static_cast<size_t>(Hv), rng, -4.0f, 4.0f);
+    const std::vector<float> conv_w = uniform(static_cast<size_t>(C * K), rng, -1.0f, 1.0f);
+    const std::vector<float> conv_state = uniform(static_cast<size_t>((K - 1) * C), rng, -2.0f, 2.0f);
+    const std::vector<float> ssm_a = uniform(static_cast<size_t>(Hv), rng, -8.0f, -0.1f), dt_bias = uniform(static_cast<size_t>(Hv), rng, -1.0f, 1.0f);
+    const std::vector<float> z = uniform(static_cast<size_t>(Hv * dv), rng, -4.0f, 4.0f), norm_w = uniform(static_cast<size_t>(dv), rng, 0.5f, 1.5f);
+    const std::vector<float> state = uniform(static_cast<size_t>(Hv * dk * dv), rng, -0.5f, 0.5f);
+    const float l2_eps = 1e-6f, eps = 1e-6f;
+
+    // Reference chain, as the prompt path runs it.
+    std::vector<float> conv_out(static_cast<size_t>(C)), ref_conv_state = conv_state, ref_state = state;
+    cpu::conv1d_causal_silu(mixed.data(), conv_w.data(), ref_conv_state.data(), 1, C, K, conv_out.data());
+    std::vector<float> q(conv_out.begin(), conv_out.begin() + Hk * dk);
+    std::vector<float> k(conv_out.begin() + Hk * dk, conv_out.begin() + 2 * Hk * dk);
+    const std::vector<float> v(conv_out.begin() + 2 * Hk * dk, conv_out.end());
+    cpu::l2_norm(q.data(), Hk, dk, l2_eps, q.data());
+    cpu::l2_norm(k.data(), Hk, dk, l2_eps, k.data());
+    std::vector<float> beta(static_cast<size_t>(Hv)), g(static_cast<size_t>(Hv)), o(static_cast<size_t>(Hv * dv)), want(o.size());
+    cpu::gdn_gates(b.data(), a.data(), ssm_a.data(), dt_bias.data(), 1, Hv, beta.data(), g.data());
+    const cpu::DeltaRuleDims rd{1, Hk, Hv, dk, dv, d.key_head_map};
+    cpu::gated_delta_rule_recurrent(q.data(), k.data(), v.data(), g.data(), beta.data(), rd, ref_state.data(), o.data());
+    cpu::gated_rms_norm(o.data(), z.data(), norm_w.data(), Hv, dv, eps, want.data());
+
+    GuardedDeviceArray<float> dmixed(mixed), db(b), da(a), dconv_w(conv_w), dconv_state(conv_state), dssm_a(ssm_a),
+        ddt(dt_bias), dz(z), dnorm(norm_w), dstate(state);
+    GuardedDeviceArray<float> dq(static_cast<size_t>(Hk * dk)), dk_(static_cast<size_t>(Hk * dk)), dv_(static_cast<size_t>(Hv * dv)), dbeta(static_cast<size_t>(Hv)),
+        dg(static_cast<size_t>(Hv)), dout(static_cast<size_t>(Hv * dv));
+    cuda::gdn_decode_prepare(dmixed.get(), db.get(), da.get(), dconv_w.get(), dconv_state.get(), dssm_a.get(), ddt.get(),
+                             d, l2_eps, dq.get(), dk_.get(), dv_.get(), dbeta.get(), dg.get(), nullptr);
+    cuda::gdn_decode_recurrent(dq.get(), dk_.get(), dv_.get(), dbeta.get(), dg.get(), dz.get(), dnorm.get(), eps, d,
+                               dstate.get(), dout.get(), nullptr);
+    const std::string what = "gdn decode H=" + std::to_string(Hk) + "/" + std::to_string(Hv) + " dk=" +
+                             std::to_string(dk) + " dv=" + std::to_string(dv) + " K=" + std::to_string(K) +
+                             (d.key_head_map == cpu::KeyHeadMap::tiled ? " tiled" : " grouped");
+    // The conv window moves exactly (copies, no arithmetic).
+    EXPECT_EQ(dconv_state.download(what + " conv state"), ref_conv_state) << what;
+    // Conv outputs: K fmaf and SiLU (expf 2 ulp, a divide): ≤ (K + 8)·u relative to Σ|w·x| + |y|.
+    // q and k then go through an fp32 l2 norm (≤ (ceil(dk/256) + 12)·u relative); gates 8u.
+    std::vector<double> conv_scale(static_cast<size_t>(C));
+    for (int64_t c = 0; c < C; ++c) {
+        double s = std::fabs(double(conv_w[size_t(c * K + K - 1)]) * mixed[size_t(c)]);
+        for (int64_t j = 0; j + 1 < K; ++j) s += std::fabs(double(conv_w[size_t(c * K + j)]) * conv_state[size_t(j * C + c)]);
+        conv_scale[size_t(c)] = s;
+    }
+    expect_within(dv_.download(what + " v"), to_double(v),
+                  [&](size_t i) { return double(K + 8) * kU * (conv_scale[size_t(2 * Hk * dk) + i] + std::fabs(v[i])); },
+                  what + " v");
+    // q, k: each conv output's absolute error e_c ≤ (K + 8)·u·(scale_c + |y_c|) moves the unit vector
+    // y/‖y‖ by at most max_c e_c·(1 + sqrt(dk))/‖y‖ per element; the fp32 norm itself adds
+    // (ceil(dk/256) + 12)·u relative.
+    auto qk_tol = [&](size_t base) {
+        std::vector<double> tol(static_cast<size_t>(Hk * dk));
+        for (int64_t h = 0; h < Hk; ++h) {
+            double norm = 0, worst = 0;
+            for (int64_t j = 0; j < dk; ++j) {
+                const size_t c = base + size_t(h * dk + j);
+                norm += double(conv_out[c]) * conv_out[c];
+                worst = std::max(worst, double(K + 8) * kU * (conv_scale[c] + std::fabs(double(conv_out[c]))));
+            }
+            norm = std::sqrt(norm);
+            for (int64_t j = 0; j < dk; ++j) {
+                const size_t i = size_t(h * dk + j);
+                const double unit = std::fabs(double(conv_out[base + i])) / norm;
+                tol[i] = worst * (1.0 + std::sqrt(double(dk))) / norm + double(dk / 256 + 13) * kU * unit;
+            }
+        }
+        return tol;
+    };
+    const std::vector<double> q_tol = qk_tol(0), k_tol = qk_tol(static_cast<size_t>(Hk * dk));
+    expect_within(dq.download(what + " q"), to_double(q), [&](size_t i) { return q_tol[i]; }, what + " q");
+    expect_within(dk_.download(what + " k"), to_double(k), [&](size_t i) { return k_tol[i]; }, what + " k");
+    expect_relative(dbeta.download(what + " beta"), to_double(beta), 8 * kU, 0, what + " beta");
+    expect_relative(dg.download(what + " g"), to_double(g), 16 * kU, 0, what + " g");
+    // State and output: the recurrence of one token from inputs that already differ by the bounds above;
+    // no tight closed form (as test_op_parity_delta_rule.cpp's kDeltaRuleTolU), so measured: in u × the
+    // largest |S| (state) or |y| (output) of the head, the worst of these shapes on an H200 was 4.6u
+    // (state) and 5.1u (output); the bound is 32u. A wrong key head, gate or missing q scale moves them
+    // by O(1e-2) of that scale.
+    const std::vector<float> got_state = dstate.download(what + " state");
+    std::vector<double> head_max(static_cast<size_t>(Hv), 0.0), out_max(static_cast<size_t>(Hv), 0.0);
+    for (size_t i = 0; i < ref_state.size(); ++i)
+        head_max[i / size_t(dk * dv)] = std::max(head_max[i / size_t(dk * dv)], double(std::fabs(ref_state[i])));
+    for (size_t i = 0; i < want.size(); ++i)
+        out_max[i / size_t(dv)] = std::max(out_max[i / size_t(dv)], double(std::fabs(want[i])));
+    expect_within(got_state, to_double(ref_state), [&](size_t i) { return 32 * kU * head_max[i / size_t(dk * dv)]; },
+                  what + " state");
+    expect_within(dout.download(what + " out"), to_double(want), [&](size_t i) { return 32 * kU * out_max[i / size_t(dv)]; },
+                  what + " out");
+}
+
+TEST(DecodeKernels, GdnDecodeStep) {
+    DELTABIT_REQUIRE_GPU();
+    uint32_t seed = 300;
+    check_gdn_decode({1, 1, 1, 1, 1, cpu::KeyHeadMap::tiled}, seed++);
+    check_gdn_decode({2, 6, 63, 65, 4, cpu::KeyHeadMap::tiled}, seed++);
+    check_gdn_decode({2, 4, 65, 33, 3, cpu::KeyHeadMap::grouped}, seed++);
+    check_gdn_decode({1, 2, 256, 129, 4, cpu::KeyHeadMap::grouped}, seed++);
+    check_gdn_decode({3, 3, 32, 1000, 2, cpu::KeyHeadMap::tiled}, seed++);
+    check_gdn_decode({16, 48, 128, 128, 4, cpu::KeyHeadMap::tiled}, seed++);  // Bonsai-27B
+}
+
+// ---- argmax ----
+
+void check_argmax(const std::vector<float>& x, const std::string& what) {
+    GuardedDeviceArray<float> dx(x);
+    GuardedDeviceArray<uint8_t> scratch(cuda::argmax_scratch_bytes(int64_t(x.size())));
+    GuardedDeviceArray<int32_t> out(1);
+    cuda::argmax(dx.get(), int64_t(x.size()), scratch.get(), out.get(), nullptr);
+    const int32_t got = out.download(what)[0];
+    EXPECT_EQ(got, argmax_lowest_id(x)) << what;
+}
+
+TEST(DecodeKernels, ArgmaxEqualsLowestIdRule) {
+    DELTABIT_REQUIRE_GPU();
+    std::mt19937 rng(11);
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    for (const int64_t n : {int64_t(1), int64_t(63), int64_t(2049), int64_t(248320), int64_t(1000003)}) {
+        std::vector<float> x = uniform(static_cast<size_t>(n), rng, -30.0f, 30.0f);
+        check_argmax(x, "random n=" + std::to_string(n));
+        // Ties: the maximum at several ids, in different blocks; the lowest wins.
+        std::vector<float> t(static_cast<size_t>(n), 1.0f);
+        for (int64_t i = n / 2; i < n; i += std::max<int64_t>(1, n / 7)) t[size_t(i)] = 5.0f;
+        check_argmax(t, "ties n=" + std::to_string(n));
+        // NaN never wins; NaN at 0 makes the answer 0.
+        std::vector<float> with_nan = x;
+        for (size_t i = 1; i < with_nan.size(); i += 3) with_nan[i] = nan;
+        check_argmax(with_nan, "nan n=" + std::to_string(n));
+        with_nan[0] = nan;
+        check_argmax(with_nan, "nan at 0 n=" + std::to_string(n));
+        std::vector<float> minus_inf(static_cast<size_t>(n), -inf);
+        check_argmax(minus_inf, "all -inf n=" + std::to_string(n));
+        std::vector<float> all_nan(static_cast<size_t>(n), nan);
+        check_argmax(all_nan, "all nan n=" + std::to_string(n));
+    }
+}
+
+#else
+TEST(DecodeKernels, SkippedWithoutCuda) { GTEST_SKIP() << "built without CUDA"; }
+#endif
+
+}  // namespace
+}  // namespace deltabit::test

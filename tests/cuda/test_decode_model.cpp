@@ -1,0 +1,370 @@
+// The GPU decode path of CudaModel (models/model_cuda.h) at model level:
+//   - graph replay = eager launches, byte for byte, over 256 greedy tokens (argmax on the GPU), and the
+//     replay counter proves the graph ran (STYLE habit 16);
+//   - save → load → continue, and checkpoint → restore → continue, byte-identical to an uninterrupted
+//     run, for f32 and f16 KV; the image's chunk layout; load() refusing bad images untouched;
+//   - f16 KV against the CPU reference (f32 KV): argmax at decisive positions, the first attention
+//     layer's cache exactly the RNE half of the f32 run's, DeltaNet states within a stated bound.
+#include "models/fixture.h"
+
+#if DELTABIT_HAVE_CUDA
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <span>
+
+#include "core/error.h"
+#include "core/half.h"
+#include "cuda/decode_test_models.h"
+#include "cuda/op_parity_cuda.h"
+#include "models/model.h"
+#include "models/model_cuda.h"
+#include "models/sequence_state.h"
+#include "sampling/sampler.h"
+
+namespace deltabit {
+namespace {
+
+std::vector<float> download(const float* device, int64_t n) {
+    std::vector<float> host(static_cast<size_t>(n));
+    // The legacy-stream copy waits for the model's (blocking) stream.
+    cuda::cuda_check(cudaMemcpy(host.data(), device, size_t(n) * sizeof(float), cudaMemcpyDeviceToHost), "download");
+    return host;
+}
+
+bool same_bytes(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+constexpr int64_t kGreedy = 256;
+
+class DecodeModel : public ::testing::TestWithParam<std::string> {};
+
+// GetParam(): "<fixture>" (plain weights) or "<fixture>+q1" (matrices as Q1_0, the int8 GEMV path).
+Model param_model(const std::string& p) {
+    const bool q1 = p.ends_with("+q1");
+    return test::load_fixture_model(q1 ? p.substr(0, p.size() - 3) : p, q1);
+}
+std::string param_fixture(const std::string& p) { return p.ends_with("+q1") ? p.substr(0, p.size() - 3) : p; }
+
+bool has_moe(const ModelConfig& c) { return std::find(c.layer_is_moe.begin(), c.layer_is_moe.end(), true) != c.layer_is_moe.end(); }
+
+TEST_P(DecodeModel, GraphReplayIsByteIdenticalToEagerOver256GreedyTokens) {
+    DELTABIT_REQUIRE_GPU();
+    const Model cpu = param_model(GetParam());
+    const test::Fixture f = test::load_fixture(param_fixture(GetParam()));
+    const int64_t V = cpu.config().n_vocab;
+    CudaModel graphed(cpu), eager(cpu);
+    eager.set_decode_graphs(false);
+    CudaSequenceState a = graphed.new_sequence(512), b = eager.new_sequence(512);
+    const std::vector<int32_t>& prompt = f.cases.at(1).tokens;
+    const float* pa = graphed.forward_last(a, prompt);
+    const float* pb = eager.forward_last(b, prompt);
+    for (int64_t step = 0;; ++step) {
+        const std::vector<float> la = download(pa, V), lb = download(pb, V);
+        ASSERT_TRUE(same_bytes(la, lb)) << "logits differ after greedy step " << step;
+        const int32_t ia = graphed.argmax(pa), ib = eager.argmax(pb);
+        ASSERT_EQ(ia, argmax_lowest_id(la)) << "GPU argmax vs the sampler's rule at step " << step;
+        ASSERT_EQ(ia, ib) << step;
+        if (step == kGreedy) break;
+        pa = graphed.forward_last(a, std::span(&ia, 1));
+        pb = eager.forward_last(b, std::span(&ib, 1));
+    }
+    const CudaDecodeStats g = graphed.decode_stats(), e = eager.decode_stats();
+    std::printf("[ decode ] %-22s graphed: %lld captures, %lld replays, %lld eager; eager model: %lld eager steps\n",
+                GetParam().c_str(), (long long)g.graph_captures, (long long)g.graph_replays, (long long)g.eager_steps,
+                (long long)e.eager_steps);
+    EXPECT_EQ(e.graph_replays, 0);
+    EXPECT_EQ(e.eager_steps, kGreedy);
+    if (has_moe(cpu.config())) {
+        EXPECT_EQ(g.graph_replays, 0) << "MoE steps sync with the host and cannot be captured";
+    } else {
+        // The first step of the sequence runs eagerly (it sizes the decode arena), every later one replays.
+        EXPECT_EQ(g.eager_steps, 1);
+        EXPECT_EQ(g.graph_captures, 1);
+        EXPECT_EQ(g.graph_replays, kGreedy - 1);
+        // A sequence of another capacity (another split count: 128 instead of 8) captures its own graph in
+        // the same decode arena and replays it from its first step.
+        CudaSequenceState big = graphed.new_sequence(40000);
+        const float* pbig = graphed.forward_last(big, prompt);
+        for (int i = 0; i < 3; ++i) {
+            const int32_t id = graphed.argmax(pbig);
+            pbig = graphed.forward_last(big, std::span(&id, 1));
+        }
+        EXPECT_EQ(graphed.decode_stats().graph_captures, 2);
+        EXPECT_EQ(graphed.decode_stats().graph_replays, kGreedy - 1 + 3);
+        EXPECT_EQ(graphed.decode_stats().eager_steps, 1);
+    }
+}
+
+// Feeds `tokens` one at a time; the logits after each.
+std::vector<std::vector<float>> continue_with(CudaModel& gpu, CudaSequenceState& s, const std::vector<int32_t>& tokens) {
+    std::vector<std::vector<float>> out;
+    for (const int32_t t : tokens) out.push_back(download(gpu.forward_last(s, std::span(&t, 1)), gpu.config().n_vocab));
+    return out;
+}
+
+TEST_P(DecodeModel, SaveLoadAndCheckpointRestoreContinueByteIdentical) {
+    DELTABIT_REQUIRE_GPU();
+    const Model cpu = param_model(GetParam());
+    const test::Fixture f = test::load_fixture(param_fixture(GetParam()));
+    const ModelConfig& c = cpu.config();
+    CudaModel gpu(cpu);
+    for (const KvFormat kv : {KvFormat::f32, KvFormat::f16}) {
+        const std::string what = std::string(kv_format_name(kv));
+        CudaSequenceState s = gpu.new_sequence(512, kv);
+        ASSERT_EQ(s.kv_format(), kv);
+        // A prompt (chunked path) then 12 greedy steps (eager first, then graph replays).
+        const float* p = gpu.forward_last(s, f.cases.back().tokens);
+        for (int i = 0; i < 12; ++i) {
+            const int32_t id = gpu.argmax(p);
+            p = gpu.forward_last(s, std::span(&id, 1));
+        }
+        const StateImage image = s.save();
+        EXPECT_EQ(image.position, s.position());
+        EXPECT_EQ(image.kv_format, kv);
+        // Layout: per layer, attn.k/attn.v of position rows, or gdn.conv/gdn.recurrent in f32.
+        const size_t elem = kv == KvFormat::f16 ? 2 : 4;
+        size_t n_chunks = 0;
+        for (int64_t l = 0; l < c.n_layer(); ++l) {
+            const std::string blk = "blk." + std::to_string(l) + ".";
+            auto find = [&](const std::string& name) -> const StateChunk* {
+                for (const StateChunk& ch : image.chunks)
+                    if (ch.name == name) return &ch;
+                return nullptr;
+            };
+            if (c.layers[size_t(l)] == LayerKind::full_attention) {
+                for (const char* part : {"attn.k", "attn.v"}) {
+                    const StateChunk* ch = find(blk + part);
+                    ASSERT_NE(ch, nullptr) << what << " " << blk << part;
+                    EXPECT_EQ(ch->bytes.size(), size_t(image.position * c.n_head_kv * c.head_dim) * elem) << blk << part;
+                    ++n_chunks;
+                }
+            } else {
+                const StateChunk* conv = find(blk + "gdn.conv");
+                const StateChunk* rec = find(blk + "gdn.recurrent");
+                ASSERT_TRUE(conv != nullptr && rec != nullptr) << what << " " << blk;
+                EXPECT_EQ(conv->bytes.size(), size_t((c.ssm_conv_kernel - 1) * c.ssm_conv_channels()) * 4);
+                EXPECT_EQ(rec->bytes.size(), size_t(c.ssm_n_value_heads * c.ssm_key_dim * c.ssm_value_dim) * 4);
+                n_chunks += 2;
+            }
+        }
+        EXPECT_EQ(image.chunks.size(), n_chunks);
+        // Names, order and sizes exactly the CPU SequenceState's (models/sequence_state.h), and a CPU
+        // image of the same position loads here.
+        const std::vector<StateChunkSpec> cpu_layout = state_image_layout(c, kv, image.position);
+        ASSERT_EQ(cpu_layout.size(), image.chunks.size());
+        for (size_t i = 0; i < cpu_layout.size(); ++i) {
+            EXPECT_EQ(image.chunks[i].name, cpu_layout[i].name) << i;
+            EXPECT_EQ(image.chunks[i].bytes.size(), cpu_layout[i].bytes) << cpu_layout[i].name;
+        }
+        {
+            SequenceState cpu_state(c, kv);
+            const std::vector<int32_t> ids(size_t(image.position), 1);
+            cpu.forward(cpu_state, ids);
+            CudaSequenceState from_cpu = gpu.new_sequence(512, kv);
+            EXPECT_NO_THROW(from_cpu.load(cpu_state.save())) << what;
+            EXPECT_EQ(from_cpu.position(), image.position);
+        }
+
+        // The uninterrupted run: 40 more greedy tokens.
+        std::vector<int32_t> tokens;
+        std::vector<std::vector<float>> uninterrupted;
+        for (int i = 0; i < 40; ++i) {
+            const int32_t id = gpu.argmax(p);
+            tokens.push_back(id);
+            p = gpu.forward_last(s, std::span(&id, 1));
+            uninterrupted.push_back(download(p, c.n_vocab));
+        }
+        // A fresh state loaded from the image continues identically.
+        CudaSequenceState loaded = gpu.new_sequence(512, kv);
+        loaded.load(image);
+        EXPECT_EQ(loaded.position(), image.position);
+        const auto resumed = continue_with(gpu, loaded, tokens);
+        for (size_t i = 0; i < tokens.size(); ++i)
+            ASSERT_TRUE(same_bytes(resumed[i], uninterrupted[i])) << what << ": loaded state, token " << i;
+        // Checkpoint at the image's position, run ahead on other tokens, restore, continue identically.
+        CudaSequenceState branch = gpu.new_sequence(512, kv);
+        branch.load(image);
+        const StateCheckpoint cp = branch.checkpoint();
+        EXPECT_EQ(cp.position, image.position);
+        std::vector<int32_t> detour(tokens.rbegin(), tokens.rend());
+        continue_with(gpu, branch, detour);
+        branch.restore(cp);
+        EXPECT_EQ(branch.position(), image.position);
+        const auto restored = continue_with(gpu, branch, tokens);
+        for (size_t i = 0; i < tokens.size(); ++i)
+            ASSERT_TRUE(same_bytes(restored[i], uninterrupted[i])) << what << ": restored checkpoint, token " << i;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, DecodeModel,
+                         ::testing::Values("qwen3_5_float", "qwen3_5_binary+q1", "qwen3_binary+q1", "qwen3_next_float",
+                                           "qwen3_5_moe_float"),
+                         [](const auto& info) {
+                             std::string n = info.param;
+                             std::replace(n.begin(), n.end(), '+', '_');
+                             return n;
+                         });
+
+bool same_image(const StateImage& a, const StateImage& b) {
+    if (a.position != b.position || a.kv_format != b.kv_format || a.chunks.size() != b.chunks.size()) return false;
+    for (size_t i = 0; i < a.chunks.size(); ++i)
+        if (a.chunks[i].name != b.chunks[i].name || a.chunks[i].bytes != b.chunks[i].bytes) return false;
+    return true;
+}
+
+TEST(DecodeState, LoadAndRestoreRefuseBadInputsUntouched) {
+    DELTABIT_REQUIRE_GPU();
+    const Model cpu = Model::load(test::fixtures_dir() / "qwen3_5_float");
+    CudaModel gpu(cpu);
+    CudaSequenceState s = gpu.new_sequence(64);
+    const int32_t prompt[] = {1, 2, 3, 4, 5, 6, 7};
+    gpu.forward(s, prompt);
+    const StateImage good = s.save();
+    CudaSequenceState target = gpu.new_sequence(64);
+    gpu.forward(target, std::span(prompt, 3));
+    const StateImage before = target.save();
+
+    auto refused = [&](StateImage bad, const std::string& needle, const char* what) {
+        try {
+            target.load(bad);
+            ADD_FAILURE() << what << ": load accepted a bad image";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << what << ": " << e.what();
+        }
+        EXPECT_TRUE(same_image(target.save(), before)) << what << ": the state changed";
+    };
+    StateImage bad = good;
+    bad.kv_format = KvFormat::f16;
+    refused(bad, "f16", "kv format");
+    bad = good;
+    bad.position = 65;
+    refused(bad, "65", "position past capacity");
+    bad = good;
+    const std::string dropped = bad.chunks.back().name;
+    bad.chunks.pop_back();
+    refused(bad, dropped, "missing chunk");
+    bad = good;
+    bad.chunks.front().bytes.pop_back();
+    refused(bad, bad.chunks.front().name, "short chunk");
+    bad = good;
+    bad.chunks.push_back({"blk.99.attn.k", {}});
+    refused(bad, "blk.99.attn.k", "unknown chunk");
+    bad = good;
+    bad.chunks.push_back(bad.chunks.front());
+    refused(bad, bad.chunks.front().name, "duplicate chunk");
+    // A checkpoint ahead of the sequence cannot be restored (its KV prefix is not there).
+    const StateCheckpoint ahead = s.checkpoint();
+    EXPECT_THROW(target.restore(ahead), Error);
+    EXPECT_TRUE(same_image(target.save(), before));
+    try {
+        gpu.new_sequence(8, KvFormat::kivi4);
+        ADD_FAILURE() << "kivi4 accepted";
+    } catch (const Error& e) {
+        EXPECT_STREQ(e.what(), "kivi4 KV cache is not on the GPU yet");
+    }
+}
+
+// f16 KV against the CPU reference (f32 KV), float fixtures.
+//  - argmax: identical wherever the CPU's top-1 − top-2 gap exceeds 2·(1e-2·max|logit|). Half rounding
+//    moves each cached value by ≤ 2^-11 relative (4.9e-4); a score moves by at most that times
+//    Σ|q·k|/sqrt(d) and each attention output by ≤ 2·that·max|v|; through the fixtures' 4–8 layers and
+//    the final projection this stays within 20× the per-value rounding, 1e-2 of max|logit|.
+//  - the first full-attention layer's cache: its inputs do not depend on the KV format (only DeltaNet
+//    layers or the embedding come before), so its f16 rows must be exactly the RNE halves of the f32 run's.
+//  - DeltaNet states (f16 run vs f32 run on the GPU): max|Δ| ≤ 1e-2·max|state|, by the same argument.
+class DecodeF16Kv : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DecodeF16Kv, MatchesCpuReferenceWithinHalfRounding) {
+    DELTABIT_REQUIRE_GPU();
+    const test::Fixture f = test::load_fixture(GetParam());
+    Model cpu = Model::load(f.dir);
+    const ModelConfig& c = cpu.config();
+    CudaModel gpu(cpu);
+    const double tol = 1e-2 * f.max_abs_logit;
+    for (const std::string mode : {"steps", "prompt"}) {
+        double max_diff = 0;
+        int64_t decisive = 0, mismatches = 0;
+        for (const test::FixtureCase& fc : f.cases) {
+            SequenceState cs = cpu.new_sequence();
+            CudaSequenceState gs = gpu.new_sequence(512, KvFormat::f16);
+            const std::vector<float> want = test::feed_in_mode(cpu, cs, mode, fc);
+            const std::vector<float> got = test::feed_in_mode(gpu, gs, mode, fc);
+            ASSERT_EQ(got.size(), want.size());
+            for (size_t i = 0; i < got.size(); ++i) max_diff = std::max(max_diff, std::fabs(double(got[i]) - want[i]));
+            for (size_t r = 0; r * size_t(f.vocab) < want.size(); ++r) {
+                const std::span<const float> w(want.data() + r * size_t(f.vocab), size_t(f.vocab));
+                const std::span<const float> g(got.data() + r * size_t(f.vocab), size_t(f.vocab));
+                const int32_t top = argmax_lowest_id(w);
+                double second = -INFINITY;
+                for (size_t i = 0; i < w.size(); ++i)
+                    if (int32_t(i) != top) second = std::max(second, double(w[i]));
+                if (double(w[size_t(top)]) - second <= 2 * tol) continue;
+                ++decisive;
+                if (argmax_lowest_id(g) != top) ++mismatches;
+            }
+        }
+        std::printf("[ decode ] %-22s f16 KV %-6s max|dlogit| vs cpu f32 %.3e (%.2e of max|logit|); argmax differs at "
+                    "%lld of %lld decisive positions\n",
+                    f.name.c_str(), mode.c_str(), max_diff, max_diff / f.max_abs_logit, (long long)mismatches,
+                    (long long)decisive);
+        EXPECT_EQ(mismatches, 0) << mode;
+    }
+
+    // The same prompt with f32 and f16 caches on the GPU.
+    const std::vector<int32_t>& prompt = f.cases.back().tokens;
+    CudaSequenceState s32 = gpu.new_sequence(512, KvFormat::f32), s16 = gpu.new_sequence(512, KvFormat::f16);
+    gpu.forward_last(s32, prompt);
+    gpu.forward_last(s16, prompt);
+    const StateImage i32 = s32.save(), i16 = s16.save();
+    ASSERT_EQ(i32.chunks.size(), i16.chunks.size());
+    const int64_t first_attention = std::find(c.layers.begin(), c.layers.end(), LayerKind::full_attention) - c.layers.begin();
+    double state_diff = 0, state_max = 0;
+    for (size_t ch = 0; ch < i32.chunks.size(); ++ch) {
+        const StateChunk& a = i32.chunks[ch];
+        const StateChunk& b = i16.chunks[ch];
+        ASSERT_EQ(a.name, b.name);
+        const std::string first = "blk." + std::to_string(first_attention) + ".attn.";
+        if (a.name.starts_with(first)) {
+            ASSERT_EQ(b.bytes.size() * 2, a.bytes.size()) << a.name;
+            for (size_t i = 0; i < b.bytes.size() / 2; ++i) {
+                float x;
+                uint16_t h;
+                std::memcpy(&x, a.bytes.data() + 4 * i, 4);
+                std::memcpy(&h, b.bytes.data() + 2 * i, 2);
+                ASSERT_EQ(h, float_to_half(x)) << a.name << " element " << i;
+            }
+        } else if (a.name.ends_with("gdn.conv") || a.name.ends_with("gdn.recurrent")) {
+            for (size_t i = 0; i < a.bytes.size() / 4; ++i) {
+                float x, y;
+                std::memcpy(&x, a.bytes.data() + 4 * i, 4);
+                std::memcpy(&y, b.bytes.data() + 4 * i, 4);
+                state_diff = std::max(state_diff, std::fabs(double(x) - y));
+                state_max = std::max(state_max, std::fabs(double(x)));
+            }
+        }
+    }
+    std::printf("[ decode ] %-22s f16 vs f32 KV: DeltaNet state max|d| %.3e of max|state| %.3e\n", f.name.c_str(),
+                state_diff, state_max);
+    EXPECT_LE(state_diff, 1e-2 * state_max);
+}
+
+std::vector<std::string> float_fixtures() {
+    std::vector<std::string> out;
+    for (const std::string& n : test::fixture_names())
+        if (n.ends_with("_float")) out.push_back(n);
+    return out;
+}
+INSTANTIATE_TEST_SUITE_P(Fixtures, DecodeF16Kv, ::testing::ValuesIn(float_fixtures()),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace deltabit
+
+#endif  // DELTABIT_HAVE_CUDA

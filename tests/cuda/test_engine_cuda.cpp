@@ -1,0 +1,231 @@
+// The CUDA engine (runtime/engine_cuda.cpp) as the runtime uses it: the same answers as the CPU engine,
+// and every state operation — save/load, checkpoint/restore, sessions with prefix reuse, snapshots —
+// exact on the GPU, in every KV format the GPU holds.
+//
+// Exactness on one backend is bitwise (the same kernels on the same inputs in the same order give the
+// same bits: nothing here is allowed to depend on timing). Across backends the float fixture's bound is
+// rung 3's, 1e-4 · max|logit| (tests/cuda/test_model_parity_cuda.cpp says where it comes from).
+#include "core/error.h"
+#include "models/model.h"
+#include "runtime/engine.h"
+#include "runtime/generate.h"
+#include "runtime/session.h"
+
+#if DELTABIT_HAVE_CUDA
+
+#include "backend/cuda_probe.h"
+#include "models/model_fingerprint.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <random>
+
+#include <unistd.h>
+
+namespace deltabit {
+namespace {
+
+constexpr double kCrossBackendTolerance = 1e-4;  // × max|logit|, rung 3 (float fixture)
+
+std::filesystem::path fixture(const char* name) {
+    return std::filesystem::path(DELTABIT_SOURCE_DIR) / "tests" / "fixtures" / name;
+}
+
+std::vector<int32_t> byte_tokens(size_t n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::vector<int32_t> ids(n);
+    for (int32_t& id : ids) id = int32_t(rng() % 256);
+    return ids;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+    double d = 0.0;
+    for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::abs(double(a[i]) - double(b[i])));
+    return d;
+}
+
+double max_abs(const std::vector<float>& a) {
+    double m = 0.0;
+    for (float v : a) m = std::max(m, std::abs(double(v)));
+    return m;
+}
+
+SamplingParams sampled(uint64_t seed) {
+    SamplingParams p;
+    p.temperature = 1.1f;
+    p.top_k = 0;
+    p.top_p = 0.95f;
+    p.min_p = 0.0f;
+    p.repeat_penalty = 1.2f;
+    p.seed = seed;
+    return p;
+}
+
+// Feeds each chosen token back, `n` times; returns the tokens and the last logits.
+struct Continuation {
+    std::vector<int32_t> tokens;
+    std::vector<float> last_logits;
+};
+Continuation continue_sequence(Engine& engine, EngineSequence& seq, Sampler& sampler, std::vector<int32_t> history,
+                               int n) {
+    Continuation out;
+    std::vector<uint8_t> generated(history.size(), 0);
+    for (int i = 0; i < n; ++i) {
+        const int32_t t = engine.next_token(seq, sampler, {history, generated});
+        out.tokens.push_back(t);
+        history.push_back(t);
+        generated.push_back(1);
+        const int32_t fed[1] = {t};
+        engine.forward(seq, fed);
+    }
+    out.last_logits = engine.last_logits(seq);
+    return out;
+}
+
+class CudaEngineTest : public ::testing::Test {
+protected:
+    void SetUp() override {
+        if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+        model_ = std::make_shared<const Model>(Model::load(fixture("qwen3_5_float")));
+        gpu_ = make_cuda_engine(model_);
+        cpu_ = make_cpu_engine(model_);
+    }
+    std::shared_ptr<const Model> model_;
+    std::unique_ptr<Engine> gpu_, cpu_;
+};
+
+TEST_F(CudaEngineTest, GreedyTokensEqualTheCpuEngines) {
+    const std::vector<int32_t> prompt = byte_tokens(63, 1);
+    SamplingParams greedy;
+    greedy.temperature = 0.0f;
+    greedy.repeat_penalty = 1.3f;  // the tiny random model would otherwise settle on one token
+    std::vector<Continuation> runs;
+    for (Engine* e : {gpu_.get(), cpu_.get()}) {
+        auto seq = e->new_sequence({.max_positions = 512});
+        e->forward(*seq, prompt);
+        Sampler sampler(greedy);
+        runs.push_back(continue_sequence(*e, *seq, sampler, prompt, 192));
+    }
+    EXPECT_EQ(runs[0].tokens, runs[1].tokens);
+    EXPECT_LE(max_abs_diff(runs[0].last_logits, runs[1].last_logits),
+              kCrossBackendTolerance * max_abs(runs[1].last_logits));
+}
+
+// Save a state, load it into a fresh sequence, feed both the same next token and let each sample 300
+// more: the tokens and the final logits must be bit-identical, per KV format.
+TEST_F(CudaEngineTest, SaveLoadThenContinueIsBitIdentical) {
+    for (KvFormat kv : {KvFormat::f32, KvFormat::f16}) {
+        SCOPED_TRACE(std::string(kv_format_name(kv)));
+        const std::vector<int32_t> prompt = byte_tokens(70, 2);
+        const std::span<const int32_t> head(prompt.data(), prompt.size() - 1), last(&prompt.back(), 1);
+        auto a = gpu_->new_sequence({.max_positions = 512, .kv_format = kv});
+        gpu_->forward(*a, head);
+        const StateImage image = a->save();
+        gpu_->forward(*a, last);
+        Sampler sa(sampled(7));
+        const Continuation straight = continue_sequence(*gpu_, *a, sa, prompt, 300);
+
+        auto b = gpu_->new_sequence({.max_positions = 512, .kv_format = kv});
+        b->load(image);
+        EXPECT_EQ(b->position(), int64_t(head.size()));
+        gpu_->forward(*b, last);
+        Sampler sb(sampled(7));
+        const Continuation resumed = continue_sequence(*gpu_, *b, sb, prompt, 300);
+        EXPECT_EQ(straight.tokens, resumed.tokens);
+        EXPECT_TRUE(same_bits(straight.last_logits, resumed.last_logits));
+    }
+}
+
+// A state image is backend-neutral: saved on the GPU, loaded on the CPU (and back), the next logits
+// agree within rung 3's bound.
+TEST_F(CudaEngineTest, StateImagesMoveBetweenBackends) {
+    const std::vector<int32_t> prompt = byte_tokens(65, 3);
+    const std::span<const int32_t> head(prompt.data(), 64), last(&prompt.back(), 1);
+    auto g = gpu_->new_sequence({.max_positions = 256});
+    gpu_->forward(*g, head);
+    auto c = cpu_->new_sequence({.max_positions = 256});
+    c->load(g->save());
+    gpu_->forward(*g, last);
+    cpu_->forward(*c, last);
+    const std::vector<float> lg = gpu_->last_logits(*g), lc = cpu_->last_logits(*c);
+    EXPECT_LE(max_abs_diff(lg, lc), kCrossBackendTolerance * max_abs(lc));
+
+    auto g2 = gpu_->new_sequence({.max_positions = 256});
+    g2->load(c->save());  // the CPU state now holds all 65 tokens
+    const int32_t next[1] = {17};
+    gpu_->forward(*g2, next);
+    const std::vector<float> from_cpu_state = gpu_->last_logits(*g2);  // before g's forward reuses the buffer
+    gpu_->forward(*g, next);
+    EXPECT_THROW(gpu_->last_logits(*g2), Error);  // the engine's one logits buffer now holds g's
+    EXPECT_LE(max_abs_diff(from_cpu_state, gpu_->last_logits(*g)), kCrossBackendTolerance * max_abs(lc));
+}
+
+// Checkpoint, run on, restore, run the same tokens again: bit-identical logits (the DeltaNet state came
+// back exactly, and the KV beyond the checkpoint was cut).
+TEST_F(CudaEngineTest, CheckpointRestoreIsExact) {
+    for (KvFormat kv : {KvFormat::f32, KvFormat::f16}) {
+        SCOPED_TRACE(std::string(kv_format_name(kv)));
+        const std::vector<int32_t> prompt = byte_tokens(50, 4), more = byte_tokens(30, 5), other = byte_tokens(40, 6);
+        auto s = gpu_->new_sequence({.max_positions = 256, .kv_format = kv});
+        gpu_->forward(*s, prompt);
+        const StateCheckpoint cp = s->checkpoint();
+        const std::vector<float> first = gpu_->forward_all(*s, more);
+        s->restore(cp);
+        EXPECT_EQ(s->position(), 50);
+        gpu_->forward(*s, other);  // a different continuation overwrites the KV past 50
+        s->restore(cp);
+        EXPECT_TRUE(same_bits(first, gpu_->forward_all(*s, more)));
+    }
+}
+
+// A session on the GPU: turn 2 reuses turn 1's prefix and generates exactly what a fresh session given
+// the whole turn-2 prompt generates; a snapshot taken after turn 1 resumes to the same turn 2.
+TEST_F(CudaEngineTest, SessionPrefixReuseAndSnapshotAreExact) {
+    if (!fingerprint_available()) GTEST_SKIP() << "built without xxhash: no snapshots";
+    GenerationOptions options;
+    options.sampling = sampled(11);
+    options.max_tokens = 150;
+    for (KvFormat kv : {KvFormat::f32, KvFormat::f16}) {
+        SCOPED_TRACE(std::string(kv_format_name(kv)));
+        const SessionOptions so{.sequence = {.max_positions = 1024, .kv_format = kv}, .checkpoints = {.interval = 64}};
+        const std::vector<int32_t> turn1 = byte_tokens(90, 8);
+        Session session(*gpu_, so);
+        const TurnResult r1 = session.run_turn(turn1, options);
+        const std::filesystem::path file =
+            std::filesystem::temp_directory_path() / ("deltabit_cuda_session_" + std::to_string(::getpid()) + "_" +
+                                                      std::string(kv_format_name(kv)) + ".snap");
+        session.save(file);
+
+        std::vector<int32_t> turn2 = turn1;  // the reply re-rendered, minus its last token, plus a new message
+        turn2.insert(turn2.end(), r1.generation.tokens.begin(), r1.generation.tokens.end() - 1);
+        const std::vector<int32_t> message = byte_tokens(25, 9);
+        turn2.insert(turn2.end(), message.begin(), message.end());
+        const TurnResult reused = session.run_turn(turn2, options);
+        EXPECT_GT(reused.reuse.reused, int64_t(turn1.size()));
+
+        Session fresh(*gpu_, so);
+        const TurnResult recomputed = fresh.run_turn(turn2, options);
+        EXPECT_EQ(recomputed.reuse.reused, 0);
+        EXPECT_EQ(reused.generation.tokens, recomputed.generation.tokens);
+
+        Session restored(*gpu_, so);
+        restored.load(file);
+        const TurnResult resumed = restored.run_turn(turn2, options);
+        EXPECT_EQ(resumed.generation.tokens, reused.generation.tokens);
+        std::filesystem::remove(file);
+    }
+}
+
+}  // namespace
+}  // namespace deltabit
+
+#endif  // DELTABIT_HAVE_CUDA

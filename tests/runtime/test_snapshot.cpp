@@ -1,0 +1,542 @@
+// Snapshot files (runtime/snapshot.h): save → load → continue equals an uninterrupted session over 300
+// generated tokens; every kind of damage is refused with its own message and leaves the live session
+// exactly as it was. The file layout is re-derived here from the format description (not from the
+// writer's code) and checked by rebuilding a written file byte for byte.
+#include "engine_test_support.h"
+#include "runtime/session.h"
+#include "runtime/snapshot.h"
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#if DELTABIT_HAVE_XXHASH
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+#endif
+
+namespace deltabit {
+namespace {
+
+#if DELTABIT_HAVE_XXHASH
+
+using test::fixture_path;
+using test::same_bits;
+
+std::string message_of(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "(no error)";
+}
+
+std::filesystem::path temp_file(const std::string& name) {
+    // The process id keeps tests that ctest runs side by side (one process each) off each other's files.
+    return std::filesystem::path(::testing::TempDir()) /
+           ("deltabit_snapshot_test_" + std::to_string(::getpid()) + "_" + name);
+}
+
+std::string read_bytes(const std::filesystem::path& file) {
+    std::ifstream in(file, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+void write_bytes(const std::filesystem::path& file, const std::string& bytes) {
+    std::ofstream out(file, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), std::streamsize(bytes.size()));
+}
+
+uint64_t le(const std::string& b, uint64_t at, int n) {
+    uint64_t v = 0;
+    for (int i = 0; i < n; ++i) v |= uint64_t(uint8_t(b[at + uint64_t(i)])) << (8 * i);
+    return v;
+}
+
+void put(std::string& out, uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) out.push_back(char(v >> (8 * i)));
+}
+
+// The file as snapshot.h describes it.
+struct Layout {
+    uint64_t header_bytes = 0;
+    std::string header;
+    int64_t position = 0;
+    std::string ledger;  // position × 4 ids, then position flags
+    struct Chunk {
+        uint64_t at = 0, name_at = 0, length_at = 0, checksum_at = 0, data_at = 0, end = 0;
+        std::string name, data;
+    };
+    std::vector<Chunk> chunks;
+    uint64_t ledger_checksum_at() const { return 24 + header_bytes; }
+    uint64_t ledger_at() const { return 32 + header_bytes; }
+};
+
+Layout parse(const std::string& b) {
+    Layout l;
+    l.header_bytes = le(b, 12, 4);
+    l.header = b.substr(24, l.header_bytes);
+    l.position = nlohmann::json::parse(l.header).at("position").get<int64_t>();
+    l.ledger = b.substr(l.ledger_at(), size_t(l.position) * 5);
+    uint64_t at = l.ledger_at() + uint64_t(l.position) * 5;
+    while (at < b.size()) {
+        Layout::Chunk c;
+        c.at = at;
+        const uint64_t name_bytes = le(b, at, 4);
+        c.name_at = at + 4;
+        c.name = b.substr(c.name_at, name_bytes);
+        c.length_at = c.name_at + name_bytes;
+        const uint64_t data_bytes = le(b, c.length_at, 8);
+        c.checksum_at = c.length_at + 8;
+        c.data_at = c.checksum_at + 8;
+        c.data = b.substr(c.data_at, data_bytes);
+        c.end = c.data_at + data_bytes;
+        at = c.end;
+        l.chunks.push_back(std::move(c));
+    }
+    return l;
+}
+
+uint64_t xxh3(const std::string& s) { return XXH3_64bits(s.data(), s.size()); }
+
+// Writes `l` back with every checksum recomputed: what a well-meaning writer of a wrong file produces.
+std::string build(const Layout& l) {
+    std::string out = "DBSNAP";
+    out.push_back('\0');
+    out.push_back('\1');
+    put(out, 1, 4);
+    put(out, l.header.size(), 4);
+    put(out, xxh3(l.header), 8);
+    out += l.header;
+    put(out, xxh3(l.ledger), 8);
+    out += l.ledger;
+    for (const Layout::Chunk& c : l.chunks) {
+        put(out, c.name.size(), 4);
+        out += c.name;
+        put(out, c.data.size(), 8);
+        put(out, xxh3(c.name + c.data), 8);
+        out += c.data;
+    }
+    return out;
+}
+
+bool same_ledger(const TokenLedger& a, const TokenLedger& b) {
+    return std::equal(a.tokens().begin(), a.tokens().end(), b.tokens().begin(), b.tokens().end()) &&
+           std::equal(a.generated().begin(), a.generated().end(), b.generated().begin(), b.generated().end());
+}
+
+// ---- round trip ----
+
+class SnapshotRoundTrip : public ::testing::TestWithParam<std::tuple<test::Backend, KvFormat, bool>> {};
+
+TEST_P(SnapshotRoundTrip, SaveLoadContinueEqualsUninterrupted) {
+    const auto [backend, kv, sampled] = GetParam();
+    // Two loads of the model and two engines: the snapshot crosses engines, as it does between runs.
+    const std::unique_ptr<Engine> inner_a = test::make_engine(test::load_model("qwen3_5_binary"), backend);
+    const std::unique_ptr<Engine> inner_b = test::make_engine(test::load_model("qwen3_5_binary"), backend);
+    if (!inner_a) GTEST_SKIP() << "no CUDA on this machine";
+    if (test::gpu_refuses_kv_format(*inner_a, kv)) return;
+    test::RecordingEngine engine_a(*inner_a), engine_b(*inner_b);
+    const SessionOptions options{.sequence = {.max_positions = 1024, .kv_format = kv},
+                                 .checkpoints = {.interval = 64, .max_kept = 4}};
+    auto turn_options = [&](int64_t n, uint64_t seed) {
+        return sampled ? test::sampled_options(n, seed) : test::greedy_options(n);
+    };
+
+    Session a(engine_a, options);
+    const std::vector<int32_t> p1 = test::random_tokens(40, 61);
+    const TurnResult t1 = a.run_turn(p1, turn_options(20, 7));
+    const std::filesystem::path file =
+        temp_file(fmt::format("roundtrip_{}_{}_{}", test::backend_label(backend), kv_format_name(kv), sampled));
+    a.save(file);
+    EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(file.string() + ".tmp")));
+
+    Session b(engine_b, options);
+    b.load(file);
+    EXPECT_TRUE(same_ledger(a.ledger(), b.ledger()));
+    EXPECT_EQ(b.stats().position, 59);  // 40 + 20 − 1
+
+    std::vector<int32_t> p2(a.ledger().tokens().begin(), a.ledger().tokens().end());
+    p2.push_back(t1.generation.tokens.back());
+    for (int32_t id : test::random_tokens(10, 62)) p2.push_back(id);
+    engine_a.chosen_from.clear();
+    const TurnResult ta = a.run_turn(p2, turn_options(300, 8));
+    const TurnResult tb = b.run_turn(p2, turn_options(300, 8));
+    ASSERT_EQ(ta.generation.tokens.size(), 300u);
+    EXPECT_EQ(ta.generation.tokens, tb.generation.tokens);
+    EXPECT_EQ(ta.reuse.reused, 59);
+    EXPECT_EQ(tb.reuse.reused, 59);
+    ASSERT_EQ(engine_a.chosen_from.size(), engine_b.chosen_from.size());
+    for (size_t i = 0; i < engine_a.chosen_from.size(); ++i)
+        ASSERT_TRUE(same_bits(engine_a.chosen_from[i], engine_b.chosen_from[i])) << "token " << i;
+    EXPECT_TRUE(same_ledger(a.ledger(), b.ledger()));
+
+    // Both now hold 368 tokens; their snapshots are the same bytes.
+    const std::filesystem::path file_a = temp_file("after_a"), file_b = temp_file("after_b");
+    a.save(file_a);
+    b.save(file_b);
+    const std::string bytes_a = read_bytes(file_a);
+    EXPECT_EQ(bytes_a, read_bytes(file_b));
+    std::printf("[measure] snapshot qwen3_5_binary %s %s: %zu bytes at 59 tokens, %zu bytes at %lld tokens\n",
+                test::backend_label(backend).c_str(), std::string(kv_format_name(kv)).c_str(), size_t(std::filesystem::file_size(file)), bytes_a.size(),
+                static_cast<long long>(a.stats().position));
+    // The independent reading of the layout rebuilds the file exactly.
+    EXPECT_EQ(build(parse(bytes_a)), bytes_a);
+}
+
+INSTANTIATE_TEST_SUITE_P(KvFormats, SnapshotRoundTrip,
+                         ::testing::Combine(::testing::ValuesIn(test::kAllBackends),
+                                            ::testing::ValuesIn(test::kAllKvFormats), ::testing::Bool()),
+                         [](const auto& info) {
+                             return test::backend_label(std::get<0>(info.param)) + "_" +
+                                    std::string(kv_format_name(std::get<1>(info.param))) +
+                                    (std::get<2>(info.param) ? "_sampled" : "_greedy");
+                         });
+
+// State images are backend-neutral (models/state_image.h) and the fingerprint is the host model's: a
+// snapshot taken on the GPU loads into a CPU session and the other way round, for every KV format.
+// (Continuations differ in the last bits — the backends round differently — so only the load is checked,
+// and that the state reads back the same.)
+TEST(SnapshotAcrossBackends, GpuSnapshotLoadsOnTheCpuAndBack) {
+    const std::shared_ptr<const Model> model = test::load_model("qwen3_5_binary");
+    const std::unique_ptr<Engine> gpu = test::make_engine(model, test::Backend::cuda);
+    if (!gpu) GTEST_SKIP() << "no CUDA on this machine";
+    const std::unique_ptr<Engine> cpu = make_cpu_engine(model);
+    EXPECT_EQ(gpu->fingerprint(), cpu->fingerprint());
+    for (KvFormat kv : test::kAllKvFormats) {
+        if (test::gpu_refuses_kv_format(*gpu, kv)) continue;
+        const SessionOptions options{.sequence = {.max_positions = 512, .kv_format = kv}, .checkpoints = {}};
+        Session on_gpu(*gpu, options);
+        on_gpu.run_turn(test::random_tokens(200, 91), test::greedy_options(20));
+        const std::filesystem::path from_gpu = temp_file("from_gpu"), back = temp_file("back_from_cpu");
+        on_gpu.save(from_gpu);
+        Session on_cpu(*cpu, options);
+        on_cpu.load(from_gpu);
+        EXPECT_TRUE(same_ledger(on_cpu.ledger(), on_gpu.ledger())) << kv_format_name(kv);
+        on_cpu.save(back);
+        EXPECT_EQ(read_bytes(back), read_bytes(from_gpu)) << kv_format_name(kv);
+        Session again(*gpu, options);
+        again.load(back);
+        again.save(back);
+        EXPECT_EQ(read_bytes(back), read_bytes(from_gpu)) << kv_format_name(kv);
+    }
+}
+
+// ---- refusals ----
+
+class SnapshotRefusals : public ::testing::Test {
+protected:
+    void SetUp() override {
+        model_ = std::make_unique<Model>(Model::load(fixture_path("qwen3_5_binary")));
+        engine_ = make_cpu_engine(*model_);
+        Session writer(*engine_, options_);
+        writer.run_turn(test::random_tokens(40, 71), test::greedy_options(6));  // 45 tokens held
+        good_ = temp_file("good");
+        writer.save(good_);
+        bytes_ = read_bytes(good_);
+        layout_ = parse(bytes_);
+
+        live_ = std::make_unique<Session>(*engine_, options_);
+        twin_ = std::make_unique<Session>(*engine_, options_);
+        live_->run_turn(live_prompt_, test::greedy_options(4));
+        twin_->run_turn(live_prompt_, test::greedy_options(4));
+        live_bytes_ = saved(*live_);
+    }
+
+    // Whatever a test refused, the live session then continues exactly like its twin.
+    void TearDown() override {
+        if (!live_ || !twin_) return;
+        std::vector<int32_t> p2(live_->ledger().tokens().begin(), live_->ledger().tokens().end());
+        p2.push_back(9);
+        p2.push_back(10);
+        const TurnResult got = live_->run_turn(p2, test::greedy_options(40));
+        const TurnResult want = twin_->run_turn(p2, test::greedy_options(40));
+        EXPECT_EQ(got.generation.tokens, want.generation.tokens);
+        EXPECT_EQ(saved(*live_), saved(*twin_));
+    }
+
+    std::string saved(const Session& s) {
+        const std::filesystem::path f = temp_file("live_probe");
+        s.save(f);
+        return read_bytes(f);
+    }
+
+    enum Match { exact, prefix, contains };
+    // Loads `bytes` into the live session: the message must be `want` (or start with it, or contain
+    // it), and the session must be byte for byte what it was.
+    void expect_refused(const std::string& bytes, const std::string& want, Match match = exact) {
+        const std::filesystem::path f = temp_file("damaged");
+        write_bytes(f, bytes);
+        expect_refused_file(f, want, match);
+    }
+    void expect_refused_file(const std::filesystem::path& f, const std::string& want, Match match) {
+        const std::string got = message_of([&] { live_->load(f); });
+        if (match == prefix) EXPECT_EQ(got.substr(0, want.size()), want) << got;
+        else if (match == contains) EXPECT_NE(got.find(want), std::string::npos) << got;
+        else EXPECT_EQ(got, want);
+        EXPECT_EQ(saved(*live_), live_bytes_) << "the live session changed after: " << got;
+    }
+    std::string damaged_name() const { return temp_file("damaged").string(); }
+
+    SessionOptions options_{.sequence = {.max_positions = 1024, .kv_format = KvFormat::f32},
+                            .checkpoints = {.interval = 16, .max_kept = 4}};
+    std::unique_ptr<Model> model_;
+    std::unique_ptr<Engine> engine_;
+    std::filesystem::path good_;
+    std::string bytes_;
+    Layout layout_;
+    const std::vector<int32_t> live_prompt_ = test::random_tokens(30, 72);
+    std::unique_ptr<Session> live_, twin_;
+    std::string live_bytes_;
+};
+
+TEST_F(SnapshotRefusals, TheLayoutIsAsDocumented) {
+    EXPECT_EQ(build(layout_), bytes_);
+    EXPECT_EQ(layout_.position, 45);
+    // qwen3_5_binary f32: layers lin, lin, full → conv + recurrent, conv + recurrent, k + v.
+    ASSERT_EQ(layout_.chunks.size(), 6u);
+    EXPECT_EQ(layout_.chunks[0].name, "blk.0.gdn.conv");
+    EXPECT_EQ(layout_.chunks[0].data.size(), 3u * 640 * 4);
+    EXPECT_EQ(layout_.chunks[1].data.size(), 4u * 32 * 128 * 4);
+    EXPECT_EQ(layout_.chunks[4].name, "blk.2.attn.k");
+    EXPECT_EQ(layout_.chunks[4].data.size(), 45u * 2 * 64 * 4);
+    EXPECT_EQ(layout_.chunks.back().end, bytes_.size());
+}
+
+TEST_F(SnapshotRefusals, MissingFileAnotherModelAnotherKvFormatNoRoom) {
+    const std::filesystem::path missing = temp_file("does_not_exist");
+    std::filesystem::remove(missing);
+    expect_refused_file(missing, "snapshot " + missing.string() + ": cannot open: No such file or directory", exact);
+
+    const Model other = Model::load(fixture_path("qwen3_binary"));
+    const std::unique_ptr<Engine> other_engine = make_cpu_engine(other);
+    Session other_session(*other_engine, options_);
+    other_session.run_turn(test::random_tokens(10, 73), test::greedy_options(2));
+    const std::filesystem::path other_file = temp_file("other_model");
+    other_session.save(other_file);
+    const std::string got = message_of([&] { live_->load(other_file); });
+    EXPECT_EQ(got.rfind("snapshot " + other_file.string() + ": made with another model (architecture qwen3, layers 4 "
+                        "(all full_attention), hidden 128, vocab 256; fingerprint " + other_engine->fingerprint() +
+                            ", header at byte 24), but this engine runs architecture qwen35",
+                        0),
+              0u)
+        << got;
+    EXPECT_NE(got.find("(fingerprint " + engine_->fingerprint() + ")"), std::string::npos) << got;
+    EXPECT_EQ(saved(*live_), live_bytes_);
+
+    Session f16(*engine_, {.sequence = {.max_positions = 1024, .kv_format = KvFormat::f16}, .checkpoints = {}});
+    f16.run_turn(test::random_tokens(10, 74), test::greedy_options(2));
+    const std::filesystem::path f16_file = temp_file("f16");
+    f16.save(f16_file);
+    expect_refused_file(f16_file,
+                        "snapshot " + f16_file.string() + ": its KV cache is f16 (header at byte 24), but this session "
+                                                          "stores f32; open the session with KV format f16 to load it",
+                        exact);
+
+    Session small(*engine_, {.sequence = {.max_positions = 30, .kv_format = KvFormat::f32}, .checkpoints = {}});
+    EXPECT_EQ(message_of([&] { small.load(good_); }),
+              "snapshot " + good_.string() + ": holds 45 tokens (header at byte 24), more than this session's capacity "
+                                             "of 30");
+    EXPECT_EQ(small.stats().position, 0);
+}
+
+TEST_F(SnapshotRefusals, TruncatedAtEveryBoundaryAndAtRandomOffsets) {
+    const std::string d = damaged_name();
+    const size_t n = layout_.chunks.size();
+    auto truncated = [&](std::string what, uint64_t at, uint64_t needs) {
+        return "snapshot " + d + ": truncated or damaged: " + what + " at byte " + std::to_string(at) + " needs " +
+               std::to_string(needs) + " bytes, but the file ends at byte " + std::to_string(at);
+    };
+    expect_refused(bytes_.substr(0, 0), truncated("the magic", 0, 8));
+    expect_refused(bytes_.substr(0, 8), truncated("the format version", 8, 4));
+    expect_refused(bytes_.substr(0, 12), truncated("the header length", 12, 4));
+    expect_refused(bytes_.substr(0, 16), truncated("the header checksum", 16, 8));
+    expect_refused(bytes_.substr(0, 24), truncated("the header", 24, layout_.header_bytes));
+    expect_refused(bytes_.substr(0, layout_.ledger_checksum_at()),
+                   truncated("the ledger checksum", layout_.ledger_checksum_at(), 8));
+    expect_refused(bytes_.substr(0, layout_.ledger_at()), truncated("the token ledger", layout_.ledger_at(), 45 * 5));
+    for (size_t k = 0; k < n; ++k) {
+        const Layout::Chunk& c = layout_.chunks[k];
+        const std::string what = "chunk " + std::to_string(k) + " of " + std::to_string(n);
+        expect_refused(bytes_.substr(0, c.at), truncated(what + " (name length)", c.at, 4));
+        expect_refused(bytes_.substr(0, c.name_at), truncated(what + " (name)", c.name_at, c.name.size()));
+        expect_refused(bytes_.substr(0, c.length_at), truncated(what + " (data length)", c.length_at, 8));
+        expect_refused(bytes_.substr(0, c.checksum_at), truncated(what + " (checksum)", c.checksum_at, 8));
+        expect_refused(bytes_.substr(0, c.data_at),
+                       truncated(what + " '" + c.name + "' (data)", c.data_at, c.data.size()));
+    }
+    std::mt19937 rng(99);
+    for (int i = 0; i < 40; ++i) {
+        const uint64_t at = rng() % bytes_.size();
+        write_bytes(temp_file("damaged"), bytes_.substr(0, at));
+        const std::string got = message_of([&] { live_->load(temp_file("damaged")); });
+        EXPECT_EQ(got.rfind("snapshot " + d + ": truncated or damaged: ", 0), 0u) << got;
+        EXPECT_NE(got.find("but the file ends at byte " + std::to_string(at)), std::string::npos) << got;
+    }
+    EXPECT_EQ(saved(*live_), live_bytes_);
+}
+
+TEST_F(SnapshotRefusals, AFlippedByteInEveryRegion) {
+    const std::string d = damaged_name();
+    const size_t n = layout_.chunks.size();
+    auto flipped = [&](uint64_t at, uint8_t mask = 0x01) {
+        std::string b = bytes_;
+        b[at] = char(uint8_t(b[at]) ^ mask);
+        return b;
+    };
+    const std::string no_magic = "snapshot " + d + ": not a deltabit snapshot (no magic \"DBSNAP\" at byte 0)";
+    expect_refused(flipped(0), no_magic);
+    expect_refused(flipped(7), no_magic);
+    expect_refused(flipped(8, 0xff), "snapshot " + d + ": format version 254 (byte 8); this build reads version 1");
+    expect_refused(flipped(15, 0x80), "snapshot " + d + ": header length " +
+                                          std::to_string(layout_.header_bytes | 0x80000000u) +
+                                          " (byte 12) is not in 1 .. 1048576");
+    const std::string bad_header = "snapshot " + d + ": header (bytes 24 .. " +
+                                   std::to_string(24 + layout_.header_bytes) + ") fails its checksum (stored ";
+    expect_refused(flipped(16), bad_header, prefix);
+    expect_refused(flipped(24 + layout_.header_bytes / 2), bad_header, prefix);
+    expect_refused(flipped(24 + layout_.header_bytes - 1), bad_header, prefix);
+    expect_refused(flipped(12), "snapshot " + d + ": header (bytes 24 .. " +
+                                    std::to_string(24 + (layout_.header_bytes ^ 1)) + ") fails its checksum (stored ",
+                   prefix);
+    const std::string bad_ledger = "snapshot " + d + ": token ledger (bytes " + std::to_string(layout_.ledger_at()) +
+                                   " .. " + std::to_string(layout_.ledger_at() + 45 * 5) + ") fails its checksum (stored ";
+    expect_refused(flipped(layout_.ledger_checksum_at() + 3), bad_ledger, prefix);
+    expect_refused(flipped(layout_.ledger_at() + 4), bad_ledger, prefix);            // token 1
+    expect_refused(flipped(layout_.ledger_at() + 45 * 4 + 44), bad_ledger, prefix);  // the last flag
+    for (size_t k = 0; k < n; ++k) {
+        const Layout::Chunk& c = layout_.chunks[k];
+        const std::string what = "snapshot " + d + ": chunk " + std::to_string(k) + " of " + std::to_string(n);
+        const std::string bad_sum = what + " '" + c.name + "' (bytes " + std::to_string(c.at) + " .. " +
+                                    std::to_string(c.end) + ") fails its checksum (stored ";
+        expect_refused(flipped(c.checksum_at), bad_sum, prefix);
+        expect_refused(flipped(c.data_at), bad_sum, prefix);
+        expect_refused(flipped(c.end - 1, 0x80), bad_sum, prefix);
+        std::string renamed = c.name;
+        renamed[0] = char(renamed[0] ^ 1);
+        expect_refused(flipped(c.name_at), what + " '" + renamed + "' (bytes " + std::to_string(c.at) + " .. " +
+                                               std::to_string(c.end) + ") fails its checksum (stored ",
+                       prefix);
+        expect_refused(flipped(c.length_at + 7, 0x80),
+                       "snapshot " + d + ": truncated or damaged: chunk " + std::to_string(k) + " of " +
+                           std::to_string(n) + " '" + c.name + "' (data) at byte " + std::to_string(c.data_at) +
+                           " needs " + std::to_string(c.data.size() | (uint64_t(1) << 63)) +
+                           " bytes, but the file ends at byte " + std::to_string(bytes_.size()));
+        // A damaged name length throws the framing off: whatever is read next, it names this chunk.
+        expect_refused(flipped(c.at), "chunk " + std::to_string(k) + " of " + std::to_string(n), contains);
+    }
+}
+
+// Files whose checksums are all right but whose content is not this model's state.
+TEST_F(SnapshotRefusals, WellFormedButWrongContent) {
+    const std::string d = damaged_name();
+    const size_t n = layout_.chunks.size();
+    const std::string of_n = " of " + std::to_string(n);
+
+    Layout l = layout_;
+    l.chunks[0].name = "blk.0.gdn.cXnv";
+    expect_refused(build(l), "snapshot " + d + ": chunk 0" + of_n + " (byte " + std::to_string(l.chunks[0].at) +
+                                 ") is 'blk.0.gdn.cXnv', which is not part of this model's f32 state");
+
+    l = layout_;
+    l.chunks[1].name = l.chunks[0].name;  // same length as "blk.0.gdn.recurrent"? no: offsets move, recomputed
+    {
+        const std::string b = build(l);
+        const uint64_t at1 = parse(b).chunks[1].at;
+        expect_refused(b, "snapshot " + d + ": chunk 1" + of_n + " (byte " + std::to_string(at1) +
+                              "): 'blk.0.gdn.conv' appears twice");
+    }
+
+    l = layout_;
+    l.chunks[0].data.resize(l.chunks[0].data.size() - 4);
+    expect_refused(build(l), "snapshot " + d + ": chunk 0" + of_n + " 'blk.0.gdn.conv' (byte " +
+                                 std::to_string(l.chunks[0].at) + ") holds " + std::to_string(3 * 640 * 4 - 4) +
+                                 " bytes, but this model's state at position 45 needs " + std::to_string(3 * 640 * 4));
+
+    l = layout_;
+    nlohmann::ordered_json h = nlohmann::ordered_json::parse(l.header);
+    h["chunks"] = n + 1;
+    l.header = h.dump();
+    l.header_bytes = l.header.size();
+    expect_refused(build(l), "snapshot " + d + ": the header (byte 24) announces " + std::to_string(n + 1) +
+                                 " chunks, but a f32 state of this model at position 45 has " + std::to_string(n));
+
+    l = layout_;
+    h = nlohmann::ordered_json::parse(l.header);
+    h.erase("fingerprint");
+    l.header = h.dump();
+    expect_refused(build(l), "snapshot " + d + ": header (byte 24) has no \"fingerprint\"");
+    l.header = "{not json";
+    expect_refused(build(l), "snapshot " + d + ": header (byte 24) is not valid JSON: ", prefix);
+
+    l = layout_;
+    const uint64_t ledger_at = 32 + l.header.size();
+    l.ledger[3 * 4] = char(300 & 0xff);
+    l.ledger[3 * 4 + 1] = char(300 >> 8);
+    expect_refused(build(l), "snapshot " + d + ": ledger token 3 (byte " + std::to_string(ledger_at + 12) +
+                                 ") is 300, outside this model's vocabulary of 256");
+    l = layout_;
+    l.ledger[45 * 4 + 1] = 2;
+    expect_refused(build(l), "snapshot " + d + ": ledger flag 1 (byte " + std::to_string(ledger_at + 45 * 4 + 1) +
+                                 ") is 2, not 0 or 1");
+
+    expect_refused(bytes_ + "x", "snapshot " + d + ": 1 unexpected bytes after the last chunk (from byte " +
+                                     std::to_string(bytes_.size()) + ")");
+}
+
+// After all that, the live session continues exactly as its twin that never saw a bad file.
+TEST_F(SnapshotRefusals, LiveSessionContinuesLikeItsTwinAfterRefusals) {
+    expect_refused(bytes_.substr(0, bytes_.size() / 2), "snapshot " + damaged_name() + ": truncated or damaged: ",
+                   prefix);
+    std::string b = bytes_;
+    b[b.size() - 1] ^= 1;
+    expect_refused(b, "snapshot " + damaged_name() + ": chunk ", prefix);
+    std::vector<int32_t> p2(live_->ledger().tokens().begin(), live_->ledger().tokens().end());
+    p2.push_back(9);
+    p2.push_back(10);
+    const TurnResult a = live_->run_turn(p2, test::greedy_options(40));
+    const TurnResult want = twin_->run_turn(p2, test::greedy_options(40));
+    EXPECT_EQ(a.generation.tokens, want.generation.tokens);
+    EXPECT_EQ(saved(*live_), saved(*twin_));
+
+    // And a good file still loads into it, replacing its conversation (TearDown continues both).
+    live_->load(good_);
+    twin_->load(good_);
+    EXPECT_EQ(live_->stats().position, 45);
+}
+
+TEST(SnapshotWrite, ReplacesAtomicallyAndReportsAFolderThatIsNotThere) {
+    const Model model = Model::load(fixture_path("qwen3_binary"));
+    const std::unique_ptr<Engine> engine = make_cpu_engine(model);
+    Session s(*engine, {.sequence = {.max_positions = 64}, .checkpoints = {}});
+    s.run_turn(test::random_tokens(5, 81), test::greedy_options(2));
+    const std::filesystem::path file = temp_file("replace");
+    write_bytes(file, "old contents");
+    s.save(file);
+    EXPECT_EQ(read_bytes(file).substr(0, 6), "DBSNAP");
+    EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(file.string() + ".tmp")));
+    const std::filesystem::path nowhere = temp_file("no_such_folder") / "x.dbsnap";
+    EXPECT_EQ(message_of([&] { s.save(nowhere); }),
+              "snapshot " + nowhere.string() + ".tmp: cannot create: No such file or directory");
+}
+
+#else
+
+TEST(Snapshot, UnavailableWithoutXxhash) {
+    EXPECT_FALSE(snapshots_available());
+}
+
+#endif
+
+}  // namespace
+}  // namespace deltabit
