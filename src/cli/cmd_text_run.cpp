@@ -109,7 +109,9 @@ void run_generation(const RunArgs& args) {
         std::fflush(stdout);
     };
 
-    Session session(*engine, SessionOptions{.sequence = sequence, .checkpoints = {}});
+    // One turn never returns to an earlier position: keeping checkpoints would only copy state (about
+    // 157 MB each at the 27B geometry, docs/sessions.md).
+    Session session(*engine, SessionOptions{.sequence = sequence, .checkpoints = {.interval = 0, .max_kept = 0}});
     const TurnResult turn = session.run_turn(prompt, options, callbacks);
     prefill_progress.finish();
     const GenerationResult& result = turn.generation;

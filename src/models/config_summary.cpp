@@ -21,6 +21,13 @@ std::string_view layer_kind_label(LayerKind kind) {
 
 namespace {
 
+// 2 → "2nd", 3 → "3rd", 4 → "4th", 11 → "11th", 21 → "21st".
+std::string ordinal(int64_t n) {
+    const int64_t last_two = n % 100, last = n % 10;
+    const char* suffix = (last_two >= 11 && last_two <= 13) ? "th" : last == 1 ? "st" : last == 2 ? "nd" : last == 3 ? "rd" : "th";
+    return fmt::format("{}{}", n, suffix);
+}
+
 // "48 linear_attention, 16 full_attention; full every 4th" — or the positions of the full layers when
 // they follow no interval.
 std::string describe_layers(const ModelConfig& c) {
@@ -34,7 +41,7 @@ std::string describe_layers(const ModelConfig& c) {
     const int64_t interval = full.empty() ? 0 : full[0] + 1;
     for (size_t i = 0; periodic && i < c.layers.size(); ++i)
         periodic = ((int64_t(i) + 1) % interval == 0) == (c.layers[i] == LayerKind::full_attention);
-    if (periodic) return text + fmt::format("; full every {})", interval == 1 ? "layer" : fmt::format("{}th", interval));
+    if (periodic) return text + fmt::format("; full every {})", interval == 1 ? "layer" : ordinal(interval));
     if (full.empty()) return text + ")";
     return text + fmt::format("; full at {})", fmt::join(full, ","));
 }

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <limits>
 
 namespace deltabit {
 namespace {
@@ -17,48 +16,20 @@ double ms_since(Clock::time_point start) {
     return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
-// What the loop needs of a sequence, whichever kind it is.
+// The loop's view of an engine sequence.
 class Stepper {
 public:
-    virtual ~Stepper() = default;
-    virtual void feed(std::span<const int32_t> ids) = 0;
-    virtual int32_t choose(Sampler& sampler, const TokenHistory& history) = 0;
-    virtual int64_t position() const = 0;
-    virtual int64_t capacity() const = 0;
-};
-
-class EngineStepper final : public Stepper {
-public:
-    EngineStepper(Engine& engine, EngineSequence& sequence) : engine_(engine), sequence_(sequence) {}
-    void feed(std::span<const int32_t> ids) override { engine_.forward(sequence_, ids); }
-    int32_t choose(Sampler& sampler, const TokenHistory& history) override {
+    Stepper(Engine& engine, EngineSequence& sequence) : engine_(engine), sequence_(sequence) {}
+    void feed(std::span<const int32_t> ids) { engine_.forward(sequence_, ids); }
+    int32_t choose(Sampler& sampler, const TokenHistory& history) {
         return engine_.next_token(sequence_, sampler, history);
     }
-    int64_t position() const override { return sequence_.position(); }
-    int64_t capacity() const override { return sequence_.max_positions(); }
+    int64_t position() const { return sequence_.position(); }
+    int64_t capacity() const { return sequence_.max_positions(); }
 
 private:
     Engine& engine_;
     EngineSequence& sequence_;
-};
-
-class ModelStepper final : public Stepper {
-public:
-    ModelStepper(const Model& model, SequenceState& state) : model_(model), state_(state) {}
-    void feed(std::span<const int32_t> ids) override {
-        std::vector<float> logits = model_.forward(state_, ids);
-        const size_t n_vocab = size_t(model_.config().n_vocab);
-        logits.erase(logits.begin(), logits.end() - std::ptrdiff_t(n_vocab));  // keep the last row
-        last_ = std::move(logits);
-    }
-    int32_t choose(Sampler& sampler, const TokenHistory& history) override { return sampler.sample(last_, history); }
-    int64_t position() const override { return state_.position(); }
-    int64_t capacity() const override { return std::numeric_limits<int64_t>::max(); }
-
-private:
-    const Model& model_;
-    SequenceState& state_;
-    std::vector<float> last_;
 };
 
 void check_request(std::span<const int64_t> eos_ids, Stepper& stepper, const TokenLedger& ledger,
@@ -158,23 +129,9 @@ void check_generation_options(std::span<const int64_t> eos_ids, const Generation
 GenerationResult generate(Engine& engine, EngineSequence& sequence, TokenLedger& ledger,
                           std::span<const int32_t> prompt, const GenerationOptions& options,
                           const GenerationCallbacks& callbacks) {
-    EngineStepper stepper(engine, sequence);
+    Stepper stepper(engine, sequence);
     const std::span<const int64_t> eos_ids = engine.config().eos_ids;
     check_request(eos_ids, stepper, ledger, prompt, options, callbacks, engine.config().arch_name);
-    return run_loop(stepper, eos_ids, ledger, prompt, options, callbacks);
-}
-
-GenerationResult generate(const Model& model, SequenceState& state, TokenLedger& ledger,
-                          std::span<const int32_t> prompt, const GenerationOptions& options,
-                          const GenerationCallbacks& callbacks) {
-    return generate_with_eos(model, model.config().eos_ids, state, ledger, prompt, options, callbacks);
-}
-
-GenerationResult generate_with_eos(const Model& model, std::span<const int64_t> eos_ids, SequenceState& state,
-                                   TokenLedger& ledger, std::span<const int32_t> prompt,
-                                   const GenerationOptions& options, const GenerationCallbacks& callbacks) {
-    ModelStepper stepper(model, state);
-    check_request(eos_ids, stepper, ledger, prompt, options, callbacks, model.weights().source());
     return run_loop(stepper, eos_ids, ledger, prompt, options, callbacks);
 }
 

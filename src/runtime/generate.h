@@ -11,9 +11,8 @@
 // (ledger.size() == state.position() before and after), which lets a chat continue the same state
 // on the next turn by feeding the last token first.
 //
-// One loop serves two kinds of sequence: an Engine's (runtime/engine.h: any backend, logits stay on
-// the device, with a capacity) and the CPU reference's Model + SequenceState (no capacity; kept for
-// the callers that hold a Model).
+// It runs on an Engine's sequence (runtime/engine.h): any backend, the logits stay where they were
+// computed and only chosen ids reach the loop. A caller holding a Model wraps it in make_cpu_engine().
 //
 // Capacity: a generated token that the sequence has no room to consume ends the generation with finish
 // reason "length" (it is still returned: it was sampled from valid logits). So after a prompt of P
@@ -24,7 +23,6 @@
 // generates only with max_tokens, never with an EOS borrowed from another model.
 #pragma once
 
-#include "models/model.h"
 #include "runtime/engine.h"
 #include "runtime/token_ledger.h"
 #include "sampling/sampling_params.h"
@@ -79,8 +77,10 @@ struct GenerationResult {
 };
 
 // Generates after `prompt` on an engine's sequence, continuing it and its `ledger` (which must agree in
-// length), with the EOS ids of engine.config(). Error, before any forward call, for what the Model
-// overload refuses below and for a prompt that does not fit the sequence's capacity after what it holds.
+// length), with the EOS ids of engine.config(). Error, before any forward call, for an empty prompt,
+// what check_generation_options() refuses (no EOS ids and no max_tokens, max_tokens < 1, stop strings
+// without `detokenize`), a ledger out of step with the sequence, and a prompt that does not fit the
+// sequence's capacity after what it holds.
 GenerationResult generate(Engine& engine, EngineSequence& sequence, TokenLedger& ledger,
                           std::span<const int32_t> prompt, const GenerationOptions& options,
                           const GenerationCallbacks& callbacks = {});
@@ -89,18 +89,5 @@ GenerationResult generate(Engine& engine, EngineSequence& sequence, TokenLedger&
 // before they change anything of their own (sessions). `model` names the model in messages.
 void check_generation_options(std::span<const int64_t> eos_ids, const GenerationOptions& options,
                               const GenerationCallbacks& callbacks, std::string_view model);
-
-// Generates after `prompt`, continuing `state` and its `ledger` (which must agree in length; both
-// empty for a fresh sequence). `prompt` must not be empty. Error, before any forward call, for a
-// model without EOS ids and no max_tokens, max_tokens < 1, or stop strings without `detokenize`.
-GenerationResult generate(const Model& model, SequenceState& state, TokenLedger& ledger,
-                          std::span<const int32_t> prompt, const GenerationOptions& options,
-                          const GenerationCallbacks& callbacks = {});
-
-// The same with EOS ids given explicitly. They must come from the model's own metadata (tests use
-// a copy of the config with eos_ids set); nothing here checks where they came from.
-GenerationResult generate_with_eos(const Model& model, std::span<const int64_t> eos_ids, SequenceState& state,
-                                   TokenLedger& ledger, std::span<const int32_t> prompt,
-                                   const GenerationOptions& options, const GenerationCallbacks& callbacks = {});
 
 }  // namespace deltabit

@@ -12,6 +12,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -62,6 +63,16 @@ inline std::shared_ptr<const Model> with_eos(const Model& base, std::vector<int6
     ModelWeights weights(config, base.weights().source() + " (test EOS)");
     for (const auto& [name, tensor] : base.weights().tensors()) weights.add(tensor);
     return std::make_shared<const Model>(std::move(weights));
+}
+
+// The message of the deltabit::Error `f` throws, or "(no error)".
+inline std::string message_of(const std::function<void()>& f) {
+    try {
+        f();
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "(no error)";
 }
 
 inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {

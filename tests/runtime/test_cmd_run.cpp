@@ -2,6 +2,7 @@
 #include "byte_tokenizer_model.h"
 #include "cli_command.h"
 #include "models/model.h"
+#include "runtime/engine.h"
 #include "runtime/generate.h"
 
 #include <gtest/gtest.h>
@@ -38,12 +39,13 @@ TEST(CmdRun, IdsJsonMatchesLibraryGreedy) {
     const nlohmann::json out = nlohmann::json::parse(r.output);
 
     const Model model = Model::load(kFixture);
-    SequenceState state = model.new_sequence();
+    const std::unique_ptr<Engine> engine = make_cpu_engine(model);
+    const std::unique_ptr<EngineSequence> sequence = engine->new_sequence({.max_positions = 64});
     TokenLedger ledger;
     GenerationOptions options;
     options.sampling.temperature = 0.0f;
     options.max_tokens = 6;
-    const GenerationResult want = generate(model, state, ledger, prompt, options);
+    const GenerationResult want = generate(*engine, *sequence, ledger, prompt, options);
 
     EXPECT_EQ(out.at("tokens").get<std::vector<int32_t>>(), want.tokens);
     EXPECT_EQ(out.at("finish_reason"), "length");

@@ -16,6 +16,7 @@ namespace {
 
 using test::fixture_path;
 using test::same_bits;
+using test::message_of;
 
 struct Case {
     std::string fixture;
@@ -93,7 +94,7 @@ TEST_P(EngineCpu, PureAttentionLogitsDoNotDependOnHowTokensAreSplit) {
     }
 }
 
-TEST_P(EngineCpu, GreedyNextTokenIsTheArgmaxAndEngineGenerateEqualsModelGenerate) {
+TEST_P(EngineCpu, GreedyNextTokenIsTheArgmaxAndGenerateEqualsTheLoopOnTheModel) {
     const Model model = Model::load(fixture_path(GetParam().fixture));
     const std::unique_ptr<Engine> engine = make_cpu_engine(model);
     std::unique_ptr<EngineSequence> sequence =
@@ -101,21 +102,35 @@ TEST_P(EngineCpu, GreedyNextTokenIsTheArgmaxAndEngineGenerateEqualsModelGenerate
     TokenLedger ledger;
     const GenerationResult got =
         generate(*engine, *sequence, ledger, std::span<const int32_t>(kLong).first(40), test::greedy_options(30));
+    // The same loop written out on the Model: the prompt in one call, then one token per call, the last
+    // token never fed.
     SequenceState state = model.new_sequence(GetParam().kv);
     TokenLedger model_ledger;
-    const GenerationResult want =
-        generate(model, state, model_ledger, std::span<const int32_t>(kLong).first(40), test::greedy_options(30));
-    EXPECT_EQ(got.tokens, want.tokens);
+    Sampler sampler(test::greedy_options(30).sampling);
+    const std::span<const int32_t> prompt = std::span<const int32_t>(kLong).first(40);
+    const size_t n_vocab = size_t(model.config().n_vocab);
+    std::vector<float> logits = model.forward(state, prompt);
+    model_ledger.append_prompt(prompt);
+    std::vector<int32_t> want;
+    for (;;) {
+        const std::span<const float> last(logits.data() + logits.size() - n_vocab, n_vocab);
+        want.push_back(sampler.sample(last, model_ledger.history()));
+        if (want.size() == 30) break;
+        const int32_t fed[1] = {want.back()};
+        logits = model.forward(state, fed);
+        model_ledger.append_generated(fed[0]);
+    }
+    EXPECT_EQ(got.tokens, want);
     EXPECT_EQ(sequence->position(), state.position());
     EXPECT_EQ(std::vector<int32_t>(ledger.tokens().begin(), ledger.tokens().end()),
               std::vector<int32_t>(model_ledger.tokens().begin(), model_ledger.tokens().end()));
 
     // Plain greedy (no penalty): next_token is the first largest logit.
     Sampler greedy(SamplingParams{.temperature = 0.0f});
-    const std::vector<float> logits = engine->last_logits(*sequence);
+    const std::vector<float> engine_logits = engine->last_logits(*sequence);
     int32_t best = 0;
-    for (size_t i = 1; i < logits.size(); ++i)
-        if (logits[i] > logits[size_t(best)]) best = int32_t(i);
+    for (size_t i = 1; i < engine_logits.size(); ++i)
+        if (engine_logits[i] > engine_logits[size_t(best)]) best = int32_t(i);
     EXPECT_EQ(engine->next_token(*sequence, greedy, ledger.history()), best);
 }
 
@@ -124,15 +139,6 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, EngineCpu,
                                            Case{"qwen3_5_binary", KvFormat::kivi4}, Case{"qwen3_binary", KvFormat::f32},
                                            Case{"qwen3_binary", KvFormat::f16}, Case{"qwen3_binary", KvFormat::kivi4}),
                          case_name);
-
-std::string message_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "(no error)";
-}
 
 // Every refusal leaves the sequence exactly as it was: same position, same image, same logits.
 TEST(EngineCpuRefuses, MisuseWithTheSequenceUnchanged) {

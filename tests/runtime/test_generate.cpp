@@ -2,7 +2,9 @@
 // a from-scratch forward pass, seeded sampling, the three ways to stop, refusals, and a long run.
 #include "core/error.h"
 #include "models/model.h"
+#include "runtime/engine.h"
 #include "runtime/generate.h"
+#include "engine_test_support.h"
 
 #include <gtest/gtest.h>
 
@@ -34,6 +36,21 @@ int32_t fresh_greedy_next(const Model& model, const std::vector<int32_t>& ids) {
     return naive_argmax(logits.data() + (int64_t(ids.size()) - 1) * n_vocab, n_vocab);
 }
 
+// A sequence on the CPU engine and its ledger: what generate() continues.
+struct CpuRun {
+    explicit CpuRun(const Model& model)
+        : engine(make_cpu_engine(model)), sequence(engine->new_sequence({.max_positions = 4096})) {}
+    GenerationResult generate(std::span<const int32_t> prompt, const GenerationOptions& options,
+                              const GenerationCallbacks& callbacks = {}) {
+        return deltabit::generate(*engine, *sequence, ledger, prompt, options, callbacks);
+    }
+    int64_t position() const { return sequence->position(); }
+
+    std::unique_ptr<Engine> engine;
+    std::unique_ptr<EngineSequence> sequence;
+    TokenLedger ledger;
+};
+
 GenerationOptions greedy(int64_t max_tokens) {
     GenerationOptions options;
     options.sampling.temperature = 0.0f;
@@ -50,9 +67,8 @@ class GenerateOnFixture : public ::testing::TestWithParam<std::string> {};
 // row is sampled.
 TEST_P(GenerateOnFixture, GreedyEqualsArgmaxOfFullRecompute) {
     const Model model = Model::load(fixture(GetParam()));
-    SequenceState state = model.new_sequence();
-    TokenLedger ledger;
-    const GenerationResult result = generate(model, state, ledger, kPrompt, greedy(6));
+    CpuRun state(model);
+    const GenerationResult result = state.generate(kPrompt, greedy(6));
     ASSERT_EQ(result.tokens.size(), 6u);
     EXPECT_EQ(result.finish, FinishReason::length);
 
@@ -63,7 +79,7 @@ TEST_P(GenerateOnFixture, GreedyEqualsArgmaxOfFullRecompute) {
     }
     // The last token is not fed (nothing needs its logits): prompt + 6 − 1 positions.
     EXPECT_EQ(state.position(), int64_t(kPrompt.size()) + 5);
-    EXPECT_EQ(ledger.size(), state.position());
+    EXPECT_EQ(state.ledger.size(), state.position());
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GenerateOnFixture, ::testing::Values("qwen3_binary", "qwen3_5_binary"));
@@ -81,9 +97,8 @@ GenerationOptions random_sampling(uint64_t seed) {
 }
 
 std::vector<int32_t> sample_tokens(const Model& model, uint64_t seed) {
-    SequenceState state = model.new_sequence();
-    TokenLedger ledger;
-    return generate(model, state, ledger, kPrompt, random_sampling(seed)).tokens;
+    CpuRun state(model);
+    return state.generate(kPrompt, random_sampling(seed)).tokens;
 }
 
 TEST(Generate, SameSeedSameTokensOtherSeedDiffers) {
@@ -92,34 +107,29 @@ TEST(Generate, SameSeedSameTokensOtherSeedDiffers) {
     EXPECT_EQ(a, sample_tokens(model, 1234));
     EXPECT_NE(a, sample_tokens(model, 1235));
     // Sampling really sampled: greedy would give one fixed sequence.
-    SequenceState state = model.new_sequence();
-    TokenLedger ledger;
-    EXPECT_NE(a, generate(model, state, ledger, kPrompt, greedy(24)).tokens);
+    CpuRun state(model);
+    EXPECT_NE(a, state.generate(kPrompt, greedy(24)).tokens);
 }
 
 TEST(Generate, StopsRightAfterEos) {
     // qwen3_binary's greedy run is one token repeated; the hybrid fixture's varies.
     const Model model = Model::load(fixture("qwen3_5_binary"));
-    SequenceState probe_state = model.new_sequence();
-    TokenLedger probe_ledger;
-    const std::vector<int32_t> free_run = generate(model, probe_state, probe_ledger, kPrompt, greedy(12)).tokens;
+    CpuRun probe_state(model);
+    const std::vector<int32_t> free_run = probe_state.generate(kPrompt, greedy(12)).tokens;
     // The first token of the run not seen earlier in it, past position 0, plays EOS.
     size_t k = 1;
     while (k < free_run.size() && std::count(free_run.begin(), free_run.begin() + long(k), free_run[k]) > 0) ++k;
     ASSERT_LT(k, free_run.size()) << "greedy run repeats one token; pick another prompt";
 
-    ModelConfig config = model.config();  // a copy: the fixture's metadata has no EOS
-    ASSERT_TRUE(config.eos_ids.empty());
-    config.eos_ids = {free_run[k]};
+    ASSERT_TRUE(model.config().eos_ids.empty());  // the fixture's metadata has none: a copy gets one
+    const std::shared_ptr<const Model> with_eos = test::with_eos(model, {free_run[k]});
     GenerationOptions options = greedy(0);
     options.max_tokens.reset();  // open-ended: only EOS can end it
-    SequenceState state = model.new_sequence();
-    TokenLedger ledger;
+    CpuRun state(*with_eos);
     std::vector<int32_t> streamed;
     GenerationCallbacks callbacks;
     callbacks.on_token = [&](int32_t id, std::string_view) { streamed.push_back(id); };
-    const GenerationResult result =
-        generate_with_eos(model, config.eos_ids, state, ledger, kPrompt, options, callbacks);
+    const GenerationResult result = state.generate(kPrompt, options, callbacks);
 
     EXPECT_EQ(result.finish, FinishReason::eos);
     EXPECT_EQ(result.tokens, std::vector<int32_t>(free_run.begin(), free_run.begin() + long(k) + 1));
@@ -129,9 +139,8 @@ TEST(Generate, StopsRightAfterEos) {
 
 TEST(Generate, MaxTokensAndLedger) {
     const Model model = Model::load(fixture("qwen3_binary"));
-    SequenceState state = model.new_sequence();
-    TokenLedger ledger;
-    const GenerationResult result = generate(model, state, ledger, kPrompt, greedy(5));
+    CpuRun state(model);
+    const GenerationResult result = state.generate(kPrompt, greedy(5));
     EXPECT_EQ(result.finish, FinishReason::length);
     ASSERT_EQ(result.tokens.size(), 5u);
     EXPECT_EQ(result.timings.prompt_tokens, int64_t(kPrompt.size()));
@@ -139,17 +148,16 @@ TEST(Generate, MaxTokensAndLedger) {
     EXPECT_TRUE(result.text.empty());  // no detokenizer, no text
 
     // The ledger is the prompt (not generated) then the tokens the state consumed (generated).
-    ASSERT_EQ(ledger.size(), int64_t(kPrompt.size()) + 4);
-    for (size_t i = 0; i < size_t(ledger.size()); ++i) {
+    ASSERT_EQ(state.ledger.size(), int64_t(kPrompt.size()) + 4);
+    for (size_t i = 0; i < size_t(state.ledger.size()); ++i) {
         const bool from_prompt = i < kPrompt.size();
-        EXPECT_EQ(ledger.tokens()[i], from_prompt ? kPrompt[i] : result.tokens[i - kPrompt.size()]) << i;
-        EXPECT_EQ(ledger.generated()[i], from_prompt ? 0 : 1) << i;
+        EXPECT_EQ(state.ledger.tokens()[i], from_prompt ? kPrompt[i] : result.tokens[i - kPrompt.size()]) << i;
+        EXPECT_EQ(state.ledger.generated()[i], from_prompt ? 0 : 1) << i;
     }
 
     // max_tokens 1: the prefill's logits give the token, no decode step at all.
-    SequenceState one_state = model.new_sequence();
-    TokenLedger one_ledger;
-    const GenerationResult one = generate(model, one_state, one_ledger, kPrompt, greedy(1));
+    CpuRun one_state(model);
+    const GenerationResult one = one_state.generate(kPrompt, greedy(1));
     EXPECT_EQ(one.tokens, std::vector<int32_t>{result.tokens[0]});
     EXPECT_EQ(one.timings.decode_steps, 0);
     EXPECT_EQ(one_state.position(), int64_t(kPrompt.size()));
@@ -158,28 +166,27 @@ TEST(Generate, MaxTokensAndLedger) {
 TEST(Generate, RefusesWhatCouldNotEnd) {
     const Model model = Model::load(fixture("qwen3_binary"));
     ASSERT_TRUE(model.config().eos_ids.empty());
-    SequenceState state = model.new_sequence();
-    TokenLedger ledger;
+    CpuRun state(model);
     GenerationOptions open_ended = greedy(1);
     open_ended.max_tokens.reset();
     try {
-        generate(model, state, ledger, kPrompt, open_ended);
+        state.generate(kPrompt, open_ended);
         FAIL() << "generated without EOS and without max_tokens";
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("no EOS"), std::string::npos) << e.what();
         EXPECT_NE(std::string(e.what()).find("max_tokens"), std::string::npos) << e.what();
     }
     EXPECT_EQ(state.position(), 0);  // refused before any forward call
-    EXPECT_EQ(ledger.size(), 0);
+    EXPECT_EQ(state.ledger.size(), 0);
 
-    EXPECT_THROW(generate(model, state, ledger, kPrompt, greedy(0)), Error);
-    EXPECT_THROW(generate(model, state, ledger, {}, greedy(3)), Error);
+    EXPECT_THROW(state.generate(kPrompt, greedy(0)), Error);
+    EXPECT_THROW(state.generate({}, greedy(3)), Error);
     GenerationOptions with_stop = greedy(3);
     with_stop.stop = {"x"};
-    EXPECT_THROW(generate(model, state, ledger, kPrompt, with_stop), Error);  // no detokenizer
+    EXPECT_THROW(state.generate(kPrompt, with_stop), Error);  // no detokenizer
     TokenLedger out_of_step;
     out_of_step.append_prompt(kPrompt);
-    EXPECT_THROW(generate(model, state, out_of_step, kPrompt, greedy(3)), Error);
+    EXPECT_THROW(generate(*state.engine, *state.sequence, out_of_step, kPrompt, greedy(3)), Error);
     EXPECT_EQ(state.position(), 0);
 }
 
@@ -189,9 +196,8 @@ std::string letter(int32_t id) { return std::string(1, char('a' + id % 26)); }
 
 TEST(Generate, StopStringEndsTextBeforeIt) {
     const Model model = Model::load(fixture("qwen3_5_binary"));
-    SequenceState probe_state = model.new_sequence();
-    TokenLedger probe_ledger;
-    const std::vector<int32_t> free_run = generate(model, probe_state, probe_ledger, kPrompt, greedy(12)).tokens;
+    CpuRun probe_state(model);
+    const std::vector<int32_t> free_run = probe_state.generate(kPrompt, greedy(12)).tokens;
     std::string full;
     for (int32_t id : free_run) full += letter(id);
     // A stop string made of the letters of tokens 4 and 5: the run must end at token 5 (or earlier,
@@ -207,9 +213,8 @@ TEST(Generate, StopStringEndsTextBeforeIt) {
     callbacks.detokenize = letter;
     std::string streamed;
     callbacks.on_token = [&](int32_t, std::string_view text) { streamed += text; };
-    SequenceState state = model.new_sequence();
-    TokenLedger ledger;
-    const GenerationResult result = generate(model, state, ledger, kPrompt, options, callbacks);
+    CpuRun state(model);
+    const GenerationResult result = state.generate(kPrompt, options, callbacks);
 
     EXPECT_EQ(result.finish, FinishReason::stop);
     EXPECT_EQ(result.text, full.substr(0, match));
@@ -221,21 +226,21 @@ TEST(Generate, StopStringEndsTextBeforeIt) {
 // step with what was fed, and the last greedy token still equals a from-scratch recompute.
 TEST(Generate, LongGenerationKeepsPositionAndCache) {
     const Model model = Model::load(fixture("qwen3_5_binary"));
-    SequenceState state = model.new_sequence();
-    TokenLedger ledger;
+    CpuRun state(model);
     GenerationOptions options = greedy(320);
     options.sampling.repeat_penalty = 1.3f;  // keeps the tiny model from settling into one token
-    const GenerationResult result = generate(model, state, ledger, kPrompt, options);
+    const GenerationResult result = state.generate(kPrompt, options);
     ASSERT_EQ(result.tokens.size(), 320u);
     EXPECT_EQ(result.finish, FinishReason::length);
     EXPECT_EQ(state.position(), int64_t(kPrompt.size()) + 319);
-    EXPECT_EQ(ledger.size(), state.position());
+    EXPECT_EQ(state.ledger.size(), state.position());
 
     // With the penalty off the last step is plain argmax, so it can be recomputed from scratch.
-    SequenceState cont = state;
-    TokenLedger cont_ledger = ledger;
+    CpuRun cont(model);  // a copy of the run: its state image and its ledger
+    cont.sequence->load(state.sequence->save());
+    cont.ledger = state.ledger;
     const std::vector<int32_t> next = {result.tokens.back()};
-    const GenerationResult more = generate(model, cont, cont_ledger, next, greedy(1));
+    const GenerationResult more = cont.generate(next, greedy(1));
     std::vector<int32_t> all = kPrompt;
     all.insert(all.end(), result.tokens.begin(), result.tokens.end());
     EXPECT_EQ(more.tokens.at(0), fresh_greedy_next(model, all));

@@ -19,15 +19,7 @@ namespace {
 
 using test::fixture_path;
 using test::same_bits;
-
-std::string message_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "(no error)";
-}
+using test::message_of;
 
 std::vector<int32_t> concat(std::initializer_list<std::span<const int32_t>> parts) {
     std::vector<int32_t> out;

@@ -31,15 +31,7 @@ namespace {
 
 using test::fixture_path;
 using test::same_bits;
-
-std::string message_of(const std::function<void()>& f) {
-    try {
-        f();
-    } catch (const Error& e) {
-        return e.what();
-    }
-    return "(no error)";
-}
+using test::message_of;
 
 std::filesystem::path temp_file(const std::string& name) {
     // The process id keeps tests that ctest runs side by side (one process each) off each other's files.
