@@ -160,6 +160,9 @@ void ChatLoop::send(std::string message) {
     callbacks.detokenize = [&](int32_t id) { return detokenizer.push(id); };
     callbacks.detokenize_finish = [&] { return detokenizer.finish(); };
     ProgressLine progress(fmt::format("prefill ({} tokens of conversation)", prompt->size()), settings_.show_progress);
+    callbacks.on_prefill_progress = [&](int64_t done, int64_t total) {
+        progress.set_fraction(double(done) / double(total));
+    };
     bool streamed = false;
     const InterruptScope interrupt_scope(settings_.interruptible);
     callbacks.on_token = [&](int32_t, std::string_view piece) {

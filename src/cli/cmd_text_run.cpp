@@ -99,6 +99,9 @@ void run_generation(const RunArgs& args) {
     }
     // Drawn while the prompt is read, erased by the first token.
     ProgressLine prefill_progress(fmt::format("prefill {} tokens", prompt.size()), progress);
+    callbacks.on_prefill_progress = [&](int64_t done, int64_t total) {
+        prefill_progress.set_fraction(double(done) / double(total));
+    };
     bool first = true;  // outlives the callback, which runs inside run_turn()
     callbacks.on_token = [&](int32_t id, std::string_view piece) {
         prefill_progress.finish();
@@ -109,9 +112,11 @@ void run_generation(const RunArgs& args) {
         std::fflush(stdout);
     };
 
-    // One turn never returns to an earlier position: keeping checkpoints would only copy state (about
-    // 157 MB each at the 27B geometry, docs/sessions.md).
-    Session session(*engine, SessionOptions{.sequence = sequence, .checkpoints = {.interval = 0, .max_kept = 0}});
+    // One turn never returns to an earlier position, so no checkpoint is kept (each would copy about
+    // 157 MB at the 27B geometry, docs/sessions.md); the prompt is still read in the session's pieces,
+    // which drive the progress bar and give the same forward calls, so the same bits, as `chat`.
+    Session session(*engine, SessionOptions{.sequence = sequence,
+                                            .checkpoints = {.interval = CheckpointPolicy{}.interval, .max_kept = 0}});
     const TurnResult turn = session.run_turn(prompt, options, callbacks);
     prefill_progress.finish();
     const GenerationResult& result = turn.generation;

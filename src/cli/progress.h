@@ -6,8 +6,8 @@
 //   loading model.gguf on cuda  [=====>      ]  41%  2.3 s     (fraction known: set_fraction)
 //   prefill 3100 tokens         [   <=>      ]       1.4 s     (unknown: a bouncing marker)
 //
-// The engine and session report no fraction yet (one forward call per prefill, one call per load), so
-// today's users see the bouncing form; set_fraction is there for when they do.
+// A prefill reports its fraction as the session reads the prompt in pieces (every 512 tokens,
+// GenerationCallbacks::on_prefill_progress); loading reports none yet (one call), so it bounces.
 #pragma once
 
 #include <atomic>

@@ -55,6 +55,7 @@ GenerationResult run_loop(Stepper& stepper, std::span<const int64_t> eos_ids, To
     stepper.feed(prompt);
     ledger.append_prompt(prompt);
     if (callbacks.after_forward) callbacks.after_forward(stepper.position());
+    if (callbacks.on_prefill_progress) callbacks.on_prefill_progress(int64_t(prompt.size()), int64_t(prompt.size()));
     result.timings.prefill_ms = ms_since(prefill_start);
 
     const Clock::time_point decode_start = Clock::now();

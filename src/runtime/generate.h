@@ -59,6 +59,10 @@ struct GenerationCallbacks {
     // Called after every forward call (the prompt's, then each generated token's) with the sequence's
     // new position, the ledger already updated: where a session takes its checkpoints.
     std::function<void(int64_t position)> after_forward;
+    // Progress through the prompt for a progress bar: tokens read so far and the total to read.
+    // generate() reports once, when its prompt's forward call returns; a session reads long prompts in
+    // pieces (its checkpoint interval) and reports after each (runtime/session.h).
+    std::function<void(int64_t done, int64_t total)> on_prefill_progress;
 };
 
 struct GenerationTimings {

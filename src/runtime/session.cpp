@@ -166,11 +166,13 @@ TurnResult Session::run_turn(std::span<const int32_t> prompt, const GenerationOp
     const int64_t end = int64_t(prompt.size());
     const int64_t interval = options_.checkpoints.interval;
     int64_t at = turn.reuse.reused;
+    const int64_t to_read = end - turn.reuse.reused;
     if (interval > 0)
         for (int64_t boundary = (at / interval + 1) * interval; boundary < end; boundary += interval) {
             feed_prompt_piece(prompt.subspan(size_t(at), size_t(boundary - at)));
             keep_checkpoint(/*end_of_prompt=*/false);
             at = boundary;
+            if (callbacks.on_prefill_progress) callbacks.on_prefill_progress(at - turn.reuse.reused, to_read);
         }
     const double pieces_ms = ms_since(prefill_start);
     const int64_t pieces_tokens = at - turn.reuse.reused;
@@ -181,6 +183,10 @@ TurnResult Session::run_turn(std::span<const int32_t> prompt, const GenerationOp
         else if (interval > 0 && position % interval == 0) keep_checkpoint(/*end_of_prompt=*/false);
         if (callbacks.after_forward) callbacks.after_forward(position);
     };
+    if (callbacks.on_prefill_progress)
+        hooked.on_prefill_progress = [&, read_before = at - turn.reuse.reused](int64_t done, int64_t) {
+            callbacks.on_prefill_progress(read_before + done, to_read);
+        };
     turn.generation = generate(engine_, *sequence_, ledger_, prompt.subspan(size_t(at)), options, hooked);
     turn.generation.timings.prefill_ms += pieces_ms;
     turn.generation.timings.prompt_tokens += pieces_tokens;

@@ -27,6 +27,7 @@ namespace {
 
 constexpr uint32_t kMaxHeaderBytes = 1u << 20;
 constexpr uint32_t kMaxChunkNameBytes = 4096;
+constexpr int kMaxHeaderDepth = 8;  // the writer's header is two levels deep (the "model" object)
 constexpr uint64_t kFixedHeadBytes = 24;  // magic, version, header_bytes, header_xxh3
 
 uint64_t xxh3(const void* data, size_t n) { return XXH3_64bits(data, n); }
@@ -119,16 +120,11 @@ std::string ledger_bytes(const TokenLedger& ledger) {
 
 // ---- reading ----
 
-// A file read front to back; every read is checked against the file's size first, so a damaged length
-// never allocates more than the file holds.
-class FileReader {
+// The snapshot's bytes read front to back; every read is checked against their size first, so a damaged
+// length never allocates more than the file holds. Subclasses say where the bytes come from.
+class Reader {
 public:
-    explicit FileReader(const std::filesystem::path& path) : path_(path), in_(path, std::ios::binary) {
-        if (!in_) fail("snapshot {}: cannot open: {}", path.string(), std::strerror(errno));
-        std::error_code ec;
-        size_ = std::filesystem::file_size(path, ec);
-        if (ec) fail("snapshot {}: cannot read its size: {}", path.string(), ec.message());
-    }
+    virtual ~Reader() = default;
 
     uint64_t offset() const { return offset_; }
     uint64_t size() const { return size_; }
@@ -142,8 +138,7 @@ public:
     }
     void read(void* out, uint64_t n, std::string_view what) {
         need(n, what);
-        if (n > 0 && !in_.read(static_cast<char*>(out), std::streamsize(n)))
-            fail("snapshot {}: read failed at byte {} ({})", name_, offset_, what);
+        if (n > 0) fetch(out, n, what);
         offset_ += n;
     }
     uint64_t u(int bytes, std::string_view what) {
@@ -152,17 +147,56 @@ public:
         return get_le(buf, bytes);
     }
     std::string text(uint64_t n, std::string_view what) {
+        need(n, what);
         std::string s(size_t(n), '\0');
         read(s.data(), n, what);
         return s;
     }
 
+protected:
+    explicit Reader(std::string name, uint64_t size = 0) : name_(std::move(name)), size_(size) {}
+    void set_size(uint64_t size) { size_ = size; }
+    // Copies the n bytes at offset() to `out`; need() has checked that they exist.
+    virtual void fetch(void* out, uint64_t n, std::string_view what) = 0;
+
 private:
-    std::filesystem::path path_;
-    std::string name_ = path_.string();
-    std::ifstream in_;
+    std::string name_;
     uint64_t size_ = 0;
     uint64_t offset_ = 0;
+};
+
+// Streams the file rather than holding it whole: a snapshot of a long context is mostly KV cache, and
+// the chunks are the only copy of it the reader keeps.
+class FileReader final : public Reader {
+public:
+    explicit FileReader(const std::filesystem::path& path) : Reader(path.string()), in_(path, std::ios::binary) {
+        if (!in_) fail("snapshot {}: cannot open: {}", path.string(), std::strerror(errno));
+        std::error_code ec;
+        const uint64_t size = std::filesystem::file_size(path, ec);
+        if (ec) fail("snapshot {}: cannot read its size: {}", path.string(), ec.message());
+        set_size(size);
+    }
+
+private:
+    void fetch(void* out, uint64_t n, std::string_view what) override {
+        if (!in_.read(static_cast<char*>(out), std::streamsize(n)))
+            fail("snapshot {}: read failed at byte {} ({})", name(), offset(), what);
+    }
+
+    std::ifstream in_;
+};
+
+class SpanReader final : public Reader {
+public:
+    SpanReader(std::span<const std::byte> bytes, std::string_view name)
+        : Reader(std::string(name), bytes.size()), bytes_(bytes) {}
+
+private:
+    void fetch(void* out, uint64_t n, std::string_view) override {
+        std::memcpy(out, bytes_.data() + offset(), size_t(n));
+    }
+
+    std::span<const std::byte> bytes_;
 };
 
 struct Header {
@@ -185,8 +219,16 @@ std::string summary_line(const std::vector<std::pair<std::string, std::string>>&
 
 Header parse_header(const std::string& file, const std::string& text, uint64_t at) {
     nlohmann::ordered_json j;  // keeps the model summary in the writer's order, for messages
+    // Nesting is refused while parsing: ordered_json copies (when its object storage grows) and dumps
+    // values recursively, so the half a million levels a 1 MiB header can hold would exhaust the stack.
+    auto shallow = [&](int depth, nlohmann::ordered_json::parse_event_t, nlohmann::ordered_json&) {
+        if (depth > kMaxHeaderDepth)
+            fail("snapshot {}: header (byte {}) nests deeper than {} levels: the file is damaged", file, at,
+                 kMaxHeaderDepth);
+        return true;
+    };
     try {
-        j = nlohmann::ordered_json::parse(text);
+        j = nlohmann::ordered_json::parse(text, shallow);
     } catch (const nlohmann::json::exception& e) {
         fail("snapshot {}: header (byte {}) is not valid JSON: {}", file, at, e.what());
     }
@@ -261,8 +303,9 @@ void write_snapshot(const std::filesystem::path& file, const Snapshot& s) {
     sync_folder(file);
 }
 
-Snapshot read_snapshot(const std::filesystem::path& file, const SnapshotExpectation& expect) {
-    FileReader in(file);
+namespace {
+
+Snapshot read_from(Reader& in, const SnapshotExpectation& expect) {
     const std::string& name = in.name();
 
     std::array<char, 8> magic{};
@@ -378,6 +421,18 @@ Snapshot read_snapshot(const std::filesystem::path& file, const SnapshotExpectat
     return s;
 }
 
+}  // namespace
+
+Snapshot read_snapshot(const std::filesystem::path& file, const SnapshotExpectation& expect) {
+    FileReader in(file);
+    return read_from(in, expect);
+}
+
+Snapshot parse_snapshot(std::span<const std::byte> bytes, const SnapshotExpectation& expect, std::string_view name) {
+    SpanReader in(bytes, name);
+    return read_from(in, expect);
+}
+
 #else
 
 bool snapshots_available() { return false; }
@@ -392,6 +447,9 @@ namespace {
 
 void write_snapshot(const std::filesystem::path& file, const Snapshot&) { no_snapshots(file); }
 Snapshot read_snapshot(const std::filesystem::path& file, const SnapshotExpectation&) { no_snapshots(file); }
+Snapshot parse_snapshot(std::span<const std::byte>, const SnapshotExpectation&, std::string_view name) {
+    no_snapshots(name);
+}
 
 #endif
 

@@ -33,9 +33,12 @@
 #include "runtime/token_ledger.h"
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -67,5 +70,8 @@ bool snapshots_available();
 
 void write_snapshot(const std::filesystem::path& file, const Snapshot& snapshot);
 Snapshot read_snapshot(const std::filesystem::path& file, const SnapshotExpectation& expect);
+// read_snapshot() over bytes already in memory, with the same checks and messages; `name` stands for
+// the file in them. The fuzz target (fuzz/fuzz_snapshot.cpp) drives the reader through it.
+Snapshot parse_snapshot(std::span<const std::byte> bytes, const SnapshotExpectation& expect, std::string_view name);
 
 }  // namespace deltabit

@@ -305,6 +305,29 @@ TEST(SessionCheckpoints, BudgetKeepsTheNewestAndTheEndsOfPrompts) {
               "session: checkpoint interval -1 is negative (0 turns interval checkpoints off)");
 }
 
+// A long prompt is read in interval pieces, each reported for a progress bar; the total counts only what
+// is read (not what is reused), and the last report is the whole.
+TEST(SessionProgress, PrefillReportsEachPieceThenTheWhole) {
+    const Model model = Model::load(fixture_path("qwen3_5_binary"));
+    const std::unique_ptr<Engine> engine = make_cpu_engine(model);
+    Session session(*engine, {.sequence = {.max_positions = 256}, .checkpoints = {.interval = 32, .max_kept = 0}});
+    using Reports = std::vector<std::pair<int64_t, int64_t>>;
+    Reports reports;
+    GenerationCallbacks callbacks;
+    callbacks.on_prefill_progress = [&](int64_t done, int64_t total) { reports.emplace_back(done, total); };
+
+    const std::vector<int32_t> prompt = test::random_tokens(100, 23);
+    session.run_turn(prompt, test::greedy_options(1), callbacks);
+    // Pieces end at 32, 64 and 96; generate() reads the last 4 and reports once.
+    EXPECT_EQ(reports, (Reports{{32, 100}, {64, 100}, {96, 100}, {100, 100}}));
+
+    // The 100 held tokens are reused; of 40 new ones, 28 reach the boundary at 128, then 12.
+    reports.clear();
+    session.run_turn(concat({ids_of(session.ledger()), test::random_tokens(40, 24)}), test::greedy_options(1),
+                     callbacks);
+    EXPECT_EQ(reports, (Reports{{28, 40}, {40, 40}}));
+}
+
 // ---- context limit, EOS, refusals ----
 
 TEST(SessionContext, PromptTooLongIsRefusedAndGenerationStopsAtCapacity) {
