@@ -13,12 +13,20 @@ if [ ${#targets[@]} -eq 0 ]; then echo "fuzz: no targets"; exit 0; fi
 
 lib_sources=(src/core/*.cpp src/formats/*.cpp)
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Isrc)
+# Targets beyond the model file formats name their own sources and flags (xxhash is header-only here).
+declare -A target_sources=(
+  [snapshot]="src/runtime/snapshot.cpp src/models/sequence_state.cpp src/models/kv_cache.cpp
+              src/models/config_summary.cpp"
+)
+declare -A target_flags=([snapshot]="-DDELTABIT_HAVE_XXHASH=1")
 for target in "${targets[@]}"; do
   name=$(basename "$target" .cpp); name=${name#fuzz_}
   binary="$out/fuzz_$name"
-  if [ ! -x "$binary" ] || [ -n "$(find "$target" "${lib_sources[@]}" src -newer "$binary" -name '*.[ch]*' -print -quit)" ]; then
+  sources=("${lib_sources[@]}")
+  [ -n "${target_sources[$name]:-}" ] && sources=(${target_sources[$name]})
+  if [ ! -x "$binary" ] || [ -n "$(find "$target" "${sources[@]}" src -newer "$binary" -name '*.[ch]*' -print -quit)" ]; then
     echo "fuzz: building $name"
-    clang++ "${flags[@]}" "$target" "${lib_sources[@]}" -lfmt -o "$binary"
+    clang++ "${flags[@]}" ${target_flags[$name]:-} "$target" "${sources[@]}" -lfmt -o "$binary"
   fi
   work="$out/corpus-$name"
   mkdir -p "$work"

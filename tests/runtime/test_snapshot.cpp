@@ -486,6 +486,66 @@ TEST_F(SnapshotRefusals, WellFormedButWrongContent) {
                                      std::to_string(bytes_.size()) + ")");
 }
 
+// Found while writing fuzz/fuzz_snapshot.cpp (a hand-made input run through it; random mutation seldom
+// builds such depth): a deeply nested header value (well-formed JSON, right checksums) overflowed the
+// stack — ordered_json copies values recursively when an object's storage grows, and dump() recurses —
+// instead of being refused. The writer's header nests two levels; 8 are allowed.
+TEST_F(SnapshotRefusals, DeeplyNestedHeaderIsRefusedNotACrash) {
+    const std::string d = damaged_name();
+    const std::string refused =
+        "snapshot " + d + ": header (byte 24) nests deeper than 8 levels: the file is damaged";
+    // Deep enough to exhaust any stack, written as text: building it with nlohmann would recurse too.
+    const std::string deep = std::string(300000, '[') + std::string(300000, ']');
+    const std::string fp = nlohmann::json(engine_->fingerprint()).dump();
+    Layout l = layout_;
+    // A field the reader names in its message, with fields after it (the object grows around it) ...
+    l.header = "{\"fingerprint\":" + fp + ",\"kv_format\":" + deep + ",\"position\":45,\"chunks\":6}";
+    expect_refused(build(l), refused);
+    // ... and a value inside the model summary, which the reader keeps as text.
+    l.header = "{\"fingerprint\":" + fp + ",\"kv_format\":\"f32\",\"position\":45,\"chunks\":6,\"model\":{\"x\":" +
+               deep + "}}";
+    expect_refused(build(l), refused);
+
+    // The limit counts enclosing levels: a leaf inside the top object, "model" and 6 arrays is at depth
+    // 8 and loads; one more array is refused.
+    auto with_model_value = [&](int arrays) {
+        Layout nested = layout_;
+        const size_t model_at = nested.header.find("\"model\":{") + 9;
+        nested.header.insert(model_at, "\"x\":" + std::string(size_t(arrays), '[') + "1" +
+                                           std::string(size_t(arrays), ']') + ",");
+        return build(nested);
+    };
+    const std::filesystem::path ok = temp_file("nested_ok");
+    write_bytes(ok, with_model_value(6));
+    Session reader(*engine_, options_);
+    reader.load(ok);
+    EXPECT_EQ(reader.stats().position, 45);
+    expect_refused(with_model_value(7), refused);
+}
+
+// parse_snapshot() (the fuzz target's entry) is read_snapshot() over bytes in memory: same result, same
+// messages with the given name in place of the file's.
+TEST_F(SnapshotRefusals, ParseSnapshotReadsBytesLikeTheFile) {
+    const SnapshotExpectation expect{.fingerprint = engine_->fingerprint(), .kv_format = KvFormat::f32,
+                                     .config = &model_->config(), .max_positions = 1024};
+    auto span_of = [](const std::string& b) { return std::as_bytes(std::span(b.data(), b.size())); };
+    const Snapshot from_file = read_snapshot(good_, expect);
+    const Snapshot from_bytes = parse_snapshot(span_of(bytes_), expect, "in memory");
+    EXPECT_EQ(from_bytes.fingerprint, from_file.fingerprint);
+    EXPECT_TRUE(same_ledger(from_bytes.ledger, from_file.ledger));
+    ASSERT_EQ(from_bytes.state.chunks.size(), layout_.chunks.size());
+    for (size_t k = 0; k < layout_.chunks.size(); ++k) {
+        EXPECT_EQ(from_bytes.state.chunks[k].name, layout_.chunks[k].name);
+        EXPECT_EQ(from_bytes.state.chunks[k].bytes, from_file.state.chunks[k].bytes) << layout_.chunks[k].name;
+    }
+    const std::string cut = bytes_.substr(0, layout_.chunks[2].data_at + 1);
+    const Layout::Chunk& c = layout_.chunks[2];
+    EXPECT_EQ(message_of([&] { parse_snapshot(span_of(cut), expect, "in memory"); }),
+              "snapshot in memory: truncated or damaged: chunk 2 of 6 '" + c.name + "' (data) at byte " +
+                  std::to_string(c.data_at) + " needs " + std::to_string(c.data.size()) +
+                  " bytes, but the file ends at byte " + std::to_string(cut.size()));
+}
+
 // After all that, the live session continues exactly as its twin that never saw a bad file.
 TEST_F(SnapshotRefusals, LiveSessionContinuesLikeItsTwinAfterRefusals) {
     expect_refused(bytes_.substr(0, bytes_.size() / 2), "snapshot " + damaged_name() + ": truncated or damaged: ",
