@@ -87,10 +87,7 @@ void run_chat(const ChatArgs& args) {
     const bool show_progress = !args.quiet && stderr_is_terminal();
     std::unique_ptr<Engine> engine = open_engine_for(args.model, args.engine, show_progress);
     // Checked here, not at the first message: a chat that cannot end a reply is useless from the start.
-    if (engine->config().eos_ids.empty() && !args.max_tokens)
-        fail("chat: {}: the model's metadata declares no EOS token, so a reply would never end on its own; "
-             "give --max-tokens N",
-             args.model);
+    require_an_end("chat", args.model, engine->config(), args.max_tokens);
     const TextFrontEnd text = load_text_front_end(args.model, engine->config(), /*need_chat_template=*/true);
     const SessionOptions session_options{.sequence = sequence_options(args.sequence, engine->config(), "chat"),
                                          .checkpoints = {}};

@@ -69,6 +69,7 @@ void run_generation(const RunArgs& args) {
 
     const bool progress = !args.quiet && stderr_is_terminal();
     std::unique_ptr<Engine> engine = open_engine_for(args.model, args.engine, progress);
+    require_an_end("run", args.model, engine->config(), args.max_tokens);
     const SequenceOptions sequence = sequence_options(args.sequence, engine->config(), "run");
     std::optional<TextFrontEnd> text;
     std::vector<int32_t> prompt;

@@ -48,4 +48,12 @@ std::unique_ptr<Engine> open_engine_for(const std::string& model, const EngineAr
     return open_engine(model, args.backend);
 }
 
+void require_an_end(std::string_view command, const std::string& model, const ModelConfig& config,
+                    const std::optional<int64_t>& max_tokens) {
+    if (config.eos_ids.empty() && !max_tokens)
+        fail("{}: {}: the model's metadata declares no EOS token, so a reply would never end on its own; "
+             "give --max-tokens N",
+             command, model);
+}
+
 }  // namespace deltabit::cli

@@ -40,6 +40,12 @@ int64_t default_context(const ModelConfig& config);
 // --kv and --ctx resolved against the model (Error naming the option for a bad value).
 SequenceOptions sequence_options(const SequenceArgs& args, const ModelConfig& config, std::string_view command);
 
+// A model whose metadata declares no EOS token can only stop at a token limit: Error for `command`
+// (naming the model and the flag to give) when there is none. Checked right after loading, before any
+// prompt is read.
+void require_an_end(std::string_view command, const std::string& model, const ModelConfig& config,
+                    const std::optional<int64_t>& max_tokens);
+
 // open_engine with a progress line on stderr while the model loads (see progress.h for when it draws).
 std::unique_ptr<Engine> open_engine_for(const std::string& model, const EngineArgs& args, bool show_progress);
 

@@ -115,6 +115,7 @@ TEST(CmdRun, RefusesOpenEndedWithoutEos) {
     const CommandResult r = run("run -m " + kFixture.string() + " --ids 5,61 --temperature 0", true);
     EXPECT_EQ(r.exit_code, 1) << r.output;
     EXPECT_NE(r.output.find("no EOS"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("give --max-tokens N"), std::string::npos) << r.output;  // the flag, not the field
 }
 
 TEST(CmdRun, PlainOutputStreamsIds) {
