@@ -114,18 +114,29 @@ void fill_random(cuda::DeviceBuffer& buffer, size_t bytes, bool half, float ampl
 }
 
 // Brings a fresh sequence to `depth` without running the model (bench_gpu.h, "Depth").
+void fill_kv_side(CudaKvSide& side, int64_t depth, int64_t row, std::mt19937_64& rng) {
+    // Keys leave k_norm and RoPE with about unit RMS per element: ±√3 uniform has RMS 1.
+    if (side.view.element != cuda::KvElement::kivi4) {
+        fill_random(side.data, size_t(depth * row) * cuda::kv_element_bytes(side.view.element),
+                    side.view.element == cuda::KvElement::f16, 1.732f, rng);
+        return;
+    }
+    // kivi4: every exact row, every code and group parameter (group minima near −√3, steps of 2√3/15).
+    fill_random(side.data, side.data.bytes(), false, 1.732f, rng);
+    fill_random(side.codes, side.codes.bytes(), true, 1.0f, rng);  // any bits are codes
+    fill_random(side.min, side.min.bytes(), true, 1.732f, rng);
+    fill_random(side.scale, side.scale.bytes(), true, 0.23f, rng);
+}
+
 void fill_state_synthetically(CudaSequenceState& state, const ModelConfig& c, int64_t depth, std::mt19937_64& rng) {
-    const bool half = state.kv_format() == KvFormat::f16;
-    const size_t kv_bytes = size_t(depth * c.n_head_kv * c.head_dim) * (half ? 2 : 4);
     for (int64_t l = 0; l < c.n_layer(); ++l) {
         CudaLayerState& s = state.layer(l);
         if (c.layers[size_t(l)] == LayerKind::full_attention) {
-            // Keys leave k_norm and RoPE with about unit RMS per element: ±√3 uniform has RMS 1.
-            fill_random(s.k, kv_bytes, half, 1.732f, rng);
-            fill_random(s.v, kv_bytes, half, 1.732f, rng);
+            fill_kv_side(s.k, depth, c.n_head_kv * c.head_dim, rng);
+            fill_kv_side(s.v, depth, c.n_head_kv * c.head_dim, rng);
         } else {
-            fill_random(s.conv, s.conv.bytes(), false, 1.0f, rng);
-            fill_random(s.recurrent, s.recurrent.bytes(), false, 0.1f, rng);
+            fill_random(s.conv[state.parity()], s.conv[state.parity()].bytes(), false, 1.0f, rng);
+            fill_random(s.recurrent[state.parity()], s.recurrent[state.parity()].bytes(), false, 0.1f, rng);
         }
     }
     state.advance(depth);
@@ -139,9 +150,10 @@ public:
 
     void warm_up() {
         CudaSequenceState state = model_.new_sequence(64 + kWarmupSteps + 2, plan_.kv);
-        int32_t token = model_.argmax(model_.forward_last(state, random_ids(64, vocab(), rng_)));
+        const float* logits = model_.forward_last(state, random_ids(64, vocab(), rng_));
         watch_.set_polling(false);  // no cudaMemGetInfo from another thread while a graph is captured
-        for (int i = 0; i < kWarmupSteps + 1; ++i) token = step(state, token);
+        for (int i = 0; i < kWarmupSteps + 1; ++i) logits = step(state, logits);
+        cuda_check(cudaStreamSynchronize(model_.stream()), "warm-up");
         watch_.set_polling(true);
     }
 
@@ -215,17 +227,19 @@ public:
         CudaSequenceState state = model_.new_sequence(depth + kWarmupSteps + steps + 1, plan_.kv);
         const std::string fill = reach_depth(state, depth);
 
-        int32_t token = random_ids(1, vocab(), rng_)[0];
+        const int32_t first[1] = {random_ids(1, vocab(), rng_)[0]};
         watch_.set_polling(false);  // decode allocates nothing after warm-up; captures happen in it
-        for (int i = 0; i < kWarmupSteps; ++i) token = step(state, token);
+        const float* logits = model_.forward_last(state, first);
+        for (int i = 0; i < kWarmupSteps; ++i) logits = step(state, logits);
         const CudaDecodeStats before = model_.decode_stats();
         const auto start = Clock::now();
-        for (int64_t i = 0; i < steps; ++i) token = step(state, token);
+        for (int64_t i = 0; i < steps; ++i) logits = step(state, logits);
+        cuda_check(cudaStreamSynchronize(model_.stream()), "decode steps");
         const double t = seconds_since(start);
         watch_.set_polling(true);
         const CudaDecodeStats after = model_.decode_stats();
 
-        // The timed steps consume positions depth + 2 .. depth + 129: count the traffic at their middle.
+        // The timed steps consume positions depth + 3 .. depth + 130: count the traffic at about their middle.
         const DecodeTraffic traffic = cost_.decode_traffic(depth + kWarmupSteps + steps / 2);
         BenchMeasurement m;
         m.test = fmt::format("tg{}", steps);
@@ -238,8 +252,9 @@ public:
         m.gb_s = *m.bytes_per_token * *m.tokens_per_s / 1e9;
         m.pct_of_copy_bandwidth = 100.0 * *m.gb_s / gpu_.copy_gb_s;
         m.peak_memory_gib = watch_.peak_gib();
-        m.note = fmt::format("graph replays {}/{}; MB/token weights {:.1f} + KV {:.1f} + state {:.1f}{}",
-                             after.graph_replays - before.graph_replays, steps, double(traffic.weight_bytes) / 1e6,
+        m.note = fmt::format("graph replays {}/{}, run ahead {}; MB/token weights {:.1f} + KV {:.1f} + state {:.1f}{}",
+                             after.graph_replays - before.graph_replays, steps,
+                             after.run_ahead_steps - before.run_ahead_steps, double(traffic.weight_bytes) / 1e6,
                              double(traffic.kv_bytes) / 1e6, double(traffic.state_bytes) / 1e6,
                              fill.empty() ? "" : "; " + fill);
         report(m);
@@ -269,9 +284,14 @@ private:
         results_.push_back(m);
     }
 
-    int32_t step(CudaSequenceState& state, int32_t token) {
-        const int32_t id[1] = {token};
-        return model_.argmax(model_.forward_last(state, id));
+    // One greedy decode step, as the engine takes it: the argmax of the last logits starts the step that
+    // consumes it (run-ahead), or, before the step's graph exists, argmax then forward. Returns the
+    // step's logits.
+    const float* step(CudaSequenceState& state, const float* logits) {
+        const float* next = nullptr;
+        if (model_.argmax_and_step(state, logits, &next)) return next;
+        const int32_t id[1] = {model_.argmax(logits)};
+        return model_.forward_last(state, id);
     }
 
     // Returns how the depth was reached, for the row's note.

@@ -31,7 +31,8 @@ std::string history_row(const BenchReport& r, const BenchMeasurement& m) {
     return fmt::format("{}\t{}\t{}\tdeltabit bench\t{}\t{}\t{}\t{}\t{:.2f}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{:.2f}", r.date,
                        r.commit, field(gpu), field(r.model), m.depth, r.weight_type, m.test, m.unit_us,
                        optional_text(m.gb_s, "{:.0f}"), optional_text(m.pct_of_copy_bandwidth, "{:.1f}"),
-                       field(m.note), optional_text(m.tokens_per_s, "{:.1f}"), optional_text(m.tflop_s, "{:.2f}"),
+                       field("KV " + r.kv_format + "; " + m.note), optional_text(m.tokens_per_s, "{:.1f}"),
+                       optional_text(m.tflop_s, "{:.2f}"),
                        optional_text(m.pct_of_bf16_peak, "{:.2f}"), optional_text(m.bytes_per_token, "{:.0f}"),
                        m.peak_memory_gib);
 }

@@ -41,7 +41,7 @@ struct BenchReport {
     std::string model;             // geometry name or model file name
     std::string model_description;
     std::string weight_type;       // "q1_0" (the type of most matrix bytes)
-    std::string kv_format;         // "f32", "f16"
+    std::string kv_format;         // "f32", "f16", "kivi4" (history rows start their note with it)
     double parameters = 0;
     uint64_t stored_bytes = 0;
     std::string decode_path;       // what the decode steps ran as (graph replays / eager), for habit 16

@@ -271,7 +271,13 @@ json kv_cache_report(const ModelConfig& c) {
         }
         formats.push_back(std::move(row));
     }
+    // Attention layers that a kivi4 sequence keeps in f16 (models/kv_format.h, layer_kv_format).
+    json kivi4_f16_layers = json::array();
+    for (int64_t l = 0; l < c.n_layer(); ++l)
+        if (c.layers[size_t(l)] == LayerKind::full_attention && layer_kv_format(c, KvFormat::kivi4, l) == KvFormat::f16)
+            kivi4_f16_layers.push_back(l);
     return {{"full_attention_layers", attention_layers},
+            {"kivi4_f16_layers", std::move(kivi4_f16_layers)},
             {"n_head_kv", c.n_head_kv},
             {"head_dim", c.head_dim},
             {"deltanet_state_bytes", deltanet_state_bytes(c)},
@@ -296,6 +302,9 @@ void print_kv_cache(const std::string& model, const json& r) {
     fmt::print("  kivi4 keeps the first {} and the newest {}..{} tokens exact (f32) and the rest at 4 bits in "
                "groups of {}\n",
                kKiviSinks, kKiviResidual, kKiviResidual + kKiviGroup - 1, kKiviGroup);
+    for (const json& layer : r["kivi4_f16_layers"])
+        fmt::print("  kivi4 keeps layer {} in f16: nothing mixes tokens before it, so quantising it costs the most\n",
+                   layer.get<int64_t>());
     const auto deltanet = r["deltanet_state_bytes"].get<uint64_t>();
     if (deltanet > 0)
         fmt::print("  DeltaNet conv + recurrent state: {} per sequence, at any length\n", human_bytes(deltanet));

@@ -7,7 +7,8 @@
 //   prefill 3100 tokens         [   <=>      ]       1.4 s     (unknown: a bouncing marker)
 //
 // A prefill reports its fraction as the session reads the prompt in pieces (every 512 tokens,
-// GenerationCallbacks::on_prefill_progress); loading reports none yet (one call), so it bounces.
+// GenerationCallbacks::on_prefill_progress); loading reports the weight bytes handled (open_engine's
+// LoadFraction: per tensor on the host; on CUDA the upload is the second half, not reported yet).
 #pragma once
 
 #include <atomic>

@@ -32,9 +32,12 @@ void add_split(ModelWeights& out, const gguf::TensorInfo& t, std::string_view fr
 
 }  // namespace
 
-ModelWeights ModelWeights::from_gguf(std::shared_ptr<const gguf::File> file, ModelConfig config) {
+ModelWeights ModelWeights::from_gguf(std::shared_ptr<const gguf::File> file, ModelConfig config,
+                                     const LoadProgress& progress) {
     ModelWeights weights(std::move(config), file->path());
     const ModelConfig& c = weights.config();
+    uint64_t total = 0, done = 0;
+    for (const gguf::TensorInfo& t : file->tensors()) total += t.bytes;
     for (const gguf::TensorInfo& t : file->tensors()) {
         const std::string origin = file->path() + ": tensor " + t.name;
         std::vector<int64_t> shape = t.shape;
@@ -56,6 +59,8 @@ ModelWeights ModelWeights::from_gguf(std::shared_ptr<const gguf::File> file, Mod
         } else {
             weights.add({t.name, t.dtype, shape, t.data, t.bytes, origin});
         }
+        done += t.bytes;
+        if (progress) progress(done, total);
     }
     weights.keep_alive(file);
     return weights;

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <utility>
 
@@ -85,12 +86,29 @@ bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(
 
 class HfConverter {
 public:
-    HfConverter(ModelWeights& out, const ModelConfig& config) : out_(out), c_(config) {}
+    // `handled(bytes)` is told of each file tensor once it is converted, skipped or (per-expert ones)
+    // stacked into its layer's expert tensor.
+    HfConverter(ModelWeights& out, const ModelConfig& config, std::function<void(uint64_t bytes)> handled)
+        : out_(out), c_(config), handled_(std::move(handled)) {}
 
     void add(const safetensors::TensorInfo& t) {
+        if (!convert_or_collect(t)) handled_(t.bytes);
+    }
+
+    // Stacks the per-expert matrices collected by add() into ffn_{gate,up,down}_exps.
+    void finish() {
+        for (const auto& [key, experts] : experts_) {
+            stack_experts(key.first, key.second, experts);
+            for (const safetensors::TensorInfo* e : experts) handled_(e->bytes);
+        }
+    }
+
+private:
+    // Converts `t` (or skips it) and returns false, or keeps it for finish() and returns true.
+    bool convert_or_collect(const safetensors::TensorInfo& t) {
         std::string_view name = t.name;
         for (std::string_view ignored : kIgnoredPrefixes)
-            if (starts_with(name, ignored)) return;
+            if (starts_with(name, ignored)) return false;
         // Qwen3.5 VLM checkpoints keep the text model under model.language_model.
         std::string normalized(name);
         if (starts_with(name, "model.language_model.")) normalized = "model." + std::string(name.substr(21));
@@ -106,41 +124,42 @@ public:
             for (char ch : rest.substr(0, dot)) layer = layer * 10 + (ch - '0');
             if (layer >= c_.n_layer()) unknown(t, fmt::format("layer {} but the config has {} layers", layer, c_.n_layer()));
             const std::string_view suffix = rest.substr(dot + 1);
-            if (collect_expert(t, layer, suffix)) return;
+            if (collect_expert(t, layer, suffix)) return true;
             for (const NameRule& rule : kLayerRules)
-                if (rule.hf == suffix) return convert(t, rule, fmt::format("blk.{}.", layer));
+                if (rule.hf == suffix) {
+                    convert(t, rule, fmt::format("blk.{}.", layer));
+                    return false;
+                }
             unknown(t, "not a tensor of any supported model");
         }
         for (const NameRule& rule : kGlobalRules)
-            if (rule.hf == name) return convert(t, rule, "");
+            if (rule.hf == name) {
+                convert(t, rule, "");
+                return false;
+            }
         unknown(t, "not a tensor of any supported model");
     }
 
-    // Stacks the per-expert matrices collected by add() into ffn_{gate,up,down}_exps.
-    void finish() {
-        for (const auto& [key, experts] : experts_) {
-            const auto& [layer, kind] = key;
-            const safetensors::TensorInfo* first = *std::find_if(experts.begin(), experts.end(), [](auto* p) { return p; });
-            for (size_t e = 0; e < experts.size(); ++e) {
-                if (!experts[e])
-                    fail("{}: layer {}: expert {} has no {} (the model has {} experts)", first->file, layer, e,
-                         kExpertParts[kind], c_.n_expert);
-                if (experts[e]->dtype_name != first->dtype_name || experts[e]->shape != first->shape)
-                    fail("{}: tensor {}: dtype or shape differs from {}", experts[e]->file, experts[e]->name, first->name);
-            }
-            if (first->shape.size() != 2) fail("{}: expected a matrix", origin(*first));
-            const DType dtype = first->require_dtype();
-            auto* data = static_cast<uint8_t*>(out_.own(first->bytes * experts.size()));
-            for (size_t e = 0; e < experts.size(); ++e) std::memcpy(data + e * first->bytes, experts[e]->data, first->bytes);
-            static constexpr std::string_view kStacked[] = {"ffn_gate_exps.weight", "ffn_up_exps.weight",
-                                                            "ffn_down_exps.weight"};
-            out_.add({fmt::format("blk.{}.{}", layer, kStacked[kind]), dtype,
-                      {first->shape[1], first->shape[0], int64_t(experts.size())}, data,
-                      first->bytes * experts.size(), origin(*first) + " (and the other experts)"});
+    void stack_experts(int64_t layer, int kind, const std::vector<const safetensors::TensorInfo*>& experts) {
+        const safetensors::TensorInfo* first = *std::find_if(experts.begin(), experts.end(), [](auto* p) { return p; });
+        for (size_t e = 0; e < experts.size(); ++e) {
+            if (!experts[e])
+                fail("{}: layer {}: expert {} has no {} (the model has {} experts)", first->file, layer, e,
+                     kExpertParts[kind], c_.n_expert);
+            if (experts[e]->dtype_name != first->dtype_name || experts[e]->shape != first->shape)
+                fail("{}: tensor {}: dtype or shape differs from {}", experts[e]->file, experts[e]->name, first->name);
         }
+        if (first->shape.size() != 2) fail("{}: expected a matrix", origin(*first));
+        const DType dtype = first->require_dtype();
+        auto* data = static_cast<uint8_t*>(out_.own(first->bytes * experts.size()));
+        for (size_t e = 0; e < experts.size(); ++e) std::memcpy(data + e * first->bytes, experts[e]->data, first->bytes);
+        static constexpr std::string_view kStacked[] = {"ffn_gate_exps.weight", "ffn_up_exps.weight",
+                                                        "ffn_down_exps.weight"};
+        out_.add({fmt::format("blk.{}.{}", layer, kStacked[kind]), dtype,
+                  {first->shape[1], first->shape[0], int64_t(experts.size())}, data,
+                  first->bytes * experts.size(), origin(*first) + " (and the other experts)"});
     }
 
-private:
     // Checkpoints written before transformers 5 keep one module per expert:
     // mlp.experts.E.{gate,up,down}_proj.weight. Collected here, stacked by finish().
     static constexpr std::string_view kExpertParts[] = {"gate_proj.weight", "up_proj.weight", "down_proj.weight"};
@@ -247,16 +266,22 @@ private:
 
     ModelWeights& out_;
     const ModelConfig& c_;
+    std::function<void(uint64_t bytes)> handled_;
     std::map<std::pair<int64_t, int>, std::vector<const safetensors::TensorInfo*>> experts_;  // (layer, part)
 };
 
 }  // namespace
 
-ModelWeights ModelWeights::from_hf(std::shared_ptr<const safetensors::Set> files, ModelConfig config) {
+ModelWeights ModelWeights::from_hf(std::shared_ptr<const safetensors::Set> files, ModelConfig config,
+                                   const LoadProgress& progress) {
     if (config.value_head_order != ValueHeadOrder::grouped)
         fail("{}: Hugging Face weights keep DeltaNet value heads grouped; the config says otherwise", files->what());
     ModelWeights weights(std::move(config), files->what());
-    HfConverter converter(weights, weights.config());
+    uint64_t done = 0;
+    HfConverter converter(weights, weights.config(), [&](uint64_t bytes) {
+        done += bytes;
+        if (progress) progress(done, files->total_bytes());
+    });
     for (const safetensors::TensorInfo* t : *files) converter.add(*t);
     converter.finish();
     weights.keep_alive(files);

@@ -1,5 +1,7 @@
 #include "models/inference_cost.h"
 
+#include "models/kv_cache.h"
+
 #include <charconv>
 #include <string_view>
 
@@ -17,8 +19,8 @@ int64_t layer_of(std::string_view name) {
 
 }  // namespace
 
-InferenceCost::InferenceCost(const ModelWeights& weights, uint64_t kv_bytes_per_value)
-    : config_(weights.config()), kv_bytes_per_value_(kv_bytes_per_value) {
+InferenceCost::InferenceCost(const ModelWeights& weights, KvFormat kv)
+    : config_(weights.config()), kv_(kv) {
     const ModelConfig& c = config_;
     const bool tied = weights.find("output.weight") == nullptr;
     for (const auto& [name, t] : weights.tensors()) {
@@ -51,12 +53,16 @@ DecodeTraffic InferenceCost::decode_traffic(int64_t depth) const {
     const ModelConfig& c = config_;
     DecodeTraffic traffic;
     traffic.weight_bytes = weight_bytes_per_token_;
-    const uint64_t kv_position = 2 * uint64_t(c.n_head_kv * c.head_dim) * kv_bytes_per_value_;  // K and V
+    const uint64_t row = 2 * uint64_t(c.n_head_kv * c.head_dim);  // K and V of one position
     const uint64_t recurrent = uint64_t(c.ssm_n_value_heads * c.ssm_key_dim * c.ssm_value_dim);
     const uint64_t conv = uint64_t((c.ssm_conv_kernel - 1) * c.ssm_conv_channels());
-    for (LayerKind kind : c.layers) {
-        if (kind == LayerKind::full_attention)
-            traffic.kv_bytes += kv_position * uint64_t(depth + 2);  // read 0..depth, write depth
+    for (int64_t l = 0; l < c.n_layer(); ++l) {
+        const LayerKind kind = c.layers[size_t(l)];
+        const KvFormat kv = layer_kv_format(c, kv_, l);
+        if (kind == LayerKind::full_attention && kv == KvFormat::kivi4)
+            traffic.kv_bytes += uint64_t(kv_layer_bytes(kv, c.n_head_kv, c.head_dim, depth + 1)) + row * sizeof(float);
+        else if (kind == LayerKind::full_attention)
+            traffic.kv_bytes += row * (kv == KvFormat::f16 ? 2 : 4) * uint64_t(depth + 2);  // read 0..depth, write depth
         else
             traffic.state_bytes += 2 * sizeof(float) * (recurrent + conv);  // read and write back
     }

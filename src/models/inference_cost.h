@@ -8,7 +8,9 @@
 //            stacks contribute n_expert_used / n_expert of their bytes; MTP layers (blk.N, N ≥ n_layer)
 //            nothing, since the forward pass never runs them;
 //   kv       per full-attention layer, keys and values of positions 0..n read, and position n's
-//            written: 2·H_kv·d_h·kv_bytes·(n + 2);
+//            written: 2·H_kv·d_h·kv_bytes·(n + 2) for f32 (4 bytes) and f16 (2); kivi4 reads its stored
+//            bytes at n + 1 positions (kv_cache_bytes: sinks and window in f32, the middle at 5 bits)
+//            and writes position n's exact rows;
 //   state    per DeltaNet layer, the recurrent state H_v·d_k·d_v and the conv window (K−1)·channels,
 //            f32, each read and written back: 2·4·(H_v·d_k·d_v + (K−1)·channels).
 // Activations (a few vectors of n_embd or n_ff floats per matrix, under 0.1% of the weights for every
@@ -22,6 +24,7 @@
 // head per token: under 0.1% for the bench geometries) are left out.
 #pragma once
 
+#include "models/kv_format.h"
 #include "models/model_config.h"
 #include "models/weights.h"
 
@@ -38,8 +41,8 @@ struct DecodeTraffic {
 
 class InferenceCost {
 public:
-    // `kv_bytes_per_value`: 4 for an f32 cache (the CUDA sequence state), 2 for f16.
-    InferenceCost(const ModelWeights& weights, uint64_t kv_bytes_per_value = 4);
+    // `kv`: the KV cache format of the sequence (models/kv_cache.h).
+    explicit InferenceCost(const ModelWeights& weights, KvFormat kv = KvFormat::f32);
 
     DecodeTraffic decode_traffic(int64_t depth) const;
     double prefill_flops(int64_t n_past, int64_t n_tokens, int64_t lm_head_tokens) const;
@@ -50,7 +53,7 @@ public:
 
 private:
     ModelConfig config_;
-    uint64_t kv_bytes_per_value_ = 4;
+    KvFormat kv_ = KvFormat::f32;
     uint64_t weight_bytes_per_token_ = 0;
     uint64_t stored_weight_bytes_ = 0;
     double parameters_ = 0;

@@ -25,6 +25,9 @@
 //          sinks + quantised + residual = size() always (checked after every change). Which position
 //          is in which part is a function of size() alone (kivi_split), so a store's layout never
 //          depends on how its tokens were split into calls.
+//          A store has one format; which one each layer of a sequence gets is layer_kv_format's
+//          (models/kv_format.h): a kivi4 sequence keeps layer 0 in f16 when layer 0 is full
+//          attention, because there each token id always brings the same quantisation error.
 //
 // Tokens enter with append() in their per-token form (f32 or f16 rounding; KIVI: exact, in the
 // residual window) and attention reads them that way; compress() then quantises the KIVI groups that

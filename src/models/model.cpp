@@ -35,15 +35,15 @@ const Architecture& architecture_of(Arch arch) {
     fail("no forward pass registered for architecture #{}", int(arch));
 }
 
-Model Model::load(const std::filesystem::path& path) {
+Model Model::load(const std::filesystem::path& path, const LoadProgress& progress) {
     if (is_hf_folder(path)) {
         HfFolder folder = open_hf_folder(path);
         auto files = std::make_shared<const safetensors::Set>(std::move(folder.weights));
-        return Model(ModelWeights::from_hf(std::move(files), std::move(folder.config)));
+        return Model(ModelWeights::from_hf(std::move(files), std::move(folder.config), progress));
     }
     auto file = std::make_shared<const gguf::File>(gguf::File::open(path.string()));
     ModelConfig config = model_config_from_gguf(*file);
-    return Model(ModelWeights::from_gguf(std::move(file), std::move(config)));
+    return Model(ModelWeights::from_gguf(std::move(file), std::move(config), progress));
 }
 
 Model::Model(ModelWeights weights) : weights_(std::move(weights)) {

@@ -43,8 +43,9 @@ struct ModelParts {
 
 class Model {
 public:
-    // A GGUF file, or a Hugging Face folder (config.json + safetensors).
-    static Model load(const std::filesystem::path& path);
+    // A GGUF file, or a Hugging Face folder (config.json + safetensors); `progress` (weights.h) hears
+    // after each of its tensors.
+    static Model load(const std::filesystem::path& path, const LoadProgress& progress = {});
     // Binds the blocks to `weights` by the architecture's names; Error naming a missing or
     // misshapen tensor.
     explicit Model(ModelWeights weights);

@@ -10,10 +10,13 @@
 #include <atomic>
 #include <cstring>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
 #include "core/error.h"
+#include "models/kv_cache.h"
+#include "models/sequence_state.h"
 #include "ops/activations.h"
 #include "ops/decode_cuda.h"
 #include "ops/dense_cuda.h"
@@ -80,119 +83,226 @@ namespace {
 
 std::atomic<uint64_t> next_state_id{1};
 
-size_t kv_element_size(KvFormat kv) { return kv == KvFormat::f16 ? 2 : 4; }
+cuda::KvElement kv_element(KvFormat kv) {
+    switch (kv) {
+        case KvFormat::f32: return cuda::KvElement::f32;
+        case KvFormat::f16: return cuda::KvElement::f16;
+        case KvFormat::kivi4: return cuda::KvElement::kivi4;
+    }
+    return cuda::KvElement::f32;
+}
+
+// The kivi4 layout of models/kv_cache.h. The ring holds the settled residual window (at most
+// kKiviResidual + kKiviGroup − 1 rows) plus the rows of one call, all live at once until the call's
+// compress.
+cuda::KiviLayout kivi_layout() {
+    cuda::KiviLayout k;
+    k.sinks = kKiviSinks;
+    k.residual = kKiviResidual;
+    k.block = kKiviGroup;
+    k.value_group = kKiviGroup;
+    k.ring_rows = kKiviResidual + kKiviGroup + kCudaMaxCallTokens;
+    return k;
+}
+
+// A store of `capacity` positions of `row` elements, allocated for its format.
+CudaKvSide make_kv_side(KvFormat kv, KvSide side, int64_t capacity, int64_t row) {
+    CudaKvSide s;
+    s.view.element = kv_element(kv);
+    if (kv != KvFormat::kivi4) {
+        s.data = cuda::DeviceBuffer(size_t(capacity * row) * cuda::kv_element_bytes(s.view.element));
+        s.view.data = s.data.get();
+        return s;
+    }
+    const cuda::KiviLayout k = kivi_layout();
+    const int64_t middle = std::max<int64_t>(capacity - k.sinks, 0);  // positions the codes can ever hold
+    const int64_t params = side == KvSide::keys ? middle / k.block * row : middle * (row / k.value_group);
+    s.data = cuda::DeviceBuffer(size_t((k.sinks + k.ring_rows) * row) * sizeof(float));
+    s.codes = cuda::DeviceBuffer(size_t(middle * row / 2));
+    s.min = cuda::DeviceBuffer(size_t(params) * sizeof(uint16_t));
+    s.scale = cuda::DeviceBuffer(size_t(params) * sizeof(uint16_t));
+    s.view.data = s.data.get();
+    s.view.codes = s.codes.get<uint8_t>();
+    s.view.min = s.min.get<uint16_t>();
+    s.view.scale = s.scale.get<uint16_t>();
+    s.view.keys = side == KvSide::keys;
+    s.view.kivi = k;
+    return s;
+}
 
 }  // namespace
 
 CudaSequenceState::CudaSequenceState(const ModelConfig& c, int64_t max_positions, KvFormat kv)
-    : max_positions_(max_positions), kv_format_(kv), id_(next_state_id.fetch_add(1)), layers_(size_t(c.n_layer())) {
-    if (kv == KvFormat::kivi4) fail("kivi4 KV cache is not on the GPU yet");
+    : config_(c), max_positions_(max_positions), kv_format_(kv), kv_row_(c.n_head_kv * c.head_dim),
+      id_(next_state_id.fetch_add(1)), layers_(size_t(c.n_layer())) {
     if (max_positions < 0) fail("cuda sequence state: max_positions {} is negative", max_positions);
-    kv_row_bytes_ = size_t(c.n_head_kv * c.head_dim) * kv_element_size(kv);
+    if (kv == KvFormat::kivi4 && c.head_dim % kKiviGroup != 0)
+        fail("cuda sequence state: kivi4 quantises values in groups of {} channels within a head, but head_dim is {}",
+             kKiviGroup, c.head_dim);
     for (int64_t i = 0; i < c.n_layer(); ++i) {
         CudaLayerState& s = layers_[size_t(i)];
         if (c.layers[size_t(i)] == LayerKind::linear_attention) {
             const size_t conv = size_t((c.ssm_conv_kernel - 1) * c.ssm_conv_channels()) * sizeof(float);
             const size_t recurrent = size_t(c.ssm_n_value_heads * c.ssm_key_dim * c.ssm_value_dim) * sizeof(float);
-            s.conv = cuda::DeviceBuffer(conv);
-            s.recurrent = cuda::DeviceBuffer(recurrent);
-            if (conv != 0) check(cudaMemset(s.conv.get(), 0, conv), "zero conv state");
-            check(cudaMemset(s.recurrent.get(), 0, recurrent), "zero recurrent state");
+            for (int copy = 0; copy < 2; ++copy) {
+                s.conv[copy] = cuda::DeviceBuffer(conv);
+                s.recurrent[copy] = cuda::DeviceBuffer(recurrent);
+                if (conv != 0) check(cudaMemset(s.conv[copy].get(), 0, conv), "zero conv state");
+                check(cudaMemset(s.recurrent[copy].get(), 0, recurrent), "zero recurrent state");
+            }
         } else {
-            s.k = cuda::DeviceBuffer(size_t(max_positions) * kv_row_bytes_);
-            s.v = cuda::DeviceBuffer(size_t(max_positions) * kv_row_bytes_);
+            const KvFormat layer_kv = layer_kv_format(c, kv, i);  // kivi4 keeps an attending layer 0 in f16
+            s.k = make_kv_side(layer_kv, KvSide::keys, max_positions, kv_row_);
+            s.v = make_kv_side(layer_kv, KvSide::values, max_positions, kv_row_);
         }
     }
 }
 
-std::vector<CudaSequenceState::ExpectedChunk> CudaSequenceState::expected_chunks(int64_t position,
-                                                                                 bool with_kv) const {
-    std::vector<ExpectedChunk> out;
+void CudaSequenceState::kv_side_chunks(const CudaKvSide& side, const std::string& prefix, int64_t position,
+                                       bool checkpoint_only, std::vector<DeviceChunk>& out) const {
+    const int64_t row = kv_row_;
+    if (side.view.element != cuda::KvElement::kivi4) {
+        if (checkpoint_only) return;  // a plain cache is cut back, never restored
+        const size_t bytes = size_t(position * row) * cuda::kv_element_bytes(side.view.element);
+        out.push_back({prefix, bytes, {{&side.data, 0, bytes}}});
+        return;
+    }
+    const cuda::KiviLayout& k = side.view.kivi;
+    const KiviSplit split = kivi_split(position);
+    const size_t row_bytes = size_t(row) * sizeof(float);
+    // The residual positions [sinks + quantised, position) in the ring, in order: one or two runs.
+    DeviceChunk residual{prefix + ".residual", size_t(split.residual) * row_bytes, {}};
+    for (int64_t p = split.sinks + split.quantised; p < position;) {
+        const int64_t slot = cuda::kv_data_row(side.view, p);
+        const int64_t run = std::min(position - p, k.sinks + k.ring_rows - slot);
+        residual.pieces.push_back({&side.data, size_t(slot) * row_bytes, size_t(run) * row_bytes});
+        p += run;
+    }
+    if (checkpoint_only) {
+        out.push_back(std::move(residual));
+        return;
+    }
+    const int64_t params = side.view.keys ? split.quantised / k.block * row : split.quantised * (row / k.value_group);
+    const size_t sink_bytes = size_t(split.sinks) * row_bytes, code_bytes = size_t(split.quantised * row / 2),
+                 param_bytes = size_t(params) * sizeof(uint16_t);
+    out.push_back({prefix + ".sink", sink_bytes, {{&side.data, 0, sink_bytes}}});
+    out.push_back({prefix + ".codes", code_bytes, {{&side.codes, 0, code_bytes}}});
+    out.push_back({prefix + ".min", param_bytes, {{&side.min, 0, param_bytes}}});
+    out.push_back({prefix + ".scale", param_bytes, {{&side.scale, 0, param_bytes}}});
+    out.push_back(std::move(residual));
+}
+
+std::vector<CudaSequenceState::DeviceChunk> CudaSequenceState::device_chunks(int64_t position,
+                                                                             bool checkpoint_only) const {
+    std::vector<DeviceChunk> out;
     for (size_t l = 0; l < layers_.size(); ++l) {
         const CudaLayerState& s = layers_[l];
         const std::string blk = "blk." + std::to_string(l) + ".";
-        if (s.recurrent.bytes() != 0) {
-            out.push_back({blk + "gdn.conv", s.conv.bytes(), &s.conv});
-            out.push_back({blk + "gdn.recurrent", s.recurrent.bytes(), &s.recurrent});
-        } else if (with_kv) {
-            out.push_back({blk + "attn.k", size_t(position) * kv_row_bytes_, &s.k});
-            out.push_back({blk + "attn.v", size_t(position) * kv_row_bytes_, &s.v});
+        if (config_.layers[l] == LayerKind::linear_attention) {
+            const cuda::DeviceBuffer& conv = s.conv[parity_];
+            const cuda::DeviceBuffer& recurrent = s.recurrent[parity_];
+            out.push_back({blk + "gdn.conv", conv.bytes(), {{&conv, 0, conv.bytes()}}});
+            out.push_back({blk + "gdn.recurrent", recurrent.bytes(), {{&recurrent, 0, recurrent.bytes()}}});
+        } else {
+            kv_side_chunks(s.k, blk + "attn.k", position, checkpoint_only, out);
+            kv_side_chunks(s.v, blk + "attn.v", position, checkpoint_only, out);
         }
     }
+    // The CPU state defines the layout; a difference is a bug here, not bad input.
+    const std::vector<StateChunkSpec> layout = checkpoint_only ? state_checkpoint_layout(config_, kv_format_, position)
+                                                               : state_image_layout(config_, kv_format_, position);
+    bool same = layout.size() == out.size();
+    for (size_t i = 0; same && i < out.size(); ++i) same = layout[i].name == out[i].name && layout[i].bytes == out[i].bytes;
+    if (!same)
+        throw std::logic_error("cuda sequence state: device chunks differ from the CPU state layout at position " +
+                               std::to_string(position));
     return out;
-}
-
-void CudaSequenceState::check_chunks(const std::vector<StateChunk>& chunks, const std::vector<ExpectedChunk>& expected,
-                                     const char* what) const {
-    for (const ExpectedChunk& e : expected) {
-        const auto it = std::find_if(chunks.begin(), chunks.end(), [&](const StateChunk& c) { return c.name == e.name; });
-        if (it == chunks.end()) fail("cuda sequence state: {}: chunk {} is missing", what, e.name);
-        if (std::count_if(chunks.begin(), chunks.end(), [&](const StateChunk& c) { return c.name == e.name; }) != 1)
-            fail("cuda sequence state: {}: chunk {} appears more than once", what, e.name);
-        if (it->bytes.size() != e.bytes)
-            fail("cuda sequence state: {}: chunk {} holds {} bytes, this sequence needs {}", what, e.name,
-                 it->bytes.size(), e.bytes);
-    }
-    for (const StateChunk& c : chunks) {
-        const bool known = std::any_of(expected.begin(), expected.end(), [&](const ExpectedChunk& e) { return e.name == c.name; });
-        if (!known) fail("cuda sequence state: {}: unexpected chunk {} ({} bytes)", what, c.name, c.bytes.size());
-    }
 }
 
 // Plain cudaMemcpy on the legacy stream: it waits for the model's stream (a blocking stream), so nothing
 // still queued for this state can run during or after the copy.
+void CudaSequenceState::download(const DeviceChunk& chunk, StateChunk& into) {
+    into.name = chunk.name;
+    into.bytes.resize(chunk.bytes);
+    size_t at = 0;
+    for (const DevicePiece& piece : chunk.pieces) {
+        if (piece.bytes != 0) piece.buffer->download(into.bytes.data() + at, piece.bytes, piece.offset);
+        at += piece.bytes;
+    }
+}
+
+void CudaSequenceState::upload(const DeviceChunk& chunk, const StateChunk& from) {
+    size_t at = 0;
+    for (const DevicePiece& piece : chunk.pieces) {
+        if (piece.bytes != 0)
+            const_cast<cuda::DeviceBuffer*>(piece.buffer)->upload(from.bytes.data() + at, piece.bytes, piece.offset);
+        at += piece.bytes;
+    }
+}
+
 StateImage CudaSequenceState::save() const {
     StateImage image;
     image.position = position_;
     image.kv_format = kv_format_;
-    for (const ExpectedChunk& e : expected_chunks(position_, true)) {
-        StateChunk chunk{e.name, std::vector<std::byte>(e.bytes)};
-        if (e.bytes != 0) e.buffer->download(chunk.bytes.data(), e.bytes);
-        image.chunks.push_back(std::move(chunk));
-    }
+    for (const DeviceChunk& chunk : device_chunks(position_, false)) download(chunk, image.chunks.emplace_back());
     return image;
 }
 
+namespace {
+const StateChunk& chunk_named(const std::vector<StateChunk>& chunks, const std::string& name) {
+    return *std::find_if(chunks.begin(), chunks.end(), [&](const StateChunk& c) { return c.name == name; });
+}
+}  // namespace
+
 void CudaSequenceState::load(const StateImage& image) {
-    if (image.kv_format != kv_format_)
-        fail("cuda sequence state: load: the image's KV cache is {}, this sequence's is {}",
-             kv_format_name(image.kv_format), kv_format_name(kv_format_));
-    if (image.position < 0 || image.position > max_positions_)
+    if (image.kv_format == kv_format_ && image.position > max_positions_)
         fail("cuda sequence state: load: the image is at position {}, this sequence holds at most {}", image.position,
              max_positions_);
-    const std::vector<ExpectedChunk> expected = expected_chunks(image.position, true);
-    check_chunks(image.chunks, expected, "load");
-    for (const ExpectedChunk& e : expected) {
-        const StateChunk& c = *std::find_if(image.chunks.begin(), image.chunks.end(),
-                                            [&](const StateChunk& x) { return x.name == e.name; });
-        if (e.bytes != 0) const_cast<cuda::DeviceBuffer*>(e.buffer)->upload(c.bytes.data(), e.bytes);
-    }
+    validate_state_image(config_, kv_format_, image);
+    for (const DeviceChunk& chunk : device_chunks(image.position, false)) upload(chunk, chunk_named(image.chunks, chunk.name));
     position_ = image.position;
+    undoable_ = false;
+}
+
+void CudaSequenceState::undo_step() {
+    if (!undoable_) throw std::logic_error("cuda sequence state: undo_step with no decode step to undo");
+    --position_;
+    parity_ ^= 1;
+    undoable_ = false;
 }
 
 StateCheckpoint CudaSequenceState::checkpoint() const {
     StateCheckpoint cp;
     cp.position = position_;
-    for (const ExpectedChunk& e : expected_chunks(position_, false)) {
-        StateChunk chunk{e.name, std::vector<std::byte>(e.bytes)};
-        if (e.bytes != 0) e.buffer->download(chunk.bytes.data(), e.bytes);
-        cp.chunks.push_back(std::move(chunk));
-    }
+    for (const DeviceChunk& chunk : device_chunks(position_, true)) download(chunk, cp.chunks.emplace_back());
     return cp;
+}
+
+void CudaSequenceState::check_checkpoint_chunks(const StateCheckpoint& cp, const std::vector<DeviceChunk>& expected) const {
+    for (const DeviceChunk& e : expected) {
+        const auto named = [&](const StateChunk& c) { return c.name == e.name; };
+        const auto n = std::count_if(cp.chunks.begin(), cp.chunks.end(), named);
+        if (n == 0) fail("cuda sequence state: restore: chunk {} is missing", e.name);
+        if (n > 1) fail("cuda sequence state: restore: chunk {} appears more than once", e.name);
+        const StateChunk& c = chunk_named(cp.chunks, e.name);
+        if (c.bytes.size() != e.bytes)
+            fail("cuda sequence state: restore: chunk {} holds {} bytes, this sequence needs {}", e.name,
+                 c.bytes.size(), e.bytes);
+    }
+    for (const StateChunk& c : cp.chunks)
+        if (std::none_of(expected.begin(), expected.end(), [&](const DeviceChunk& e) { return e.name == c.name; }))
+            fail("cuda sequence state: restore: unexpected chunk {} ({} bytes)", c.name, c.bytes.size());
 }
 
 void CudaSequenceState::restore(const StateCheckpoint& cp) {
     if (cp.position < 0 || cp.position > position_)
         fail("cuda sequence state: restore: the checkpoint is at position {}, past this sequence's position {} "
              "(its KV cache does not hold those tokens)", cp.position, position_);
-    const std::vector<ExpectedChunk> expected = expected_chunks(cp.position, false);
-    check_chunks(cp.chunks, expected, "restore");
-    for (const ExpectedChunk& e : expected) {
-        const StateChunk& c = *std::find_if(cp.chunks.begin(), cp.chunks.end(),
-                                            [&](const StateChunk& x) { return x.name == e.name; });
-        if (e.bytes != 0) const_cast<cuda::DeviceBuffer*>(e.buffer)->upload(c.bytes.data(), e.bytes);
-    }
+    const std::vector<DeviceChunk> expected = device_chunks(cp.position, true);
+    check_checkpoint_chunks(cp, expected);
+    for (const DeviceChunk& chunk : expected) upload(chunk, chunk_named(cp.chunks, chunk.name));
     position_ = cp.position;
+    undoable_ = false;
 }
 
 // ---- DeviceArena ----
@@ -222,7 +332,7 @@ bool DeviceArena::begin_call() {
     return true;
 }
 
-CudaModel::CudaModel(const Model& model) : config_(model.config()) {
+CudaModel::CudaModel(const Model& model, const UploadProgress& progress) : config_(model.config()) {
     // A blocking stream: it orders after the synchronous uploads and memsets of the legacy stream.
     check(cudaStreamCreate(&stream_), "create stream");
     const ModelParts& parts = model.parts();
@@ -241,6 +351,9 @@ CudaModel::CudaModel(const Model& model) : config_(model.config()) {
     token_embd_view_ = {token_embd_.get(), embd.dtype, embd.rows, embd.cols};
     output_norm_ = vector(parts.output_norm, c.n_embd);
     output_ = matrix(parts.output, "output.weight");
+    // By layers, the embedding and LM head counted as one: matrices of one layer are about the same size.
+    const double steps = double(parts.layers.size() + 1);
+    if (progress) progress(1.0 / steps);
 
     layers_.resize(parts.layers.size());
     for (size_t l = 0; l < parts.layers.size(); ++l) {
@@ -286,21 +399,27 @@ CudaModel::CudaModel(const Model& model) : config_(model.config()) {
             L.has_shared = e.has_shared;
             if (e.has_shared) L.shared_gate = matrix(e.shared_gate, blk + "ffn_gate_inp_shexp.weight");
         }
+        if (progress) progress(double(l + 2) / steps);
     }
     activations_ = std::make_unique<cuda::ActivationScratch>(max_cols);
     for (const Layer& L : layers_) graphable_ = graphable_ && !L.moe;
     step_ = cuda::DeviceBuffer(2 * sizeof(int32_t));
     check(cudaMallocHost(&step_host_, 2 * sizeof(int32_t)), "pinned decode inputs");
     check(cudaEventCreateWithFlags(&step_uploaded_, cudaEventDisableTiming), "decode input event");
+    check(cudaMallocHost(&token_host_, sizeof(int32_t)), "pinned run-ahead token");
+    check(cudaEventCreateWithFlags(&token_ready_, cudaEventDisableTiming), "run-ahead token event");
     argmax_scratch_ = cuda::DeviceBuffer(argmax_result_offset(c.n_vocab) + sizeof(int32_t));
 }
 
 CudaModel::~CudaModel() {
     // No throw from a destructor: queued work must finish before the buffers it uses are freed.
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
-    if (graph_exec_ != nullptr) cudaGraphExecDestroy(graph_exec_);
+    for (const DecodeGraph& g : graphs_)
+        if (g.exec != nullptr) cudaGraphExecDestroy(g.exec);
     if (step_uploaded_ != nullptr) cudaEventDestroy(step_uploaded_);
     if (step_host_ != nullptr) cudaFreeHost(step_host_);
+    if (token_ready_ != nullptr) cudaEventDestroy(token_ready_);
+    if (token_host_ != nullptr) cudaFreeHost(token_host_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -373,8 +492,8 @@ void CudaModel::attention_block(const Layer& L, const float* x, int64_t T, int64
         matmul_shared_input(x, {{&L.q, q_full}, {&L.k, k_raw}, {&L.v, v_raw}});
         float* q = temp(H * dh);
         const cuda::AttentionPrologueDims prologue{H, H_kv, dh, per_head, c.rope_dim, c.rope_theta, c.rms_eps};
-        cuda::attention_decode_prologue(q_full, k_raw, v_raw, L.q_norm, L.k_norm, d_positions, prologue, call_kv_,
-                                        state.k.get(), state.v.get(), q, stream_);
+        cuda::attention_decode_prologue(q_full, k_raw, v_raw, L.q_norm, L.k_norm, d_positions, prologue, state.k.view,
+                                        state.v.view, q, stream_);
         const cuda::CachedAttentionDims dims{1, H, H_kv, dh, call_capacity_, per_head};
         // Scratch for the most splits any capacity plans, so the decode arena (and a graph captured in
         // it) suits every sequence whatever its capacity.
@@ -382,8 +501,9 @@ void CudaModel::attention_block(const Layer& L, const float* x, int64_t T, int64
         largest.max_keys = std::numeric_limits<int32_t>::max();
         float* scratch = temp(int64_t(cuda::attention_decode_scratch_floats(largest)));
         float* attended = temp(H * dh);
-        cuda::attention_cached(q, state.k.get(), state.v.get(), call_kv_, gated ? q_full + dh : nullptr, d_positions,
-                               dims, scratch, attended, stream_);
+        cuda::attention_cached(q, state.k.view, state.v.view, gated ? q_full + dh : nullptr, d_positions, dims, scratch,
+                               attended, stream_);
+        compress_kv(state, d_positions, 1);
         matmul(attended, L.attn_output, 1, out);
         return;
     }
@@ -399,11 +519,11 @@ void CudaModel::attention_block(const Layer& L, const float* x, int64_t T, int64
         check(cudaMemcpy2DAsync(gate, row, q_full + dh, pitch, row, size_t(T * H), cudaMemcpyDeviceToDevice, stream_),
               "split gate");
 
-    // New keys and values go straight into an f32 cache at positions n_past .. n_past+T−1; a half cache
-    // gets them through kv_store.
-    const bool f32_cache = call_kv_ == cuda::KvElement::f32;
-    float* k_cache = state.k.get<float>();
-    float* v_cache = state.v.get<float>();
+    // New keys and values go straight into an f32 cache at positions n_past .. n_past+T−1; a half or
+    // kivi4 cache gets them through kv_store.
+    const bool f32_cache = state.k.view.element == cuda::KvElement::f32;
+    float* k_cache = state.k.data.get<float>();
+    float* v_cache = state.v.data.get<float>();
     float* k_new = f32_cache ? k_cache + n_past * H_kv * dh : temp(T * H_kv * dh);
     float* v_new = f32_cache ? v_cache + n_past * H_kv * dh : temp(T * H_kv * dh);
     float* k_raw = temp(T * H_kv * dh);
@@ -422,17 +542,26 @@ void CudaModel::attention_block(const Layer& L, const float* x, int64_t T, int64
         cuda::attention_prefill(q_normed, k_cache, v_cache, gate, dims, attended, stream_);
     } else {
         // d_positions[0] = n_past.
-        cuda::kv_store(k_new, T, H_kv * dh, d_positions, call_kv_, state.k.get(), stream_);
-        cuda::kv_store(v_new, T, H_kv * dh, d_positions, call_kv_, state.v.get(), stream_);
+        cuda::kv_store(k_new, T, H_kv * dh, d_positions, state.k.view, stream_);
+        cuda::kv_store(v_new, T, H_kv * dh, d_positions, state.v.view, stream_);
         const cuda::CachedAttentionDims dims{T, H, H_kv, dh, n_past + T, dh};
         float* scratch = temp(int64_t(cuda::attention_decode_scratch_floats(dims)));
-        cuda::attention_cached(q_normed, state.k.get(), state.v.get(), call_kv_, gate, d_positions, dims, scratch,
-                               attended, stream_);
+        cuda::attention_cached(q_normed, state.k.view, state.v.view, gate, d_positions, dims, scratch, attended,
+                               stream_);
+        compress_kv(state, d_positions, T);
     }
     matmul(attended, L.attn_output, T, out);
 }
 
-void CudaModel::deltanet_block(const Layer& L, const float* x, int64_t T, CudaLayerState& state, float* out) {
+void CudaModel::compress_kv(CudaLayerState& state, const int32_t* d_n_past, int64_t T) {
+    if (state.k.view.element != cuda::KvElement::kivi4) return;
+    const int64_t row = config_.n_head_kv * config_.head_dim;
+    cuda::kivi_compress(state.k.view, row, d_n_past, T, stream_);
+    cuda::kivi_compress(state.v.view, row, d_n_past, T, stream_);
+}
+
+void CudaModel::deltanet_block(const Layer& L, const float* x, int64_t T, int parity, CudaLayerState& state,
+                               float* out) {
     const ModelConfig& c = config_;
     const int64_t H_k = c.ssm_n_key_heads, H_v = c.ssm_n_value_heads, d_k = c.ssm_key_dim, d_v = c.ssm_value_dim;
     const int64_t key_dim = H_k * d_k, value_dim = H_v * d_v, channels = c.ssm_conv_channels();
@@ -452,11 +581,12 @@ void CudaModel::deltanet_block(const Layer& L, const float* x, int64_t T, CudaLa
         float* beta = temp(H_v);
         float* g = temp(H_v);
         const cuda::GdnDecodeDims dims{H_k, H_v, d_k, d_v, c.ssm_conv_kernel, key_head_map};
-        cuda::gdn_decode_prepare(mixed, b, a, L.conv, state.conv.get<float>(), L.ssm_a, L.dt_bias, dims, kL2NormEps, q,
-                                 k, v, beta, g, stream_);
+        // Reads copy `parity`, writes the other (CudaLayerState): the step stays undoable.
+        cuda::gdn_decode_prepare(mixed, b, a, L.conv, state.conv[parity].get<float>(), state.conv[parity ^ 1].get<float>(),
+                                 L.ssm_a, L.dt_bias, dims, kL2NormEps, q, k, v, beta, g, stream_);
         float* normed = temp(value_dim);
-        cuda::gdn_decode_recurrent(q, k, v, beta, g, z, L.ssm_norm, c.rms_eps, dims, state.recurrent.get<float>(),
-                                   normed, stream_);
+        cuda::gdn_decode_recurrent(q, k, v, beta, g, z, L.ssm_norm, c.rms_eps, dims, state.recurrent[parity].get<float>(),
+                                   state.recurrent[parity ^ 1].get<float>(), normed, stream_);
         matmul(normed, L.ssm_output, 1, out);
         return;
     }
@@ -471,7 +601,8 @@ void CudaModel::deltanet_block(const Layer& L, const float* x, int64_t T, CudaLa
     matmul(x, L.alpha, T, a);
 
     float* conv = temp(T * channels);
-    cuda::conv1d_causal_silu(mixed, L.conv, state.conv.get<float>(), T, channels, c.ssm_conv_kernel, conv, stream_);
+    cuda::conv1d_causal_silu(mixed, L.conv, state.conv[parity].get<float>(), T, channels, c.ssm_conv_kernel, conv,
+                             stream_);
 
     // Channels are [q (key_dim) | k (key_dim) | v (value_dim)].
     float* q = temp(T * key_dim);
@@ -496,7 +627,7 @@ void CudaModel::deltanet_block(const Layer& L, const float* x, int64_t T, CudaLa
     const cuda::DeltaRuleDims dims{T, H_k, H_v, d_k, d_v, key_head_map};
     float* o = temp(T * value_dim);
     void* workspace = temp(int64_t((cuda::delta_rule_chunked_workspace_bytes(dims) + 3) / 4));
-    cuda::gated_delta_rule_chunked(q_normed, k_normed, v, g, beta, dims, state.recurrent.get<float>(), o, workspace,
+    cuda::gated_delta_rule_chunked(q_normed, k_normed, v, g, beta, dims, state.recurrent[parity].get<float>(), o, workspace,
                                    stream_);
     float* normed = temp(T * value_dim);
     cuda::gated_rms_norm(o, z, L.ssm_norm, T * H_v, d_v, c.rms_eps, normed, stream_);
@@ -583,7 +714,6 @@ void CudaModel::run_layers(CudaSequenceState& state, const int32_t* d_ids, const
                            int64_t first_logit_row, float* logits) {
     const ModelConfig& c = config_;
     const int64_t D = c.n_embd, n_past = state.position();
-    call_kv_ = state.kv_format() == KvFormat::f16 ? cuda::KvElement::f16 : cuda::KvElement::f32;
     call_capacity_ = state.max_positions();
     float* x = temp(T * D);
     float* h = temp(T * D);
@@ -596,7 +726,7 @@ void CudaModel::run_layers(CudaSequenceState& state, const int32_t* d_ids, const
         arena_->rewind(block_mark);
         cuda::rms_norm(x, L.attn_norm, T, D, c.rms_eps, cuda::NormWeight::plain, h, stream_);
         if (L.kind == LayerKind::linear_attention)
-            deltanet_block(L, h, T, state.layer(l), m);
+            deltanet_block(L, h, T, state.parity(), state.layer(l), m);
         else
             attention_block(L, h, T, n_past, d_positions, state.layer(l), m);
         cuda::axpy(1.0f, m, x, T * D, stream_);
@@ -641,7 +771,8 @@ const float* CudaModel::enqueue_decode_step(CudaSequenceState& state) {
 }
 
 bool CudaModel::capture_decode_graph(CudaSequenceState& state) {
-    release_graph();
+    if (graph_state_id_ != state.id()) release_graph();
+    DecodeGraph& slot = graphs_[state.parity()];
     cudaGraph_t graph = nullptr;
     // Relaxed: the GEMV launcher queries the device (attributes, occupancy) while it is being recorded.
     check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed), "begin decode graph capture");
@@ -666,18 +797,19 @@ bool CudaModel::capture_decode_graph(CudaSequenceState& state) {
     const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);
     check(status, "instantiate decode graph");
-    graph_exec_ = exec;
+    slot.exec = exec;
+    slot.logits = logits;
     graph_state_id_ = state.id();
-    graph_logits_ = logits;
     ++stats_.graph_captures;
     return true;
 }
 
 void CudaModel::release_graph() {
-    if (graph_exec_ != nullptr) cudaGraphExecDestroy(graph_exec_);
-    graph_exec_ = nullptr;
+    for (DecodeGraph& g : graphs_) {
+        if (g.exec != nullptr) cudaGraphExecDestroy(g.exec);
+        g = DecodeGraph{};
+    }
     graph_state_id_ = 0;
-    graph_logits_ = nullptr;
 }
 
 const float* CudaModel::decode_step(CudaSequenceState& state, int32_t id) {
@@ -692,18 +824,48 @@ const float* CudaModel::decode_step(CudaSequenceState& state, int32_t id) {
 
     const float* logits = nullptr;
     bool graph = graphs_enabled_ && graphable_ && decode_sized_;
-    if (graph && (graph_exec_ == nullptr || graph_state_id_ != state.id())) graph = capture_decode_graph(state);
+    if (graph && (graph_state_id_ != state.id() || graphs_[state.parity()].exec == nullptr))
+        graph = capture_decode_graph(state);
     if (graph) {
-        check(cudaGraphLaunch(graph_exec_, stream_), "replay decode graph");
+        const DecodeGraph& g = graphs_[state.parity()];
+        check(cudaGraphLaunch(g.exec, stream_), "replay decode graph");
         ++stats_.graph_replays;
-        logits = graph_logits_;
+        logits = g.logits;
     } else {
         logits = enqueue_decode_step(state);
         ++stats_.eager_steps;
         decode_sized_ = true;  // the arena grows to this step's needs at the next call
     }
-    state.advance(1);
+    state.advance_step();
     return logits;
+}
+
+std::optional<int32_t> CudaModel::argmax_and_step(CudaSequenceState& state, const float* device_logits,
+                                                  const float** step_logits) {
+    // Only a captured graph: it proves the decode arena is sized (no call below can reallocate it while
+    // the argmax still reads logits that live there).
+    if (!(graphs_enabled_ && graphable_ && decode_sized_) || graph_state_id_ != state.id() ||
+        graphs_[state.parity()].exec == nullptr || state.position() >= state.max_positions())
+        return std::nullopt;
+    check(cudaEventSynchronize(step_uploaded_), "wait for the previous decode inputs");
+    step_host_[1] = int32_t(state.position());
+    check(cudaMemcpyAsync(step_.get<int32_t>() + 1, step_host_ + 1, sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
+          "upload decode position");
+    check(cudaEventRecord(step_uploaded_, stream_), "record decode inputs");
+    // The argmax writes the step's token id in place; a copy of it comes back while the step runs.
+    cuda::argmax(device_logits, config_.n_vocab, argmax_scratch_.get(), step_.get<int32_t>(), stream_);
+    check(cudaMemcpyAsync(token_host_, step_.get<int32_t>(), sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
+          "download run-ahead token");
+    check(cudaEventRecord(token_ready_, stream_), "record run-ahead token");
+    begin_call(decode_arena_);
+    const DecodeGraph& g = graphs_[state.parity()];
+    check(cudaGraphLaunch(g.exec, stream_), "replay decode graph");
+    ++stats_.graph_replays;
+    ++stats_.run_ahead_steps;
+    state.advance_step();
+    *step_logits = g.logits;
+    check(cudaEventSynchronize(token_ready_), "wait for the run-ahead token");
+    return *token_host_;
 }
 
 std::vector<float> CudaModel::forward(CudaSequenceState& state, std::span<const int32_t> ids) {

@@ -7,23 +7,24 @@
 // at upload; plain-float matrices (F32, F16, BF16) and the embedding table as they are; norm weights
 // and the other vectors as F32. The host Model may be dropped afterwards.
 //
-// Numerics. Quantised matrices go through the decode GEMV, which quantises its input activations to
-// int8 per group of 128 (ops/matmul_cuda.h), so logits differ from the f32 CPU path by more than
-// rounding; plain-float matrices use a naive fp32 kernel (ops/dense_cuda.h) and differ by rounding only.
-// Prompts (T > 1) run the GEMV once per token — the same per-token activation quantisation as decode,
-// so a prompt and token-by-token steps see the same matmul numerics — and the recurrent delta rule
-// over all T tokens (no chunked kernel on the GPU yet).
+// Numerics. Quantised matrices go through int8 kernels that quantise their input activations to int8
+// per group of 128 (ops/matmul_cuda.h: the GEMV for decode and short prompts, the tensor-core GEMM of
+// ops/prefill_cuda.h from kGemmMinTokens tokens, with the same per-token activation quantisation), so
+// logits differ from the f32 CPU path by more than rounding; plain-float matrices use a naive fp32 kernel
+// (ops/dense_cuda.h) and differ by rounding only. Prompts run the chunked delta rule and flash-style
+// attention (an f32 cache) or the cached attention of the decode path (f16, kivi4).
 //
 // MoE layers copy the router's choices to the host (one synchronisation per MoE layer) and run the
 // chosen experts' GEMVs from there: correct first, fused later.
 //
 // Decode. One token (T = 1) runs the decode kernels of ops/decode_cuda.h — one attention prologue (norms,
 // RoPE, cache store) and split-K attention that reads each KV row once for all its query heads; the
-// gated DeltaNet step in two launches; inputs shared by several matrices quantised once — and reads its
-// token id and position from device memory, so the whole step is captured once per sequence state as a
-// CUDA graph and replayed for every later token (CudaDecodeStats counts captures and replays). Greedy
-// decoding copies back only the argmax's 4 bytes. MoE layers are not captured (their router syncs with
-// the host) and run eagerly.
+// gated DeltaNet step in two launches, from one copy of its state into the other (CudaLayerState);
+// inputs shared by several matrices quantised once — and reads its token id and position from device
+// memory, so the whole step is captured as a CUDA graph once per sequence state and DeltaNet copy, and
+// replayed for every later token (CudaDecodeStats counts captures and replays). Greedy decoding copies
+// back only the argmax's 4 bytes, and can run one step ahead of the host (argmax_and_step). MoE layers
+// are not captured (their router syncs with the host) and run eagerly.
 //
 // Memory. Intermediates come from two DeviceArenas, one per shape class (the decode step; prompt chunks
 // of at most kPromptChunk tokens), reset per layer, so steady-state calls allocate nothing.
@@ -34,7 +35,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <initializer_list>
 #include <span>
 #include <string>
@@ -59,55 +62,100 @@ struct CudaMatrix {
     int64_t rows = 0, cols = 0;
 };
 
-// Per-layer device state: the KV cache ([capacity][n_head_kv][head_dim] in the sequence's KV format,
-// filled up to the sequence's position) of full-attention layers; the conv window and recurrent state
-// of DeltaNet layers, in the layouts of models/sequence_state.h (f32).
+// The most tokens one forward call hands the layers at once: prompts are cut into chunks of this many
+// (CudaModel::kPromptChunk), which bounds the prompt arena and a kivi4 cache's ring of exact rows.
+inline constexpr int64_t kCudaMaxCallTokens = 512;
+
+// One side (keys or values) of one full-attention layer's KV cache, in the sequence's KV format
+// (ops/kv_cuda.h has the device layouts); `view` points into the buffers.
+struct CudaKvSide {
+    cuda::DeviceBuffer data;               // f32/f16: [capacity][row]; kivi4: exact rows (sinks + ring)
+    cuda::DeviceBuffer codes, min, scale;  // kivi4 only
+    cuda::KvCacheView view;
+};
+
+// Per-layer device state: the KV cache (filled up to the sequence's position) of full-attention layers;
+// the conv window and recurrent state of DeltaNet layers, in the layouts of models/sequence_state.h (f32),
+// twice: copy [sequence.parity()] is the state at the sequence's position. A decode step reads it and
+// writes the other copy, then the sequence flips parity — so the step can be undone (undo_step) by
+// flipping back, which is what lets greedy decoding run one token ahead of the host (the engine's EOS
+// rewind). Prompt chunks update the current copy in place.
 struct CudaLayerState {
-    cuda::DeviceBuffer k, v;
-    cuda::DeviceBuffer conv, recurrent;
+    CudaKvSide k, v;
+    cuda::DeviceBuffer conv[2], recurrent[2];
 };
 
 class CudaSequenceState {
 public:
-    // Room for `max_positions` tokens in every KV cache, stored as `kv` (f32, or f16 = IEEE half rounded
-    // to nearest even); zero conv and recurrent states. Error for kivi4 (not on the GPU yet).
+    // Room for `max_positions` tokens in every KV cache, stored as `kv` (models/kv_cache.h: f32, f16 =
+    // IEEE half rounded to nearest even, or kivi4); zero conv and recurrent states. Error when the model's
+    // geometry does not suit the format (kivi4: head_dim a multiple of kKiviGroup).
     CudaSequenceState(const ModelConfig& config, int64_t max_positions, KvFormat kv = KvFormat::f32);
 
     int64_t position() const { return position_; }
     int64_t max_positions() const { return max_positions_; }
     KvFormat kv_format() const { return kv_format_; }
-    void advance(int64_t n_tokens) { position_ += n_tokens; }
+    // Which DeltaNet copy holds the current state (CudaLayerState).
+    int parity() const { return parity_; }
+    // After a prompt chunk of n tokens (DeltaNet states updated in place).
+    void advance(int64_t n_tokens) {
+        position_ += n_tokens;
+        undoable_ = false;
+    }
+    // After a decode step (DeltaNet states written to the other copy).
+    void advance_step() {
+        ++position_;
+        parity_ ^= 1;
+        undoable_ = true;
+    }
+    // Back to the position before the last decode step, exactly (its KV row is dead, its DeltaNet copy
+    // is the old one). Only right after a decode step: Error otherwise (nothing else changed the state
+    // since, so the old copy is intact).
+    void undo_step();
     CudaLayerState& layer(int64_t i) { return layers_[size_t(i)]; }
     int64_t n_layer() const { return int64_t(layers_.size()); }
     // Names this state's device buffers for the model's cached decode graph; moves with them.
     uint64_t id() const { return id_; }
 
-    // The whole state as named chunks, byte for byte the CPU SequenceState's (models/state_image.h):
-    // "blk.N.attn.k" / "blk.N.attn.v" = [position][n_head_kv][head_dim] in the KV element type,
-    // "blk.N.gdn.conv" = [K−1][channels] f32, "blk.N.gdn.recurrent" = [H_v][d_k][d_v] f32.
+    // The whole state as named chunks, byte for byte the CPU SequenceState's (state_image_layout in
+    // models/sequence_state.h; kivi4's exact residual rows gathered from the ring in position order).
     StateImage save() const;
-    // Validates everything first (KV format, position against capacity, every chunk's name and size) and
-    // throws a deltabit::Error naming the problem with the state untouched.
+    // Validates everything first (validate_state_image: KV format, position, every chunk's name and
+    // size; then the position against this sequence's capacity) and throws a deltabit::Error naming the
+    // problem with the state untouched.
     void load(const StateImage& image);
-    // The DeltaNet chunks and the position; restore() goes back to it (the KV beyond it is dead).
+    // What cannot be rewound (state_checkpoint_layout: the DeltaNet chunks, kivi4's residual windows)
+    // and the position; restore() goes back to it (the KV beyond it is dead).
     StateCheckpoint checkpoint() const;
     void restore(const StateCheckpoint& checkpoint);
 
 private:
-    struct ExpectedChunk {
+    // A piece of device memory, several of which make one chunk (kivi4's residual may wrap the ring).
+    struct DevicePiece {
+        const cuda::DeviceBuffer* buffer = nullptr;
+        size_t offset = 0, bytes = 0;
+    };
+    struct DeviceChunk {
         std::string name;
         size_t bytes = 0;
-        const cuda::DeviceBuffer* buffer = nullptr;
+        std::vector<DevicePiece> pieces;
     };
-    // The chunks of an image at `position` (KV chunks too when `with_kv`), in layer order.
-    std::vector<ExpectedChunk> expected_chunks(int64_t position, bool with_kv) const;
-    void check_chunks(const std::vector<StateChunk>& chunks, const std::vector<ExpectedChunk>& expected,
-                      const char* what) const;
+    // The chunks of an image (or, with checkpoint_only, of a checkpoint) at `position`, in the order of
+    // the CPU layout functions, checked against them.
+    std::vector<DeviceChunk> device_chunks(int64_t position, bool checkpoint_only) const;
+    void kv_side_chunks(const CudaKvSide& side, const std::string& prefix, int64_t position, bool checkpoint_only,
+                        std::vector<DeviceChunk>& out) const;
+    static void download(const DeviceChunk& chunk, StateChunk& into);
+    static void upload(const DeviceChunk& chunk, const StateChunk& from);
+    void check_checkpoint_chunks(const StateCheckpoint& cp, const std::vector<DeviceChunk>& expected) const;
 
+    ModelConfig config_;
     int64_t position_ = 0;
     int64_t max_positions_ = 0;
     KvFormat kv_format_ = KvFormat::f32;
-    size_t kv_row_bytes_ = 0;  // one position of one layer's K (or V): n_head_kv · head_dim elements
+    int64_t kv_row_ = 0;  // elements of one position of one layer's K (or V): n_head_kv · head_dim
+    int parity_ = 0;
+    bool undoable_ = false;
     uint64_t id_ = 0;
     std::vector<CudaLayerState> layers_;
 };
@@ -139,7 +187,8 @@ private:
 // What the decode path did, so tests and benchmarks can prove the fast path ran (STYLE habit 16).
 struct CudaDecodeStats {
     int64_t graph_captures = 0;   // T = 1 steps recorded as a CUDA graph
-    int64_t graph_replays = 0;    // T = 1 steps run by replaying it
+    int64_t graph_replays = 0;    // T = 1 steps run by replaying it (run-ahead steps included)
+    int64_t run_ahead_steps = 0;  // replays started by argmax_and_step before the host knew the token
     int64_t eager_steps = 0;      // T = 1 steps launched kernel by kernel (first step, MoE, graphs off)
     int64_t prompt_chunks = 0;    // T > 1 calls are cut into chunks of at most kPromptChunk tokens
     int64_t arena_allocations = 0;  // cudaMalloc calls of the scratch arenas, ever
@@ -150,10 +199,13 @@ public:
     // Prompts are run in chunks of at most this many tokens, so the prompt arena is bounded whatever the
     // prompt length. The cut changes nothing on the prompt path (every op carries its state across calls
     // exactly), except that a one-token tail takes the decode kernels: the same math, other roundings.
-    static constexpr int64_t kPromptChunk = 512;
+    static constexpr int64_t kPromptChunk = kCudaMaxCallTokens;
+
+    // Fraction of the upload done, reported after each layer (for a progress bar).
+    using UploadProgress = std::function<void(double fraction)>;
 
     // Uploads `model`'s bound weights to device 0; Error when a matrix's dtype has no CUDA matmul.
-    explicit CudaModel(const Model& model);
+    explicit CudaModel(const Model& model, const UploadProgress& progress = {});
     ~CudaModel();
     CudaModel(const CudaModel&) = delete;
     CudaModel& operator=(const CudaModel&) = delete;
@@ -178,6 +230,17 @@ public:
     // computed on the GPU; copies back 4 bytes.
     int32_t argmax(const float* device_logits);
 
+    // Greedy run-ahead (the CUDA engine's, runtime/engine.h): the argmax of `device_logits` (logits of
+    // `state`'s last token, on the device) is written straight into the decode step's input, the step that
+    // consumes it is started (a graph replay), and the id is returned as soon as the argmax is known — the
+    // step still runs while the host looks at the id. The state is then one step ahead: keep it (that
+    // step's logits are at *step_logits, valid as forward_last's) or undo it (CudaSequenceState::undo_step:
+    // an EOS the host sees late costs nothing but the step). nullopt, with nothing started, when the step
+    // cannot be replayed from a captured graph yet (graphs off, MoE layers, the state's first steps) or the
+    // sequence is full; the caller then takes argmax() and forward_last().
+    std::optional<int32_t> argmax_and_step(CudaSequenceState& state, const float* device_logits,
+                                           const float** step_logits);
+
     // Decode-step graphs on (default) or off (every step eager; the test of graph = eager uses it).
     void set_decode_graphs(bool enabled);
     CudaDecodeStats decode_stats() const;
@@ -199,7 +262,9 @@ private:
     void matmul_shared_input(const float* x, std::initializer_list<std::pair<const CudaMatrix*, float*>> outputs);
     void attention_block(const Layer& L, const float* x, int64_t T, int64_t n_past, const int32_t* d_positions,
                          CudaLayerState& state, float* out);
-    void deltanet_block(const Layer& L, const float* x, int64_t T, CudaLayerState& state, float* out);
+    // kivi4: quantises what the call's T tokens (after position *d_n_past) pushed out of the window.
+    void compress_kv(CudaLayerState& state, const int32_t* d_n_past, int64_t T);
+    void deltanet_block(const Layer& L, const float* x, int64_t T, int parity, CudaLayerState& state, float* out);
     void swiglu_ffn(const CudaMatrix& gate, const CudaMatrix& up, const CudaMatrix& down, const float* x, int64_t T,
                     float* out);
     void moe_ffn(const Layer& L, const float* x, int64_t T, float* out);
@@ -242,11 +307,17 @@ private:
     bool graphs_enabled_ = true;
     bool graphable_ = true;              // false with MoE layers: their router syncs with the host
     bool decode_sized_ = false;          // an eager step has sized the decode arena
-    cudaGraphExec_t graph_exec_ = nullptr;
-    uint64_t graph_state_id_ = 0;        // the state whose buffers the graph was captured with
-    const float* graph_logits_ = nullptr;  // where the graph leaves the logits (decode_arena_)
-    // The running call's sequence: its KV element type and capacity (the decode grid is planned for it).
-    cuda::KvElement call_kv_ = cuda::KvElement::f32;
+    // The decode step of one state, captured once per parity of its DeltaNet copies (each reads one copy
+    // and writes the other).
+    struct DecodeGraph {
+        cudaGraphExec_t exec = nullptr;
+        const float* logits = nullptr;  // where the graph leaves the logits (decode_arena_)
+    };
+    DecodeGraph graphs_[2];
+    uint64_t graph_state_id_ = 0;        // the state whose buffers the graphs were captured with
+    int32_t* token_host_ = nullptr;      // pinned: the run-ahead argmax's id, copied back
+    cudaEvent_t token_ready_ = nullptr;
+    // The running call's sequence capacity (the decode grid is planned for it).
     int64_t call_capacity_ = 0;
     CudaDecodeStats stats_;
 };

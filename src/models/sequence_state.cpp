@@ -71,8 +71,8 @@ std::vector<StateChunkSpec> state_image_layout(const ModelConfig& c, KvFormat kv
             continue;
         }
         for (auto [side, letter] : {std::pair{KvSide::keys, 'k'}, std::pair{KvSide::values, 'v'}})
-            for (StateChunkSpec& s :
-                 KvStore::image_layout(kv, side, c.n_head_kv, c.head_dim, position, attn_prefix(l, letter)))
+            for (StateChunkSpec& s : KvStore::image_layout(layer_kv_format(c, kv, l), side, c.n_head_kv, c.head_dim,
+                                                           position, attn_prefix(l, letter)))
                 out.push_back(std::move(s));
     }
     return out;
@@ -86,8 +86,8 @@ std::vector<StateChunkSpec> state_checkpoint_layout(const ModelConfig& c, KvForm
             continue;
         }
         for (auto [side, letter] : {std::pair{KvSide::keys, 'k'}, std::pair{KvSide::values, 'v'}})
-            for (StateChunkSpec& s :
-                 KvStore::checkpoint_layout(kv, side, c.n_head_kv, c.head_dim, position, attn_prefix(l, letter)))
+            for (StateChunkSpec& s : KvStore::checkpoint_layout(layer_kv_format(c, kv, l), side, c.n_head_kv,
+                                                                c.head_dim, position, attn_prefix(l, letter)))
                 out.push_back(std::move(s));
     }
     return out;
@@ -95,13 +95,15 @@ std::vector<StateChunkSpec> state_checkpoint_layout(const ModelConfig& c, KvForm
 
 int64_t kv_cache_bytes(const ModelConfig& c, KvFormat kv, int64_t n) {
     int64_t total = 0;
-    for (LayerKind kind : c.layers)
-        if (kind == LayerKind::full_attention) total += kv_layer_bytes(kv, c.n_head_kv, c.head_dim, n);
+    for (int64_t l = 0; l < c.n_layer(); ++l)
+        if (c.layers[size_t(l)] == LayerKind::full_attention)
+            total += kv_layer_bytes(layer_kv_format(c, kv, l), c.n_head_kv, c.head_dim, n);
     return total;
 }
 
 double kv_bytes_per_token(const ModelConfig& c, KvFormat kv) {
-    // From one settled kivi4 split to the next: exactly one group more in the middle, the same window.
+    // From one settled kivi4 split to the next: exactly one group more in the middle, the same window
+    // (and one more position in any layer that layer_kv_format keeps in f16).
     const int64_t settled = kKiviSinks + kKiviResidual + kKiviGroup;
     return double(kv_cache_bytes(c, kv, settled + kKiviGroup) - kv_cache_bytes(c, kv, settled)) / double(kKiviGroup);
 }
@@ -134,8 +136,9 @@ SequenceState::SequenceState(const ModelConfig& c, KvFormat kv)
     for (int64_t i = 0; i < c.n_layer(); ++i) {
         LayerState& s = layers_[size_t(i)];
         if (c.layers[size_t(i)] == LayerKind::full_attention) {
-            s.k = KvStore(kv, KvSide::keys, c.n_head_kv, c.head_dim);
-            s.v = KvStore(kv, KvSide::values, c.n_head_kv, c.head_dim);
+            const KvFormat format = layer_kv_format(c, kv, i);
+            s.k = KvStore(format, KvSide::keys, c.n_head_kv, c.head_dim);
+            s.v = KvStore(format, KvSide::values, c.n_head_kv, c.head_dim);
             continue;
         }
         s.conv.assign(conv_floats(c), 0.0f);

@@ -1,20 +1,23 @@
 // Everything one sequence carries from one forward call to the next: its position, the KV cache of
-// every full-attention layer (in the sequence's KvFormat, models/kv_cache.h), and the conv window and
-// recurrent state of every gated DeltaNet layer. The model only borrows it. Copying the object is an
-// in-memory snapshot; save()/load() turn it into a StateImage (named byte chunks, for files and other
-// backends); checkpoint()/restore() keep only what cannot be recovered by cutting the KV cache back
-// (prefix reuse).
+// every full-attention layer (in the format layer_kv_format gives that layer for the sequence's
+// KvFormat — kivi4 keeps layer 0 in f16 when it attends; models/kv_format.h, kv_cache.h), and the
+// conv window and recurrent state of every gated DeltaNet layer. The model only borrows it. Copying
+// the object is an in-memory snapshot; save()/load() turn it into a StateImage (named byte chunks, for
+// files and other backends); checkpoint()/restore() keep only what cannot be recovered by cutting the
+// KV cache back (prefix reuse).
 //
 // State image chunks, per layer N in order, all little-endian (the GPU state writes the same ones):
 //   full attention   blk.N.attn.k, blk.N.attn.v   [position][n_head_kv][head_dim], keys after k_norm
-//                    and RoPE, values as projected; f32 or f16 per the format. kivi4 splits each into
-//                    .sink/.codes/.min/.scale/.residual (models/kv_cache.h has the exact layout).
+//                    and RoPE, values as projected; f32 or f16 per the layer's format. kivi4 splits
+//                    each into .sink/.codes/.min/.scale/.residual (models/kv_cache.h has the exact
+//                    layout); a kivi4 sequence's layer 0, when it attends, has the f16 chunks.
 //   gated DeltaNet   blk.N.gdn.conv        f32 [ssm_conv_kernel − 1][ssm_conv_channels()]: the last
 //                                          K−1 conv inputs, oldest first (zeros before the start)
 //                    blk.N.gdn.recurrent   f32 [H_v][d_k][d_v]: the state S, value heads in the
 //                                          model's own order (config.value_head_order)
-// A checkpoint holds the two gdn chunks of every DeltaNet layer, and for kivi4 blk.N.attn.k.residual /
-// blk.N.attn.v.residual of every attention layer (the exact residual window at its position).
+// A checkpoint holds the two gdn chunks of every DeltaNet layer, and blk.N.attn.k.residual /
+// blk.N.attn.v.residual of every attention layer stored as kivi4 (the exact residual window at its
+// position).
 #pragma once
 
 #include "models/kv_cache.h"
@@ -52,8 +55,8 @@ void validate_state_image(const ModelConfig& config, KvFormat kv, const StateIma
 
 // Memory of one sequence, from the same layouts: the KV caches of every full-attention layer at
 // n_positions (the attn chunks of an image), their cost per further token once long (kivi4: a whole
-// group past the window, so the 5 bits per value of its settled middle), and the DeltaNet states
-// (fixed, whatever the position).
+// group past the window, so the 5 bits per value of its settled middle, and 16 in a layer kept f16),
+// and the DeltaNet states (fixed, whatever the position).
 int64_t kv_cache_bytes(const ModelConfig& config, KvFormat kv, int64_t n_positions);
 double kv_bytes_per_token(const ModelConfig& config, KvFormat kv);
 int64_t deltanet_state_bytes(const ModelConfig& config);
@@ -63,7 +66,7 @@ public:
     // Error when the model's geometry does not suit the format (kivi4: head_dim % kKiviGroup).
     explicit SequenceState(const ModelConfig& config, KvFormat kv = KvFormat::f32);
 
-    KvFormat kv_format() const { return kv_; }
+    KvFormat kv_format() const { return kv_; }  // as asked; a layer's own: layer(i).k.format()
     int64_t position() const { return position_; }  // tokens consumed so far
     void advance(int64_t n_tokens) { position_ += n_tokens; }
     LayerState& layer(int64_t i) { return layers_[size_t(i)]; }

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -37,6 +38,12 @@ class File;
 namespace safetensors {
 class Set;
 }
+
+// Progress of a model load: bytes of the file's tensors handled so far (bound in place, or converted or
+// copied), out of all of them; called on the loading thread after each tensor, done never decreasing,
+// ending at done == total. A matrix bound in place costs nothing until it is read, so a fast load can
+// go from 0 to total at once: the long part of a GPU load is the upload that reads every byte.
+using LoadProgress = std::function<void(uint64_t done_bytes, uint64_t total_bytes)>;
 
 struct WeightTensor {
     std::string name;            // GGUF name
@@ -53,9 +60,11 @@ class ModelWeights {
 public:
     // An HF folder's safetensors, renamed and converted to the conventions above; `config` is the
     // folder's config (load_hf_config), whose value_head_order must be grouped.
-    static ModelWeights from_hf(std::shared_ptr<const safetensors::Set> files, ModelConfig config);
+    static ModelWeights from_hf(std::shared_ptr<const safetensors::Set> files, ModelConfig config,
+                                const LoadProgress& progress = {});
     // A GGUF file's tensors (already named and converted), with qwen3next's fused tensors split.
-    static ModelWeights from_gguf(std::shared_ptr<const gguf::File> file, ModelConfig config);
+    static ModelWeights from_gguf(std::shared_ptr<const gguf::File> file, ModelConfig config,
+                                  const LoadProgress& progress = {});
 
     const ModelConfig& config() const { return config_; }
     const std::string& source() const { return source_; }

@@ -24,6 +24,7 @@
 #include "backend/cuda_buffer.h"
 #include "ops/cuda_math.cuh"
 #include "ops/decode_cuda.h"
+#include "ops/kv_cuda.h"
 
 namespace deltabit::cuda {
 
@@ -120,8 +121,8 @@ __device__ __forceinline__ void prefetch_row_l2(const KvT* row, int64_t d) {
 
 struct SplitArgs {
     const float* q;
-    const void* k;
-    const void* v;
+    KvCacheView k;
+    KvCacheView v;
     const int32_t* n_past;
     float* part_acc;  // [T][H][S][d]
     float* part_ml;   // [T][H][S][2]: running max (base 2) and denominator
@@ -130,7 +131,7 @@ struct SplitArgs {
 };
 
 // P = dims per lane (head_dim <= 32·P), G >= query heads per kv head.
-template <typename KvT, int P, int G>
+template <typename Rows, int P, int G>
 __global__ void __launch_bounds__(kThreads) attention_split_kernel(SplitArgs a) {
     __shared__ float s_m[kWarps][G], s_l[kWarps][G];
     __shared__ float s_acc[kWarps][G][32 * P];
@@ -142,8 +143,7 @@ __global__ void __launch_bounds__(kThreads) attention_split_kernel(SplitArgs a) 
     const int64_t per_split = keys_per_split(n_past + a.n_tokens, a.splits);
     const int64_t p_begin = split * per_split;
     if (p_begin >= n_past + a.n_tokens) return;  // past the end of the cache: this split has no keys
-    const KvT* k_head = static_cast<const KvT*>(a.k) + kh * d;
-    const KvT* v_head = static_cast<const KvT*>(a.v) + kh * d;
+    const Rows keys(a.k, kh, d, row_stride, n_past), values(a.v, kh, d, row_stride, n_past);
 
     for (int64_t t = blockIdx.z; t < a.n_tokens; t += gridDim.z) {
         const int64_t visible = n_past + t + 1;
@@ -168,16 +168,16 @@ __global__ void __launch_bounds__(kThreads) attention_split_kernel(SplitArgs a) 
 #pragma unroll
             for (int u = 0; u < kKeysPerStep; ++u) {
                 if (p + kAhead + u < p_end) {
-                    asm volatile("prefetch.global.L2 [%0];" ::"l"(k_head + (p + kAhead + u) * row_stride + lane_dim));
-                    asm volatile("prefetch.global.L2 [%0];" ::"l"(v_head + (p + kAhead + u) * row_stride + lane_dim));
+                    keys.prefetch_at(p + kAhead + u, lane_dim);
+                    values.prefetch_at(p + kAhead + u, lane_dim);
                 }
             }
             float kr[kKeysPerStep][P], vr[kKeysPerStep][P];
 #pragma unroll
             for (int u = 0; u < kKeysPerStep; ++u) {
                 const int64_t pu = p + u < p_end ? p + u : p;  // a repeat of key p is loaded, then ignored
-                load_row<P>(k_head + pu * row_stride, lane, d, full, kr[u]);
-                load_row<P>(v_head + pu * row_stride, lane, d, full, vr[u]);
+                keys.template load_lane<P>(pu, lane, d, full, kr[u]);
+                values.template load_lane<P>(pu, lane, d, full, vr[u]);
             }
             const bool second = p + 1 < p_end;
 #pragma unroll
@@ -256,11 +256,136 @@ __device__ __forceinline__ void load8(const __half* p, float (&out)[8]) {
 __device__ __forceinline__ float load1(const float* p) { return *p; }
 __device__ __forceinline__ float load1(const __half* p) { return __half2float(*p); }
 
+// ---- how a kernel reads one kv head's rows (the Rows parameter of the split kernels) ----
+// Positions are absolute; dims are within the head. Both accessors give the values attention sees:
+// stored f32 or f16 values, or kivi4's sinks and residual exact and its middle as m + s·code.
+
+template <typename KvT>
+struct PlainRows {
+    const KvT* head;  // the head's dims of position 0
+    int64_t stride;   // elements between positions
+
+    __device__ PlainRows(const KvCacheView& view, int64_t kh, int64_t d, int64_t row_stride, int64_t)
+        : head(static_cast<const KvT*>(view.data) + kh * d), stride(row_stride) {}
+    __device__ const KvT* row(int64_t p) const { return head + p * stride; }
+    template <int P>
+    __device__ void load_lane(int64_t p, int lane, int64_t d, bool full, float (&out)[P]) const {
+        load_row<P>(row(p), lane, d, full, out);
+    }
+    __device__ void load8(int64_t p, int64_t c, float (&out)[8]) const { ::deltabit::cuda::load8(row(p) + c, out); }
+    __device__ float load1(int64_t p, int64_t c) const { return ::deltabit::cuda::load1(row(p) + c); }
+    __device__ void prefetch_row(int64_t p, int64_t d) const { prefetch_row_l2(row(p), d); }
+    __device__ void prefetch_at(int64_t p, int64_t c) const {
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(row(p) + c));
+    }
+};
+
+// f16 bits → f32; m + s·code rounded as the CPU store computes it (no FMA contraction).
+__device__ __forceinline__ float half_bits_to_float(uint16_t bits) { return __half2float(__ushort_as_half(bits)); }
+__device__ __forceinline__ float kivi_level(float m, float s, uint32_t code) {
+    return __fadd_rn(m, __fmul_rn(s, float(code)));
+}
+
+struct KiviRows {
+    const float* exact;  // the head's dims of exact row 0
+    const uint8_t* codes;
+    const uint16_t* min;
+    const uint16_t* scale;
+    int64_t row;             // elements per position, all heads
+    int64_t head_offset;     // kh · head_dim
+    int64_t quantised_end;   // positions [sinks, quantised_end) are codes; the store as settled before the call
+    KiviLayout layout;
+    bool keys;
+
+    __device__ KiviRows(const KvCacheView& view, int64_t kh, int64_t d, int64_t row_stride, int64_t n_past)
+        : exact(static_cast<const float*>(view.data) + kh * d), codes(view.codes), min(view.min), scale(view.scale),
+          row(row_stride), head_offset(kh * d), quantised_end(view.kivi.sinks + kivi_quantised(n_past, view.kivi)),
+          layout(view.kivi), keys(view.keys) {}
+
+    __device__ bool is_exact(int64_t p) const { return p < layout.sinks || p >= quantised_end; }
+    __device__ const float* exact_row(int64_t p) const {
+        const int64_t r = p < layout.sinks ? p : layout.sinks + (p - layout.sinks) % layout.ring_rows;
+        return exact + r * row;
+    }
+    // Index of the (m, s) pair of element (q, e) of the quantised middle (e = index within the row).
+    __device__ int64_t param_index(int64_t q, int64_t e) const {
+        return keys ? (q / layout.block) * row + e : q * (row / layout.value_group) + e / layout.value_group;
+    }
+    __device__ float dequantised(int64_t p, int64_t c) const {
+        const int64_t q = p - layout.sinks, e = head_offset + c;
+        const uint32_t byte = codes[(q * row + e) >> 1];
+        const uint32_t code = ((q * row + e) & 1) != 0 ? byte >> 4 : byte & 15u;
+        const int64_t i = param_index(q, e);
+        return kivi_level(half_bits_to_float(min[i]), half_bits_to_float(scale[i]), code);
+    }
+    template <int P>
+    __device__ void load_lane(int64_t p, int lane, int64_t d, bool full, float (&out)[P]) const {
+        if (is_exact(p)) {
+            load_row<P>(exact_row(p), lane, d, full, out);
+            return;
+        }
+        const int64_t base = int64_t(lane) * P;
+        if constexpr (P == 4 || P == 8) {
+            if (full) {
+                load_quantised<P>(p, base, out);
+                return;
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < P; ++r) out[r] = base + r < d ? dequantised(p, base + r) : 0.0f;
+    }
+    // N = 4 or 8 consecutive elements from dim c of a quantised position, c a multiple of N and head_dim
+    // of kKiviGroup (32): the codes are one aligned u16 or u32, keys' N (m, s) pairs one aligned 8- or
+    // 16-byte load each, values' N elements share one pair (their group of 32 channels).
+    template <int N>
+    __device__ void load_quantised(int64_t p, int64_t c, float (&out)[N]) const {
+        const int64_t q = p - layout.sinks, e = head_offset + c;
+        const uint8_t* at = codes + ((q * row + e) >> 1);
+        const uint32_t word = N == 8 ? *reinterpret_cast<const uint32_t*>(at) : *reinterpret_cast<const uint16_t*>(at);
+        const int64_t i = param_index(q, e);
+        if (keys) {
+            uint32_t mw[4], sw[4];
+            if constexpr (N == 8) {
+                const uint4 m8 = *reinterpret_cast<const uint4*>(min + i), s8 = *reinterpret_cast<const uint4*>(scale + i);
+                mw[0] = m8.x, mw[1] = m8.y, mw[2] = m8.z, mw[3] = m8.w;
+                sw[0] = s8.x, sw[1] = s8.y, sw[2] = s8.z, sw[3] = s8.w;
+            } else {
+                const uint2 m4 = *reinterpret_cast<const uint2*>(min + i), s4 = *reinterpret_cast<const uint2*>(scale + i);
+                mw[0] = m4.x, mw[1] = m4.y;
+                sw[0] = s4.x, sw[1] = s4.y;
+            }
+#pragma unroll
+            for (int j = 0; j < N; ++j) {
+                const uint16_t mb = uint16_t(mw[j / 2] >> (16 * (j % 2))), sb = uint16_t(sw[j / 2] >> (16 * (j % 2)));
+                out[j] = kivi_level(half_bits_to_float(mb), half_bits_to_float(sb), (word >> (4 * j)) & 15u);
+            }
+        } else {
+            const float m = half_bits_to_float(min[i]), s = half_bits_to_float(scale[i]);
+#pragma unroll
+            for (int j = 0; j < N; ++j) out[j] = kivi_level(m, s, (word >> (4 * j)) & 15u);
+        }
+    }
+    __device__ void load8(int64_t p, int64_t c, float (&out)[8]) const {
+        if (is_exact(p)) ::deltabit::cuda::load8(exact_row(p) + c, out);
+        else load_quantised<8>(p, c, out);
+    }
+    __device__ float load1(int64_t p, int64_t c) const { return is_exact(p) ? exact_row(p)[c] : dequantised(p, c); }
+    __device__ void prefetch_row(int64_t p, int64_t d) const {
+        if (is_exact(p)) prefetch_row_l2(exact_row(p), d);
+        else prefetch_row_l2(codes + (((p - layout.sinks) * row + head_offset) >> 1), d / 2);
+    }
+    __device__ void prefetch_at(int64_t p, int64_t c) const {
+        const void* at = is_exact(p) ? static_cast<const void*>(exact_row(p) + c)
+                                     : static_cast<const void*>(codes + (((p - layout.sinks) * row + head_offset + c) >> 1));
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(at));
+    }
+};
+
 // keys_across_lanes (ops/decode_cuda.h): per tile of 32 keys, lane j scores key j against every query
 // head of the group (q from shared memory, a sequential fp32 sum over the dims), the warp updates one
 // online softmax per head (a max butterfly per head per tile; the denominators stay per lane until the
 // end), then lanes go back to owning dims [lane·P, lane·P + P) for the weighted sum of the tile's V rows.
-template <typename KvT, int P, int G>
+template <typename Rows, int P, int G>
 __global__ void __launch_bounds__(kThreads) attention_split_keys_kernel(SplitArgs a) {
     constexpr int kDims = 32 * P;
     __shared__ __align__(16) float s_q[G][kDims];
@@ -275,8 +400,7 @@ __global__ void __launch_bounds__(kThreads) attention_split_keys_kernel(SplitArg
     const int64_t per_split = keys_per_split(n_past + a.n_tokens, a.splits);
     const int64_t p_begin = split * per_split;
     if (p_begin >= n_past + a.n_tokens) return;
-    const KvT* k_head = static_cast<const KvT*>(a.k) + kh * d;
-    const KvT* v_head = static_cast<const KvT*>(a.v) + kh * d;
+    const Rows keys(a.k, kh, d, row_stride, n_past), values(a.v, kh, d, row_stride, n_past);
 
     for (int64_t t = blockIdx.z; t < a.n_tokens; t += gridDim.z) {
         const int64_t visible = n_past + t + 1;
@@ -295,13 +419,13 @@ __global__ void __launch_bounds__(kThreads) attention_split_keys_kernel(SplitArg
             m[g] = -INFINITY;
             l[g] = 0.0f;
         }
-        if (p_begin + int64_t(warp) * 32 + lane < p_end) prefetch_row_l2(k_head + (p_begin + warp * 32 + lane) * row_stride, d);
+        if (p_begin + int64_t(warp) * 32 + lane < p_end) keys.prefetch_row(p_begin + warp * 32 + lane, d);
         for (int64_t tile = p_begin + int64_t(warp) * 32; tile < p_end; tile += int64_t(kWarps) * 32) {
             const int64_t key = tile + lane;
             const bool valid = key < p_end;
-            const KvT* k_row = k_head + (valid ? key : tile) * row_stride;
-            if (valid) prefetch_row_l2(v_head + key * row_stride, d);
-            if (key + kWarps * 32 < p_end) prefetch_row_l2(k_head + (key + kWarps * 32) * row_stride, d);
+            const int64_t k_pos = valid ? key : tile;
+            if (valid) values.prefetch_row(key, d);
+            if (key + kWarps * 32 < p_end) keys.prefetch_row(key + kWarps * 32, d);
             float s[G];
 #pragma unroll
             for (int g = 0; g < G; ++g) s[g] = 0.0f;
@@ -309,7 +433,7 @@ __global__ void __launch_bounds__(kThreads) attention_split_keys_kernel(SplitArg
 #pragma unroll 4
                 for (int64_t c = 0; c < d; c += 8) {
                     float kv[8];
-                    load8(k_row + c, kv);
+                    keys.load8(k_pos, c, kv);
 #pragma unroll
                     for (int g = 0; g < G; ++g) {
                         const float4 qa = *reinterpret_cast<const float4*>(&s_q[g][c]);
@@ -326,7 +450,7 @@ __global__ void __launch_bounds__(kThreads) attention_split_keys_kernel(SplitArg
                 }
             } else {
                 for (int64_t i = 0; i < d; ++i) {
-                    const float kx = load1(k_row + i);
+                    const float kx = keys.load1(k_pos, i);
 #pragma unroll
                     for (int g = 0; g < G; ++g) s[g] = fmaf(s_q[g][i], kx, s[g]);
                 }
@@ -353,7 +477,7 @@ __global__ void __launch_bounds__(kThreads) attention_split_keys_kernel(SplitArg
 #pragma unroll 2
             for (int j = 0; j < n_keys; ++j) {
                 float vr[P];
-                load_row<P>(v_head + (tile + j) * row_stride, lane, d, full, vr);
+                values.template load_lane<P>(tile + j, lane, d, full, vr);
 #pragma unroll
                 for (int g = 0; g < G; ++g) {
                     const float pj = __shfl_sync(kFullWarpMask, p[g], j);
@@ -465,27 +589,27 @@ __global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(Comb
     }
 }
 
-template <typename KvT, int P, int G>
+template <typename Rows, int P, int G>
 void launch_split(dim3 grid, const SplitArgs& args, bool keys_across_lanes, cudaStream_t stream) {
-    if (keys_across_lanes) attention_split_keys_kernel<KvT, P, G><<<grid, kThreads, 0, stream>>>(args);
-    else attention_split_kernel<KvT, P, G><<<grid, kThreads, 0, stream>>>(args);
+    if (keys_across_lanes) attention_split_keys_kernel<Rows, P, G><<<grid, kThreads, 0, stream>>>(args);
+    else attention_split_kernel<Rows, P, G><<<grid, kThreads, 0, stream>>>(args);
 }
 
-template <typename KvT, int P>
+template <typename Rows, int P>
 void launch_split(dim3 grid, const SplitArgs& args, int64_t group, bool keys, cudaStream_t stream) {
-    if (group <= 1) launch_split<KvT, P, 1>(grid, args, keys, stream);
-    else if (group <= 2) launch_split<KvT, P, 2>(grid, args, keys, stream);
-    else if (group <= 4) launch_split<KvT, P, 4>(grid, args, keys, stream);
-    else if (group <= 6) launch_split<KvT, P, 6>(grid, args, keys, stream);
-    else launch_split<KvT, P, 8>(grid, args, keys, stream);
+    if (group <= 1) launch_split<Rows, P, 1>(grid, args, keys, stream);
+    else if (group <= 2) launch_split<Rows, P, 2>(grid, args, keys, stream);
+    else if (group <= 4) launch_split<Rows, P, 4>(grid, args, keys, stream);
+    else if (group <= 6) launch_split<Rows, P, 6>(grid, args, keys, stream);
+    else launch_split<Rows, P, 8>(grid, args, keys, stream);
 }
 
-template <typename KvT>
+template <typename Rows>
 void launch_split(dim3 grid, const SplitArgs& args, int64_t group, bool keys, cudaStream_t stream) {
-    if (args.head_dim <= 32) launch_split<KvT, 1>(grid, args, group, keys, stream);
-    else if (args.head_dim <= 64) launch_split<KvT, 2>(grid, args, group, keys, stream);
-    else if (args.head_dim <= 128) launch_split<KvT, 4>(grid, args, group, keys, stream);
-    else launch_split<KvT, 8>(grid, args, group, keys, stream);
+    if (args.head_dim <= 32) launch_split<Rows, 1>(grid, args, group, keys, stream);
+    else if (args.head_dim <= 64) launch_split<Rows, 2>(grid, args, group, keys, stream);
+    else if (args.head_dim <= 128) launch_split<Rows, 4>(grid, args, group, keys, stream);
+    else launch_split<Rows, 8>(grid, args, group, keys, stream);
 }
 
 // ---- prologue and cache stores ----
@@ -499,17 +623,19 @@ struct PrologueArgs {
     const float* q_norm;
     const float* k_norm;
     const int32_t* position;
-    void* k_cache;
-    void* v_cache;
+    KvCacheView k_cache;
+    KvCacheView v_cache;
     float* q_out;
     int64_t n_head, n_kv_head, head_dim, q_head_stride, rope_dim;
     float rope_theta, rms_eps;
-    bool half_cache;
 };
 
-__device__ __forceinline__ void store_kv(void* cache, int64_t index, float value, bool half_cache) {
-    if (half_cache) static_cast<__half*>(cache)[index] = __float2half_rn(value);
-    else static_cast<float*>(cache)[index] = value;
+// Element `index` of position p's row (kivi4: its exact row; quantisation comes later, kivi_compress).
+__device__ __forceinline__ void store_kv(const KvCacheView& cache, int64_t p, int64_t row_elems, int64_t index,
+                                         float value) {
+    const int64_t at = kv_data_row(cache, p) * row_elems + index;
+    if (cache.element == KvElement::f16) static_cast<__half*>(cache.data)[at] = __float2half_rn(value);
+    else static_cast<float*>(cache.data)[at] = value;
 }
 
 // Block b: query head b (b < H), key head b − H, or value head b − H − H_kv.
@@ -523,7 +649,7 @@ __global__ void __launch_bounds__(kPrologueThreads) attention_prologue_kernel(Pr
                             : is_k ? a.k_raw + (b - a.n_head) * d : a.v_raw + (b - a.n_head - a.n_kv_head) * d;
     const float x = i < d ? src[i] : 0.0f;
     if (!is_q && !is_k) {
-        if (i < d) store_kv(a.v_cache, (position * a.n_kv_head + (b - a.n_head - a.n_kv_head)) * d + i, x, a.half_cache);
+        if (i < d) store_kv(a.v_cache, position, a.n_kv_head * d, (b - a.n_head - a.n_kv_head) * d + i, x);
         return;
     }
     // rms_norm (as cuda::rms_norm: fp32 sum of squares, 1/sqrt(mean + eps), x·scale·w).
@@ -547,14 +673,14 @@ __global__ void __launch_bounds__(kPrologueThreads) attention_prologue_kernel(Pr
     }
     if (i >= d) return;
     if (is_q) a.q_out[b * d + i] = out;
-    else store_kv(a.k_cache, (position * a.n_kv_head + (b - a.n_head)) * d + i, out, a.half_cache);
+    else store_kv(a.k_cache, position, a.n_kv_head * d, (b - a.n_head) * d + i, out);
 }
 
-__global__ void kv_store_kernel(const float* rows, int64_t n, int64_t row_elems, const int32_t* n_past, void* cache,
-                                bool half_cache) {
-    const int64_t offset = int64_t(*n_past) * row_elems;
+__global__ void kv_store_kernel(const float* rows, int64_t n, int64_t row_elems, const int32_t* n_past,
+                                KvCacheView cache) {
+    const int64_t first = *n_past;
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-        store_kv(cache, offset + i, rows[i], half_cache);
+        store_kv(cache, first + i / row_elems, row_elems, i % row_elems, rows[i]);
 }
 
 void check_dims(const CachedAttentionDims& d) {
@@ -585,10 +711,14 @@ size_t attention_decode_scratch_floats(const CachedAttentionDims& dims) {
     return size_t(dims.n_tokens * dims.n_head * attention_decode_splits(dims) * (dims.head_dim + 2));
 }
 
-void attention_cached(const float* q, const void* k_cache, const void* v_cache, KvElement kv, const float* gate,
+void attention_cached(const float* q, const KvCacheView& k_cache, const KvCacheView& v_cache, const float* gate,
                       const int32_t* n_past, const CachedAttentionDims& dims, float* scratch, float* out,
                       cudaStream_t stream) {
     check_dims(dims);
+    if (k_cache.element != v_cache.element)
+        fail_message("attention_cached (cuda): keys and values are stored in different formats");
+    if (k_cache.element == KvElement::kivi4 && (dims.head_dim % 8 != 0 || k_cache.kivi.ring_rows <= 0))
+        fail_message("attention_cached (cuda): a kivi4 cache needs head_dim a multiple of 8 and a ring of exact rows");
     if (dims.n_tokens == 0) return;
     const int64_t splits = attention_decode_splits(dims);
     SplitArgs args{};
@@ -607,8 +737,11 @@ void attention_cached(const float* q, const void* k_cache, const void* v_cache, 
     const dim3 grid(unsigned(splits), unsigned(dims.n_kv_head), unsigned(std::min(dims.n_tokens, kMaxGridZ)));
     const int64_t group = dims.n_head / dims.n_kv_head;
     const bool keys = dims.variant == AttentionDecodeVariant::keys_across_lanes;
-    if (kv == KvElement::f16) launch_split<__half>(grid, args, group, keys, stream);
-    else launch_split<float>(grid, args, group, keys, stream);
+    switch (k_cache.element) {
+        case KvElement::f32: launch_split<PlainRows<float>>(grid, args, group, keys, stream); break;
+        case KvElement::f16: launch_split<PlainRows<__half>>(grid, args, group, keys, stream); break;
+        case KvElement::kivi4: launch_split<KiviRows>(grid, args, group, keys, stream); break;
+    }
     cuda_check_launch("attention_split");
 
     const CombineArgs combine{args.part_acc, args.part_ml, gate,           n_past, out, dims.n_tokens,
@@ -619,9 +752,26 @@ void attention_cached(const float* q, const void* k_cache, const void* v_cache, 
     cuda_check_launch("attention_combine");
 }
 
+void attention_cached(const float* q, const void* k_cache, const void* v_cache, KvElement kv, const float* gate,
+                      const int32_t* n_past, const CachedAttentionDims& dims, float* scratch, float* out,
+                      cudaStream_t stream) {
+    if (kv == KvElement::kivi4) fail_message("attention_cached (cuda): a kivi4 cache needs a KvCacheView");
+    attention_cached(q, plain_kv_view(kv, const_cast<void*>(k_cache)), plain_kv_view(kv, const_cast<void*>(v_cache)),
+                     gate, n_past, dims, scratch, out, stream);
+}
+
 void attention_decode_prologue(const float* q_full, const float* k_raw, const float* v_raw, const float* q_norm,
                                const float* k_norm, const int32_t* position, const AttentionPrologueDims& dims,
                                KvElement kv, void* k_cache, void* v_cache, float* q_out, cudaStream_t stream) {
+    if (kv == KvElement::kivi4) fail_message("attention_decode_prologue (cuda): a kivi4 cache needs a KvCacheView");
+    attention_decode_prologue(q_full, k_raw, v_raw, q_norm, k_norm, position, dims, plain_kv_view(kv, k_cache),
+                              plain_kv_view(kv, v_cache), q_out, stream);
+}
+
+void attention_decode_prologue(const float* q_full, const float* k_raw, const float* v_raw, const float* q_norm,
+                               const float* k_norm, const int32_t* position, const AttentionPrologueDims& dims,
+                               const KvCacheView& k_cache, const KvCacheView& v_cache, float* q_out,
+                               cudaStream_t stream) {
     if (dims.head_dim <= 0 || dims.head_dim > kAttentionDecodeMaxHeadDim || dims.rope_dim % 2 != 0 ||
         dims.rope_dim > dims.head_dim || dims.rope_dim < 0) {
         fail_message("attention_decode_prologue (cuda): head_dim " + std::to_string(dims.head_dim) + ", rope_dim " +
@@ -630,7 +780,7 @@ void attention_decode_prologue(const float* q_full, const float* k_raw, const fl
     const PrologueArgs args{q_full,       k_raw,          v_raw,          q_norm,         k_norm,
                             position,     k_cache,        v_cache,        q_out,          dims.n_head,
                             dims.n_kv_head, dims.head_dim, dims.q_head_stride, dims.rope_dim, dims.rope_theta,
-                            dims.rms_eps, kv == KvElement::f16};
+                            dims.rms_eps};
     const int64_t blocks = dims.n_head + 2 * dims.n_kv_head;
     if (blocks <= 0) return;
     attention_prologue_kernel<<<unsigned(blocks), kPrologueThreads, 0, stream>>>(args);
@@ -639,12 +789,17 @@ void attention_decode_prologue(const float* q_full, const float* k_raw, const fl
 
 void kv_store(const float* rows, int64_t n_tokens, int64_t row_elems, const int32_t* n_past, KvElement kv, void* cache,
               cudaStream_t stream) {
+    if (kv == KvElement::kivi4) fail_message("kv_store (cuda): a kivi4 cache needs a KvCacheView");
+    kv_store(rows, n_tokens, row_elems, n_past, plain_kv_view(kv, cache), stream);
+}
+
+void kv_store(const float* rows, int64_t n_tokens, int64_t row_elems, const int32_t* n_past, const KvCacheView& cache,
+              cudaStream_t stream) {
     const int64_t n = n_tokens * row_elems;
     if (n <= 0) return;
     constexpr int kThreads256 = 256;
     const int64_t blocks = std::min<int64_t>((n + kThreads256 - 1) / kThreads256, 65535);
-    kv_store_kernel<<<unsigned(blocks), kThreads256, 0, stream>>>(rows, n, row_elems, n_past, cache,
-                                                                 kv == KvElement::f16);
+    kv_store_kernel<<<unsigned(blocks), kThreads256, 0, stream>>>(rows, n, row_elems, n_past, cache);
     cuda_check_launch("kv_store");
 }
 

@@ -14,18 +14,16 @@
 #include <cstdint>
 
 #include "ops/delta_rule.h"
+#include "ops/kv_cuda.h"
 
 namespace deltabit::cuda {
 
-// Element type of a KV cache on the device: f32, or IEEE half rounded to nearest even (the values are
-// rounded when stored; attention reads the stored values and computes in f32).
-enum class KvElement : uint8_t { f32, f16 };
-inline size_t kv_element_bytes(KvElement e) { return e == KvElement::f32 ? 4 : 2; }
 
 // ---- attention over a KV cache (attention_decode_cuda.cu) ----
 //
 //   q      [T][n_head][head_dim]        normed and roped
-//   k, v   [capacity][n_kv_head][head_dim] in `kv` elements, positions 0 .. n_past+T−1 filled
+//   k, v   the caches (ops/kv_cuda.h: f32, f16 or kivi4), positions 0 .. n_past+T−1 filled (kivi4: settled
+//          at n_past, the call's T rows appended exact)
 //   gate   token t, head h, dim i at gate[t·n_head·gate_head_stride + h·gate_head_stride + i], or nullptr
 //   out    [T][n_head][head_dim]
 //   n_past one int32 on the device: token t attends keys 0 .. n_past + t (ops/attention.h's rule)
@@ -67,6 +65,10 @@ struct CachedAttentionDims {
 int64_t attention_decode_splits(const CachedAttentionDims& dims);
 size_t attention_decode_scratch_floats(const CachedAttentionDims& dims);
 
+void attention_cached(const float* q, const KvCacheView& k_cache, const KvCacheView& v_cache, const float* gate,
+                      const int32_t* n_past, const CachedAttentionDims& dims, float* scratch, float* out,
+                      cudaStream_t stream);
+// A plain cache (f32 or f16) by pointer.
 void attention_cached(const float* q, const void* k_cache, const void* v_cache, KvElement kv, const float* gate,
                       const int32_t* n_past, const CachedAttentionDims& dims, float* scratch, float* out,
                       cudaStream_t stream);
@@ -86,10 +88,14 @@ struct AttentionPrologueDims {
 };
 void attention_decode_prologue(const float* q_full, const float* k_raw, const float* v_raw, const float* q_norm,
                                const float* k_norm, const int32_t* position, const AttentionPrologueDims& dims,
+                               const KvCacheView& k_cache, const KvCacheView& v_cache, float* q_out,
+                               cudaStream_t stream);
+// A plain cache (f32 or f16) by pointer.
+void attention_decode_prologue(const float* q_full, const float* k_raw, const float* v_raw, const float* q_norm,
+                               const float* k_norm, const int32_t* position, const AttentionPrologueDims& dims,
                                KvElement kv, void* k_cache, void* v_cache, float* q_out, cudaStream_t stream);
 
-// Prompt path with a half cache: rows [T][n_kv_head·head_dim] of f32 keys/values stored at positions
-// n_past .. n_past+T−1 (n_past on the device), converted to `kv`.
+// kv_store (ops/kv_cuda.h) for a plain cache by pointer.
 void kv_store(const float* rows, int64_t n_tokens, int64_t row_elems, const int32_t* n_past, KvElement kv,
               void* cache, cudaStream_t stream);
 
@@ -106,19 +112,22 @@ inline constexpr int64_t kGdnDecodeMaxKeyDim = 256;
 inline constexpr int64_t kGdnDecodeMaxValueDim = 1024;
 inline constexpr int64_t kGdnDecodeMaxConvKernel = 8;
 
-// conv1d_causal_silu (T = 1, state rolled) → l2_norm of every q and k head (eps l2_eps) → gdn_gates.
-//   mixed [C] = [q (H_k·d_k) | k (H_k·d_k) | v (H_v·d_v)], conv_w [C][K], conv_state [K−1][C]
+// conv1d_causal_silu (T = 1) → l2_norm of every q and k head (eps l2_eps) → gdn_gates. The conv window
+// is read from conv_in and the rolled window written to conv_out — the same buffer (in place) or another
+// (the model's ping-pong, which lets a step be undone by going back to the old buffer).
+//   mixed [C] = [q (H_k·d_k) | k (H_k·d_k) | v (H_v·d_v)], conv_w [C][K], conv_in/out [K−1][C]
 //   q, k [H_k][d_k] normed; v [H_v][d_v]; beta, g [H_v]
-void gdn_decode_prepare(const float* mixed, const float* b, const float* a, const float* conv_w, float* conv_state,
-                        const float* ssm_a, const float* dt_bias, const GdnDecodeDims& dims, float l2_eps, float* q,
-                        float* k, float* v, float* beta, float* g, cudaStream_t stream);
+void gdn_decode_prepare(const float* mixed, const float* b, const float* a, const float* conv_w, const float* conv_in,
+                        float* conv_out, const float* ssm_a, const float* dt_bias, const GdnDecodeDims& dims,
+                        float l2_eps, float* q, float* k, float* v, float* beta, float* g, cudaStream_t stream);
 
 // gated_delta_rule_recurrent (T = 1) → gated_rms_norm(o, z, norm_w, eps): one block per value head
-// holds the head's whole state, reads and writes it once, and norms the head's output in place.
-//   z, out [H_v][d_v]; state [H_v][d_k][d_v]
+// holds the head's whole state, reads it once from state_in and writes it once to state_out (the same
+// buffer or another, as conv_in/conv_out), and norms the head's output in place.
+//   z, out [H_v][d_v]; state_in/out [H_v][d_k][d_v]
 void gdn_decode_recurrent(const float* q, const float* k, const float* v, const float* beta, const float* g,
                           const float* z, const float* norm_w, float norm_eps, const GdnDecodeDims& dims,
-                          float* state, float* out, cudaStream_t stream);
+                          const float* state_in, float* state_out, float* out, cudaStream_t stream);
 
 // ---- argmax (argmax_cuda.cu) ----
 // The index of the largest of x[0 .. n), ties to the lowest index — sampling/sampler.h's

@@ -30,7 +30,8 @@ struct PrepareArgs {
     const float* b;
     const float* a;
     const float* conv_w;
-    float* conv_state;
+    const float* conv_in;
+    float* conv_out;
     const float* ssm_a;
     const float* dt_bias;
     float* q;
@@ -55,13 +56,15 @@ __global__ void __launch_bounds__(kPrepareThreads) gdn_prepare_kernel(PrepareArg
     for (int64_t i = threadIdx.x; i < width; i += kPrepareThreads) {
         const int64_t c = base + i;
         const float* w = a.conv_w + c * K;
-        float* state = a.conv_state + c;
+        const float* window = a.conv_in + c;
+        float* rolled = a.conv_out + c;
         const float x = a.mixed[c];
         float acc = 0.0f;
-        for (int64_t j = 0; j + 1 < K; ++j) acc = fmaf(w[j], state[j * channels], acc);
+        for (int64_t j = 0; j + 1 < K; ++j) acc = fmaf(w[j], window[j * channels], acc);
         acc = fmaf(w[K - 1], x, acc);
-        for (int64_t j = 0; j + 2 < K; ++j) state[j * channels] = state[(j + 1) * channels];
-        if (K >= 2) state[(K - 2) * channels] = x;
+        // In place (window == rolled) too: slot j is written after its old value and before slot j+1's read.
+        for (int64_t j = 0; j + 2 < K; ++j) rolled[j * channels] = window[(j + 1) * channels];
+        if (K >= 2) rolled[(K - 2) * channels] = x;
         const float y = silu_f(acc);
         if (is_v) {
             dst[i] = y;
@@ -90,7 +93,8 @@ struct RecurrentArgs {
     const float* g;
     const float* z;
     const float* norm_w;
-    float* state;
+    const float* state_in;
+    float* state_out;
     float* out;
     int64_t n_key_heads, n_value_heads, key_dim, value_dim;
     bool tiled;
@@ -113,7 +117,8 @@ __global__ void __launch_bounds__(kRecurrentThreads) gdn_recurrent_kernel(Recurr
     }
     __syncthreads();
     const float decay = expf(a.g[h]), beta = a.beta[h];
-    float* state = a.state + h * dk * dv;
+    const float* state_in = a.state_in + h * dk * dv;
+    float* state_out = a.state_out + h * dk * dv;  // may be state_in: each element has one owner thread
 
     float sum_sq = 0.0f;
     for (int64_t col0 = 0; col0 < dv; col0 += kCols) {
@@ -123,7 +128,7 @@ __global__ void __launch_bounds__(kRecurrentThreads) gdn_recurrent_kernel(Recurr
 #pragma unroll
         for (int r = 0; r < kRowsPerThread; ++r) {
             const int64_t i = in_group + int64_t(L) * r;
-            s[r] = valid && i < dk ? state[i * dv + j] : 0.0f;
+            s[r] = valid && i < dk ? state_in[i * dv + j] : 0.0f;
         }
         // The step of delta_rule_cuda.cu for one token: decay, read Sᵀk, write k δᵀ, read Sᵀq.
         float read4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -149,7 +154,7 @@ __global__ void __launch_bounds__(kRecurrentThreads) gdn_recurrent_kernel(Recurr
 #pragma unroll
         for (int r = 0; r < kRowsPerThread; ++r) {
             const int64_t i = in_group + int64_t(L) * r;
-            if (valid && i < dk) state[i * dv + j] = s[r];
+            if (valid && i < dk) state_out[i * dv + j] = s[r];
         }
         if (valid && in_group == 0) {
             o_s[j] = o;
@@ -179,13 +184,12 @@ void check_dims(const GdnDecodeDims& d, const char* op) {
 
 }  // namespace
 
-void gdn_decode_prepare(const float* mixed, const float* b, const float* a, const float* conv_w, float* conv_state,
-                        const float* ssm_a, const float* dt_bias, const GdnDecodeDims& dims, float l2_eps, float* q,
-                        float* k, float* v, float* beta, float* g, cudaStream_t stream) {
+void gdn_decode_prepare(const float* mixed, const float* b, const float* a, const float* conv_w, const float* conv_in,
+                        float* conv_out, const float* ssm_a, const float* dt_bias, const GdnDecodeDims& dims,
+                        float l2_eps, float* q, float* k, float* v, float* beta, float* g, cudaStream_t stream) {
     check_dims(dims, "gdn_decode_prepare");
-    const PrepareArgs args{mixed, b,    a,    conv_w, conv_state,         ssm_a,           dt_bias,
-                           q,     k,    v,    beta,   g,                  dims.n_key_heads, dims.n_value_heads,
-                           dims.key_dim, dims.value_dim, dims.conv_kernel, l2_eps};
+    const PrepareArgs args{mixed,   b, a, conv_w, conv_in, conv_out, ssm_a, dt_bias, q, k, v, beta, g,
+                           dims.n_key_heads, dims.n_value_heads, dims.key_dim, dims.value_dim, dims.conv_kernel, l2_eps};
     const int64_t segments = 2 * dims.n_key_heads + dims.n_value_heads;
     gdn_prepare_kernel<<<unsigned(segments), kPrepareThreads, 0, stream>>>(args);
     cuda_check_launch("gdn_decode_prepare");
@@ -193,7 +197,7 @@ void gdn_decode_prepare(const float* mixed, const float* b, const float* a, cons
 
 void gdn_decode_recurrent(const float* q, const float* k, const float* v, const float* beta, const float* g,
                           const float* z, const float* norm_w, float norm_eps, const GdnDecodeDims& dims,
-                          float* state, float* out, cudaStream_t stream) {
+                          const float* state_in, float* state_out, float* out, cudaStream_t stream) {
     check_dims(dims, "gdn_decode_recurrent");
     const RecurrentArgs args{q,
                              k,
@@ -202,7 +206,8 @@ void gdn_decode_recurrent(const float* q, const float* k, const float* v, const 
                              g,
                              z,
                              norm_w,
-                             state,
+                             state_in,
+                             state_out,
                              out,
                              dims.n_key_heads,
                              dims.n_value_heads,

@@ -6,13 +6,35 @@
 
 namespace deltabit {
 
-std::unique_ptr<Engine> open_engine(const std::filesystem::path& path, std::string_view backend) {
+namespace {
+
+// A CUDA load handles every weight byte twice: bound on the host, then copied to the device. By bytes,
+// each is half the work.
+constexpr double kHostShareOfCudaLoad = 0.5;
+
+// The host load's bytes as a fraction of the whole load, of which it is the first `share`.
+LoadProgress host_part(const LoadFraction& progress, double share) {
+    if (!progress) return {};
+    return [&progress, share](uint64_t done, uint64_t total) {
+        progress(total == 0 ? share : share * double(done) / double(total));
+    };
+}
+
+}  // namespace
+
+std::unique_ptr<Engine> open_engine(const std::filesystem::path& path, std::string_view backend,
+                                    const LoadFraction& progress) {
     if (backend != "cpu" && backend != "cuda" && backend != "auto")
         fail("unknown backend '{}': choose {}", backend, kBackendChoices);
     const bool cuda = backend == "cuda" || (backend == "auto" && cuda_backend_available());
     if (backend == "cuda") make_backend("cuda");  // the reason CUDA is unavailable, before a long load
-    auto model = std::make_shared<const Model>(Model::load(path));
-    return cuda ? make_cuda_engine(std::move(model)) : make_cpu_engine(std::move(model));
+    const double host_share = cuda ? kHostShareOfCudaLoad : 1.0;
+    auto model = std::make_shared<const Model>(Model::load(path, host_part(progress, host_share)));
+    if (!cuda) return make_cpu_engine(std::move(model));
+    LoadFraction upload;
+    if (progress)
+        upload = [&progress, host_share](double done) { progress(host_share + (1.0 - host_share) * done); };
+    return make_cuda_engine(std::move(model), upload);
 }
 
 }  // namespace deltabit

@@ -8,6 +8,12 @@
 // sampling the GPU sampler chain (sampling/sampler_cuda.h), so only the chosen id comes back. Logits
 // reach the host only when asked for (last_logits, forward_all: tests, logprobs, `deltabit logits`).
 //
+// Running ahead. An engine may start consuming the token next_token() chose before returning it (the
+// CUDA engine does for plain greedy decoding), so the device works while the caller looks at the id.
+// It is invisible: forward() with that id then finds the work done; any other use of the sequence
+// (another token, save, checkpoint, position...) first undoes the step — so a generation that stops at
+// an EOS leaves the sequence exactly after the tokens it consumed, as if nothing had run ahead.
+//
 // Sequences belong to the engine that made them; passing one to another engine is a programming error
 // (checked, Error). State images (models/state_image.h) are backend-neutral: an image saved on the GPU
 // loads on the CPU and the other way round, for the same model and KV format.
@@ -34,6 +40,12 @@ class Model;
 struct SequenceOptions {
     int64_t max_positions = 4096;  // KV capacity: the sequence can hold this many tokens
     KvFormat kv_format = KvFormat::f32;
+};
+
+// What an engine did beyond forward calls, for tests and diagnostics.
+struct EngineCounters {
+    int64_t run_ahead_steps = 0;   // greedy steps started before the chosen token reached the host
+    int64_t run_ahead_undone = 0;  // of those, undone: the caller stopped, or fed another token
 };
 
 class EngineSequence {
@@ -80,19 +92,30 @@ public:
     virtual std::vector<float> last_logits(const EngineSequence& sequence) const = 0;
     // As forward(), returning every token's logits [ids.size()][n_vocab] on the host.
     virtual std::vector<float> forward_all(EngineSequence& sequence, std::span<const int32_t> ids) = 0;
+
+    virtual EngineCounters counters() const { return {}; }
 };
 
 // A CPU engine over a model that must outlive it (tests, and callers that already hold a Model).
 std::unique_ptr<Engine> make_cpu_engine(const Model& model);
 // A CPU engine that owns its model.
 std::unique_ptr<Engine> make_cpu_engine(std::shared_ptr<const Model> model);
-// A CUDA engine: uploads `model` to device 0. It keeps the host model only for its fingerprint (the
-// weights stay memory-mapped, not copied). Error in a build without CUDA or on a machine without a GPU.
-std::unique_ptr<Engine> make_cuda_engine(std::shared_ptr<const Model> model);
+// How far a load has got, as a fraction 0..1 of its work, never decreasing; called on the loading
+// thread. For progress bars (cli/progress.h).
+using LoadFraction = std::function<void(double fraction)>;
+
+// A CUDA engine: uploads `model` to device 0, reporting the fraction uploaded after each layer. It keeps
+// the host model only for its fingerprint (the weights stay memory-mapped, not copied). Error in a build
+// without CUDA or on a machine without a GPU.
+std::unique_ptr<Engine> make_cuda_engine(std::shared_ptr<const Model> model, const LoadFraction& upload_progress = {});
 
 // Loads MODEL (GGUF file or Hugging Face folder) onto a backend: "cpu", "cuda", or "auto" (CUDA when
 // this build has it and a GPU is present). Error naming the file, or naming why CUDA is unavailable.
-std::unique_ptr<Engine> open_engine(const std::filesystem::path& path, std::string_view backend = "auto");
+// `progress` hears the fraction of the weight bytes handled: on the CPU, read and checked on the host
+// (Model::load; it ends at exactly 1); on CUDA the host load is the first half and the upload, by layers,
+// the second.
+std::unique_ptr<Engine> open_engine(const std::filesystem::path& path, std::string_view backend = "auto",
+                                    const LoadFraction& progress = {});
 
 // The --backend choices, for CLI help.
 inline constexpr std::string_view kBackendChoices = "cpu, cuda or auto";

@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include <mutex>
+#include <optional>
 #endif
 
 namespace deltabit {
@@ -25,36 +26,65 @@ namespace {
 
 class CudaSequence final : public EngineSequence {
 public:
-    CudaSequence(const void* owner, const ModelConfig& config, const SequenceOptions& options)
-        : owner_(owner), config_(config), state_(config, options.max_positions, options.kv_format) {}
+    CudaSequence(const void* owner, EngineCounters* counters, const ModelConfig& config, const SequenceOptions& options)
+        : owner_(owner), counters_(counters), config_(config), state_(config, options.max_positions, options.kv_format) {}
 
-    int64_t position() const override { return state_.position(); }
+    // A run-ahead step is invisible from outside: the position is the consumed tokens', and anything
+    // that reads or replaces the state undoes the step first.
+    int64_t position() const override { return state_.position() - (ahead_ ? 1 : 0); }
     int64_t max_positions() const override { return state_.max_positions(); }
     KvFormat kv_format() const override { return state_.kv_format(); }
 
-    StateImage save() const override { return state_.save(); }
+    StateImage save() const override {
+        settle();
+        return state_.save();
+    }
     void load(const StateImage& image) override {
+        settle();
         check_image_fits(image, state_.max_positions());
         state_.load(image);
         logits_serial_ = 0;
     }
-    StateCheckpoint checkpoint() const override { return state_.checkpoint(); }
+    StateCheckpoint checkpoint() const override {
+        settle();
+        return state_.checkpoint();
+    }
     void restore(const StateCheckpoint& checkpoint) override {
+        settle();
         state_.restore(checkpoint);
         logits_serial_ = 0;
     }
     void reset() override {
+        ahead_ = false;
         state_ = CudaSequenceState(config_, state_.max_positions(), state_.kv_format());
         logits_serial_ = 0;
     }
 
+    // Undoes a run-ahead step (CudaSequenceState::undo_step: host bookkeeping only, the step's writes are
+    // dead). The last logits stay those of the last consumed token (the engine kept a copy).
+    void settle() const {
+        if (!ahead_) return;
+        state_.undo_step();
+        ahead_ = false;
+        ++counters_->run_ahead_undone;
+    }
+
     const void* owner_;
+    EngineCounters* counters_;
     ModelConfig config_;
-    CudaSequenceState state_;
+    // Mutable: undoing a run-ahead step is not a logical change (position() never showed it).
+    mutable CudaSequenceState state_;
     // The model's logits buffer is shared by every sequence: these logits are this sequence's only while
     // no other forward ran since (the engine's serial still equals this one). 0: none yet.
     const float* last_logits_ = nullptr;
     uint64_t logits_serial_ = 0;
+    // Greedy run-ahead (CudaEngine::next_token): the state is one decode step past position(), the step
+    // that consumed ahead_token_, whose logits are at ahead_logits_ while the engine's serial is still
+    // ahead_serial_.
+    mutable bool ahead_ = false;
+    int32_t ahead_token_ = 0;
+    const float* ahead_logits_ = nullptr;
+    uint64_t ahead_serial_ = 0;
 };
 
 // Greedy with no stage before the argmax that changes logits: the argmax kernel alone is the chain.
@@ -65,9 +95,10 @@ bool is_plain_greedy(const SamplingParams& p) {
 
 class CudaEngine final : public Engine {
 public:
-    explicit CudaEngine(std::shared_ptr<const Model> model)
-        : host_(std::move(model)), model_(*host_), sampler_(host_->config().n_vocab),
-          uploaded_logits_(size_t(host_->config().n_vocab) * sizeof(float)) {}
+    CudaEngine(std::shared_ptr<const Model> model, const LoadFraction& upload_progress)
+        : host_(std::move(model)), model_(*host_, upload_progress), sampler_(host_->config().n_vocab),
+          uploaded_logits_(size_t(host_->config().n_vocab) * sizeof(float)),
+          held_logits_(size_t(host_->config().n_vocab) * sizeof(float)) {}
 
     const ModelConfig& config() const override { return model_.config(); }
     std::string_view backend_name() const override { return "cuda"; }
@@ -79,24 +110,60 @@ public:
 
     std::unique_ptr<EngineSequence> new_sequence(const SequenceOptions& options) const override {
         check_sequence_options(options);
-        return std::make_unique<CudaSequence>(this, config(), options);
+        return std::make_unique<CudaSequence>(this, &counters_, config(), options);
     }
 
     void forward(EngineSequence& sequence, std::span<const int32_t> ids) override {
         CudaSequence& s = own(sequence);
         check_forward(config(), ids, s.position(), s.max_positions());
+        if (s.ahead_ && ids.size() == 1 && ids[0] == s.ahead_token_ && s.ahead_serial_ == serial_) {
+            // The token the run-ahead step already consumed: keep the step, nothing to compute.
+            s.ahead_ = false;
+            s.last_logits_ = s.ahead_logits_;
+            s.logits_serial_ = ++serial_;
+            return;
+        }
+        s.settle();
         s.last_logits_ = model_.forward_last(s.state_, ids);
         s.logits_serial_ = ++serial_;
     }
 
+    // Plain greedy runs one step ahead (CudaModel::argmax_and_step): the step that consumes the chosen
+    // token starts before the id reaches the host, so the GPU is busy while the caller detokenizes, checks
+    // stops and calls forward() with that id — which then finds the step done. When the caller stops
+    // instead (EOS, a stop string, max tokens), the step is undone on the sequence's next use: the session
+    // ends exactly after the token that ended it, as without run-ahead.
     int32_t next_token(EngineSequence& sequence, Sampler& sampler, const TokenHistory& history) override {
-        const float* logits = logits_of(own(sequence));
-        if (is_plain_greedy(sampler.params())) return model_.argmax(logits);
-        return sampler_.sample(logits, sampler, history, model_.stream());
+        CudaSequence& s = own(sequence);
+        s.settle();
+        const float* logits = logits_of(s);
+        if (!is_plain_greedy(sampler.params())) return sampler_.sample(logits, sampler, history, model_.stream());
+        // The step overwrites the model's logits buffer: this sequence's last logits move to a copy first,
+        // so that settling the step leaves them readable.
+        float* held = held_logits_.get<float>();
+        if (logits != held)
+            cuda::cuda_check(cudaMemcpyAsync(held, logits, held_logits_.bytes(), cudaMemcpyDeviceToDevice, model_.stream()),
+                             "engine: keep logits");
+        const float* step_logits = nullptr;
+        if (const std::optional<int32_t> id = model_.argmax_and_step(s.state_, held, &step_logits)) {
+            s.last_logits_ = held;
+            s.logits_serial_ = ++serial_;
+            s.ahead_ = true;
+            s.ahead_token_ = *id;
+            s.ahead_logits_ = step_logits;
+            s.ahead_serial_ = serial_;
+            ++counters_.run_ahead_steps;
+            return *id;
+        }
+        return model_.argmax(held);
     }
 
+    EngineCounters counters() const override { return counters_; }
+
     std::vector<float> last_logits(const EngineSequence& sequence) const override {
-        const float* logits = logits_of(own(sequence));
+        const CudaSequence& s = own(sequence);
+        s.settle();
+        const float* logits = logits_of(s);
         std::vector<float> host(size_t(config().n_vocab));
         cuda::cuda_check(cudaMemcpyAsync(host.data(), logits, host.size() * sizeof(float), cudaMemcpyDeviceToHost,
                                     model_.stream()),
@@ -108,6 +175,7 @@ public:
     std::vector<float> forward_all(EngineSequence& sequence, std::span<const int32_t> ids) override {
         CudaSequence& s = own(sequence);
         check_forward(config(), ids, s.position(), s.max_positions());
+        s.settle();
         std::vector<float> logits = model_.forward(s.state_, ids);
         // forward() hands every row to the host; the last goes back up so next_token works as after forward().
         const size_t n_vocab = size_t(config().n_vocab);
@@ -140,21 +208,23 @@ private:
     mutable CudaModel model_;
     cuda::GpuSampler sampler_;
     cuda::DeviceBuffer uploaded_logits_;
-    uint64_t serial_ = 0;  // forward calls so far; names the logits the model's buffer holds
+    cuda::DeviceBuffer held_logits_;  // the last logits of a sequence that runs ahead
+    mutable EngineCounters counters_;  // sequences count their undone steps
+    uint64_t serial_ = 0;  // forward calls so far (run-ahead steps too); names the logits the model's buffer holds
     mutable std::once_flag fingerprint_once_;
     mutable std::string fingerprint_;
 };
 
 }  // namespace
 
-std::unique_ptr<Engine> make_cuda_engine(std::shared_ptr<const Model> model) {
+std::unique_ptr<Engine> make_cuda_engine(std::shared_ptr<const Model> model, const LoadFraction& upload_progress) {
     if (cuda::device_count() == 0) fail("engine: cuda: no CUDA device is present; use --backend cpu");
-    return std::make_unique<CudaEngine>(std::move(model));
+    return std::make_unique<CudaEngine>(std::move(model), upload_progress);
 }
 
 #else
 
-std::unique_ptr<Engine> make_cuda_engine(std::shared_ptr<const Model>) {
+std::unique_ptr<Engine> make_cuda_engine(std::shared_ptr<const Model>, const LoadFraction&) {
     fail("engine: this build of deltabit has no CUDA (nvcc was not found when it was built); use --backend cpu");
 }
 

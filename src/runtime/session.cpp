@@ -95,31 +95,36 @@ void Session::return_to(int64_t position) {
         sequence_->restore(StateCheckpoint{position, {}});
     } else {
         const auto it = std::find_if(checkpoints_.begin(), checkpoints_.end(),
-                                     [&](const KeptCheckpoint& c) { return c.state.position == position; });
+                                     [&](const KeptCheckpoint& c) { return c.state->position == position; });
         if (it == checkpoints_.end()) fail("session: internal: no checkpoint at position {}", position);
-        sequence_->restore(it->state);
+        sequence_->restore(*it->state);
     }
     ledger_ = ledger_prefix(ledger_, position);
     // Checkpoints past the position describe a history that is about to be replaced.
-    while (!checkpoints_.empty() && checkpoints_.back().state.position > position) checkpoints_.pop_back();
+    while (!checkpoints_.empty() && checkpoints_.back().state->position > position) checkpoints_.pop_back();
 }
 
 void Session::keep_checkpoint(bool end_of_prompt) {
     if (any_position_ || options_.checkpoints.max_kept == 0) return;
     const Clock::time_point start = Clock::now();
-    KeptCheckpoint kept{sequence_->checkpoint(), end_of_prompt, next_serial_++};
+    KeptCheckpoint kept{std::make_shared<const StateCheckpoint>(sequence_->checkpoint()), end_of_prompt,
+                        next_serial_++};
     totals_.checkpoint_ms += ms_since(start);
     ++totals_.checkpoints_taken;
 
-    const int64_t position = kept.state.position;
+    const int64_t position = kept.state->position;
     auto at = std::lower_bound(checkpoints_.begin(), checkpoints_.end(), position,
-                               [](const KeptCheckpoint& c, int64_t p) { return c.state.position < p; });
-    if (at != checkpoints_.end() && at->state.position == position) {
+                               [](const KeptCheckpoint& c, int64_t p) { return c.state->position < p; });
+    if (at != checkpoints_.end() && at->state->position == position) {
         kept.end_of_prompt = kept.end_of_prompt || at->end_of_prompt;
         *at = std::move(kept);
     } else {
         checkpoints_.insert(at, std::move(kept));
     }
+    evict_over_limit();
+}
+
+void Session::evict_over_limit() {
     // Over the limit: drop the oldest interval checkpoint, or, when there is none, the oldest at an end
     // of prompt (these are where the next turn's prompt usually diverges, so they go last).
     while (int64_t(checkpoints_.size()) > options_.checkpoints.max_kept) {
@@ -155,7 +160,7 @@ TurnResult Session::run_turn(std::span<const int32_t> prompt, const GenerationOp
     check_generation_options(config.eos_ids, options, callbacks, config.arch_name);
 
     std::vector<int64_t> positions;
-    for (const KeptCheckpoint& c : checkpoints_) positions.push_back(c.state.position);
+    for (const KeptCheckpoint& c : checkpoints_) positions.push_back(c.state->position);
     TurnResult turn;
     turn.reuse = plan_reuse(ledger_.tokens(), prompt, positions, any_position_);
     return_to(turn.reuse.reused);
@@ -204,7 +209,7 @@ SessionStats Session::stats() const {
     s.kv_format = sequence_->kv_format();
     s.checkpoints = int64_t(checkpoints_.size());
     s.checkpoint_bytes = 0;
-    for (const KeptCheckpoint& c : checkpoints_) s.checkpoint_bytes += int64_t(c.state.byte_size());
+    for (const KeptCheckpoint& c : checkpoints_) s.checkpoint_bytes += int64_t(c.state->byte_size());
     return s;
 }
 
@@ -214,6 +219,11 @@ void Session::save(const std::filesystem::path& file) const {
     s.model_summary = model_config_summary(engine_.config());
     s.ledger = ledger_;
     s.state = sequence_->save();
+    // In taking order, so that a loaded session evicts in the same order as this one.
+    std::vector<const KeptCheckpoint*> by_age;
+    for (const KeptCheckpoint& c : checkpoints_) by_age.push_back(&c);
+    std::sort(by_age.begin(), by_age.end(), [](auto* a, auto* b) { return a->serial < b->serial; });
+    for (const KeptCheckpoint* c : by_age) s.checkpoints.push_back({c->state, c->end_of_prompt});
     write_snapshot(file, s);
 }
 
@@ -224,14 +234,24 @@ void Session::load(const std::filesystem::path& file) {
     expect.config = &engine_.config();
     expect.max_positions = sequence_->max_positions();
     Snapshot s = read_snapshot(file, expect);
+    // The file's checkpoints, by position as kept; serials continue this session's count in the file's
+    // taking order, so eviction compares them as the saving session did.
+    std::deque<KeptCheckpoint> loaded;
+    uint64_t serial = next_serial_;
+    for (SnapshotCheckpoint& c : s.checkpoints) loaded.push_back({std::move(c.state), c.end_of_prompt, serial++});
+    std::sort(loaded.begin(), loaded.end(),
+              [](const KeptCheckpoint& a, const KeptCheckpoint& b) { return a.state->position < b.state->position; });
     try {
         sequence_->load(s.state);  // validates again, then changes: the session is untouched on Error
     } catch (const Error& e) {
         fail("snapshot {}: {}", file.string(), e.what());
     }
+    next_serial_ = serial;
     ledger_ = std::move(s.ledger);
-    checkpoints_.clear();
-    keep_checkpoint(/*end_of_prompt=*/true);
+    checkpoints_ = std::move(loaded);
+    // A version 1 file holds no checkpoints: the loaded position is then the one place to return to.
+    if (s.version < kFirstSnapshotVersionWithCheckpoints) keep_checkpoint(/*end_of_prompt=*/true);
+    else evict_over_limit();
 }
 
 }  // namespace deltabit

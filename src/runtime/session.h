@@ -36,10 +36,12 @@
 // which re-renders the reply with its end-of-turn token, feeds it, so the held sequence is always the
 // conversation as the template renders it.
 //
-// Snapshots: save() writes the session (ledger, state image, KV format, model fingerprint) to a file in
-// the format of DESIGN.md §5, through a temporary file and a rename; load() refuses a file from another
-// model, another KV format it cannot hold, a truncated file or a bad checksum with a message naming what
-// was wrong, and leaves the live session as it was.
+// Snapshots: save() writes the session (ledger, state image, checkpoints, KV format, model fingerprint)
+// to a file in the format of DESIGN.md §5, through a temporary file and a rename; load() refuses a file
+// from another model, another KV format it cannot hold, a truncated file or a bad checksum with a
+// message naming what was wrong, and leaves the live session as it was. A loaded session holds the
+// saved checkpoints, in their taking order, so its later turns reuse exactly what the saved session's
+// would have (given the same CheckpointPolicy; a smaller max_kept evicts at load, by the policy).
 //
 // Context limit (docs/sessions.md): a turn whose prompt does not fit the sequence's
 // capacity is refused before anything changes (Error naming the sizes); generation that reaches the
@@ -121,7 +123,8 @@ public:
 
     void reset();  // empty sequence, no checkpoints
     // Snapshots (runtime/snapshot.h). load() verifies the whole file first and installs it only then;
-    // on Error the session is as it was. After a load the checkpoints are one at the loaded position.
+    // on Error the session is as it was. After a load the checkpoints are the file's (over max_kept:
+    // evicted as the policy evicts); a version 1 file has none, and gets one at the loaded position.
     void save(const std::filesystem::path& file) const;
     void load(const std::filesystem::path& file);
 
@@ -131,12 +134,13 @@ public:
 
 private:
     struct KeptCheckpoint {
-        StateCheckpoint state;
+        std::shared_ptr<const StateCheckpoint> state;  // shared with snapshots being written, never changed
         bool end_of_prompt = false;
         uint64_t serial = 0;  // taking order: "oldest" for eviction
     };
     void return_to(int64_t position);
     void keep_checkpoint(bool end_of_prompt);
+    void evict_over_limit();
     void feed_prompt_piece(std::span<const int32_t> piece);
 
     Engine& engine_;

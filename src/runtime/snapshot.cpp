@@ -41,6 +41,11 @@ uint64_t chunk_checksum(std::string_view name, const std::vector<std::byte>& dat
     return XXH3_64bits_digest(&state);
 }
 
+// Checkpoint i's chunks sit beside the state's under this prefix (snapshot.h).
+std::string checkpoint_chunk_name(size_t index, std::string_view name) {
+    return fmt::format("checkpoint.{}.{}", index, name);
+}
+
 void put_le(std::string& out, uint64_t v, int bytes) {
     for (int i = 0; i < bytes; ++i) out.push_back(char(v >> (8 * i)));
 }
@@ -104,7 +109,14 @@ std::string header_json(const Snapshot& s) {
     h["fingerprint"] = s.fingerprint;
     h["kv_format"] = std::string(kv_format_name(s.state.kv_format));
     h["position"] = s.state.position;
-    h["chunks"] = s.state.chunks.size();
+    size_t chunks = s.state.chunks.size();
+    nlohmann::ordered_json checkpoints = nlohmann::ordered_json::array();
+    for (const SnapshotCheckpoint& c : s.checkpoints) {
+        chunks += c.state->chunks.size();
+        checkpoints.push_back({{"position", c.state->position}, {"end_of_prompt", c.end_of_prompt}});
+    }
+    h["chunks"] = chunks;
+    h["checkpoints"] = std::move(checkpoints);
     h["model"] = std::move(model);
     h["writer"] = "deltabit";
     return h.dump();
@@ -199,11 +211,17 @@ private:
     std::span<const std::byte> bytes_;
 };
 
+struct HeaderCheckpoint {
+    int64_t position = 0;
+    bool end_of_prompt = false;
+};
+
 struct Header {
     std::string fingerprint;
     KvFormat kv_format = KvFormat::f32;
     int64_t position = 0;
     uint64_t chunks = 0;
+    std::vector<HeaderCheckpoint> checkpoints;  // version 2 on; oldest first
     std::vector<std::pair<std::string, std::string>> model_summary;
 };
 
@@ -217,7 +235,37 @@ std::string summary_line(const std::vector<std::pair<std::string, std::string>>&
     return line.empty() ? "unknown model" : line;
 }
 
-Header parse_header(const std::string& file, const std::string& text, uint64_t at) {
+// "checkpoints" (version 2 on): a list of {"position", "end_of_prompt"} at distinct positions within the
+// state's. Their chunks are checked against the model's layout later, once the model is known to match.
+std::vector<HeaderCheckpoint> parse_checkpoints(const std::string& file, const nlohmann::ordered_json& list,
+                                                int64_t position, uint64_t at) {
+    if (!list.is_array())
+        fail("snapshot {}: header (byte {}): \"checkpoints\" is {}, not a list", file, at, list.dump());
+    if (list.size() > kMaxSnapshotCheckpoints)
+        fail("snapshot {}: header (byte {}) lists {} checkpoints, more than the {} a snapshot may hold: the file is "
+             "damaged",
+             file, at, list.size(), kMaxSnapshotCheckpoints);
+    std::vector<HeaderCheckpoint> out;
+    std::set<int64_t> positions;
+    for (size_t i = 0; i < list.size(); ++i) {
+        const nlohmann::ordered_json& c = list[i];
+        if (!c.is_object() || !c.contains("position") || !c.contains("end_of_prompt") ||
+            !c.at("position").is_number_integer() || !c.at("end_of_prompt").is_boolean())
+            fail("snapshot {}: header (byte {}): checkpoint {} is {}, not {{\"position\": tokens, \"end_of_prompt\": "
+                 "true or false}}",
+                 file, at, i, c.dump());
+        const int64_t p = c.at("position").get<int64_t>();
+        if (p < 0 || p > position)
+            fail("snapshot {}: header (byte {}): checkpoint {} is at position {}, outside the state's 0 .. {}", file,
+                 at, i, p, position);
+        if (!positions.insert(p).second)
+            fail("snapshot {}: header (byte {}): checkpoint {} is at position {}, like an earlier one", file, at, i, p);
+        out.push_back({p, c.at("end_of_prompt").get<bool>()});
+    }
+    return out;
+}
+
+Header parse_header(const std::string& file, const std::string& text, uint64_t at, uint64_t version) {
     nlohmann::ordered_json j;  // keeps the model summary in the writer's order, for messages
     // Nesting is refused while parsing: ordered_json copies (when its object storage grows) and dumps
     // values recursively, so the half a million levels a 1 MiB header can hold would exhaust the stack.
@@ -253,6 +301,9 @@ Header parse_header(const std::string& file, const std::string& text, uint64_t a
     h.kv_format = *parse_kv_format(kv.get<std::string>());
     h.position = position.get<int64_t>();
     h.chunks = chunks.get<uint64_t>();
+    // Version 1 had no checkpoints; a "checkpoints" field in such a file is not ours to read.
+    if (version >= kFirstSnapshotVersionWithCheckpoints)
+        h.checkpoints = parse_checkpoints(file, field("checkpoints"), h.position, at);
     if (j.contains("model") && j.at("model").is_object())
         for (const auto& [key, value] : j.at("model").items())
             h.model_summary.emplace_back(key, value.is_string() ? value.get<std::string>() : value.dump());
@@ -267,6 +318,15 @@ void write_snapshot(const std::filesystem::path& file, const Snapshot& s) {
     if (s.ledger.size() != s.state.position)
         fail("snapshot {}: the ledger holds {} tokens but the state is at position {}", file.string(),
              s.ledger.size(), s.state.position);
+    if (s.checkpoints.size() > kMaxSnapshotCheckpoints)
+        fail("snapshot {}: {} checkpoints, more than the {} a snapshot holds; keep fewer (CheckpointPolicy::max_kept)",
+             file.string(), s.checkpoints.size(), kMaxSnapshotCheckpoints);
+    std::set<int64_t> positions;
+    for (const SnapshotCheckpoint& c : s.checkpoints)
+        if (c.state->position < 0 || c.state->position > s.state.position ||
+            !positions.insert(c.state->position).second)
+            fail("snapshot {}: a checkpoint at position {} is a repeat or outside the state's 0 .. {}", file.string(),
+                 c.state->position, s.state.position);
     const std::string header = header_json(s);
     const std::string ledger = ledger_bytes(s.ledger);
     std::string head(kSnapshotMagic.begin(), kSnapshotMagic.end());
@@ -282,15 +342,19 @@ void write_snapshot(const std::filesystem::path& file, const Snapshot& s) {
         FileWriter out(tmp);
         out.write(head);
         out.write(ledger);
-        for (const StateChunk& c : s.state.chunks) {
+        auto write_chunk = [&](std::string_view name, const std::vector<std::byte>& bytes) {
             std::string frame;
-            put_le(frame, c.name.size(), 4);
-            frame += c.name;
-            put_le(frame, c.bytes.size(), 8);
-            put_le(frame, chunk_checksum(c.name, c.bytes), 8);
+            put_le(frame, name.size(), 4);
+            frame += name;
+            put_le(frame, bytes.size(), 8);
+            put_le(frame, chunk_checksum(name, bytes), 8);
             out.write(frame);
-            out.write(c.bytes.data(), c.bytes.size());
-        }
+            out.write(bytes.data(), bytes.size());
+        };
+        for (const StateChunk& c : s.state.chunks) write_chunk(c.name, c.bytes);
+        for (size_t i = 0; i < s.checkpoints.size(); ++i)
+            for (const StateChunk& c : s.checkpoints[i].state->chunks)
+                write_chunk(checkpoint_chunk_name(i, c.name), c.bytes);
         out.finish();
         std::error_code ec;
         std::filesystem::rename(tmp, file, ec);
@@ -313,9 +377,9 @@ Snapshot read_from(Reader& in, const SnapshotExpectation& expect) {
     if (magic != kSnapshotMagic) fail("snapshot {}: not a deltabit snapshot (no magic \"DBSNAP\" at byte 0)", name);
     const uint64_t version_at = in.offset();
     const uint64_t version = in.u(4, "the format version");
-    if (version != kSnapshotVersion)
-        fail("snapshot {}: format version {} (byte {}); this build reads version {}", name, version, version_at,
-             kSnapshotVersion);
+    if (version < kOldestSnapshotVersion || version > kSnapshotVersion)
+        fail("snapshot {}: format version {} (byte {}); this build reads versions {} .. {}", name, version,
+             version_at, kOldestSnapshotVersion, kSnapshotVersion);
     const uint64_t header_bytes_at = in.offset();
     const uint64_t header_bytes = in.u(4, "the header length");
     if (header_bytes == 0 || header_bytes > kMaxHeaderBytes)
@@ -328,7 +392,7 @@ Snapshot read_from(Reader& in, const SnapshotExpectation& expect) {
         fail("snapshot {}: header (bytes {} .. {}) fails its checksum (stored {:016x}, computed {:016x}): the file "
              "is damaged",
              name, header_at, header_at + header_bytes, header_sum, got);
-    const Header h = parse_header(name, header_text, header_at);
+    const Header h = parse_header(name, header_text, header_at, version);
 
     if (h.fingerprint != expect.fingerprint)
         fail("snapshot {}: made with another model ({}; fingerprint {}, header at byte {}), but this engine runs "
@@ -340,11 +404,23 @@ Snapshot read_from(Reader& in, const SnapshotExpectation& expect) {
              "KV format {} to load it",
              name, kv_format_name(h.kv_format), header_at, kv_format_name(expect.kv_format),
              kv_format_name(h.kv_format));
+    if (version < 3 && h.kv_format == KvFormat::kivi4 &&
+        layer_kv_format(*expect.config, KvFormat::kivi4, 0) != KvFormat::kivi4)
+        fail("snapshot {}: format version {} (byte {}) stored layer 0 of this model as kivi4, but since version 3 "
+             "kivi4 keeps that layer in {} (docs/kv_cache.md); this build cannot load its KV cache",
+             name, version, version_at, kv_format_name(layer_kv_format(*expect.config, KvFormat::kivi4, 0)));
     if (h.position > expect.max_positions)
         fail("snapshot {}: holds {} tokens (header at byte {}), more than this session's capacity of {}", name,
              h.position, header_at, expect.max_positions);
+    // A state that a KV cut returns to any position exactly has nothing to checkpoint, and its sessions
+    // keep none (session.h); a list here was not written by one.
+    if (!h.checkpoints.empty() && state_checkpoint_layout(*expect.config, h.kv_format, 0).empty())
+        fail("snapshot {}: the header (byte {}) lists checkpoints, but a {} state of this model needs none "
+             "(cutting its KV cache back is exact): the file is damaged",
+             name, header_at, kv_format_name(h.kv_format));
 
     Snapshot s;
+    s.version = uint32_t(version);
     s.fingerprint = h.fingerprint;
     s.model_summary = h.model_summary;
     s.state.position = h.position;
@@ -376,14 +452,30 @@ Snapshot read_from(Reader& in, const SnapshotExpectation& expect) {
         }
     }
 
-    // Chunks: each must be one the layout names, once, with the layout's size.
-    std::map<std::string, size_t, std::less<>> expected;
+    // Chunks: each must be one the layouts name, once, with the layout's size. `owner` is the checkpoint
+    // a chunk belongs to (its index), or −1 for the state's own.
+    struct ExpectedChunk {
+        size_t bytes = 0;
+        int64_t owner = -1;
+        std::string name;  // within its owner
+    };
+    std::map<std::string, ExpectedChunk, std::less<>> expected;
     for (StateChunkSpec& spec : state_image_layout(*expect.config, h.kv_format, h.position))
-        expected.emplace(std::move(spec.name), spec.bytes);
+        expected.emplace(spec.name, ExpectedChunk{spec.bytes, -1, spec.name});
+    s.checkpoints.resize(h.checkpoints.size());
+    std::vector<std::shared_ptr<StateCheckpoint>> checkpoints;
+    for (size_t i = 0; i < h.checkpoints.size(); ++i) {
+        const HeaderCheckpoint& c = h.checkpoints[i];
+        checkpoints.push_back(std::make_shared<StateCheckpoint>(StateCheckpoint{c.position, {}}));
+        s.checkpoints[i].end_of_prompt = c.end_of_prompt;
+        for (StateChunkSpec& spec : state_checkpoint_layout(*expect.config, h.kv_format, c.position))
+            expected.emplace(checkpoint_chunk_name(i, spec.name), ExpectedChunk{spec.bytes, int64_t(i), spec.name});
+    }
     if (h.chunks != expected.size())
-        fail("snapshot {}: the header (byte {}) announces {} chunks, but a {} state of this model at position {} has "
+        fail("snapshot {}: the header (byte {}) announces {} chunks, but a {} state of this model at position {}{} has "
              "{}",
-             name, header_at, h.chunks, kv_format_name(h.kv_format), h.position, expected.size());
+             name, header_at, h.chunks, kv_format_name(h.kv_format), h.position,
+             h.checkpoints.empty() ? "" : fmt::format(" with {} checkpoints", h.checkpoints.size()), expected.size());
     std::set<std::string, std::less<>> seen;
     for (uint64_t i = 0; i < h.chunks; ++i) {
         const uint64_t at = in.offset();
@@ -405,15 +497,20 @@ Snapshot read_from(Reader& in, const SnapshotExpectation& expect) {
                  name, what, chunk_name, at, data_at + data_bytes, sum, got);
         const auto spec = expected.find(chunk_name);
         if (spec == expected.end())
-            fail("snapshot {}: {} (byte {}) is '{}', which is not part of this model's {} state", name, what, at,
-                 chunk_name, kv_format_name(h.kv_format));
+            fail("snapshot {}: {} (byte {}) is '{}', which is not part of this model's {} state{}", name, what, at,
+                 chunk_name, kv_format_name(h.kv_format),
+                 h.checkpoints.empty() ? "" : " nor of the checkpoints the header lists");
         if (!seen.insert(chunk_name).second)
             fail("snapshot {}: {} (byte {}): '{}' appears twice", name, what, at, chunk_name);
-        if (data_bytes != spec->second)
-            fail("snapshot {}: {} '{}' (byte {}) holds {} bytes, but this model's state at position {} needs {}", name,
-                 what, chunk_name, at, data_bytes, h.position, spec->second);
-        s.state.chunks.push_back({std::move(chunk_name), std::move(data)});
+        const ExpectedChunk& want = spec->second;
+        if (data_bytes != want.bytes)
+            fail("snapshot {}: {} '{}' (byte {}) holds {} bytes, but this model's {} at position {} needs {}", name,
+                 what, chunk_name, at, data_bytes, want.owner < 0 ? "state" : "checkpoint",
+                 want.owner < 0 ? h.position : h.checkpoints[size_t(want.owner)].position, want.bytes);
+        if (want.owner < 0) s.state.chunks.push_back({std::move(chunk_name), std::move(data)});
+        else checkpoints[size_t(want.owner)]->chunks.push_back({want.name, std::move(data)});
     }
+    for (size_t i = 0; i < checkpoints.size(); ++i) s.checkpoints[i].state = std::move(checkpoints[i]);
     // Every chunk was known and none repeated, and there were as many as expected: none is missing.
     if (in.remaining() != 0)
         fail("snapshot {}: {} unexpected bytes after the last chunk (from byte {})", name, in.remaining(),

@@ -4,6 +4,8 @@
 //                      dims and GQA groups, positions at split edges, large scores, Bonsai-27B geometry
 //   attention prologue vs cpu::rms_norm + cpu::rope_neox, the cache rows stored at the device position
 //   kv_store           exact f32 → RNE half (core/half.h)
+//   kivi4              kv_store + kivi_compress byte for byte against KvStore (models/kv_cache.h), and
+//                      attention_cached over the mixed cache vs cpu::attention over KvStore::read()
 //   gdn decode         vs cpu conv1d → l2_norm → gdn_gates → delta rule → gated_rms_norm, state and conv
 //                      window included
 //   argmax             exactly argmax_lowest_id, ties, NaN and −inf included
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "core/half.h"
+#include "models/kv_cache.h"
 #include "ops/attention.h"
 #include "ops/conv1d.h"
 #include "ops/delta_rule.h"
@@ -194,6 +197,177 @@ TEST(DecodeKernels, AttentionCachedBonsai27B) {
     }
 }
 
+// ---- kivi4: kv_store + kivi_compress against KvStore, attention over the mixed cache ----
+
+// A kivi4 side on the device (ops/kv_cuda.h), every byte poisoned (NaN parameters and rows) so that a
+// read of anything not written shows. The ring is small so that the test's lengths wrap it often.
+struct DeviceKiviSide {
+    GuardedDeviceArray<float> exact;
+    GuardedDeviceArray<uint8_t> codes;
+    GuardedDeviceArray<uint16_t> min, scale;
+    cuda::KvCacheView view;
+
+    DeviceKiviSide(KvSide side, int64_t capacity, int64_t row, int64_t max_call)
+        : exact(size_t((kKiviSinks + ring_rows(max_call)) * row)), codes(size_t((capacity - kKiviSinks) * row / 2)),
+          min(params(side, capacity, row)), scale(params(side, capacity, row)) {
+        view.element = cuda::KvElement::kivi4;
+        view.data = exact.get();
+        view.codes = codes.get();
+        view.min = min.get();
+        view.scale = scale.get();
+        view.keys = side == KvSide::keys;
+        view.kivi = {kKiviSinks, kKiviResidual, kKiviGroup, kKiviGroup, ring_rows(max_call)};
+    }
+    static int64_t ring_rows(int64_t max_call) { return kKiviResidual + kKiviGroup - 1 + max_call; }
+    static size_t params(KvSide side, int64_t capacity, int64_t row) {
+        const int64_t middle = capacity - kKiviSinks;
+        return size_t(side == KvSide::keys ? middle / kKiviGroup * row : middle * (row / kKiviGroup));
+    }
+};
+
+template <typename T>
+std::vector<std::byte> bytes_of(const std::vector<T>& v, size_t count) {
+    std::vector<std::byte> out(count * sizeof(T));
+    if (count != 0) std::memcpy(out.data(), v.data(), out.size());
+    return out;
+}
+
+// The device side's chunks at n positions, as KvStore::save names and lays them out.
+std::vector<StateChunk> device_kivi_chunks(const DeviceKiviSide& d, KvSide side, int64_t n, int64_t row,
+                                           const std::string& what) {
+    const KiviSplit s = kivi_split(n);
+    const std::vector<float> exact = d.exact.download(what);
+    const std::vector<uint8_t> codes = d.codes.download(what);
+    const std::vector<uint16_t> min = d.min.download(what), scale = d.scale.download(what);
+    std::vector<float> sinks(exact.begin(), exact.begin() + s.sinks * row), residual;
+    for (int64_t p = s.sinks + s.quantised; p < n; ++p) {
+        const int64_t r = cuda::kv_data_row(d.view, p);
+        residual.insert(residual.end(), exact.begin() + r * row, exact.begin() + (r + 1) * row);
+    }
+    const size_t n_params = size_t(side == KvSide::keys ? s.quantised / kKiviGroup * row : s.quantised * (row / kKiviGroup));
+    return {{"x.sink", bytes_of(sinks, sinks.size())},
+            {"x.codes", bytes_of(codes, size_t(s.quantised * row / 2))},
+            {"x.min", bytes_of(min, n_params)},
+            {"x.scale", bytes_of(scale, n_params)},
+            {"x.residual", bytes_of(residual, residual.size())}};
+}
+
+// Rows fed in calls of the given sizes to a KvStore (append, compress) and to the device (kv_store,
+// kivi_compress): the stored bytes must be identical after every call — the same f16 parameters and
+// codes, the same exact rows.
+TEST(DecodeKernels, KiviCompressMatchesKvStoreByteForByte) {
+    DELTABIT_REQUIRE_GPU();
+    const int64_t H_kv = 2, d = 64, row = H_kv * d, max_call = 100;
+    const std::vector<int64_t> calls = {1, 5, 3, 160, 1, 1, 31, 32, 33, 100, 7, 1, 99, 64, 100, 100, 1, 2, 90};
+    int64_t capacity = 0;
+    for (int64_t n : calls) capacity += n;
+    std::mt19937 rng(77);
+    for (const KvSide side : {KvSide::keys, KvSide::values}) {
+        KvStore cpu(KvFormat::kivi4, side, H_kv, d);
+        DeviceKiviSide gpu(side, capacity, row, max_call);
+        int64_t n = 0;
+        for (int64_t T : calls) {
+            // Channels of different ranges and an outlier channel, as real keys have.
+            std::vector<float> rows = uniform(size_t(T * row), rng, -1.0f, 1.0f);
+            for (int64_t t = 0; t < T; ++t) {
+                rows[size_t(t * row + 3)] *= 40.0f;
+                rows[size_t(t * row + 70)] = 0.25f;  // a constant channel: scale 0, codes 0
+            }
+            cpu.append(rows.data(), T);
+            cpu.compress();
+            GuardedDeviceArray<float> drows(rows);
+            GuardedDeviceArray<int32_t> dpast(std::vector<int32_t>{int32_t(n)});
+            cuda::kv_store(drows.get(), T, row, dpast.get(), gpu.view, nullptr);
+            cuda::kivi_compress(gpu.view, row, dpast.get(), T, nullptr);
+            n += T;
+            const std::string what = std::string(side == KvSide::keys ? "keys" : "values") + " after " + std::to_string(n);
+            std::vector<StateChunk> want;
+            cpu.save("x", want);
+            const std::vector<StateChunk> got = device_kivi_chunks(gpu, side, n, row, what);
+            ASSERT_EQ(got.size(), want.size());
+            for (size_t i = 0; i < got.size(); ++i) {
+                EXPECT_EQ(got[i].name, want[i].name);
+                EXPECT_TRUE(got[i].bytes == want[i].bytes) << what << ": chunk " << want[i].name << " differs";
+            }
+        }
+        EXPECT_GT(kivi_split(n).quantised, 0);
+    }
+}
+
+// attention_cached over a kivi4 cache settled at n_past plus T rows just appended: against cpu::attention
+// over exactly what KvStore::read() gives (sinks, dequantised middle, exact residual and new rows), with
+// the f32 bound of attention_tolerance (the dequantisation m + s·code is the CPU's, bit for bit).
+void check_attention_kivi(AttnCase c, uint32_t seed) {
+    std::mt19937 rng(seed);
+    const int64_t row = c.n_kv_head * c.head_dim, max_call = std::max<int64_t>(c.n_tokens, 64);
+    const int64_t capacity = c.n_past + c.n_tokens;
+    KvStore k_cpu(KvFormat::kivi4, KvSide::keys, c.n_kv_head, c.head_dim);
+    KvStore v_cpu(KvFormat::kivi4, KvSide::values, c.n_kv_head, c.head_dim);
+    DeviceKiviSide k_gpu(KvSide::keys, capacity + kKiviGroup, row, max_call),
+        v_gpu(KvSide::values, capacity + kKiviGroup, row, max_call);
+    auto feed = [&](int64_t first, int64_t T, bool settle) {
+        const std::vector<float> k = uniform(size_t(T * row), rng, -1.0f, 1.0f), v = uniform(size_t(T * row), rng, -1.0f, 1.0f);
+        k_cpu.append(k.data(), T);
+        v_cpu.append(v.data(), T);
+        GuardedDeviceArray<float> dk(k), dv(v);
+        GuardedDeviceArray<int32_t> dpast(std::vector<int32_t>{int32_t(first)});
+        cuda::kv_store(dk.get(), T, row, dpast.get(), k_gpu.view, nullptr);
+        cuda::kv_store(dv.get(), T, row, dpast.get(), v_gpu.view, nullptr);
+        if (!settle) return;
+        k_cpu.compress();
+        v_cpu.compress();
+        cuda::kivi_compress(k_gpu.view, row, dpast.get(), T, nullptr);
+        cuda::kivi_compress(v_gpu.view, row, dpast.get(), T, nullptr);
+        cuda::cuda_check(cudaDeviceSynchronize(), "kivi feed");
+    };
+    for (int64_t n = 0; n < c.n_past;) {
+        const int64_t T = std::min<int64_t>(max_call, c.n_past - n);
+        feed(n, T, true);
+        n += T;
+    }
+    feed(c.n_past, c.n_tokens, false);
+    const std::vector<float> k = k_cpu.read(), v = v_cpu.read();
+    std::vector<float> q = uniform(size_t(c.n_tokens * c.n_head * c.head_dim), rng, -1.0f, 1.0f);
+    for (float& x : q) x *= c.q_scale;
+    const std::vector<float> gate = uniform(q.size(), rng, -4.0f, 4.0f);
+    const cpu::AttentionDims ref_dims{c.n_tokens, c.n_past, c.n_head, c.n_kv_head, c.head_dim};
+    std::vector<float> want(q.size());
+    cpu::attention(q.data(), k.data(), v.data(), c.gate ? gate.data() : nullptr, ref_dims, want.data());
+
+    c.capacity = capacity;
+    const cuda::CachedAttentionDims dims{c.n_tokens, c.n_head, c.n_kv_head, c.head_dim, c.capacity, c.head_dim, c.variant};
+    GuardedDeviceArray<float> dq(q), dgate(gate), dout(q.size());
+    GuardedDeviceArray<int32_t> dpast(std::vector<int32_t>{int32_t(c.n_past)});
+    GuardedDeviceArray<float> scratch(cuda::attention_decode_scratch_floats(dims));
+    cuda::attention_cached(dq.get(), k_gpu.view, v_gpu.view, c.gate ? dgate.get() : nullptr, dpast.get(), dims,
+                           scratch.get(), dout.get(), nullptr);
+    const bool keys = c.variant == cuda::AttentionDecodeVariant::keys_across_lanes;
+    const std::string what = std::string("attention_cached kivi4 ") + (keys ? "keys" : "dims") + " T=" +
+                             std::to_string(c.n_tokens) + " past=" + std::to_string(c.n_past) + " H=" +
+                             std::to_string(c.n_head) + "/" + std::to_string(c.n_kv_head) + " d=" + std::to_string(c.head_dim);
+    const std::vector<double> want_d = to_double(want);
+    const std::vector<double> tol = attention_tolerance(c, cuda::attention_decode_splits(dims), q, k, v, want_d);
+    expect_within(dout.download(what), want_d, [&](size_t i) { return tol[i]; }, what);
+    EXPECT_GT(kivi_split(c.n_past).quantised, 0) << what << ": nothing quantised, the case tests nothing";
+}
+
+TEST(DecodeKernels, AttentionCachedKivi4) {
+    DELTABIT_REQUIRE_GPU();
+    uint32_t seed = 500;
+    // Depths past the first quantised block (168), ring wraps, decode and prompt calls, head dims 32..256.
+    const std::vector<AttnCase> cases = {
+        {1, 168, 2, 1, 32, 0, false, false, 1},   {1, 200, 4, 2, 64, 0, true, false, 1},
+        {1, 1000, 6, 1, 128, 0, true, false, 8},  {1, 3000, 24, 4, 256, 0, true, false, 1},
+        {37, 500, 4, 2, 64, 0, true, false, 1},   {100, 777, 8, 2, 128, 0, false, false, 8},
+    };
+    for (AttnCase c : cases)
+        for (const auto variant : {cuda::AttentionDecodeVariant::dims_across_lanes,
+                                   cuda::AttentionDecodeVariant::keys_across_lanes}) {
+            c.variant = variant;
+            check_attention_kivi(c, seed++);
+        }
+}
+
 // ---- prologue and kv_store ----
 
 void check_prologue(int64_t H, int64_t H_kv, int64_t d, int64_t rope_dim, bool gated, bool half, int32_t position,
@@ -305,7 +479,7 @@ TEST(DecodeKernels, KvStoreRoundsToNearestEven) {
 
 // ---- gated DeltaNet decode ----
 
-void check_gdn_decode(const cuda::GdnDecodeDims& d, uint32_t seed) {
+void check_gdn_decode(const cuda::GdnDecodeDims& d, uint32_t seed, bool in_place) {
     std::mt19937 rng(seed);
     const int64_t Hk = d.n_key_heads, Hv = d.n_value_heads, dk = d.key_dim, dv = d.value_dim, K = d.conv_kernel;
     const int64_t C = 2 * Hk * dk + Hv * dv;
@@ -336,15 +510,24 @@ void check_gdn_decode(const cuda::GdnDecodeDims& d, uint32_t seed) {
         ddt(dt_bias), dz(z), dnorm(norm_w), dstate(state);
     GuardedDeviceArray<float> dq(static_cast<size_t>(Hk * dk)), dk_(static_cast<size_t>(Hk * dk)), dv_(static_cast<size_t>(Hv * dv)), dbeta(static_cast<size_t>(Hv)),
         dg(static_cast<size_t>(Hv)), dout(static_cast<size_t>(Hv * dv));
-    cuda::gdn_decode_prepare(dmixed.get(), db.get(), da.get(), dconv_w.get(), dconv_state.get(), dssm_a.get(), ddt.get(),
-                             d, l2_eps, dq.get(), dk_.get(), dv_.get(), dbeta.get(), dg.get(), nullptr);
+    // Out of place, the model's ping-pong: the old window and state must survive untouched.
+    GuardedDeviceArray<float> dconv_next(conv_state.size()), dstate_next(state.size());
+    float* conv_next = in_place ? dconv_state.get() : dconv_next.get();
+    float* state_out = in_place ? dstate.get() : dstate_next.get();
+    cuda::gdn_decode_prepare(dmixed.get(), db.get(), da.get(), dconv_w.get(), dconv_state.get(), conv_next, dssm_a.get(),
+                             ddt.get(), d, l2_eps, dq.get(), dk_.get(), dv_.get(), dbeta.get(), dg.get(), nullptr);
     cuda::gdn_decode_recurrent(dq.get(), dk_.get(), dv_.get(), dbeta.get(), dg.get(), dz.get(), dnorm.get(), eps, d,
-                               dstate.get(), dout.get(), nullptr);
+                               dstate.get(), state_out, dout.get(), nullptr);
     const std::string what = "gdn decode H=" + std::to_string(Hk) + "/" + std::to_string(Hv) + " dk=" +
                              std::to_string(dk) + " dv=" + std::to_string(dv) + " K=" + std::to_string(K) +
-                             (d.key_head_map == cpu::KeyHeadMap::tiled ? " tiled" : " grouped");
+                             (d.key_head_map == cpu::KeyHeadMap::tiled ? " tiled" : " grouped") +
+                             (in_place ? " in place" : " ping-pong");
+    if (!in_place) {
+        EXPECT_EQ(dconv_state.download(what + " old conv state"), conv_state) << what;
+        EXPECT_EQ(dstate.download(what + " old state"), state) << what;
+    }
     // The conv window moves exactly (copies, no arithmetic).
-    EXPECT_EQ(dconv_state.download(what + " conv state"), ref_conv_state) << what;
+    EXPECT_EQ((in_place ? dconv_state : dconv_next).download(what + " conv state"), ref_conv_state) << what;
     // Conv outputs: K fmaf and SiLU (expf 2 ulp, a divide): ≤ (K + 8)·u relative to Σ|w·x| + |y|.
     // q and k then go through an fp32 l2 norm (≤ (ceil(dk/256) + 12)·u relative); gates 8u.
     std::vector<double> conv_scale(static_cast<size_t>(C));
@@ -387,7 +570,7 @@ void check_gdn_decode(const cuda::GdnDecodeDims& d, uint32_t seed) {
     // largest |S| (state) or |y| (output) of the head, the worst of these shapes on an H200 was 4.6u
     // (state) and 5.1u (output); the bound is 32u. A wrong key head, gate or missing q scale moves them
     // by O(1e-2) of that scale.
-    const std::vector<float> got_state = dstate.download(what + " state");
+    const std::vector<float> got_state = (in_place ? dstate : dstate_next).download(what + " state");
     std::vector<double> head_max(static_cast<size_t>(Hv), 0.0), out_max(static_cast<size_t>(Hv), 0.0);
     for (size_t i = 0; i < ref_state.size(); ++i)
         head_max[i / size_t(dk * dv)] = std::max(head_max[i / size_t(dk * dv)], double(std::fabs(ref_state[i])));
@@ -402,12 +585,14 @@ void check_gdn_decode(const cuda::GdnDecodeDims& d, uint32_t seed) {
 TEST(DecodeKernels, GdnDecodeStep) {
     DELTABIT_REQUIRE_GPU();
     uint32_t seed = 300;
-    check_gdn_decode({1, 1, 1, 1, 1, cpu::KeyHeadMap::tiled}, seed++);
-    check_gdn_decode({2, 6, 63, 65, 4, cpu::KeyHeadMap::tiled}, seed++);
-    check_gdn_decode({2, 4, 65, 33, 3, cpu::KeyHeadMap::grouped}, seed++);
-    check_gdn_decode({1, 2, 256, 129, 4, cpu::KeyHeadMap::grouped}, seed++);
-    check_gdn_decode({3, 3, 32, 1000, 2, cpu::KeyHeadMap::tiled}, seed++);
-    check_gdn_decode({16, 48, 128, 128, 4, cpu::KeyHeadMap::tiled}, seed++);  // Bonsai-27B
+    for (const bool in_place : {true, false}) {
+        check_gdn_decode({1, 1, 1, 1, 1, cpu::KeyHeadMap::tiled}, seed++, in_place);
+        check_gdn_decode({2, 6, 63, 65, 4, cpu::KeyHeadMap::tiled}, seed++, in_place);
+        check_gdn_decode({2, 4, 65, 33, 3, cpu::KeyHeadMap::grouped}, seed++, in_place);
+        check_gdn_decode({1, 2, 256, 129, 4, cpu::KeyHeadMap::grouped}, seed++, in_place);
+        check_gdn_decode({3, 3, 32, 1000, 2, cpu::KeyHeadMap::tiled}, seed++, in_place);
+        check_gdn_decode({16, 48, 128, 128, 4, cpu::KeyHeadMap::tiled}, seed++, in_place);  // Bonsai-27B
+    }
 }
 
 // ---- argmax ----

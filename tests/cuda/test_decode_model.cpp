@@ -2,9 +2,10 @@
 //   - graph replay = eager launches, byte for byte, over 256 greedy tokens (argmax on the GPU), and the
 //     replay counter proves the graph ran (STYLE habit 16);
 //   - save → load → continue, and checkpoint → restore → continue, byte-identical to an uninterrupted
-//     run, for f32 and f16 KV; the image's chunk layout; load() refusing bad images untouched;
+//     run, for f32, f16 and kivi4 KV; the image's chunk layout; load() refusing bad images untouched;
 //   - f16 KV against the CPU reference (f32 KV): argmax at decisive positions, the first attention
-//     layer's cache exactly the RNE half of the f32 run's, DeltaNet states within a stated bound.
+//     layer's cache exactly the RNE half of the f32 run's, DeltaNet states within a stated bound;
+//   - kivi4 KV against the CPU's kivi4 over 600 tokens.
 #include "models/fixture.h"
 
 #if DELTABIT_HAVE_CUDA
@@ -16,6 +17,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <random>
 #include <span>
 
 #include "core/error.h"
@@ -84,19 +86,20 @@ TEST_P(DecodeModel, GraphReplayIsByteIdenticalToEagerOver256GreedyTokens) {
     if (has_moe(cpu.config())) {
         EXPECT_EQ(g.graph_replays, 0) << "MoE steps sync with the host and cannot be captured";
     } else {
-        // The first step of the sequence runs eagerly (it sizes the decode arena), every later one replays.
+        // The first step of the sequence runs eagerly (it sizes the decode arena), every later one replays:
+        // two graphs, one per copy of the DeltaNet states (each step reads one and writes the other).
         EXPECT_EQ(g.eager_steps, 1);
-        EXPECT_EQ(g.graph_captures, 1);
+        EXPECT_EQ(g.graph_captures, 2);
         EXPECT_EQ(g.graph_replays, kGreedy - 1);
-        // A sequence of another capacity (another split count: 128 instead of 8) captures its own graph in
-        // the same decode arena and replays it from its first step.
+        // A sequence of another capacity (another split count: 128 instead of 8) captures its own graphs in
+        // the same decode arena and replays them from its first step.
         CudaSequenceState big = graphed.new_sequence(40000);
         const float* pbig = graphed.forward_last(big, prompt);
         for (int i = 0; i < 3; ++i) {
             const int32_t id = graphed.argmax(pbig);
             pbig = graphed.forward_last(big, std::span(&id, 1));
         }
-        EXPECT_EQ(graphed.decode_stats().graph_captures, 2);
+        EXPECT_EQ(graphed.decode_stats().graph_captures, 4);
         EXPECT_EQ(graphed.decode_stats().graph_replays, kGreedy - 1 + 3);
         EXPECT_EQ(graphed.decode_stats().eager_steps, 1);
     }
@@ -115,12 +118,18 @@ TEST_P(DecodeModel, SaveLoadAndCheckpointRestoreContinueByteIdentical) {
     const test::Fixture f = test::load_fixture(param_fixture(GetParam()));
     const ModelConfig& c = cpu.config();
     CudaModel gpu(cpu);
-    for (const KvFormat kv : {KvFormat::f32, KvFormat::f16}) {
+    // 300 prompt tokens: past kivi4's first quantised block (position 168), so its codes are saved,
+    // loaded and restored too.
+    std::vector<int32_t> prompt;
+    while (prompt.size() < 300)
+        for (const test::FixtureCase& fc : f.cases) prompt.insert(prompt.end(), fc.tokens.begin(), fc.tokens.end());
+    prompt.resize(300);
+    for (const KvFormat kv : {KvFormat::f32, KvFormat::f16, KvFormat::kivi4}) {
         const std::string what = std::string(kv_format_name(kv));
         CudaSequenceState s = gpu.new_sequence(512, kv);
         ASSERT_EQ(s.kv_format(), kv);
         // A prompt (chunked path) then 12 greedy steps (eager first, then graph replays).
-        const float* p = gpu.forward_last(s, f.cases.back().tokens);
+        const float* p = gpu.forward_last(s, prompt);
         for (int i = 0; i < 12; ++i) {
             const int32_t id = gpu.argmax(p);
             p = gpu.forward_last(s, std::span(&id, 1));
@@ -139,10 +148,17 @@ TEST_P(DecodeModel, SaveLoadAndCheckpointRestoreContinueByteIdentical) {
                 return nullptr;
             };
             if (c.layers[size_t(l)] == LayerKind::full_attention) {
+                const KvFormat layer_kv = layer_kv_format(c, kv, l);
+                if (layer_kv == KvFormat::kivi4) {  // five chunks per side (models/kv_cache.h), checked below
+                    n_chunks += 10;
+                    continue;
+                }
                 for (const char* part : {"attn.k", "attn.v"}) {
                     const StateChunk* ch = find(blk + part);
                     ASSERT_NE(ch, nullptr) << what << " " << blk << part;
-                    EXPECT_EQ(ch->bytes.size(), size_t(image.position * c.n_head_kv * c.head_dim) * elem) << blk << part;
+                    EXPECT_EQ(ch->bytes.size(),
+                              size_t(image.position * c.n_head_kv * c.head_dim) * (layer_kv == KvFormat::f16 ? 2 : elem))
+                        << blk << part;
                     ++n_chunks;
                 }
             } else {
@@ -263,11 +279,22 @@ TEST(DecodeState, LoadAndRestoreRefuseBadInputsUntouched) {
     const StateCheckpoint ahead = s.checkpoint();
     EXPECT_THROW(target.restore(ahead), Error);
     EXPECT_TRUE(same_image(target.save(), before));
-    try {
-        gpu.new_sequence(8, KvFormat::kivi4);
-        ADD_FAILURE() << "kivi4 accepted";
-    } catch (const Error& e) {
-        EXPECT_STREQ(e.what(), "kivi4 KV cache is not on the GPU yet");
+}
+
+// Over rows of `vocab` logits: the rows where the reference's top-1 leads its runner-up by more than
+// `margin` (decisive), and of those, the rows where `got` picks another top-1.
+void count_decisive_argmax(const std::vector<float>& want, const std::vector<float>& got, int64_t vocab,
+                           double margin, int64_t& decisive, int64_t& mismatches) {
+    for (size_t r = 0; r * size_t(vocab) < want.size(); ++r) {
+        const std::span<const float> w(want.data() + r * size_t(vocab), size_t(vocab));
+        const std::span<const float> g(got.data() + r * size_t(vocab), size_t(vocab));
+        const int32_t top = argmax_lowest_id(w);
+        double second = -INFINITY;
+        for (size_t i = 0; i < w.size(); ++i)
+            if (int32_t(i) != top) second = std::max(second, double(w[i]));
+        if (double(w[size_t(top)]) - second <= margin) continue;
+        ++decisive;
+        if (argmax_lowest_id(g) != top) ++mismatches;
     }
 }
 
@@ -298,17 +325,7 @@ TEST_P(DecodeF16Kv, MatchesCpuReferenceWithinHalfRounding) {
             const std::vector<float> got = test::feed_in_mode(gpu, gs, mode, fc);
             ASSERT_EQ(got.size(), want.size());
             for (size_t i = 0; i < got.size(); ++i) max_diff = std::max(max_diff, std::fabs(double(got[i]) - want[i]));
-            for (size_t r = 0; r * size_t(f.vocab) < want.size(); ++r) {
-                const std::span<const float> w(want.data() + r * size_t(f.vocab), size_t(f.vocab));
-                const std::span<const float> g(got.data() + r * size_t(f.vocab), size_t(f.vocab));
-                const int32_t top = argmax_lowest_id(w);
-                double second = -INFINITY;
-                for (size_t i = 0; i < w.size(); ++i)
-                    if (int32_t(i) != top) second = std::max(second, double(w[i]));
-                if (double(w[size_t(top)]) - second <= 2 * tol) continue;
-                ++decisive;
-                if (argmax_lowest_id(g) != top) ++mismatches;
-            }
+            count_decisive_argmax(want, got, f.vocab, 2 * tol, decisive, mismatches);
         }
         std::printf("[ decode ] %-22s f16 KV %-6s max|dlogit| vs cpu f32 %.3e (%.2e of max|logit|); argmax differs at "
                     "%lld of %lld decisive positions\n",
@@ -355,6 +372,55 @@ TEST_P(DecodeF16Kv, MatchesCpuReferenceWithinHalfRounding) {
     EXPECT_LE(state_diff, 1e-2 * state_max);
 }
 
+// kivi4 KV on the GPU against kivi4 on the CPU (the reference), float fixtures, 600 tokens: a 300-token
+// prompt (one call on both), then 300 single steps, so the cache quantises during prompts and decode.
+// Both quantise the same way (tests/cuda/test_decode_kernels.cpp checks codes byte for byte); their
+// inputs differ by the backends' rounding, which can move a value across a code boundary now and then —
+// one level is (max − min)/15 of its group. The check is the f16 test's: argmax identical wherever the
+// CPU's top-1 − top-2 gap exceeds 2·(1e-2·max|logit|). And the GPU's kivi4 run must differ from its f32
+// run (else nothing was quantised).
+class DecodeKivi4Kv : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DecodeKivi4Kv, MatchesCpuKivi4) {
+    DELTABIT_REQUIRE_GPU();
+    const test::Fixture f = test::load_fixture(GetParam());
+    const Model cpu = Model::load(f.dir);
+    CudaModel gpu(cpu);
+    const int64_t V = f.vocab;
+    std::mt19937 rng(606);
+    std::vector<int32_t> ids(600);
+    for (int32_t& id : ids) id = int32_t(rng() % uint32_t(V));
+    const std::span<const int32_t> prompt(ids.data(), 300);
+
+    SequenceState cs = cpu.new_sequence(KvFormat::kivi4);
+    CudaSequenceState gs = gpu.new_sequence(1024, KvFormat::kivi4), g32 = gpu.new_sequence(1024, KvFormat::f32);
+    std::vector<float> want = cpu.forward(cs, prompt), got = gpu.forward(gs, prompt), f32 = gpu.forward(g32, prompt);
+    want.erase(want.begin(), want.end() - V);  // the prompt's last row only
+    got.erase(got.begin(), got.end() - V);
+    f32.erase(f32.begin(), f32.end() - V);
+    for (size_t t = 300; t < ids.size(); ++t) {
+        const std::span<const int32_t> one(&ids[t], 1);
+        for (auto [rows, step] : {std::pair{&want, cpu.forward(cs, one)}, std::pair{&got, gpu.forward(gs, one)},
+                                  std::pair{&f32, gpu.forward(g32, one)}})
+            rows->insert(rows->end(), step.begin(), step.end());
+    }
+    const double tol = 1e-2 * f.max_abs_logit;
+    double max_diff = 0, diff_f32 = 0;
+    int64_t decisive = 0, mismatches = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+        max_diff = std::max(max_diff, std::fabs(double(got[i]) - want[i]));
+        diff_f32 = std::max(diff_f32, std::fabs(double(got[i]) - f32[i]));
+    }
+    count_decisive_argmax(want, got, V, 2 * tol, decisive, mismatches);
+    std::printf("[ decode ] %-22s kivi4 GPU vs CPU kivi4: max|dlogit| %.3e (%.2e of max|logit|), vs GPU f32 %.3e; "
+                "argmax differs at %lld of %lld decisive positions\n",
+                f.name.c_str(), max_diff, max_diff / f.max_abs_logit, diff_f32, (long long)mismatches,
+                (long long)decisive);
+    EXPECT_EQ(mismatches, 0);
+    EXPECT_GT(decisive, 100);
+    EXPECT_GT(diff_f32, max_diff) << "kivi4 on the GPU is no further from f32 than from the CPU's kivi4";
+}
+
 std::vector<std::string> float_fixtures() {
     std::vector<std::string> out;
     for (const std::string& n : test::fixture_names())
@@ -362,6 +428,8 @@ std::vector<std::string> float_fixtures() {
     return out;
 }
 INSTANTIATE_TEST_SUITE_P(Fixtures, DecodeF16Kv, ::testing::ValuesIn(float_fixtures()),
+                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Fixtures, DecodeKivi4Kv, ::testing::ValuesIn(float_fixtures()),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

@@ -180,12 +180,13 @@ TEST(DecodePerf, AttentionAndDeltaNetKernels) {
     const double fused = time_us(
         [&](int i) {
             cuda::gdn_decode_prepare(mixed.get<float>(), b.get<float>(), a.get<float>(), conv_w.get<float>(),
-                                     conv_state.get<float>(), ssm_a.get<float>(), dt.get<float>(), gd, 1e-6f,
+                                     conv_state.get<float>(), conv_state.get<float>(), ssm_a.get<float>(),
+                                     dt.get<float>(), gd, 1e-6f,
                                      qb.get<float>(), kb.get<float>(), vb.get<float>(), beta.get<float>(), g.get<float>(),
                                      nullptr);
             cuda::gdn_decode_recurrent(qb.get<float>(), kb.get<float>(), vb.get<float>(), beta.get<float>(), g.get<float>(),
                                        z.get<float>(), norm_w.get<float>(), 1e-6f, gd, states[size_t(i % 8)].get<float>(),
-                                       o.get<float>(), nullptr);
+                                       states[size_t(i % 8)].get<float>(), o.get<float>(), nullptr);
         },
         200);
     row("gdn decode step, fused (2 launches), 16/48 x 128", fused, state_bytes);

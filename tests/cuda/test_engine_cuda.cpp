@@ -1,6 +1,6 @@
 // The CUDA engine (runtime/engine_cuda.cpp) as the runtime uses it: the same answers as the CPU engine,
 // and every state operation — save/load, checkpoint/restore, sessions with prefix reuse, snapshots —
-// exact on the GPU, in every KV format the GPU holds.
+// exact on the GPU, in every KV format; greedy run-ahead and the EOS rewind invisible.
 //
 // Exactness on one backend is bitwise (the same kernels on the same inputs in the same order give the
 // same bits: nothing here is allowed to depend on timing). Across backends the float fixture's bound is
@@ -15,6 +15,8 @@
 
 #include "backend/cuda_probe.h"
 #include "models/model_fingerprint.h"
+#include "runtime/engine_test_support.h"
+#include "runtime/token_ledger.h"
 
 #include <gtest/gtest.h>
 
@@ -123,7 +125,7 @@ TEST_F(CudaEngineTest, GreedyTokensEqualTheCpuEngines) {
 // Save a state, load it into a fresh sequence, feed both the same next token and let each sample 300
 // more: the tokens and the final logits must be bit-identical, per KV format.
 TEST_F(CudaEngineTest, SaveLoadThenContinueIsBitIdentical) {
-    for (KvFormat kv : {KvFormat::f32, KvFormat::f16}) {
+    for (KvFormat kv : {KvFormat::f32, KvFormat::f16, KvFormat::kivi4}) {
         SCOPED_TRACE(std::string(kv_format_name(kv)));
         const std::vector<int32_t> prompt = byte_tokens(70, 2);
         const std::span<const int32_t> head(prompt.data(), prompt.size() - 1), last(&prompt.back(), 1);
@@ -172,15 +174,16 @@ TEST_F(CudaEngineTest, StateImagesMoveBetweenBackends) {
 // Checkpoint, run on, restore, run the same tokens again: bit-identical logits (the DeltaNet state came
 // back exactly, and the KV beyond the checkpoint was cut).
 TEST_F(CudaEngineTest, CheckpointRestoreIsExact) {
-    for (KvFormat kv : {KvFormat::f32, KvFormat::f16}) {
+    for (KvFormat kv : {KvFormat::f32, KvFormat::f16, KvFormat::kivi4}) {
         SCOPED_TRACE(std::string(kv_format_name(kv)));
-        const std::vector<int32_t> prompt = byte_tokens(50, 4), more = byte_tokens(30, 5), other = byte_tokens(40, 6);
+        // 200 tokens: kivi4 has quantised 32 positions (from 168), and the detours quantise more.
+        const std::vector<int32_t> prompt = byte_tokens(200, 4), more = byte_tokens(30, 5), other = byte_tokens(40, 6);
         auto s = gpu_->new_sequence({.max_positions = 256, .kv_format = kv});
         gpu_->forward(*s, prompt);
         const StateCheckpoint cp = s->checkpoint();
         const std::vector<float> first = gpu_->forward_all(*s, more);
         s->restore(cp);
-        EXPECT_EQ(s->position(), 50);
+        EXPECT_EQ(s->position(), 200);
         gpu_->forward(*s, other);  // a different continuation overwrites the KV past 50
         s->restore(cp);
         EXPECT_TRUE(same_bits(first, gpu_->forward_all(*s, more)));
@@ -194,7 +197,7 @@ TEST_F(CudaEngineTest, SessionPrefixReuseAndSnapshotAreExact) {
     GenerationOptions options;
     options.sampling = sampled(11);
     options.max_tokens = 150;
-    for (KvFormat kv : {KvFormat::f32, KvFormat::f16}) {
+    for (KvFormat kv : {KvFormat::f32, KvFormat::f16, KvFormat::kivi4}) {
         SCOPED_TRACE(std::string(kv_format_name(kv)));
         const SessionOptions so{.sequence = {.max_positions = 1024, .kv_format = kv}, .checkpoints = {.interval = 64}};
         const std::vector<int32_t> turn1 = byte_tokens(90, 8);
@@ -222,6 +225,79 @@ TEST_F(CudaEngineTest, SessionPrefixReuseAndSnapshotAreExact) {
         const TurnResult resumed = restored.run_turn(turn2, options);
         EXPECT_EQ(resumed.generation.tokens, reused.generation.tokens);
         std::filesystem::remove(file);
+    }
+}
+
+// Plain greedy decoding runs one step ahead on the GPU (runtime/engine.h, "Running ahead"): generation
+// that ends at an EOS leaves the sequence exactly where a run that never ran ahead leaves it — the same
+// position and every state byte the same as a twin fed the same tokens one forward call at a time — and
+// both continue to the same bits. So does a caller that feeds a token other than the one run ahead on.
+TEST_F(CudaEngineTest, GreedyRunsAheadAndAnEosRewindsExactly) {
+    const std::vector<int32_t> prompt = byte_tokens(200, 12);  // past 168: kivi4 has quantised
+    for (KvFormat kv : {KvFormat::f32, KvFormat::f16, KvFormat::kivi4}) {
+        SCOPED_TRACE(std::string(kv_format_name(kv)));
+        const SequenceOptions so{.max_positions = 512, .kv_format = kv};
+        // The greedy tokens of the fixture (no EOS in its metadata) pick the EOS: the token whose first
+        // occurrence comes latest, so that many steps ran ahead before it.
+        GenerationOptions free_run;
+        free_run.sampling.temperature = 0.0f;
+        free_run.max_tokens = 200;
+        auto probe = gpu_->new_sequence(so);
+        TokenLedger probe_ledger;
+        const std::vector<int32_t> free_tokens = generate(*gpu_, *probe, probe_ledger, prompt, free_run).tokens;
+        size_t first_use = 0;
+        for (size_t i = 0; i < free_tokens.size(); ++i)
+            if (std::find(free_tokens.begin(), free_tokens.begin() + i, free_tokens[i]) == free_tokens.begin() + i)
+                first_use = i;  // the latest first occurrence so far
+        ASSERT_GE(first_use, size_t(10)) << "the greedy run repeats too early to test anything";
+        const int32_t eos = free_tokens[first_use];
+
+        const std::shared_ptr<const Model> eos_model = test::with_eos(*model_, {eos});
+        const std::unique_ptr<Engine> engine = make_cuda_engine(eos_model);
+        auto seq = engine->new_sequence(so);
+        TokenLedger ledger;
+        GenerationOptions until_eos;
+        until_eos.sampling.temperature = 0.0f;
+        const GenerationResult r = generate(*engine, *seq, ledger, prompt, until_eos);
+        EXPECT_EQ(r.finish, FinishReason::eos);
+        ASSERT_EQ(r.tokens, std::vector<int32_t>(free_tokens.begin(), free_tokens.begin() + int64_t(first_use) + 1));
+        const int64_t consumed = int64_t(prompt.size()) + int64_t(first_use);  // the EOS is not consumed
+        EXPECT_EQ(seq->position(), consumed);
+        EXPECT_EQ(int64_t(ledger.size()), consumed);
+        const EngineCounters counters = engine->counters();
+        EXPECT_GT(counters.run_ahead_steps, int64_t(first_use) - 5) << "greedy did not run ahead";
+
+        // The twin: the same forward calls, no next_token, so nothing runs ahead.
+        auto twin = engine->new_sequence(so);
+        engine->forward(*twin, prompt);
+        for (size_t i = 0; i < first_use; ++i) engine->forward(*twin, std::span(&r.tokens[i], 1));
+        const StateImage a = seq->save(), b = twin->save();
+        EXPECT_EQ(engine->counters().run_ahead_undone, counters.run_ahead_undone + 1) << "the EOS step was not undone";
+        EXPECT_EQ(a.position, b.position);
+        ASSERT_EQ(a.chunks.size(), b.chunks.size());
+        for (size_t i = 0; i < a.chunks.size(); ++i)
+            EXPECT_TRUE(a.chunks[i].bytes == b.chunks[i].bytes) << a.chunks[i].name << " differs from the twin's";
+        // Both consume the EOS and go on greedily: the same tokens and logits, bit for bit. Then `seq` is
+        // handed another token than the one it ran ahead on: the step is undone, the other token consumed.
+        Sampler greedy_a(until_eos.sampling), greedy_b(until_eos.sampling), greedy_c(until_eos.sampling);
+        std::vector<int32_t> history = prompt;
+        history.insert(history.end(), r.tokens.begin(), r.tokens.end() - 1);
+        engine->forward(*seq, std::span(&eos, 1));
+        const Continuation on_a = continue_sequence(*engine, *seq, greedy_a, history, 30);
+        const int32_t chosen = engine->next_token(*seq, greedy_c, {history, std::vector<uint8_t>(history.size(), 0)});
+        const int32_t other = (chosen + 1) % int32_t(engine->config().n_vocab);
+        const EngineCounters before_other = engine->counters();
+        engine->forward(*seq, std::span(&other, 1));
+        EXPECT_EQ(engine->counters().run_ahead_steps, before_other.run_ahead_steps);
+        EXPECT_EQ(engine->counters().run_ahead_undone, before_other.run_ahead_undone + 1);
+        const std::vector<float> after_other = engine->last_logits(*seq);
+
+        engine->forward(*twin, std::span(&eos, 1));
+        const Continuation on_b = continue_sequence(*engine, *twin, greedy_b, history, 30);
+        engine->forward(*twin, std::span(&other, 1));
+        EXPECT_EQ(on_a.tokens, on_b.tokens);
+        EXPECT_TRUE(same_bits(on_a.last_logits, on_b.last_logits));
+        EXPECT_TRUE(same_bits(after_other, engine->last_logits(*twin)));
     }
 }
 

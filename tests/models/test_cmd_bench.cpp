@@ -48,9 +48,9 @@ TEST(BenchCli, BadListsAndFormatsAreRefusedBeforeAnyWork) {
     EXPECT_EQ(budget.exit_code, 1);
     EXPECT_NE(budget.output.find("--max-seconds 0: must be a positive number of seconds"), std::string::npos)
         << budget.output;
-    const auto kv = run_deltabit("bench --geometry tiny-qwen3 --kv kivi4 --no-history");
+    const auto kv = run_deltabit("bench --geometry tiny-qwen3 --kv q8 --no-history");
     EXPECT_EQ(kv.exit_code, 1);
-    EXPECT_NE(kv.output.find("expected f32 or f16"), std::string::npos) << kv.output;
+    EXPECT_NE(kv.output.find("expected f32, f16 or kivi4"), std::string::npos) << kv.output;
 }
 
 TEST(BenchCli, WithoutAGpuItSaysSoAndFails) {

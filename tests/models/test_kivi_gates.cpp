@@ -6,6 +6,14 @@
 //
 // One hybrid family (qwen3_5) runs 4096 tokens, the depth the bins are written for; the other families
 // run 512 (the first two bins; KIVI quantises from position 168 on) to keep the test's time modest.
+//
+// kivi4 here is the format as sequences store it, layer by layer (layer_kv_format, models/kv_format.h):
+// on qwen3_float layer 0 is full attention and stays f16, layers 1-3 are quantised; the hybrids'
+// attention layers follow DeltaNet layers and are all quantised. Quantising qwen3's layer 0 as well
+// fails this gate (mean KL 6.9e-3, top-1 91.9% at depth 128-511; docs/kv_cache.md has the measurements
+// behind the rule). A rule that kept more layers exact would pass the gate without testing KIVI, so the
+// test also checks that every layer the rule quantises holds quantised groups, and
+// LayerKvFormat.Kivi4KeepsAnAttendingLayer0InF16 (test_kv_cache.cpp) pins the rule to layer 0 alone.
 #include "english_text.h"
 #include "fixture.h"
 
@@ -35,16 +43,36 @@ struct DepthBin {
 };
 constexpr DepthBin kBins[] = {{0, 128}, {128, 512}, {512, 1024}, {1024, 2048}, {2048, 4096}};
 
+struct ForcedRun {
+    std::vector<float> logits;  // [position][vocab]
+    SequenceState state;        // after the last token
+};
+
 // Logits of every position, fed one token per call.
-std::vector<float> teacher_forced(const Model& model, KvFormat format, const std::vector<int32_t>& ids) {
-    SequenceState state = model.new_sequence(format);
-    std::vector<float> all;
-    all.reserve(ids.size() * size_t(model.config().n_vocab));
+ForcedRun teacher_forced(const Model& model, KvFormat format, const std::vector<int32_t>& ids) {
+    ForcedRun run{{}, model.new_sequence(format)};
+    run.logits.reserve(ids.size() * size_t(model.config().n_vocab));
     for (int32_t id : ids) {
-        const std::vector<float> row = model.forward(state, std::vector<int32_t>{id});
-        all.insert(all.end(), row.begin(), row.end());
+        const std::vector<float> row = model.forward(run.state, std::vector<int32_t>{id});
+        run.logits.insert(run.logits.end(), row.begin(), row.end());
     }
-    return all;
+    return run;
+}
+
+// Every attention layer stores what layer_kv_format says, and the kivi4 ones hold quantised groups.
+// Returns whether some attention layer of the kivi4 sequence is stored as f16.
+bool expect_layer_formats(const ModelConfig& config, const SequenceState& kivi) {
+    bool some_f16 = false;
+    for (int64_t l = 0; l < config.n_layer(); ++l) {
+        if (config.layers[size_t(l)] != LayerKind::full_attention) continue;
+        const KvFormat want = layer_kv_format(config, KvFormat::kivi4, l);
+        some_f16 |= want == KvFormat::f16;
+        for (const KvStore* store : {&kivi.layer(l).k, &kivi.layer(l).v}) {
+            EXPECT_EQ(store->format(), want) << "layer " << l;
+            if (want == KvFormat::kivi4) EXPECT_GT(store->split().quantised, 0) << "layer " << l;
+        }
+    }
+    return some_f16;
 }
 
 std::vector<double> log_softmax(const float* logits, int64_t n) {
@@ -129,42 +157,39 @@ TEST_P(KiviGates, LossyKvFormatsAgreeWithF32ByDepth) {
     auto run = [&](KvFormat format) {
         return std::async(std::launch::async, teacher_forced, std::cref(model), format, std::cref(ids));
     };
-    std::future<std::vector<float>> half = run(KvFormat::f16), kivi = run(KvFormat::kivi4);
-    const std::vector<float> exact = teacher_forced(model, KvFormat::f32, ids);
+    std::future<ForcedRun> half = run(KvFormat::f16), kivi = run(KvFormat::kivi4);
+    const std::vector<float> exact = teacher_forced(model, KvFormat::f32, ids).logits;
 
-    for (KvFormat format : {KvFormat::f16, KvFormat::kivi4}) {
-        const std::vector<float> lossy = (format == KvFormat::f16 ? half : kivi).get();
-        const std::vector<BinResult> bins = compare_by_depth(exact, lossy, vocab);
-        print_table(gc.family, format, bins);
-        expect_gates(gc.family, format, bins);
-        if (format == KvFormat::kivi4) {
-            // No group leaves the residual window before position 168 (8 sinks + 128 + 32), so the first
-            // bin is the f32 run exactly, and past it the quantised middle must show (else the gate
-            // measured f32 against itself).
-            EXPECT_EQ(bins.front().mean_kl, 0.0);
-            EXPECT_GT(bins.back().mean_kl, 0.0);
-        }
-    }
+    const ForcedRun f16_run = half.get(), kivi_run = kivi.get();
+    const std::vector<BinResult> f16_bins = compare_by_depth(exact, f16_run.logits, vocab);
+    const std::vector<BinResult> kivi_bins = compare_by_depth(exact, kivi_run.logits, vocab);
+    print_table(gc.family, KvFormat::f16, f16_bins);
+    expect_gates(gc.family, KvFormat::f16, f16_bins);
+    print_table(gc.family, KvFormat::kivi4, kivi_bins);
+    expect_gates(gc.family, KvFormat::kivi4, kivi_bins);
+
+    const bool some_f16 = expect_layer_formats(model.config(), kivi_run.state);
+    // No group leaves the residual window before position 168 (8 sinks + 128 + 32), so in the first bin
+    // a kivi4 sequence differs from f32 only in the layers it keeps as f16. Without such a layer it is
+    // the f32 run exactly. With one (qwen3: layer 0 of 4), its error is the f16 format's own size: that
+    // layer's rounding is most of the f16 run's (measured: 3.56e-7 against the f16 run's 3.62e-7, while
+    // one layer quantised gives 8.7e-6 to 6.6e-3 at depth 128-511), so twice the f16 run's bound
+    // separates rounding from any quantisation that starts early.
+    if (some_f16)
+        EXPECT_LT(kivi_bins.front().mean_kl, 2.0 * f16_bins.front().mean_kl);
+    else
+        EXPECT_EQ(kivi_bins.front().mean_kl, 0.0);
+    // Past it the quantised middle must show (else the gate measured f32 against itself).
+    EXPECT_GT(kivi_bins.back().mean_kl, 0.0);
 }
 
 std::string case_name(const ::testing::TestParamInfo<GateCase>& info) { return info.param.family; }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, KiviGates,
                          ::testing::Values(GateCase{"qwen3_5_float", 4096}, GateCase{"qwen3_5_moe_float", 512},
-                                           GateCase{"qwen3_next_float", 512}, GateCase{"qwen3_next_moe_float", 512}),
+                                           GateCase{"qwen3_next_float", 512}, GateCase{"qwen3_next_moe_float", 512},
+                                           GateCase{"qwen3_float", 512}),
                          case_name);
-
-// KNOWN FAILURE, kept visible rather than dropped (gtest lists it as disabled on every run; run it with
-// --gtest_also_run_disabled_tests). On qwen3_float — four attention layers, no DeltaNet — kivi4 misses
-// the gate at depth 128–511: mean KL 6.9e-3 (gate 0.005), p99 3.1e-2, top-1 91.9% (gate 96.5%); f16
-// passes. Not a bug as far as measured: the dequantised keys and values carry the relative RMS error
-// that 16 levels over a group's range predict for Gaussian data (5.7–8.0%, docs/kv_cache.md), values
-// cause ~90% of the KL, almost all of it in layer 0 (where a value depends on the token id alone, so
-// every occurrence of a byte carries the same error and attention does not average it out), and this
-// random model's logits are flat (a quarter of the positions have a
-// top-2 probability margin under 0.02, so f16 alone flips 1 top-1 in 128). The thresholds stay; the
-// lead decides between a qwen3 fixture that is not flat, a smaller value group, or a recorded failure.
-INSTANTIATE_TEST_SUITE_P(DISABLED_KnownFailing, KiviGates, ::testing::Values(GateCase{"qwen3_float", 512}), case_name);
 
 }  // namespace
 }  // namespace deltabit

@@ -190,7 +190,8 @@ TEST(KvStore, ChunkSizesMatchTheLayoutAndBytesPerToken) {
 }
 
 // A 64-layer hybrid with full attention every 4th layer, 4 KV heads × 256, DeltaNet H_k 16 × 128,
-// H_v 48 × 128, conv kernel 4: the totals `deltabit info --kv` prints, counted by hand.
+// H_v 48 × 128, conv kernel 4 (Bonsai-27B's geometry): the totals `deltabit info --kv` prints, counted
+// by hand. Layer 0 is DeltaNet, so every attention layer is quantised under kivi4.
 TEST(KvStore, SequenceTotalsForARealGeometry) {
     ModelConfig c;
     for (int64_t l = 0; l < 64; ++l)
@@ -213,6 +214,46 @@ TEST(KvStore, SequenceTotalsForARealGeometry) {
     EXPECT_EQ(deltanet_state_bytes(c), int64_t(48) * (3 * 10240 + 48 * 128 * 128) * 4);
 }
 
+// Which format each attention layer stores: kivi4 keeps layer 0 in f16 only when layer 0 attends.
+TEST(LayerKvFormat, Kivi4KeepsAnAttendingLayer0InF16) {
+    ModelConfig plain;  // qwen3: every layer full attention
+    plain.layers.assign(4, LayerKind::full_attention);
+    ModelConfig hybrid;  // qwen3_5: DeltaNet first, attention every 4th layer
+    for (int64_t l = 0; l < 8; ++l)
+        hybrid.layers.push_back(l % 4 == 3 ? LayerKind::full_attention : LayerKind::linear_attention);
+    EXPECT_EQ(layer_kv_format(plain, KvFormat::kivi4, 0), KvFormat::f16);
+    for (int64_t l : {1, 2, 3}) EXPECT_EQ(layer_kv_format(plain, KvFormat::kivi4, l), KvFormat::kivi4) << l;
+    // The hybrid's first attention layer (3) has DeltaNet layers before it: quantised like the others.
+    for (int64_t l : {3, 7}) EXPECT_EQ(layer_kv_format(hybrid, KvFormat::kivi4, l), KvFormat::kivi4) << l;
+    for (KvFormat f : {KvFormat::f32, KvFormat::f16}) {
+        EXPECT_EQ(layer_kv_format(plain, f, 0), f);
+        EXPECT_EQ(layer_kv_format(hybrid, f, 3), f);
+    }
+    // And a sequence builds its stores that way.
+    plain.n_head_kv = 1;
+    plain.head_dim = 32;
+    const SequenceState s(plain, KvFormat::kivi4);
+    EXPECT_EQ(s.layer(0).k.format(), KvFormat::f16);
+    EXPECT_EQ(s.layer(0).v.format(), KvFormat::f16);
+    EXPECT_EQ(s.layer(1).k.format(), KvFormat::kivi4);
+    EXPECT_EQ(s.layer(3).v.format(), KvFormat::kivi4);
+}
+
+// Qwen3-8B's geometry: 36 layers, all full attention, 8 KV heads × 128. Under kivi4 layer 0 costs f16's
+// 2 × 1024 values × 2 bytes per token and the other 35 layers 2 × 1024 × 0.625.
+TEST(KvStore, SequenceTotalsWhenLayer0Attends) {
+    ModelConfig c;
+    c.layers.assign(36, LayerKind::full_attention);
+    c.n_head_kv = 8;
+    c.head_dim = 128;
+    EXPECT_EQ(kv_bytes_per_token(c, KvFormat::f16), 36.0 * 2 * 1024 * 2);
+    EXPECT_EQ(kv_bytes_per_token(c, KvFormat::kivi4), 2 * 1024 * 2 + 35.0 * 2 * 1024 * 0.625);  // 48896
+    // 1024 positions: layer 0 1024 f16 rows per side; every other layer per side 8 sinks + 864 quantised
+    // + 152 residual of a 1024-value row = 8·4096 + 864·512 + 27·1024·4 + 152·4096 = 1208320 bytes.
+    EXPECT_EQ(kv_cache_bytes(c, KvFormat::kivi4, 1024), int64_t(2) * 1024 * 2048 + int64_t(35) * 2 * 1208320);
+    EXPECT_EQ(deltanet_state_bytes(c), 0);
+}
+
 // `deltabit info MODEL --kv` as a user runs it: the JSON numbers are the state layout's, counted by hand
 // for the fixture (1 attention layer, 2 KV heads × 64), and the text form carries the same.
 TEST(KvStore, InfoKvPrintsBytesPerTokenAndContextTotals) {
@@ -232,10 +273,33 @@ TEST(KvStore, InfoKvPrintsBytesPerTokenAndContextTotals) {
     // 1024: 8 sinks + 864 quantised + 152 residual, per side 136+16 exact rows of 512 bytes + codes + (m, s).
     EXPECT_EQ(f[2].at("bytes_1k").get<int64_t>(), 2 * ((8 + 152) * 512 + 864 * 64 + 27 * 128 * 4));
 
+    EXPECT_EQ(r.at("kivi4_f16_layers"), nlohmann::json::array());  // layer 0 is DeltaNet
+
     const test::CommandResult text = test::run_deltabit("info " + dir + " --kv");
     ASSERT_EQ(text.exit_code, 0) << text.output;
     EXPECT_NE(text.output.find("1 full-attention layer,"), std::string::npos) << text.output;
     EXPECT_NE(text.output.find("  kivi4             160"), std::string::npos) << text.output;
+    EXPECT_EQ(text.output.find("in f16"), std::string::npos) << text.output;
+}
+
+// qwen3_float: 4 attention layers of 2 KV heads × 64, layer 0 kept in f16 under kivi4: per token
+// 2 × 128 values × 2 bytes for layer 0 and 2 × 128 × 0.625 for each of the other three.
+TEST(KvStore, InfoKvCountsTheF16Layer0OfKivi4) {
+    const std::string dir = (test::fixtures_dir() / "qwen3_float").string();
+    const test::CommandResult json_run = test::run_deltabit("info " + dir + " --kv --json", test::Stderr::discard);
+    ASSERT_EQ(json_run.exit_code, 0) << json_run.output;
+    const nlohmann::json r = nlohmann::json::parse(json_run.output).at("kv_cache");
+    EXPECT_EQ(r.at("kivi4_f16_layers"), nlohmann::json::array({0}));
+    const nlohmann::json& kivi = r.at("formats")[2];
+    EXPECT_EQ(kivi.at("bytes_per_token").get<double>(), 2 * 128 * 2 + 3 * 2 * 128 * 0.625);  // 992
+    // 1024: layer 0 1024 f16 rows of 256 bytes per side; layers 1-3 as in the hybrid's test above.
+    EXPECT_EQ(kivi.at("bytes_1k").get<int64_t>(),
+              2 * 1024 * 256 + 3 * 2 * ((8 + 152) * 512 + 864 * 64 + 27 * 128 * 4));
+
+    const test::CommandResult text = test::run_deltabit("info " + dir + " --kv");
+    ASSERT_EQ(text.exit_code, 0) << text.output;
+    EXPECT_NE(text.output.find("  kivi4             992"), std::string::npos) << text.output;
+    EXPECT_NE(text.output.find("kivi4 keeps layer 0 in f16"), std::string::npos) << text.output;
 }
 
 // A whole prompt attends to its own keys in their per-token form, so on a kivi4 cache a prompt's

@@ -219,6 +219,23 @@ TEST(StateCheckpointRefusals, EveryMismatchIsNamedAndChangesNothing) {
     expect_refused(exact, [&] { exact.restore(state.checkpoint()); }, "is not part of this model's state");
 }
 
+// `chunk` holds the f16 bits of what attention observed as `name` when a fresh sequence of `kv` reads `ids`.
+void expect_f16_of_observed(const Model& model, KvFormat kv, const std::vector<int32_t>& ids, std::string_view name,
+                            const StateChunk& chunk) {
+    std::vector<float> observed;
+    const ActivationObserver observer = [&](std::string_view n, const float* data, int64_t count) {
+        if (n == name) observed.assign(data, data + count);
+    };
+    SequenceState probe = model.new_sequence(kv);
+    model.forward(probe, ids, &observer);
+    ASSERT_EQ(observed.size() * 2, chunk.bytes.size()) << chunk.name;
+    for (size_t i = 0; i < observed.size(); ++i) {
+        uint16_t bits;
+        std::memcpy(&bits, chunk.bytes.data() + 2 * i, 2);
+        ASSERT_EQ(bits, float_to_half(observed[i])) << chunk.name << " element " << i;
+    }
+}
+
 TEST(StateImage, ChunksFollowTheDocumentedLayout) {
     const Model model = Model::load(test::fixtures_dir() / "qwen3_5_moe_float");  // linear, full
     const ModelConfig& c = model.config();
@@ -237,18 +254,40 @@ TEST(StateImage, ChunksFollowTheDocumentedLayout) {
     EXPECT_EQ(image.chunks[2].bytes.size(), size_t(9 * 2 * 64 * 2));
     EXPECT_EQ(c.ssm_conv_kernel, 4);
     // And the keys are the f16 bits of what attention observed as blk.1.attn.k for the same tokens.
-    std::vector<float> observed_k;
-    const ActivationObserver observer = [&](std::string_view name, const float* data, int64_t n) {
-        if (name == "blk.1.attn.k") observed_k.assign(data, data + n);
-    };
-    SequenceState probe = model.new_sequence(KvFormat::f16);
-    model.forward(probe, ids, &observer);
-    ASSERT_EQ(observed_k.size() * 2, image.chunks[2].bytes.size());
-    for (size_t i = 0; i < observed_k.size(); ++i) {
-        uint16_t bits;
-        std::memcpy(&bits, image.chunks[2].bytes.data() + 2 * i, 2);
-        ASSERT_EQ(bits, float_to_half(observed_k[i])) << i;
-    }
+    expect_f16_of_observed(model, KvFormat::f16, ids, "blk.1.attn.k", image.chunks[2]);
+}
+
+// A kivi4 sequence of qwen3 (every layer full attention) keeps layer 0 in f16 (models/kv_format.h,
+// layer_kv_format): its image has layer 0's f16 chunks, the KIVI chunks for layers 1-3, and a
+// checkpoint holds residual windows of layers 1-3 only (an f16 layer is cut back exactly).
+TEST(StateImage, Kivi4KeepsLayer0OfAPlainAttentionModelInF16) {
+    const Model model = Model::load(test::fixtures_dir() / "qwen3_float");  // 4 × full, 2 KV heads × 64
+    SequenceState state = model.new_sequence(KvFormat::kivi4);
+    const std::vector<int32_t> ids = byte_tokens(200, 13);
+    model.forward(state, ids);
+    const StateImage image = state.save();
+    EXPECT_EQ(image.kv_format, KvFormat::kivi4);
+    std::vector<std::string> names;
+    for (const StateChunk& chunk : image.chunks) names.push_back(chunk.name);
+    std::vector<std::string> want = {"blk.0.attn.k", "blk.0.attn.v"};
+    for (int layer : {1, 2, 3})
+        for (const char* side : {"k", "v"})
+            for (const char* part : {"sink", "codes", "min", "scale", "residual"})
+                want.push_back("blk." + std::to_string(layer) + ".attn." + side + "." + part);
+    EXPECT_EQ(names, want);
+    // Layer 0: 200 positions × 2 heads × 64, 2 bytes each. Layer 1's key codes: of the 192 positions
+    // after the 8 sinks, two groups of 32 have left the window of 128, at 4 bits for 128 values a row.
+    EXPECT_EQ(image.chunks[0].bytes.size(), size_t(200 * 2 * 64 * 2));
+    EXPECT_EQ(image.chunks[3].name, "blk.1.attn.k.codes");
+    EXPECT_EQ(image.chunks[3].bytes.size(), size_t(64 * 128 / 2));
+    // Layer 0's keys are the f16 bits of what attention observed, as in an f16 sequence.
+    expect_f16_of_observed(model, KvFormat::kivi4, ids, "blk.0.attn.k", image.chunks[0]);
+
+    std::vector<std::string> checkpoint_names;
+    for (const StateChunk& chunk : state.checkpoint().chunks) checkpoint_names.push_back(chunk.name);
+    EXPECT_EQ(checkpoint_names, (std::vector<std::string>{"blk.1.attn.k.residual", "blk.1.attn.v.residual",
+                                                          "blk.2.attn.k.residual", "blk.2.attn.v.residual",
+                                                          "blk.3.attn.k.residual", "blk.3.attn.v.residual"}));
 }
 
 }  // namespace

@@ -204,7 +204,7 @@ TEST(InferenceCost, DecodeBytesOfTheTinyHybridCountedByHand) {
     EXPECT_EQ(at10.state_bytes, 3u * 2 * 4 * (4 * 32 * 32 + 3 * 256));
     EXPECT_EQ(at10.total(), at10.weight_bytes + at10.kv_bytes + at10.state_bytes);
     EXPECT_EQ(cost.decode_traffic(0).kv_bytes, 2u * 64 * 4 * 2);
-    const InferenceCost f16_cache(w, 2);
+    const InferenceCost f16_cache(w, KvFormat::f16);
     EXPECT_EQ(f16_cache.decode_traffic(10).kv_bytes, 2u * 64 * 2 * 12);
 }
 

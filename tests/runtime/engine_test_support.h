@@ -38,19 +38,6 @@ inline std::unique_ptr<Engine> make_engine(std::shared_ptr<const Model> model, B
     return make_cuda_engine(std::move(model));
 }
 
-// kivi4 is not on the GPU yet (issue #6 names what is left): there the engine must refuse it by name,
-// which this checks; the caller then ends the case. False everywhere else.
-inline bool gpu_refuses_kv_format(const Engine& engine, KvFormat kv) {
-    if (engine.backend_name() != "cuda" || kv != KvFormat::kivi4) return false;
-    try {
-        engine.new_sequence({.max_positions = 64, .kv_format = kv});
-        ADD_FAILURE() << "the CUDA engine accepted a kivi4 sequence: enable the kivi4 GPU cases";
-    } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find("kivi4"), std::string::npos) << e.what();
-    }
-    return true;
-}
-
 inline std::shared_ptr<const Model> load_model(const std::string& fixture) {
     return std::make_shared<const Model>(Model::load(fixture_path(fixture)));
 }
@@ -142,6 +129,7 @@ public:
     std::vector<float> forward_all(EngineSequence& sequence, std::span<const int32_t> ids) override {
         return inner_.forward_all(sequence, ids);
     }
+    EngineCounters counters() const override { return inner_.counters(); }
 
 private:
     Engine& inner_;

@@ -179,9 +179,10 @@ TEST_F(CmdChat, SaveThenLoadInANewProcessContinuesLikeAnUninterruptedChat) {
     EXPECT_EQ(tokens_of(resumed.replies[0]), tokens_of(uninterrupted.replies[2]));
     EXPECT_EQ(resumed.replies[0].at("prompt_tokens"), uninterrupted.replies[2].at("prompt_tokens"));
     // What the loaded state can give: the saved sequence is the second prompt and the second reply's
-    // tokens but the last (generate.h), and after a load the session's only checkpoint is that whole
-    // sequence (session.h). So the third turn keeps all of it when its prompt starts with it, and
-    // nothing otherwise (when the reply's text re-encodes differently, e.g. U+FFFD for a stray byte).
+    // tokens but the last (generate.h), and the snapshot carries the session's checkpoints (session.h),
+    // the one at the end of the second prompt among them. So the third turn keeps all of it when its
+    // prompt starts with it, and otherwise (when the reply's text re-encodes differently, e.g. U+FFFD
+    // for a stray byte) the second prompt — exactly what the uninterrupted chat keeps.
     Messages messages = {{"user", "hello"}, {"assistant", text_of(first.replies[0])}, {"user", "how are you"}};
     std::vector<int32_t> held = byte_tokens(rendered_text(messages));
     const std::vector<int32_t> reply = tokens_of(first.replies[1]);
@@ -191,11 +192,11 @@ TEST_F(CmdChat, SaveThenLoadInANewProcessContinuesLikeAnUninterruptedChat) {
     messages.push_back({"user", "bye"});
     const std::vector<int32_t> third_prompt = byte_tokens(rendered_text(messages));
     const bool extends = std::equal(held.begin(), held.end(), third_prompt.begin());
-    EXPECT_EQ(resumed.replies[0].at("reused").get<int64_t>(), extends ? int64_t(held.size()) : 0)
-        << (extends ? "the third prompt extends the saved sequence" : "the saved reply re-encodes differently");
-    // The uninterrupted chat still has its checkpoint at the end of the second prompt.
     const int64_t second_prompt = int64_t(held.size()) - (kMaxTokens - 1);
-    EXPECT_EQ(uninterrupted.replies[2].at("reused").get<int64_t>(), extends ? int64_t(held.size()) : second_prompt);
+    const int64_t reused = extends ? int64_t(held.size()) : second_prompt;
+    EXPECT_EQ(resumed.replies[0].at("reused").get<int64_t>(), reused)
+        << (extends ? "the third prompt extends the saved sequence" : "the saved reply re-encodes differently");
+    EXPECT_EQ(uninterrupted.replies[2].at("reused").get<int64_t>(), reused);
 }
 
 // Bytes of `file` with `edit` applied, written to `to`.

@@ -140,7 +140,6 @@ TEST_P(SessionReuse, ReusedTurnEqualsRecomputation) {
     const Model& model = *shared_model;
     const std::unique_ptr<Engine> cpu = test::make_engine(shared_model, c.backend);  // "cpu": the engine under test
     if (!cpu) GTEST_SKIP() << "no CUDA on this machine";
-    if (test::gpu_refuses_kv_format(*cpu, c.kv)) return;
     test::RecordingEngine engine(*cpu);
     const SessionOptions options{.sequence = {.max_positions = 1024, .kv_format = c.kv},
                                  .checkpoints = {.interval = kInterval, .max_kept = 8}};
