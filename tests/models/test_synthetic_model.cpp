@@ -206,6 +206,12 @@ TEST(InferenceCost, DecodeBytesOfTheTinyHybridCountedByHand) {
     EXPECT_EQ(cost.decode_traffic(0).kv_bytes, 2u * 64 * 4 * 2);
     const InferenceCost f16_cache(w, KvFormat::f16);
     EXPECT_EQ(f16_cache.decode_traffic(10).kv_bytes, 2u * 64 * 2 * 12);
+    // kivi4 at depth 999 reads its 1000 stored positions and writes position 999's exact rows. Of 1000:
+    // 8 sinks, 864 quantised (27 blocks of 32 past the window), 128 residual. Per side: sinks 8·64·4 = 2048,
+    // codes 864·64/2 = 27648, (m, s) 1728 pairs · 4 bytes = 6912 (keys: 27 blocks × 64 channels; values:
+    // 864 positions × 2 groups), residual 128·64·4 = 32768 → 69376; both sides 138752, + 2·64·4 written.
+    const InferenceCost kivi_cache(w, KvFormat::kivi4);
+    EXPECT_EQ(kivi_cache.decode_traffic(999).kv_bytes, 138752u + 512u);
 }
 
 TEST(InferenceCost, TiedEmbeddingsAreReadWholeOnceAndExpertsByTopK) {
