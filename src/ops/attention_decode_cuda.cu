@@ -14,7 +14,9 @@
 // attention_split_keys_kernel). Both keep an online softmax in base 2 (q is prescaled by log2(e)/sqrt(d),
 // so exp2f replaces expf), prefetch the rows they will read next into L2, merge the warps through
 // shared memory and write one partial (m, l, acc[d]) per query head; the combine kernel merges the
-// splits in a fixed order (deterministic).
+// splits in a fixed order (deterministic). Both read rows through an accessor, the kernels' Rows
+// parameter: PlainRows for an f32 or f16 cache, KiviRows for kivi4 (ops/kv_cuda.h: sinks and window
+// rows exact, the middle dequantised as it is read).
 #include <cuda_fp16.h>
 
 #include <algorithm>
