@@ -23,9 +23,9 @@ std::unique_ptr<Backend> make_backend(std::string_view choice) {
     if (choice == "cuda" || choice == "auto") {
 #ifdef DELTABIT_HAVE_CUDA
         if (cuda::device_count() > 0) return std::make_unique<CudaBackend>();
-        if (choice == "cuda") fail("backend cuda: no CUDA device on this machine");
+        if (choice == "cuda") fail("backend cuda: no CUDA device on this machine; use --backend cpu (or auto, which picks the GPU when there is one)");
 #else
-        if (choice == "cuda") fail("backend cuda: this build has no CUDA (configure with nvcc and -DDELTABIT_CUDA=ON)");
+        if (choice == "cuda") fail("backend cuda: this build has no CUDA (configure with nvcc and -DDELTABIT_CUDA=ON); use --backend cpu");
 #endif
         return std::make_unique<CpuBackend>();
     }

@@ -39,7 +39,13 @@ std::string messages_checksum(const ordered_json& messages) {
 
 std::string read_whole_file(const fs::path& file, std::string_view what) {
     std::ifstream in(file, std::ios::binary);
-    if (!in) fail("{}: {}: cannot open for reading", what, file.string());
+    if (!in) {
+        std::error_code ec;
+        const bool exists = fs::exists(file, ec);
+        fail("{}: {}: cannot open for reading ({}){}", what, file.string(),
+             exists ? "permission denied or not a regular file" : "no such file",
+             !exists && what == "load" ? "; /save FILE writes one" : "");
+    }
     std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     if (in.bad()) fail("{}: {}: read failed", what, file.string());
     return bytes;
