@@ -1,7 +1,8 @@
 // Micro-benchmark of the CUDA decode GEMV (ops/matmul_cuda.h) on the Bonsai-27B decode shapes, read
 // against the card's measured device-to-device copy bandwidth.
 //
-//   bench_gemv_cuda [--tsv FILE]      (FILE gets every launch shape tried, one row each)
+//   bench_gemv_cuda [--tsv FILE] [--type q1_0|q2_0|q4_0|q8_0]
+//   (FILE gets every launch shape tried, one row each; --type measures one weight type only)
 //
 // Bytes counted per GEMV: the weights in their ORIGINAL GGUF size (Q1_0 1.125 bits per weight, ...)
 // plus x (K f32) and y (N f32). Time: a CUDA graph of many back-to-back GEMVs, each reading a
@@ -15,10 +16,18 @@
 //   Q8_0  ffn_gate/up 22.7 / 99%  lm_head 304 / 105%      quantise x: 1.5 µs (one launch)
 // Small Q1_0 GEMVs (1–3 µs of bytes) are bounded by launch ramp and the first loads' latency, not by
 // bandwidth: the next steps are PDL / one fused per-layer kernel, not a faster inner loop.
+// 2026-11-29, with programmatic launch (back-to-back launches overlap) and 16 code loads in flight per
+// thread (Q1_0, planned / best µs, % of copy): attn_qkv 5.71 / 5.03 (35%), ffn_gate/up 7.88 / 7.82
+// (38%), ffn_down 9.21 / 9.13 (33%), lm_head 56.5 (75%). 8 or 4 loads in flight (-DDELTABIT_GEMV_
+// LOADS_IN_FLIGHT) moved each shape by −15%…+10%, no consistent winner. ncu on the decode step: 137
+// registers per thread, 12 warps per SM, 8.4 cycles between issues per warp — issue-latency bound at
+// low occupancy, with ~0.6 instructions per weight (dp4a); fewer instructions per weight (int8 MMA over
+// expanded bits) and more warps are the next levers.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #ifdef DELTABIT_HAVE_CUDA
@@ -147,8 +156,10 @@ std::string config_text(const GemvLaunchConfig& c) {
 
 int main(int argc, char** argv) {
     const char* tsv_path = nullptr;
+    const char* only_type = nullptr;
     for (int i = 1; i + 1 < argc; ++i) {
         if (std::strcmp(argv[i], "--tsv") == 0) tsv_path = argv[i + 1];
+        if (std::strcmp(argv[i], "--type") == 0) only_type = argv[i + 1];
     }
     if (device_count() == 0) {
         std::puts("bench_gemv_cuda: no CUDA device");
@@ -173,6 +184,7 @@ int main(int argc, char** argv) {
         };
         std::vector<Row> rows;
         for (DType t : {DType::Q1_0, DType::Q2_0, DType::Q4_0, DType::Q8_0}) {
+            if (only_type != nullptr && dtype_name(t) != std::string_view(only_type)) continue;
             std::vector<GemvLaunchConfig> sweep;
             for (int lanes : {8, 16, 32}) {
                 for (int r : {2, 4}) {

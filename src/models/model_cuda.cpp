@@ -402,6 +402,7 @@ CudaModel::CudaModel(const Model& model, const UploadProgress& progress) : confi
         if (progress) progress(double(l + 2) / steps);
     }
     activations_ = std::make_unique<cuda::ActivationScratch>(max_cols);
+    block_out_activations_ = std::make_unique<cuda::ActivationScratch>(max_cols);
     for (const Layer& L : layers_) graphable_ = graphable_ && !L.moe;
     step_ = cuda::DeviceBuffer(2 * sizeof(int32_t));
     check(cudaMallocHost(&step_host_, 2 * sizeof(int32_t)), "pinned decode inputs");
@@ -461,23 +462,39 @@ void CudaModel::matmul(const float* x, const CudaMatrix& w, int64_t first_row, i
     cuda::matmul(x, view, 1, y, *activations_, stream_);
 }
 
-void CudaModel::matmul_shared_input(const float* x,
+bool CudaModel::all_quantized(std::initializer_list<const CudaMatrix*> matrices, int64_t cols) {
+    return std::all_of(matrices.begin(), matrices.end(), [&](const CudaMatrix* w) {
+        return w->quantized && w->cols == cols && w->gemv.dtype == (*matrices.begin())->gemv.dtype;
+    });
+}
+
+const cuda::QuantizedActivationsView& CudaModel::quantized(const float* x, int64_t cols,
+                                                           const cuda::QuantizedActivationsView* xq) {
+    if (xq != nullptr) return *xq;
+    quantized_ = activations_->view(cols);
+    cuda::quantize_activations(x, quantized_, stream_);
+    return quantized_;
+}
+
+void CudaModel::matmul_shared_input(const float* x, const cuda::QuantizedActivationsView* xq,
                                     std::initializer_list<std::pair<const CudaMatrix*, float*>> outputs) {
     const int64_t cols = outputs.begin()->first->cols;
-    const bool shared = std::all_of(outputs.begin(), outputs.end(),
-                                    [&](const auto& o) { return o.first->quantized && o.first->cols == cols; });
+    bool shared = outputs.size() <= size_t(cuda::kMaxGemvGroup);
+    for (const auto& o : outputs) shared = shared && all_quantized({outputs.begin()->first, o.first}, cols);
     if (!shared) {
         for (const auto& [w, y] : outputs) matmul(x, *w, 1, y);
         return;
     }
-    // The same int8 activations each separate matmul would compute, computed once.
-    const cuda::QuantizedActivationsView xq = activations_->view(cols);
-    cuda::quantize_activations(x, xq, stream_);
-    for (const auto& [w, y] : outputs) cuda::gemv_quantized(xq, w->gemv.view(), y, stream_);
+    // The same int8 activations each separate matmul would compute, computed once (or already by the
+    // seam that wrote x), and every matrix's rows in one launch.
+    const cuda::QuantizedActivationsView& q = quantized(x, cols, xq);
+    std::vector<cuda::GemvOutput> group;
+    for (const auto& [w, y] : outputs) group.push_back({w->gemv.view(), y});
+    cuda::gemv_quantized_group(q, group, stream_);
 }
 
-void CudaModel::attention_block(const Layer& L, const float* x, int64_t T, int64_t n_past, const int32_t* d_positions,
-                                CudaLayerState& state, float* out) {
+void CudaModel::attention_block(const Layer& L, const float* x, const cuda::QuantizedActivationsView* xq, int64_t T,
+                                int64_t n_past, const int32_t* d_positions, CudaLayerState& state, float* out) {
     const ModelConfig& c = config_;
     const int64_t H = c.n_head, H_kv = c.n_head_kv, dh = c.head_dim;
     const bool gated = c.attn_output_gate;
@@ -489,7 +506,7 @@ void CudaModel::attention_block(const Layer& L, const float* x, int64_t T, int64
         float* q_full = temp(H * per_head);
         float* k_raw = temp(H_kv * dh);
         float* v_raw = temp(H_kv * dh);
-        matmul_shared_input(x, {{&L.q, q_full}, {&L.k, k_raw}, {&L.v, v_raw}});
+        matmul_shared_input(x, xq, {{&L.q, q_full}, {&L.k, k_raw}, {&L.v, v_raw}});
         float* q = temp(H * dh);
         const cuda::AttentionPrologueDims prologue{H, H_kv, dh, per_head, c.rope_dim, c.rope_theta, c.rms_eps};
         cuda::attention_decode_prologue(q_full, k_raw, v_raw, L.q_norm, L.k_norm, d_positions, prologue, state.k.view,
@@ -560,8 +577,8 @@ void CudaModel::compress_kv(CudaLayerState& state, const int32_t* d_n_past, int6
     cuda::kivi_compress(state.v.view, row, d_n_past, T, stream_);
 }
 
-void CudaModel::deltanet_block(const Layer& L, const float* x, int64_t T, int parity, CudaLayerState& state,
-                               float* out) {
+void CudaModel::deltanet_block(const Layer& L, const float* x, const cuda::QuantizedActivationsView* xq, int64_t T,
+                               int parity, CudaLayerState& state, float* out) {
     const ModelConfig& c = config_;
     const int64_t H_k = c.ssm_n_key_heads, H_v = c.ssm_n_value_heads, d_k = c.ssm_key_dim, d_v = c.ssm_value_dim;
     const int64_t key_dim = H_k * d_k, value_dim = H_v * d_v, channels = c.ssm_conv_channels();
@@ -574,7 +591,7 @@ void CudaModel::deltanet_block(const Layer& L, const float* x, int64_t T, int pa
         float* z = temp(value_dim);
         float* b = temp(H_v);
         float* a = temp(H_v);
-        matmul_shared_input(x, {{&L.qkv, mixed}, {&L.z_gate, z}, {&L.beta, b}, {&L.alpha, a}});
+        matmul_shared_input(x, xq, {{&L.qkv, mixed}, {&L.z_gate, z}, {&L.beta, b}, {&L.alpha, a}});
         float* q = temp(key_dim);
         float* k = temp(key_dim);
         float* v = temp(value_dim);
@@ -585,9 +602,16 @@ void CudaModel::deltanet_block(const Layer& L, const float* x, int64_t T, int pa
         cuda::gdn_decode_prepare(mixed, b, a, L.conv, state.conv[parity].get<float>(), state.conv[parity ^ 1].get<float>(),
                                  L.ssm_a, L.dt_bias, dims, kL2NormEps, q, k, v, beta, g, stream_);
         float* normed = temp(value_dim);
+        // The recurrence also quantises its output for ssm_out when the groups of 128 fall inside heads.
+        const bool quantize_out = d_v % cuda::kActivationGroup == 0 && all_quantized({&L.ssm_output}, value_dim);
+        const cuda::QuantizedActivationsView normed_q = block_out_activations_->view(value_dim);
         cuda::gdn_decode_recurrent(q, k, v, beta, g, z, L.ssm_norm, c.rms_eps, dims, state.recurrent[parity].get<float>(),
-                                   state.recurrent[parity ^ 1].get<float>(), normed, stream_);
-        matmul(normed, L.ssm_output, 1, out);
+                                   state.recurrent[parity ^ 1].get<float>(), normed, stream_,
+                                   quantize_out ? &normed_q : nullptr);
+        if (quantize_out)
+            cuda::gemv_quantized(normed_q, L.ssm_output.gemv.view(), out, stream_);
+        else
+            matmul(normed, L.ssm_output, 1, out);
         return;
     }
 
@@ -635,13 +659,26 @@ void CudaModel::deltanet_block(const Layer& L, const float* x, int64_t T, int pa
 }
 
 void CudaModel::swiglu_ffn(const CudaMatrix& gate, const CudaMatrix& up, const CudaMatrix& down, const float* x,
-                           int64_t T, float* out) {
+                           const cuda::QuantizedActivationsView* xq, int64_t T, float* out) {
     const int64_t width = gate.rows;
+    float* act = temp(T * width);
+    if (T == 1 && gate.rows == up.rows && all_quantized({&gate, &up}, gate.cols)) {
+        // Both products and the SwiGLU in one launch (ops/matmul_cuda.h), which also quantises the result
+        // for ffn_down when that is quantised.
+        const bool quantize_act = all_quantized({&down}, width);
+        const cuda::QuantizedActivationsView act_q = block_out_activations_->view(width);
+        cuda::gemv_quantized_swiglu(quantized(x, gate.cols, xq), gate.gemv.view(), up.gemv.view(), act, stream_,
+                                    quantize_act ? &act_q : nullptr);
+        if (quantize_act)
+            cuda::gemv_quantized(act_q, down.gemv.view(), out, stream_);
+        else
+            matmul(act, down, T, out);
+        return;
+    }
     float* g = temp(T * width);
     float* u = temp(T * width);
-    float* act = temp(T * width);
     if (T == 1) {
-        matmul_shared_input(x, {{&gate, g}, {&up, u}});
+        matmul_shared_input(x, xq, {{&gate, g}, {&up, u}});
     } else {
         matmul(x, gate, T, g);
         matmul(x, up, T, u);
@@ -685,7 +722,7 @@ void CudaModel::moe_ffn(const Layer& L, const float* x, int64_t T, float* out) {
     if (L.has_shared) {
         float* shared = temp(T * D);
         float* d_shared_gate = temp(T);
-        swiglu_ffn(L.ffn_gate, L.ffn_up, L.ffn_down, x, T, shared);
+        swiglu_ffn(L.ffn_gate, L.ffn_up, L.ffn_down, x, nullptr, T, shared);
         matmul(x, L.shared_gate, T, d_shared_gate);
         std::vector<float> shared_gate(static_cast<size_t>(T));
         check(cudaMemcpyAsync(shared_gate.data(), d_shared_gate, size_t(T) * sizeof(float), cudaMemcpyDeviceToHost,
@@ -726,9 +763,9 @@ void CudaModel::run_layers(CudaSequenceState& state, const int32_t* d_ids, const
         arena_->rewind(block_mark);
         cuda::rms_norm(x, L.attn_norm, T, D, c.rms_eps, cuda::NormWeight::plain, h, stream_);
         if (L.kind == LayerKind::linear_attention)
-            deltanet_block(L, h, T, state.parity(), state.layer(l), m);
+            deltanet_block(L, h, nullptr, T, state.parity(), state.layer(l), m);
         else
-            attention_block(L, h, T, n_past, d_positions, state.layer(l), m);
+            attention_block(L, h, nullptr, T, n_past, d_positions, state.layer(l), m);
         cuda::axpy(1.0f, m, x, T * D, stream_);
 
         arena_->rewind(block_mark);
@@ -736,7 +773,7 @@ void CudaModel::run_layers(CudaSequenceState& state, const int32_t* d_ids, const
         if (L.moe)
             moe_ffn(L, h, T, m);
         else
-            swiglu_ffn(L.ffn_gate, L.ffn_up, L.ffn_down, h, T, m);
+            swiglu_ffn(L.ffn_gate, L.ffn_up, L.ffn_down, h, nullptr, T, m);
         cuda::axpy(1.0f, m, x, T * D, stream_);
     }
     arena_->rewind(block_mark);
@@ -763,10 +800,53 @@ const float* CudaModel::prompt_chunk(CudaSequenceState& state, std::span<const i
     return logits;
 }
 
+void CudaModel::decode_layers(CudaSequenceState& state, const int32_t* d_token, const int32_t* d_position,
+                              float* logits) {
+    const ModelConfig& c = config_;
+    const int64_t D = c.n_embd;
+    call_capacity_ = state.max_positions();
+    float* x = temp(D);
+    float* h = temp(D);
+    float* m = temp(D);
+    cuda::embedding_lookup(token_embd_view_, d_token, 1, x, stream_);
+    // Each seam adds the previous block's output m to x, norms x into h and quantises h once for every
+    // matrix that reads it (ops/decode_cuda.h add_rms_norm_quantize). hq lives in the shared activation
+    // scratch: the block's first matmuls read it before anything else quantises there.
+    const cuda::QuantizedActivationsView hq = activations_->view(D);
+    const float* pending = nullptr;  // the block output not yet added to x
+    const size_t block_mark = arena_->mark();
+    for (int64_t l = 0; l < c.n_layer(); ++l) {
+        const Layer& L = layers_[size_t(l)];
+        arena_->rewind(block_mark);
+        cuda::add_rms_norm_quantize(x, pending, L.attn_norm, D, c.rms_eps, cuda::NormWeight::plain, h, hq, stream_);
+        if (L.kind == LayerKind::linear_attention)
+            deltanet_block(L, h, &hq, 1, state.parity(), state.layer(l), m);
+        else
+            attention_block(L, h, &hq, 1, state.position(), d_position, state.layer(l), m);
+
+        arena_->rewind(block_mark);
+        cuda::add_rms_norm_quantize(x, m, L.ffn_norm, D, c.rms_eps, cuda::NormWeight::plain, h, hq, stream_);
+        if (L.moe)
+            moe_ffn(L, h, 1, m);
+        else
+            swiglu_ffn(L.ffn_gate, L.ffn_up, L.ffn_down, h, &hq, 1, m);
+        pending = m;
+    }
+    arena_->rewind(block_mark);
+    cuda::add_rms_norm_quantize(x, pending, output_norm_, D, c.rms_eps, cuda::NormWeight::plain, h, hq, stream_);
+    if (output_.quantized && output_.cols == D)
+        cuda::gemv_quantized(hq, output_.gemv.view(), logits, stream_);
+    else
+        matmul(h, output_, 1, logits);
+}
+
 const float* CudaModel::enqueue_decode_step(CudaSequenceState& state) {
     const int32_t* d_token = step_.get<int32_t>();
     float* logits = temp(config_.n_vocab);
-    run_layers(state, d_token, d_token + 1, 1, 0, logits);
+    if (config_.n_embd <= cuda::kResidualNormMaxDim)
+        decode_layers(state, d_token, d_token + 1, logits);
+    else
+        run_layers(state, d_token, d_token + 1, 1, 0, logits);
     return logits;
 }
 

@@ -17,11 +17,15 @@
 // MoE layers copy the router's choices to the host (one synchronisation per MoE layer) and run the
 // chosen experts' GEMVs from there: correct first, fused later.
 //
-// Decode. One token (T = 1) runs the decode kernels of ops/decode_cuda.h — one attention prologue (norms,
+// Decode. One token (T = 1) runs the decode kernels of ops/decode_cuda.h — one seam kernel between
+// blocks (residual add, RMS norm and the int8 quantisation of the normed state for every matrix that reads
+// it); the matrices sharing that input in one GEMV launch (q/k/v; qkv/z/β/α) and the feed-forward's gate,
+// up and SwiGLU in another, which also quantises its output for ffn_down; one attention prologue (norms,
 // RoPE, cache store) and split-K attention that reads each KV row once for all its query heads; the
-// gated DeltaNet step in two launches, from one copy of its state into the other (CudaLayerState);
-// inputs shared by several matrices quantised once — and reads its token id and position from device
-// memory, so the whole step is captured as a CUDA graph once per sequence state and DeltaNet copy, and
+// gated DeltaNet step in two launches, from one copy of its state into the other (CudaLayerState), the
+// second quantising its output for ssm_out. About ten launches per layer, each launched programmatically
+// (ops/programmatic_launch.cuh) so that it starts, and streams its weights, while the one before it
+// finishes. The step reads its token id and position from device memory, so the whole step is captured as a CUDA graph once per sequence state and DeltaNet copy, and
 // replayed for every later token (CudaDecodeStats counts captures and replays). Greedy decoding copies
 // back only the argmax's 4 bytes, and can run one step ahead of the host (argmax_and_step). MoE layers
 // are not captured (their router syncs with the host) and run eagerly.
@@ -258,15 +262,25 @@ private:
     void matmul(const float* x, const CudaMatrix& w, int64_t n_tokens, float* y) {
         matmul(x, w, 0, w.rows, n_tokens, y);
     }
-    // One token, several matrices reading the same x: quantised once when they all are.
-    void matmul_shared_input(const float* x, std::initializer_list<std::pair<const CudaMatrix*, float*>> outputs);
-    void attention_block(const Layer& L, const float* x, int64_t T, int64_t n_past, const int32_t* d_positions,
-                         CudaLayerState& state, float* out);
+    // Whether every matrix runs the quantised GEMV with K = cols and one dtype (so one launch can take them).
+    static bool all_quantized(std::initializer_list<const CudaMatrix*> matrices, int64_t cols);
+    // x's int8 activations: *xq when the caller has them (the decode step's seams quantise as they norm),
+    // else quantised now into the shared scratch.
+    const cuda::QuantizedActivationsView& quantized(const float* x, int64_t cols, const cuda::QuantizedActivationsView* xq);
+    // One token, several matrices reading the same x (xq: x already quantised, or nullptr): quantised once
+    // and launched together when they all are quantised alike.
+    void matmul_shared_input(const float* x, const cuda::QuantizedActivationsView* xq,
+                             std::initializer_list<std::pair<const CudaMatrix*, float*>> outputs);
+    // Blocks of T tokens reading the normed hidden state x; xq is its quantised form when T = 1 and the
+    // decode seam made it (else nullptr).
+    void attention_block(const Layer& L, const float* x, const cuda::QuantizedActivationsView* xq, int64_t T,
+                         int64_t n_past, const int32_t* d_positions, CudaLayerState& state, float* out);
     // kivi4: quantises what the call's T tokens (after position *d_n_past) pushed out of the window.
     void compress_kv(CudaLayerState& state, const int32_t* d_n_past, int64_t T);
-    void deltanet_block(const Layer& L, const float* x, int64_t T, int parity, CudaLayerState& state, float* out);
-    void swiglu_ffn(const CudaMatrix& gate, const CudaMatrix& up, const CudaMatrix& down, const float* x, int64_t T,
-                    float* out);
+    void deltanet_block(const Layer& L, const float* x, const cuda::QuantizedActivationsView* xq, int64_t T, int parity,
+                        CudaLayerState& state, float* out);
+    void swiglu_ffn(const CudaMatrix& gate, const CudaMatrix& up, const CudaMatrix& down, const float* x,
+                    const cuda::QuantizedActivationsView* xq, int64_t T, float* out);
     void moe_ffn(const Layer& L, const float* x, int64_t T, float* out);
 
     void check_call(const CudaSequenceState& state, std::span<const int32_t> ids) const;
@@ -274,6 +288,9 @@ private:
     // from `first_logit_row` and their logits into `logits`.
     void run_layers(CudaSequenceState& state, const int32_t* d_ids, const int32_t* d_positions, int64_t T,
                     int64_t first_logit_row, float* logits);
+    // The decode step's layers (T = 1): as run_layers, with each residual add, norm and activation
+    // quantisation fused into one seam kernel. Models whose hidden size the seam cannot hold take run_layers.
+    void decode_layers(CudaSequenceState& state, const int32_t* d_token, const int32_t* d_position, float* logits);
     // T > 1: one chunk; logits of every token (all_logits) or of the last one, into `logits`.
     const float* prompt_chunk(CudaSequenceState& state, std::span<const int32_t> ids, bool all_logits);
     // T = 1: the step of one token, replayed from the graph when it can be.
@@ -295,6 +312,10 @@ private:
     CudaMatrix output_;
     std::vector<Layer> layers_;
     std::unique_ptr<cuda::ActivationScratch> activations_;
+    cuda::QuantizedActivationsView quantized_;  // what quantized() last wrote into activations_
+    // A block's inner output quantised by the kernel that makes it (the DeltaNet recurrence, the SwiGLU
+    // GEMV) for the block's last matmul: a second scratch, since the SwiGLU GEMV still reads activations_.
+    std::unique_ptr<cuda::ActivationScratch> block_out_activations_;
 
     DeviceArena decode_arena_, prompt_arena_;
     DeviceArena* arena_ = nullptr;  // the running call's

@@ -27,6 +27,7 @@
 #include "ops/cuda_math.cuh"
 #include "ops/decode_cuda.h"
 #include "ops/kv_cuda.h"
+#include "ops/programmatic_launch.cuh"
 
 namespace deltabit::cuda {
 
@@ -135,6 +136,8 @@ struct SplitArgs {
 // P = dims per lane (head_dim <= 32·P), G >= query heads per kv head.
 template <typename Rows, int P, int G>
 __global__ void __launch_bounds__(kThreads) attention_split_kernel(SplitArgs a) {
+    wait_for_predecessor();  // ops/programmatic_launch.cuh: nothing of the step is read before this
+    allow_dependents();
     __shared__ float s_m[kWarps][G], s_l[kWarps][G];
     __shared__ float s_acc[kWarps][G][32 * P];
     const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
@@ -389,6 +392,8 @@ struct KiviRows {
 // end), then lanes go back to owning dims [lane·P, lane·P + P) for the weighted sum of the tile's V rows.
 template <typename Rows, int P, int G>
 __global__ void __launch_bounds__(kThreads) attention_split_keys_kernel(SplitArgs a) {
+    wait_for_predecessor();  // ops/programmatic_launch.cuh: nothing of the step is read before this
+    allow_dependents();
     constexpr int kDims = 32 * P;
     __shared__ __align__(16) float s_q[G][kDims];
     __shared__ float s_m[kWarps][G], s_l[kWarps][G];
@@ -541,6 +546,8 @@ constexpr int kCombineWarps = 8;
 constexpr int kCombineThreads = 32 * kCombineWarps;
 
 __global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(CombineArgs a) {
+    wait_for_predecessor();  // ops/programmatic_launch.cuh: nothing of the step is read before this
+    allow_dependents();
     __shared__ float s_weight[kMaxSplits];
     __shared__ float s_part[kCombineWarps][32];
     __shared__ float s_inv_l;
@@ -593,8 +600,10 @@ __global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(Comb
 
 template <typename Rows, int P, int G>
 void launch_split(dim3 grid, const SplitArgs& args, bool keys_across_lanes, cudaStream_t stream) {
-    if (keys_across_lanes) attention_split_keys_kernel<Rows, P, G><<<grid, kThreads, 0, stream>>>(args);
-    else attention_split_kernel<Rows, P, G><<<grid, kThreads, 0, stream>>>(args);
+    if (keys_across_lanes)
+        launch_programmatic(attention_split_keys_kernel<Rows, P, G>, grid, dim3(kThreads), 0, stream, "attention_split", args);
+    else
+        launch_programmatic(attention_split_kernel<Rows, P, G>, grid, dim3(kThreads), 0, stream, "attention_split", args);
 }
 
 template <typename Rows, int P>
@@ -642,6 +651,8 @@ __device__ __forceinline__ void store_kv(const KvCacheView& cache, int64_t p, in
 
 // Block b: query head b (b < H), key head b − H, or value head b − H − H_kv.
 __global__ void __launch_bounds__(kPrologueThreads) attention_prologue_kernel(PrologueArgs a) {
+    wait_for_predecessor();  // ops/programmatic_launch.cuh: nothing of the step is read before this
+    allow_dependents();
     __shared__ float row[kAttentionDecodeMaxHeadDim];
     __shared__ float scratch[32];
     const int64_t b = blockIdx.x, d = a.head_dim, i = threadIdx.x;
@@ -750,8 +761,8 @@ void attention_cached(const float* q, const KvCacheView& k_cache, const KvCacheV
                               dims.n_head,   dims.head_dim, splits, dims.gate_head_stride};
     const dim3 combine_grid(unsigned(dims.n_head * ((dims.head_dim + 31) / 32)),
                             unsigned(std::min(dims.n_tokens, kMaxGridZ)));
-    attention_combine_kernel<<<combine_grid, kCombineThreads, 0, stream>>>(combine);
-    cuda_check_launch("attention_combine");
+    launch_programmatic(attention_combine_kernel, combine_grid, dim3(kCombineThreads), 0, stream, "attention_combine",
+                        combine);
 }
 
 void attention_cached(const float* q, const void* k_cache, const void* v_cache, KvElement kv, const float* gate,
@@ -785,7 +796,8 @@ void attention_decode_prologue(const float* q_full, const float* k_raw, const fl
                             dims.rms_eps};
     const int64_t blocks = dims.n_head + 2 * dims.n_kv_head;
     if (blocks <= 0) return;
-    attention_prologue_kernel<<<unsigned(blocks), kPrologueThreads, 0, stream>>>(args);
+    launch_programmatic(attention_prologue_kernel, dim3(unsigned(blocks)), dim3(kPrologueThreads), 0, stream,
+                        "attention_prologue", args);
     cuda_check_launch("attention_decode_prologue");
 }
 

@@ -15,6 +15,8 @@
 
 #include "ops/delta_rule.h"
 #include "ops/kv_cuda.h"
+#include "ops/matmul_cuda.h"
+#include "ops/rms_norm.h"
 
 namespace deltabit::cuda {
 
@@ -123,11 +125,26 @@ void gdn_decode_prepare(const float* mixed, const float* b, const float* a, cons
 
 // gated_delta_rule_recurrent (T = 1) → gated_rms_norm(o, z, norm_w, eps): one block per value head
 // holds the head's whole state, reads it once from state_in and writes it once to state_out (the same
-// buffer or another, as conv_in/conv_out), and norms the head's output in place.
+// buffer or another, as conv_in/conv_out), and norms the head's output in place. With out_quantized
+// (value_dim a multiple of 128, a view of H_v·d_v inputs) it also writes out's int8 activations for the
+// output matmul, bit for bit quantize_activations(out) — one launch fewer per layer.
 //   z, out [H_v][d_v]; state_in/out [H_v][d_k][d_v]
 void gdn_decode_recurrent(const float* q, const float* k, const float* v, const float* beta, const float* g,
                           const float* z, const float* norm_w, float norm_eps, const GdnDecodeDims& dims,
-                          const float* state_in, float* state_out, float* out, cudaStream_t stream);
+                          const float* state_in, float* state_out, float* out, cudaStream_t stream,
+                          const QuantizedActivationsView* out_quantized = nullptr);
+
+// ---- the seam between blocks: residual add + RMS norm + activation quantisation (residual_norm_cuda.cu) ----
+// One launch for what the decode step did with cuda::axpy, cuda::rms_norm and cuda::quantize_activations:
+//   x  += residual                 (skipped when residual is nullptr; x updated in place)
+//   h   = rms_norm(x, w, eps)      (cuda::rms_norm's formula: x · (1 / sqrt(Σx²/dim + eps)) · w)
+//   hq  = quantize_activations(h)  (matmul_cuda.h's int8 groups of 128, bit for bit that kernel's on this h)
+// One row of dim <= kResidualNormMaxDim (one block holds it in registers); hq.cols must be dim; x and
+// residual are read as float4 (16-byte aligned, as device allocations are); h must not overlap x or
+// residual. Σx² is summed in another order than cuda::rms_norm's, so h may differ from it by rounding.
+inline constexpr int64_t kResidualNormMaxDim = 16384;
+void add_rms_norm_quantize(float* x, const float* residual, const float* w, int64_t dim, float eps,
+                           cpu::NormWeight weight, float* h, const QuantizedActivationsView& hq, cudaStream_t stream);
 
 // ---- argmax (argmax_cuda.cu) ----
 // The index of the largest of x[0 .. n), ties to the lowest index — sampling/sampler.h's

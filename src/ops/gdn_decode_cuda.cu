@@ -16,6 +16,7 @@
 #include "backend/cuda_buffer.h"
 #include "ops/cuda_math.cuh"
 #include "ops/decode_cuda.h"
+#include "ops/programmatic_launch.cuh"
 
 namespace deltabit::cuda {
 
@@ -44,6 +45,8 @@ struct PrepareArgs {
 };
 
 __global__ void __launch_bounds__(kPrepareThreads) gdn_prepare_kernel(PrepareArgs a) {
+    wait_for_predecessor();  // ops/programmatic_launch.cuh: nothing of the step is read before this
+    allow_dependents();
     __shared__ float scratch[32];
     const int64_t seg = blockIdx.x, hk = a.n_key_heads, dk = a.key_dim, dv = a.value_dim, K = a.kernel;
     const int64_t channels = 2 * hk * dk + a.n_value_heads * dv;
@@ -96,6 +99,8 @@ struct RecurrentArgs {
     const float* state_in;
     float* state_out;
     float* out;
+    int8_t* out_q;                  // nullptr, or out quantised per group of 128 (value_dim a multiple of 128)
+    ActivationGroupMeta* out_meta;
     int64_t n_key_heads, n_value_heads, key_dim, value_dim;
     bool tiled;
     float q_scale, norm_eps;
@@ -103,6 +108,8 @@ struct RecurrentArgs {
 
 template <int L>
 __global__ void __launch_bounds__(kRecurrentThreads) gdn_recurrent_kernel(RecurrentArgs a) {
+    wait_for_predecessor();  // ops/programmatic_launch.cuh: nothing of the step is read before this
+    allow_dependents();
     constexpr int kRows = kRowsPerThread * L;  // >= key_dim
     constexpr int kCols = kRecurrentThreads / L;
     __shared__ float q_s[kRows], k_s[kRows];
@@ -163,8 +170,49 @@ __global__ void __launch_bounds__(kRecurrentThreads) gdn_recurrent_kernel(Recurr
     }
     // gated_rms_norm as cuda::gated_rms_norm: w · o · 1/sqrt(mean(o²) + eps) · silu(z).
     const float scale = 1.0f / sqrtf(block_sum(sum_sq, scratch) / float(dv) + a.norm_eps);
-    for (int64_t j = tid; j < dv; j += kRecurrentThreads)
-        a.out[h * dv + j] = a.norm_w[j] * o_s[j] * scale * silu_f(a.z[h * dv + j]);
+    if (a.out_q == nullptr) {
+        for (int64_t j = tid; j < dv; j += kRecurrentThreads)
+            a.out[h * dv + j] = a.norm_w[j] * o_s[j] * scale * silu_f(a.z[h * dv + j]);
+        return;
+    }
+    // And the output matmul's int8 activations (matmul_cuda.h), here where the head's outputs are: a group
+    // of 128 is four consecutive warps of a pass, one value per thread. The max and the integer sum do not
+    // depend on how the group is split, so the codes equal quantize_activations' bit for bit.
+    constexpr int kWarpsPerGroup = kActivationGroup / 32;
+    __shared__ float s_amax[kRecurrentThreads / 32];
+    __shared__ int s_sum[kRecurrentThreads / 32];
+    const int lane = tid & 31, warp = tid >> 5, first_warp = warp / kWarpsPerGroup * kWarpsPerGroup;
+    for (int64_t j0 = 0; j0 < dv; j0 += kRecurrentThreads) {
+        const int64_t j = j0 + tid;
+        const bool valid = j < dv;  // dv is a multiple of 128: whole groups are valid or not
+        const float y = valid ? a.norm_w[j] * o_s[j] * scale * silu_f(a.z[h * dv + j]) : 0.0f;
+        if (valid) a.out[h * dv + j] = y;
+        float amax = fabsf(y);
+#pragma unroll
+        for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(kFullWarpMask, amax, offset));
+        if (lane == 0) s_amax[warp] = amax;
+        __syncthreads();
+        amax = s_amax[first_warp];
+#pragma unroll
+        for (int w = 1; w < kWarpsPerGroup; ++w) amax = fmaxf(amax, s_amax[first_warp + w]);
+        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        const int q = min(127, max(-127, __float2int_rn(y * inv)));
+        int sum = q;
+#pragma unroll
+        for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(kFullWarpMask, sum, offset);
+        if (lane == 0) s_sum[warp] = sum;
+        __syncthreads();
+        if (valid) {
+            a.out_q[h * dv + j] = int8_t(q);
+            if (tid % kActivationGroup == 0) {
+                int group_sum = 0;
+#pragma unroll
+                for (int w = 0; w < kWarpsPerGroup; ++w) group_sum += s_sum[first_warp + w];
+                a.out_meta[(h * dv + j) / kActivationGroup] = ActivationGroupMeta{amax / 127.0f, group_sum};
+            }
+        }
+        __syncthreads();  // s_amax and s_sum are rewritten by the next pass
+    }
 }
 
 std::string dims_text(const GdnDecodeDims& d) {
@@ -191,14 +239,21 @@ void gdn_decode_prepare(const float* mixed, const float* b, const float* a, cons
     const PrepareArgs args{mixed,   b, a, conv_w, conv_in, conv_out, ssm_a, dt_bias, q, k, v, beta, g,
                            dims.n_key_heads, dims.n_value_heads, dims.key_dim, dims.value_dim, dims.conv_kernel, l2_eps};
     const int64_t segments = 2 * dims.n_key_heads + dims.n_value_heads;
-    gdn_prepare_kernel<<<unsigned(segments), kPrepareThreads, 0, stream>>>(args);
+    launch_programmatic(gdn_prepare_kernel, dim3(unsigned(segments)), dim3(kPrepareThreads), 0, stream,
+                        "gdn_decode_prepare", args);
     cuda_check_launch("gdn_decode_prepare");
 }
 
 void gdn_decode_recurrent(const float* q, const float* k, const float* v, const float* beta, const float* g,
                           const float* z, const float* norm_w, float norm_eps, const GdnDecodeDims& dims,
-                          const float* state_in, float* state_out, float* out, cudaStream_t stream) {
+                          const float* state_in, float* state_out, float* out, cudaStream_t stream,
+                          const QuantizedActivationsView* out_quantized) {
     check_dims(dims, "gdn_decode_recurrent");
+    if (out_quantized != nullptr &&
+        (dims.value_dim % kActivationGroup != 0 || out_quantized->cols != dims.n_value_heads * dims.value_dim))
+        fail_message("gdn_decode_recurrent (cuda): a quantised output needs value_dim a multiple of " +
+                     std::to_string(kActivationGroup) + " and a view of " +
+                     std::to_string(dims.n_value_heads * dims.value_dim) + " inputs; " + dims_text(dims));
     const RecurrentArgs args{q,
                              k,
                              v,
@@ -209,6 +264,8 @@ void gdn_decode_recurrent(const float* q, const float* k, const float* v, const 
                              state_in,
                              state_out,
                              out,
+                             out_quantized != nullptr ? out_quantized->q : nullptr,
+                             out_quantized != nullptr ? out_quantized->meta : nullptr,
                              dims.n_key_heads,
                              dims.n_value_heads,
                              dims.key_dim,
@@ -218,10 +275,11 @@ void gdn_decode_recurrent(const float* q, const float* k, const float* v, const 
                              norm_eps};
     const unsigned blocks = unsigned(dims.n_value_heads);
     const int64_t lanes = (dims.key_dim + kRowsPerThread - 1) / kRowsPerThread;
-    if (lanes <= 1) gdn_recurrent_kernel<1><<<blocks, kRecurrentThreads, 0, stream>>>(args);
-    else if (lanes <= 2) gdn_recurrent_kernel<2><<<blocks, kRecurrentThreads, 0, stream>>>(args);
-    else if (lanes <= 4) gdn_recurrent_kernel<4><<<blocks, kRecurrentThreads, 0, stream>>>(args);
-    else gdn_recurrent_kernel<8><<<blocks, kRecurrentThreads, 0, stream>>>(args);
+    const auto kernel = lanes <= 1   ? gdn_recurrent_kernel<1>
+                        : lanes <= 2 ? gdn_recurrent_kernel<2>
+                        : lanes <= 4 ? gdn_recurrent_kernel<4>
+                                     : gdn_recurrent_kernel<8>;
+    launch_programmatic(kernel, dim3(blocks), dim3(kRecurrentThreads), 0, stream, "gdn_decode_recurrent", args);
     cuda_check_launch("gdn_decode_recurrent");
 }
 

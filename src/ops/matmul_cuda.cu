@@ -19,6 +19,9 @@
 
 #include <cuda_fp16.h>
 
+#include "ops/cuda_math.cuh"
+#include "ops/programmatic_launch.cuh"
+
 #include <algorithm>
 #include <string>
 
@@ -27,6 +30,10 @@ namespace deltabit::cuda {
 namespace {
 
 constexpr unsigned kFullMask = 0xffffffffu;
+#ifndef DELTABIT_GEMV_LOADS_IN_FLIGHT
+#define DELTABIT_GEMV_LOADS_IN_FLIGHT 16
+#endif
+constexpr int kLoadsInFlight = DELTABIT_GEMV_LOADS_IN_FLIGHT;
 constexpr int kMaxThreadsPerBlock = 256;
 
 // Weights per 16-byte unit of codes and weights per fp16 scale, per dtype.
@@ -133,13 +140,27 @@ __device__ __forceinline__ int unit_dot<DType::Q8_0>(const uint4& codes, const i
     return __dp4a(int(codes.w), x[3], acc);
 }
 
-struct KernelArgs {
+// One matrix of a launch: its rows are the tiles [first_tile, first_tile + ceil(rows / rows per tile)).
+struct Segment {
     const uint4* codes;
     const uint16_t* scales;
-    const int8_t* xq;
-    const ActivationGroupMeta* x_meta;
     float* y;
     int64_t rows;
+    int64_t first_tile;
+};
+
+struct KernelArgs {
+    Segment seg[kMaxGemvGroup];  // in tile order; a launch of one matrix uses seg[0]
+    int n_segments;
+    // SwiGLU pairs: seg[0] is the gate, these the up matrix's planes (same shape); y = silu(gate) · up.
+    const uint4* up_codes;
+    const uint16_t* up_scales;
+    const int8_t* xq;
+    const ActivationGroupMeta* x_meta;
+    // SwiGLU with a quantised output: y's int8 groups, and their arrival counters (zero between launches).
+    int8_t* yq;
+    ActivationGroupMeta* yq_meta;
+    int32_t* arrivals;
     int units_per_row;
     int scales_per_row;
     int x_groups;
@@ -155,19 +176,160 @@ inline size_t activation_smem_bytes(int x_groups) {
     return size_t(x_groups) * (kSmemGroupStride + sizeof(ActivationGroupMeta));
 }
 
-// KT threads per row, R rows per thread; tiles of rows [first_row + t·rows_per_block, ...) for
-// t = blockIdx.x, blockIdx.x + gridDim.x, ... < tiles (a grid sized to what stays resident, so each
-// block fills its activations once and then streams many tiles).
-template <DType T, int KT, int R>
-__global__ void __launch_bounds__(kMaxThreadsPerBlock) gemv_kernel(KernelArgs a, int64_t first_row, int64_t tiles) {
+// The R rows one thread walks in one tile (rows past the end are clamped for loading, so every lane
+// joins the shuffles, and never stored).
+template <int R>
+struct ThreadRows {
+    const uint4* codes[R];
+    const uint16_t* scales[R];
+    float* y;
+    int64_t row0;  // first row (SwiGLU: the output index)
+    int64_t rows;
+    int64_t tile_row0;  // the tile's first row of its matrix
+};
+
+template <DType T, int R, bool kSwiglu>
+__device__ __forceinline__ ThreadRows<R> thread_rows(const KernelArgs& a, int64_t tile, int64_t rows_per_tile,
+                                                     int64_t row_in_tile) {
+    Segment seg = a.seg[0];
+#pragma unroll
+    for (int i = 1; i < kMaxGemvGroup; ++i)
+        if (i < a.n_segments && tile >= a.seg[i].first_tile) seg = a.seg[i];
+    ThreadRows<R> t;
+    t.y = seg.y;
+    t.rows = seg.rows;
+    t.tile_row0 = (tile - seg.first_tile) * rows_per_tile;
+    t.row0 = t.tile_row0 + row_in_tile;
+    if constexpr (kSwiglu) {
+        static_assert(R == 2, "a SwiGLU thread walks one gate row and one up row");
+        const int64_t row = t.row0 < seg.rows ? t.row0 : seg.rows - 1;
+        t.codes[0] = seg.codes + row * a.units_per_row;
+        t.scales[0] = seg.scales + row * a.scales_per_row;
+        t.codes[1] = a.up_codes + row * a.units_per_row;
+        t.scales[1] = a.up_scales + row * a.scales_per_row;
+    } else {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const int64_t row = t.row0 + r < seg.rows ? t.row0 + r : seg.rows - 1;
+            t.codes[r] = seg.codes + row * a.units_per_row;
+            t.scales[r] = seg.scales + row * a.scales_per_row;
+        }
+    }
+    return t;
+}
+
+// kUnroll units of each of the thread's R rows, starting at unit u0, KT apart; zeros past the row.
+template <DType T, int KT, int R, int kUnroll>
+__device__ __forceinline__ void load_units(const ThreadRows<R>& rows, int u0, int units_per_row, uint4 (&codes)[kUnroll][R],
+                                           uint16_t (&d)[kUnroll][R]) {
+    using L = Layout<T>;
+#pragma unroll
+    for (int j = 0; j < kUnroll; ++j) {
+        const int u = u0 + j * KT;
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            if (u < units_per_row) {
+                codes[j][r] = load_streaming(rows.codes[r] + u);
+                d[j][r] = __ldg(rows.scales[r] + u * L::unit / L::group);
+            } else {
+                codes[j][r] = make_uint4(0, 0, 0, 0);
+                d[j][r] = 0;
+            }
+        }
+    }
+}
+
+// KT threads per row, R rows per thread (SwiGLU: the gate row and the up row of one output); tiles
+// [first_tile + blockIdx.x, first_tile + blockIdx.x + gridDim.x, ...) < first_tile + tiles (a grid sized
+// to what stays resident, so each block fills its activations once and then streams many tiles).
+//
+// Order of work, for the overlap with the kernel before (ops/programmatic_launch.cuh): the first batch of
+// weight codes is requested before waiting for that kernel, then the activations it wrote are copied
+// into shared memory while those loads are in flight.
+// SwiGLU with a quantised output: after a tile's outputs are stored, count them into their groups of
+// 128; the block whose tile completes a group quantises it as quantize_activations_kernel does (its
+// fence-then-count and count-then-fence make the other blocks' outputs visible; they are read past L1)
+// and zeroes the group's counter for the next launch. Called by every thread of the block.
+__device__ void quantize_completed_groups(const KernelArgs& a, int64_t tile_row0, int64_t tile_rows, int64_t rows) {
+    __shared__ int64_t s_complete[2];
+    const int64_t end = tile_row0 + tile_rows < rows ? tile_row0 + tile_rows : rows;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        s_complete[0] = s_complete[1] = -1;
+        int found = 0;
+        for (int64_t g = tile_row0 / kActivationGroup; g * kActivationGroup < end; ++g) {
+            const int64_t g_begin = g * kActivationGroup;
+            const int64_t g_end = g_begin + kActivationGroup < rows ? g_begin + kActivationGroup : rows;
+            const int64_t mine = (end < g_end ? end : g_end) - (tile_row0 > g_begin ? tile_row0 : g_begin);
+            const int before = atomicAdd(a.arrivals + g, int(mine));
+            if (before + mine == g_end - g_begin && found < 2) s_complete[found++] = g;
+        }
+        __threadfence();
+    }
+    __syncthreads();
+    const int lane = int(threadIdx.x) & 31;
+    if (threadIdx.x < 32) {
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+            const int64_t g = s_complete[c];
+            if (g < 0) continue;
+            float v[4];
+            float amax = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int64_t k = g * kActivationGroup + lane * 4 + i;
+                v[i] = k < rows ? __ldcg(a.seg[0].y + k) : 0.0f;
+                amax = fmaxf(amax, fabsf(v[i]));
+            }
+#pragma unroll
+            for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, offset));
+            const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+            int qi[4];
+            int sum = 0;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                qi[i] = min(127, max(-127, __float2int_rn(v[i] * inv)));
+                sum += qi[i];
+            }
+#pragma unroll
+            for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(kFullMask, sum, offset);
+            reinterpret_cast<char4*>(a.yq + g * kActivationGroup)[lane] =
+                make_char4(char(qi[0]), char(qi[1]), char(qi[2]), char(qi[3]));
+            if (lane == 0) {
+                a.yq_meta[g] = ActivationGroupMeta{amax / 127.0f, sum};
+                a.arrivals[g] = 0;
+            }
+        }
+    }
+    __syncthreads();  // s_complete is rewritten by the next tile
+}
+
+template <DType T, int KT, int R, bool kSwiglu>
+__global__ void __launch_bounds__(kMaxThreadsPerBlock) gemv_kernel(KernelArgs a, int64_t first_tile, int64_t tiles) {
     using L = Layout<T>;
     constexpr int kRowGroupsPerWarp = 32 / KT;
-    constexpr int kUnroll = 8 / R;  // 8 code loads (128 bytes) in flight per thread
+    constexpr int kUnroll = kLoadsInFlight / R;  // code loads in flight per thread, whatever R
     constexpr int kXWords = L::unit / 4;
+    constexpr int kRowsPerThreadGroup = kSwiglu ? 1 : R;  // outputs per group of KT lanes
 
     extern __shared__ __align__(16) uint8_t smem[];
     uint8_t* x_smem = smem;
     int2* meta_smem = reinterpret_cast<int2*>(smem + size_t(a.x_groups) * kSmemGroupStride);
+
+    const int lane = int(threadIdx.x) & 31;
+    const int k_lane = lane % KT;
+    const int64_t rows_per_tile = int64_t(blockDim.x / 32) * kRowGroupsPerWarp * kRowsPerThreadGroup;
+    const int64_t row_in_tile = (int64_t(threadIdx.x / 32) * kRowGroupsPerWarp + lane / KT) * kRowsPerThreadGroup;
+
+    const int64_t first = blockIdx.x;  // the grid never exceeds the tiles: every block has this one
+    ThreadRows<R> rows = thread_rows<T, R, kSwiglu>(a, first_tile + first, rows_per_tile, row_in_tile);
+    uint4 codes[kUnroll][R];
+    uint16_t d[kUnroll][R];
+    load_units<T, KT, R, kUnroll>(rows, k_lane, a.units_per_row, codes, d);
+
+    wait_for_predecessor();
+    allow_dependents();
     {
         const int4* src = reinterpret_cast<const int4*>(a.xq);
         for (int i = int(threadIdx.x); i < a.x_groups * 8; i += int(blockDim.x)) {
@@ -178,44 +340,14 @@ __global__ void __launch_bounds__(kMaxThreadsPerBlock) gemv_kernel(KernelArgs a,
     }
     __syncthreads();
 
-    const int lane = int(threadIdx.x) & 31;
-    const int k_lane = lane % KT;
-    const int64_t rows_per_block = int64_t(blockDim.x / 32) * kRowGroupsPerWarp * R;
-    const int64_t row_in_tile = (int64_t(threadIdx.x / 32) * kRowGroupsPerWarp + lane / KT) * R;
-
-    for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
-        const int64_t row0 = first_row + tile * rows_per_block + row_in_tile;
-        // Rows past the end are clamped for loading (so every lane joins the shuffles) and never stored.
-        const uint4* code_row[R];
-        const uint16_t* scale_row[R];
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            const int64_t row = row0 + r < a.rows ? row0 + r : a.rows - 1;
-            code_row[r] = a.codes + row * a.units_per_row;
-            scale_row[r] = a.scales + row * a.scales_per_row;
-        }
-
+    for (int64_t tile = first; tile < tiles; tile += gridDim.x) {
+        if (tile != first) rows = thread_rows<T, R, kSwiglu>(a, first_tile + tile, rows_per_tile, row_in_tile);
         float acc[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) acc[r] = 0.0f;
 
         for (int u0 = k_lane; u0 < a.units_per_row; u0 += KT * kUnroll) {
-            uint4 codes[kUnroll][R];
-            uint16_t d[kUnroll][R];
-#pragma unroll
-            for (int j = 0; j < kUnroll; ++j) {
-                const int u = u0 + j * KT;
-#pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    if (u < a.units_per_row) {
-                        codes[j][r] = load_streaming(code_row[r] + u);
-                        d[j][r] = __ldg(scale_row[r] + u * L::unit / L::group);
-                    } else {
-                        codes[j][r] = make_uint4(0, 0, 0, 0);
-                        d[j][r] = 0;
-                    }
-                }
-            }
+            if (tile != first || u0 != k_lane) load_units<T, KT, R, kUnroll>(rows, u0, a.units_per_row, codes, d);
 #pragma unroll
             for (int j = 0; j < kUnroll; ++j) {
                 const int u = u0 + j * KT;
@@ -247,9 +379,14 @@ __global__ void __launch_bounds__(kMaxThreadsPerBlock) gemv_kernel(KernelArgs a,
 #pragma unroll
             for (int offset = KT / 2; offset > 0; offset /= 2) acc[r] += __shfl_xor_sync(kFullMask, acc[r], offset);
         }
+        if constexpr (kSwiglu) {
+            if (k_lane == 0 && rows.row0 < rows.rows) rows.y[rows.row0] = silu_f(acc[0]) * acc[1];
+            if (a.yq != nullptr) quantize_completed_groups(a, rows.tile_row0, rows_per_tile, rows.rows);
+        } else {
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-            if (k_lane == r && row0 + r < a.rows) a.y[row0 + r] = acc[r];
+            for (int r = 0; r < R; ++r) {
+                if (k_lane == r && rows.row0 + r < rows.rows) rows.y[rows.row0 + r] = acc[r];
+            }
         }
     }
 }
@@ -257,6 +394,8 @@ __global__ void __launch_bounds__(kMaxThreadsPerBlock) gemv_kernel(KernelArgs a,
 __global__ void quantize_activations_kernel(const float* __restrict__ x, int8_t* __restrict__ q,
                                             ActivationGroupMeta* __restrict__ meta, int64_t cols, int64_t groups) {
     // One warp per group of 128: each lane owns 4 consecutive inputs.
+    wait_for_predecessor();
+    allow_dependents();
     const int64_t g = int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
     if (g >= groups) return;  // whole warps leave together, so the shuffles below stay full
     const int lane = int(threadIdx.x) & 31;
@@ -286,13 +425,13 @@ __global__ void quantize_activations_kernel(const float* __restrict__ x, int8_t*
 }
 
 using LaunchFn = void (*)(int64_t tiles, int threads, cudaStream_t stream, const KernelArgs& args,
-                          int64_t first_row);
+                          int64_t first_tile);
 
 // Grid: no more blocks than stay resident at once (each fills its activations once), never more than
 // there are tiles.
-template <DType T, int KT, int R>
-void launch(int64_t tiles, int threads, cudaStream_t stream, const KernelArgs& args, int64_t first_row) {
-    const auto kernel = gemv_kernel<T, KT, R>;
+template <DType T, int KT, int R, bool kSwiglu>
+void launch(int64_t tiles, int threads, cudaStream_t stream, const KernelArgs& args, int64_t first_tile) {
+    const auto kernel = gemv_kernel<T, KT, R, kSwiglu>;
     const size_t smem = activation_smem_bytes(args.x_groups);
     int device = 0;
     cuda_check(cudaGetDevice(&device), "cudaGetDevice");
@@ -311,35 +450,38 @@ void launch(int64_t tiles, int threads, cudaStream_t stream, const KernelArgs& a
     int per_sm = 0;
     cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem), "occupancy");
     const int64_t grid = std::min<int64_t>(tiles, int64_t(std::max(per_sm, 1)) * sms);
-    kernel<<<unsigned(grid), threads, smem, stream>>>(args, first_row, tiles);
+    launch_programmatic(kernel, dim3(unsigned(grid)), dim3(unsigned(threads)), smem, stream, "gemv_kernel", args,
+                        first_tile, tiles);
 }
 
-template <DType T, int KT>
+template <DType T, int KT, bool kSwiglu>
 LaunchFn pick_rows(int rows_per_thread) {
+    if constexpr (kSwiglu) return rows_per_thread == 2 ? launch<T, KT, 2, true> : nullptr;
     switch (rows_per_thread) {
-        case 2: return launch<T, KT, 2>;
-        case 4: return launch<T, KT, 4>;
+        case 2: return launch<T, KT, 2, false>;
+        case 4: return launch<T, KT, 4, false>;
         default: return nullptr;
     }
 }
 
-template <DType T>
+template <DType T, bool kSwiglu>
 LaunchFn pick_lanes(int lanes_per_row, int rows_per_thread) {
     switch (lanes_per_row) {
-        case 8: return pick_rows<T, 8>(rows_per_thread);
-        case 16: return pick_rows<T, 16>(rows_per_thread);
-        case 32: return pick_rows<T, 32>(rows_per_thread);
+        case 8: return pick_rows<T, 8, kSwiglu>(rows_per_thread);
+        case 16: return pick_rows<T, 16, kSwiglu>(rows_per_thread);
+        case 32: return pick_rows<T, 32, kSwiglu>(rows_per_thread);
         default: return nullptr;
     }
 }
 
+template <bool kSwiglu>
 LaunchFn pick_kernel(DType t, const GemvLaunchConfig& c) {
     switch (t) {
-        case DType::Q1_0: return pick_lanes<DType::Q1_0>(c.lanes_per_row, c.rows_per_thread);
-        case DType::Q2_0: return pick_lanes<DType::Q2_0>(c.lanes_per_row, c.rows_per_thread);
-        case DType::Q2_0_G64: return pick_lanes<DType::Q2_0_G64>(c.lanes_per_row, c.rows_per_thread);
-        case DType::Q4_0: return pick_lanes<DType::Q4_0>(c.lanes_per_row, c.rows_per_thread);
-        case DType::Q8_0: return pick_lanes<DType::Q8_0>(c.lanes_per_row, c.rows_per_thread);
+        case DType::Q1_0: return pick_lanes<DType::Q1_0, kSwiglu>(c.lanes_per_row, c.rows_per_thread);
+        case DType::Q2_0: return pick_lanes<DType::Q2_0, kSwiglu>(c.lanes_per_row, c.rows_per_thread);
+        case DType::Q2_0_G64: return pick_lanes<DType::Q2_0_G64, kSwiglu>(c.lanes_per_row, c.rows_per_thread);
+        case DType::Q4_0: return pick_lanes<DType::Q4_0, kSwiglu>(c.lanes_per_row, c.rows_per_thread);
+        case DType::Q8_0: return pick_lanes<DType::Q8_0, kSwiglu>(c.lanes_per_row, c.rows_per_thread);
         default: return nullptr;
     }
 }
@@ -373,9 +515,14 @@ GemvLaunchConfig plan_gemv(DType t, int64_t rows, int64_t cols) {
     return c;
 }
 
+// Layout: q [groups·128] | meta [groups] | arrivals [groups].
 ActivationScratch::ActivationScratch(int64_t max_cols_)
-    : buffer(size_t(activation_groups(max_cols_)) * (kActivationGroup + sizeof(ActivationGroupMeta))),
-      max_cols(max_cols_) {}
+    : buffer(size_t(activation_groups(max_cols_)) * (kActivationGroup + sizeof(ActivationGroupMeta) + sizeof(int32_t))),
+      max_cols(max_cols_) {
+    const size_t groups = size_t(activation_groups(max_cols));
+    const size_t counters = groups * (kActivationGroup + sizeof(ActivationGroupMeta));
+    if (groups != 0) cuda_check(cudaMemset(buffer.get<uint8_t>() + counters, 0, groups * sizeof(int32_t)), "zero arrivals");
+}
 
 QuantizedActivationsView ActivationScratch::view(int64_t cols) const {
     if (cols > max_cols) {
@@ -383,8 +530,10 @@ QuantizedActivationsView ActivationScratch::view(int64_t cols) const {
                      std::to_string(cols));
     }
     auto* base = buffer.get<uint8_t>();
-    const size_t q_bytes = size_t(activation_groups(max_cols)) * kActivationGroup;
-    return {reinterpret_cast<int8_t*>(base), reinterpret_cast<ActivationGroupMeta*>(base + q_bytes), cols};
+    const size_t groups = size_t(activation_groups(max_cols));
+    const size_t q_bytes = groups * kActivationGroup;
+    return {reinterpret_cast<int8_t*>(base), reinterpret_cast<ActivationGroupMeta*>(base + q_bytes), cols,
+            reinterpret_cast<int32_t*>(base + q_bytes + groups * sizeof(ActivationGroupMeta))};
 }
 
 void quantize_activations(const float* x, const QuantizedActivationsView& out, cudaStream_t stream) {
@@ -393,12 +542,13 @@ void quantize_activations(const float* x, const QuantizedActivationsView& out, c
     constexpr int kWarps = 8;
     const int64_t blocks = (groups + kWarps - 1) / kWarps;
     if (blocks > device_max_grid_x()) fail_message("cuda quantize_activations: " + std::to_string(out.cols) + " inputs is too many");
-    quantize_activations_kernel<<<unsigned(blocks), kWarps * 32, 0, stream>>>(x, out.q, out.meta, out.cols, groups);
-    cuda_check_launch("quantize_activations_kernel");
+    launch_programmatic(quantize_activations_kernel, dim3(unsigned(blocks)), dim3(kWarps * 32), 0, stream,
+                        "quantize_activations_kernel", x, out.q, out.meta, out.cols, groups);
 }
 
-GemvLaunchReport gemv_quantized(const QuantizedActivationsView& x, const GemvWeightView& w, float* y,
-                                cudaStream_t stream, const GemvLaunchConfig& config) {
+namespace {
+
+void check_weights(const QuantizedActivationsView& x, const GemvWeightView& w) {
     if (!gemv_layout_supports(w.dtype) || !row_fits_blocks(w.dtype, uint64_t(w.cols)) || w.cols <= 0 ||
         w.rows < 0) {
         fail_message("cuda gemv: unsupported weights " + shape_text(w));
@@ -406,44 +556,121 @@ GemvLaunchReport gemv_quantized(const QuantizedActivationsView& x, const GemvWei
     if (x.cols != w.cols) {
         fail_message("cuda gemv: " + std::to_string(x.cols) + " activations for weights " + shape_text(w));
     }
-    const LaunchFn fn = pick_kernel(w.dtype, config);
+}
+
+std::string config_text(const GemvLaunchConfig& c) {
+    return "lanes_per_row " + std::to_string(c.lanes_per_row) + ", rows_per_thread " +
+           std::to_string(c.rows_per_thread) + ", warps_per_block " + std::to_string(c.warps_per_block);
+}
+
+// The launch of matrices sharing x (gemv_quantized_group; a SwiGLU pair counts as one matrix whose
+// outputs are pairs of rows), split along the tiles so that no launch exceeds the grid limit.
+template <bool kSwiglu>
+GemvLaunchReport launch_group(const QuantizedActivationsView& x, std::span<const GemvOutput> outputs,
+                              const GemvWeightView* up, cudaStream_t stream, const GemvLaunchConfig& config,
+                              const QuantizedActivationsView* y_quantized = nullptr) {
+    if (outputs.empty() || outputs.size() > size_t(kMaxGemvGroup))
+        fail_message("cuda gemv: a launch takes 1 to " + std::to_string(kMaxGemvGroup) + " matrices, got " +
+                     std::to_string(outputs.size()));
+    const GemvWeightView& first = outputs[0].w;
+    for (const GemvOutput& o : outputs) {
+        check_weights(x, o.w);
+        if (o.w.dtype != first.dtype || o.w.cols != first.cols)
+            fail_message("cuda gemv: matrices of one launch must share dtype and K: " + shape_text(first) + " and " +
+                         shape_text(o.w));
+    }
+    const LaunchFn fn = pick_kernel<kSwiglu>(first.dtype, config);
     if (fn == nullptr || config.warps_per_block < 1 || config.warps_per_block * 32 > kMaxThreadsPerBlock) {
-        fail_message("cuda gemv: no kernel for lanes_per_row " + std::to_string(config.lanes_per_row) +
-                     ", rows_per_thread " + std::to_string(config.rows_per_thread) + ", warps_per_block " +
-                     std::to_string(config.warps_per_block));
+        fail_message(std::string("cuda gemv") + (kSwiglu ? " (swiglu)" : "") + ": no kernel for " + config_text(config));
     }
     GemvLaunchReport report;
     report.config = config;
-    if (w.rows == 0) return report;
 
-    KernelArgs args;
-    args.codes = reinterpret_cast<const uint4*>(w.codes);
-    args.scales = w.scales;
+    KernelArgs args{};
     args.xq = x.q;
     args.x_meta = x.meta;
-    args.y = y;
-    args.rows = w.rows;
-    args.units_per_row = int(gemv_code_row_bytes(w.dtype, w.cols) / 16);
-    args.scales_per_row = int(w.cols / dtype_info(w.dtype).block_elems);
-    args.x_groups = int(activation_groups(w.cols));
-
-    const int64_t rows_per_block =
-        int64_t(config.warps_per_block) * (32 / config.lanes_per_row) * config.rows_per_thread;
+    args.units_per_row = int(gemv_code_row_bytes(first.dtype, first.cols) / 16);
+    args.scales_per_row = int(first.cols / dtype_info(first.dtype).block_elems);
+    args.x_groups = int(activation_groups(first.cols));
+    const int64_t rows_per_tile =
+        int64_t(config.warps_per_block) * (32 / config.lanes_per_row) * (kSwiglu ? 1 : config.rows_per_thread);
+    for (const GemvOutput& o : outputs) {
+        if (o.w.rows == 0) continue;  // no tiles: nothing to launch for it
+        Segment& seg = args.seg[args.n_segments++];
+        seg = {reinterpret_cast<const uint4*>(o.w.codes), o.w.scales, o.y, o.w.rows, report.blocks};
+        report.blocks += (o.w.rows + rows_per_tile - 1) / rows_per_tile;
+    }
+    if (up != nullptr) {
+        args.up_codes = reinterpret_cast<const uint4*>(up->codes);
+        args.up_scales = up->scales;
+    }
+    if (y_quantized != nullptr) {
+        if (y_quantized->cols != first.rows || y_quantized->arrivals == nullptr)
+            fail_message("cuda gemv (swiglu): the quantised output needs a view of " + std::to_string(first.rows) +
+                         " inputs with arrival counters, got " + std::to_string(y_quantized->cols));
+        if (y_quantized->q == x.q)
+            fail_message("cuda gemv (swiglu): the quantised output must not share the input's scratch");
+        args.yq = y_quantized->q;
+        args.yq_meta = y_quantized->meta;
+        args.arrivals = y_quantized->arrivals;
+    }
+    if (report.blocks == 0) return report;
     const int64_t max_blocks = config.max_blocks > 0 ? config.max_blocks : device_max_grid_x();
-    report.blocks = (w.rows + rows_per_block - 1) / rows_per_block;
-    // Split along N so that no launch exceeds the grid limit; every row is covered exactly once.
-    for (int64_t first_block = 0; first_block < report.blocks; first_block += max_blocks) {
-        const int64_t blocks = std::min(max_blocks, report.blocks - first_block);
-        fn(blocks, config.warps_per_block * 32, stream, args, first_block * rows_per_block);
-        cuda_check_launch("gemv_kernel");
+    for (int64_t first_tile = 0; first_tile < report.blocks; first_tile += max_blocks) {
+        fn(std::min(max_blocks, report.blocks - first_tile), config.warps_per_block * 32, stream, args, first_tile);
         ++report.launches;
     }
     return report;
 }
 
+int64_t total_rows(std::span<const GemvOutput> outputs) {
+    int64_t rows = 0;
+    for (const GemvOutput& o : outputs) rows += o.w.rows;
+    return rows;
+}
+
+}  // namespace
+
+GemvLaunchReport gemv_quantized(const QuantizedActivationsView& x, const GemvWeightView& w, float* y,
+                                cudaStream_t stream, const GemvLaunchConfig& config) {
+    const GemvOutput one[1] = {{w, y}};
+    return launch_group<false>(x, one, nullptr, stream, config);
+}
+
 GemvLaunchReport gemv_quantized(const QuantizedActivationsView& x, const GemvWeightView& w, float* y,
                                 cudaStream_t stream) {
     return gemv_quantized(x, w, y, stream, plan_gemv(w.dtype, w.rows, w.cols));
+}
+
+GemvLaunchReport gemv_quantized_group(const QuantizedActivationsView& x, std::span<const GemvOutput> outputs,
+                                      cudaStream_t stream, const GemvLaunchConfig& config) {
+    return launch_group<false>(x, outputs, nullptr, stream, config);
+}
+
+GemvLaunchReport gemv_quantized_group(const QuantizedActivationsView& x, std::span<const GemvOutput> outputs,
+                                      cudaStream_t stream) {
+    if (outputs.empty()) fail_message("cuda gemv: a launch takes at least one matrix");
+    return launch_group<false>(x, outputs, nullptr, stream, plan_gemv(outputs[0].w.dtype, total_rows(outputs), outputs[0].w.cols));
+}
+
+GemvLaunchReport gemv_quantized_swiglu(const QuantizedActivationsView& x, const GemvWeightView& gate,
+                                       const GemvWeightView& up, float* y, cudaStream_t stream,
+                                       const GemvLaunchConfig& config, const QuantizedActivationsView* y_quantized) {
+    if (gate.dtype != up.dtype || gate.rows != up.rows || gate.cols != up.cols)
+        fail_message("cuda gemv (swiglu): gate " + shape_text(gate) + " and up " + shape_text(up) +
+                     " must have one shape and dtype");
+    check_weights(x, up);
+    const GemvOutput pair[1] = {{gate, y}};
+    return launch_group<true>(x, pair, &up, stream, config, y_quantized);
+}
+
+GemvLaunchReport gemv_quantized_swiglu(const QuantizedActivationsView& x, const GemvWeightView& gate,
+                                       const GemvWeightView& up, float* y, cudaStream_t stream,
+                                       const QuantizedActivationsView* y_quantized) {
+    // Planned as the two matrices' rows in one grid; the pair takes two rows per thread.
+    GemvLaunchConfig config = plan_gemv(gate.dtype, 2 * gate.rows, gate.cols);
+    config.rows_per_thread = 2;
+    return gemv_quantized_swiglu(x, gate, up, y, stream, config, y_quantized);
 }
 
 void matmul(const float* x, const GemvWeightView& w, int64_t n_tokens, float* y, const ActivationScratch& scratch,

@@ -26,6 +26,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "backend/cuda_buffer.h"
 #include "core/dtype.h"
@@ -66,9 +67,13 @@ struct QuantizedActivationsView {
     int8_t* q = nullptr;
     ActivationGroupMeta* meta = nullptr;
     int64_t cols = 0;
+    // One counter per group, zero between launches: a kernel whose blocks each produce part of a group
+    // counts arrivals here, and the block completing a group quantises it (then sets the counter back
+    // to zero). From ActivationScratch; nullptr where no such kernel writes the view.
+    int32_t* arrivals = nullptr;
 };
 inline int64_t activation_groups(int64_t k) { return (k + kActivationGroup - 1) / kActivationGroup; }
-// Scratch for activations of up to `max_cols` inputs; one per stream.
+// Scratch for activations of up to `max_cols` inputs (and their zeroed arrival counters); one per stream.
 struct ActivationScratch {
     DeviceBuffer buffer;
     int64_t max_cols = 0;
@@ -92,7 +97,9 @@ GemvLaunchConfig plan_gemv(DType t, int64_t rows, int64_t cols);
 // What a call did, so callers and tests can see which path ran and how it was split.
 struct GemvLaunchReport {
     GemvLaunchConfig config;
-    int64_t blocks = 0;    // row tiles of warps_per_block·(32/lanes_per_row)·rows_per_thread rows
+    // Row tiles of warps_per_block·(32/lanes_per_row)·rows_per_thread rows (SwiGLU: of that many
+    // outputs / rows_per_thread); a group counts each matrix's tiles, each matrix starting a new tile.
+    int64_t blocks = 0;
     int launches = 0;      // kernel launches after splitting along N
 };
 
@@ -101,6 +108,38 @@ GemvLaunchReport gemv_quantized(const QuantizedActivationsView& x, const GemvWei
                                 cudaStream_t stream, const GemvLaunchConfig& config);
 GemvLaunchReport gemv_quantized(const QuantizedActivationsView& x, const GemvWeightView& w, float* y,
                                 cudaStream_t stream);
+
+// Several matrices reading the same x, in ONE launch: the rows of all of them in one grid (so small
+// matrices such as DeltaNet's β and α no longer pay a launch and a half-empty grid each). All share the
+// dtype and K; each has its own output. y is bit for bit what gemv_quantized gives each matrix alone
+// with the same launch config (a row's terms are summed in the same order). The planned config is
+// plan_gemv for the total row count.
+inline constexpr int kMaxGemvGroup = 4;
+struct GemvOutput {
+    GemvWeightView w;
+    float* y = nullptr;
+};
+GemvLaunchReport gemv_quantized_group(const QuantizedActivationsView& x, std::span<const GemvOutput> outputs,
+                                      cudaStream_t stream, const GemvLaunchConfig& config);
+GemvLaunchReport gemv_quantized_group(const QuantizedActivationsView& x, std::span<const GemvOutput> outputs,
+                                      cudaStream_t stream);
+
+// The feed-forward's first half in one launch: y[i] = silu(gate·x)[i] · (up·x)[i] (ops/swiglu.h's
+// SwiGLU of the two GEMVs). Each thread computes row i of gate and row i of up together, so the two
+// products never leave registers; rows_per_thread must be 2 (the pair), and a tile (GemvLaunchReport's
+// blocks) is warps·(32/lanes) outputs. Bit for bit gemv_quantized of each matrix with the same config
+// followed by cuda::swiglu. The planned config is plan_gemv for 2N rows with the pair.
+//
+// With y_quantized (a view of N inputs with arrival counters, NOT the one x lives in) it also writes y's
+// int8 activations for the next matmul, bit for bit quantize_activations(y): the block that completes a
+// group of 128 outputs quantises it (ops: QuantizedActivationsView::arrivals) — one launch fewer.
+GemvLaunchReport gemv_quantized_swiglu(const QuantizedActivationsView& x, const GemvWeightView& gate,
+                                       const GemvWeightView& up, float* y, cudaStream_t stream,
+                                       const GemvLaunchConfig& config,
+                                       const QuantizedActivationsView* y_quantized = nullptr);
+GemvLaunchReport gemv_quantized_swiglu(const QuantizedActivationsView& x, const GemvWeightView& gate,
+                                       const GemvWeightView& up, float* y, cudaStream_t stream,
+                                       const QuantizedActivationsView* y_quantized = nullptr);
 
 // The twin of cpu::matmul: quantise x into `scratch`, then the GEMV. n_tokens must be 1 (prefill has
 // its own path); throws deltabit::Error otherwise or when shapes disagree.

@@ -7,18 +7,24 @@
 //   kivi4              kv_store + kivi_compress byte for byte against KvStore (models/kv_cache.h), and
 //                      attention_cached over the mixed cache vs cpu::attention over KvStore::read()
 //   gdn decode         vs cpu conv1d → l2_norm → gdn_gates → delta rule → gated_rms_norm, state and conv
-//                      window included
+//                      window included; with out_quantized, out and state bit for bit the call without it
+//                      and the int8 groups the CPU twin of the quantiser on that out, bit for bit
+//                      (cuda/quantized_output_check.h); value_dim not a multiple of 128 or a view of the
+//                      wrong width throws
 //   argmax             exactly argmax_lowest_id, ties, NaN and −inf included
 // Skips cleanly without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/half.h"
 #include "models/kv_cache.h"
 #include "ops/attention.h"
@@ -34,6 +40,7 @@
 
 #ifdef DELTABIT_HAVE_CUDA
 #include "cuda/op_parity_cuda.h"
+#include "cuda/quantized_output_check.h"
 #include "ops/decode_cuda.h"
 #endif
 
@@ -479,17 +486,32 @@ TEST(DecodeKernels, KvStoreRoundsToNearestEven) {
 
 // ---- gated DeltaNet decode ----
 
+// The inputs of one decode step, drawn in this order from rng.
+struct GdnStepInputs {
+    std::vector<float> mixed, b, a, conv_w, conv_state, ssm_a, dt_bias, z, norm_w, state;
+};
+GdnStepInputs random_gdn_step_inputs(const cuda::GdnDecodeDims& d, std::mt19937& rng) {
+    const int64_t Hk = d.n_key_heads, Hv = d.n_value_heads, dk = d.key_dim, dv = d.value_dim, K = d.conv_kernel;
+    const int64_t C = 2 * Hk * dk + Hv * dv;
+    GdnStepInputs in;
+    in.mixed = uniform(static_cast<size_t>(C), rng, -2.0f, 2.0f);
+    in.b = uniform(static_cast<size_t>(Hv), rng, -4.0f, 4.0f);
+    in.a = uniform(static_cast<size_t>(Hv), rng, -4.0f, 4.0f);
+    in.conv_w = uniform(static_cast<size_t>(C * K), rng, -1.0f, 1.0f);
+    in.conv_state = uniform(static_cast<size_t>((K - 1) * C), rng, -2.0f, 2.0f);
+    in.ssm_a = uniform(static_cast<size_t>(Hv), rng, -8.0f, -0.1f);
+    in.dt_bias = uniform(static_cast<size_t>(Hv), rng, -1.0f, 1.0f);
+    in.z = uniform(static_cast<size_t>(Hv * dv), rng, -4.0f, 4.0f);
+    in.norm_w = uniform(static_cast<size_t>(dv), rng, 0.5f, 1.5f);
+    in.state = uniform(static_cast<size_t>(Hv * dk * dv), rng, -0.5f, 0.5f);
+    return in;
+}
+
 void check_gdn_decode(const cuda::GdnDecodeDims& d, uint32_t seed, bool in_place) {
     std::mt19937 rng(seed);
     const int64_t Hk = d.n_key_heads, Hv = d.n_value_heads, dk = d.key_dim, dv = d.value_dim, K = d.conv_kernel;
     const int64_t C = 2 * Hk * dk + Hv * dv;
-    const std::vector<float> mixed = uniform(static_cast<size_t>(C), rng, -2.0f, 2.0f);
-    const std::vector<float> b = uniform(static_cast<size_t>(Hv), rng, -4.0f, 4.0f), a = uniform(static_cast<size_t>(Hv), rng, -4.0f, 4.0f);
-    const std::vector<float> conv_w = uniform(static_cast<size_t>(C * K), rng, -1.0f, 1.0f);
-    const std::vector<float> conv_state = uniform(static_cast<size_t>((K - 1) * C), rng, -2.0f, 2.0f);
-    const std::vector<float> ssm_a = uniform(static_cast<size_t>(Hv), rng, -8.0f, -0.1f), dt_bias = uniform(static_cast<size_t>(Hv), rng, -1.0f, 1.0f);
-    const std::vector<float> z = uniform(static_cast<size_t>(Hv * dv), rng, -4.0f, 4.0f), norm_w = uniform(static_cast<size_t>(dv), rng, 0.5f, 1.5f);
-    const std::vector<float> state = uniform(static_cast<size_t>(Hv * dk * dv), rng, -0.5f, 0.5f);
+    const auto& [mixed, b, a, conv_w, conv_state, ssm_a, dt_bias, z, norm_w, state] = random_gdn_step_inputs(d, rng);
     const float l2_eps = 1e-6f, eps = 1e-6f;
 
     // Reference chain, as the prompt path runs it.
@@ -593,6 +615,116 @@ TEST(DecodeKernels, GdnDecodeStep) {
         check_gdn_decode({3, 3, 32, 1000, 2, cpu::KeyHeadMap::tiled}, seed++, in_place);
         check_gdn_decode({16, 48, 128, 128, 4, cpu::KeyHeadMap::tiled}, seed++, in_place);  // Bonsai-27B
     }
+}
+
+// ---- gated DeltaNet decode with a quantised output ----
+
+// out and state bit for bit; the reference must be all finite, so that an unwritten (NaN-poisoned) output
+// cannot match an unwritten reference.
+::testing::AssertionResult same_bits(const std::vector<float>& got, const std::vector<float>& want) {
+    if (got.size() != want.size())
+        return ::testing::AssertionFailure() << got.size() << " values, want " << want.size();
+    for (size_t i = 0; i < want.size(); ++i) {
+        if (!std::isfinite(want[i])) return ::testing::AssertionFailure() << "reference [" << i << "] is " << want[i];
+        if (std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(want[i]))
+            return ::testing::AssertionFailure() << "[" << i << "] is " << got[i] << ", want " << want[i];
+    }
+    return ::testing::AssertionSuccess();
+}
+
+// One prepared step through gdn_decode_recurrent twice, from the same inputs and state (out of place):
+// without out_quantized, then with it in its own guarded scratch. The second call's out and state must be
+// the first's bit for bit, and its int8 groups the quantiser's definition applied to that out, bit for
+// bit. The kernel quantises a group where it norms the head (four warps of one pass), so the shapes vary
+// how many of its 512 threads a pass leaves idle (value_dim 128 .. 1024, one and two passes) and the key
+// dim (its four template widths); a group never spans two heads.
+void check_gdn_decode_quantized_output(const cuda::GdnDecodeDims& d, uint32_t seed) {
+    std::mt19937 rng(seed);
+    const int64_t Hk = d.n_key_heads, Hv = d.n_value_heads, dk = d.key_dim, dv = d.value_dim;
+    const auto& [mixed, b, a, conv_w, conv_state, ssm_a, dt_bias, z, norm_w, state] = random_gdn_step_inputs(d, rng);
+    const float l2_eps = 1e-6f, eps = 1e-6f;
+    GuardedDeviceArray<float> dmixed(mixed), db(b), da(a), dconv_w(conv_w), dconv_state(conv_state), dssm_a(ssm_a),
+        ddt(dt_bias), dz(z), dnorm(norm_w), dstate(state);
+    GuardedDeviceArray<float> dq(static_cast<size_t>(Hk * dk)), dk_(static_cast<size_t>(Hk * dk)),
+        dv_(static_cast<size_t>(Hv * dv)), dbeta(static_cast<size_t>(Hv)), dg(static_cast<size_t>(Hv));
+    GuardedDeviceArray<float> plain_out(static_cast<size_t>(Hv * dv)), plain_state(state.size());
+    GuardedDeviceArray<float> out(static_cast<size_t>(Hv * dv)), state_next(state.size());
+    cuda::gdn_decode_prepare(dmixed.get(), db.get(), da.get(), dconv_w.get(), dconv_state.get(), dconv_state.get(),
+                             dssm_a.get(), ddt.get(), d, l2_eps, dq.get(), dk_.get(), dv_.get(), dbeta.get(), dg.get(),
+                             nullptr);
+    cuda::gdn_decode_recurrent(dq.get(), dk_.get(), dv_.get(), dbeta.get(), dg.get(), dz.get(), dnorm.get(), eps, d,
+                               dstate.get(), plain_state.get(), plain_out.get(), nullptr);
+    GuardedQuantizedOutput out_q(Hv * dv);
+    const cuda::QuantizedActivationsView view = out_q.view();
+    cuda::gdn_decode_recurrent(dq.get(), dk_.get(), dv_.get(), dbeta.get(), dg.get(), dz.get(), dnorm.get(), eps, d,
+                               dstate.get(), state_next.get(), out.get(), nullptr, &view);
+    const std::string what = "gdn decode with out_quantized H=" + std::to_string(Hk) + "/" + std::to_string(Hv) +
+                             " dk=" + std::to_string(dk) + " dv=" + std::to_string(dv) +
+                             (d.key_head_map == cpu::KeyHeadMap::tiled ? " tiled" : " grouped");
+    const std::vector<float> want_out = plain_out.download(what + " out (without out_quantized)");
+    const std::vector<float> got_out = out.download(what + " out");
+    const std::vector<float> want_state = plain_state.download(what + " state (without out_quantized)");
+    const std::vector<float> got_state = state_next.download(what + " state");
+    ASSERT_FALSE(::testing::Test::HasFailure()) << what;  // guard bytes
+    ASSERT_TRUE(same_bits(got_out, want_out)) << what << ": out";
+    ASSERT_TRUE(same_bits(got_state, want_state)) << what << ": state";
+    ASSERT_TRUE(out_q.matches_host_quantizer(got_out)) << what;
+}
+
+TEST(DecodeKernels, GdnDecodeStepQuantizedOutput) {
+    DELTABIT_REQUIRE_GPU();
+    uint32_t seed = 400;
+    for (const cuda::GdnDecodeDims& d : std::vector<cuda::GdnDecodeDims>{
+             {1, 1, 1, 128, 1, cpu::KeyHeadMap::tiled},
+             {2, 4, 64, 128, 4, cpu::KeyHeadMap::grouped},
+             {1, 2, 128, 256, 3, cpu::KeyHeadMap::tiled},
+             {2, 2, 256, 384, 2, cpu::KeyHeadMap::grouped},
+             {1, 3, 32, 640, 4, cpu::KeyHeadMap::tiled},
+             {1, 1, 128, 1024, 4, cpu::KeyHeadMap::tiled},
+             {16, 48, 128, 128, 4, cpu::KeyHeadMap::tiled},  // Bonsai-27B
+         }) {
+        check_gdn_decode_quantized_output(d, seed++);
+        if (HasFailure()) return;
+    }
+}
+
+TEST(DecodeKernels, GdnDecodeQuantizedOutputRefusesOtherShapes) {
+    DELTABIT_REQUIRE_GPU();
+    // Calls the recurrent step on zeros (finite, so an accepted call runs cleanly) with a view of
+    // `view_cols` inputs, or none.
+    auto recurrent = [](const cuda::GdnDecodeDims& d, const int64_t* view_cols) {
+        const int64_t Hk = d.n_key_heads, Hv = d.n_value_heads, dk = d.key_dim, dv = d.value_dim;
+        auto zeros = [](int64_t n) { return GuardedDeviceArray<float>(std::vector<float>(static_cast<size_t>(n), 0.0f)); };
+        const GuardedDeviceArray<float> q = zeros(Hk * dk), k = zeros(Hk * dk), v = zeros(Hv * dv), beta = zeros(Hv),
+                                        g = zeros(Hv), z = zeros(Hv * dv), norm_w = zeros(dv),
+                                        state = zeros(Hv * dk * dv), state_next = zeros(Hv * dk * dv),
+                                        out = zeros(Hv * dv);
+        // Room for H_v·d_v inputs whatever the view says, so a call that wrongly goes ahead writes nowhere harmful.
+        const int64_t cols = view_cols != nullptr ? *view_cols : Hv * dv;
+        const cuda::ActivationScratch scratch(std::max(cols, Hv * dv));
+        const cuda::QuantizedActivationsView view = scratch.view(cols);
+        cuda::gdn_decode_recurrent(q.get(), k.get(), v.get(), beta.get(), g.get(), z.get(), norm_w.get(), 1e-6f, d,
+                                   state.get(), state_next.get(), out.get(), nullptr,
+                                   view_cols != nullptr ? &view : nullptr);
+        cuda::cuda_check(cudaDeviceSynchronize(), "gdn_decode_recurrent");
+    };
+    const cuda::GdnDecodeDims dv128{1, 2, 32, 128, 4, cpu::KeyHeadMap::tiled};
+    const cuda::GdnDecodeDims dv64{1, 2, 32, 64, 4, cpu::KeyHeadMap::tiled};
+    const cuda::GdnDecodeDims dv192{1, 1, 32, 192, 4, cpu::KeyHeadMap::tiled};
+    const int64_t c64 = 64, c127 = 127, c128 = 128, c192 = 192, c255 = 255, c256 = 256, c384 = 384;
+    // Controls: the right view is accepted; value_dim 64 and 192 are fine without a quantised output.
+    EXPECT_NO_THROW(recurrent(dv128, &c256));
+    EXPECT_NO_THROW(recurrent(dv64, nullptr));
+    EXPECT_NO_THROW(recurrent(dv192, nullptr));
+    // A group of 128 would straddle two heads (64) or end mid-head (192), even with a view of the right width.
+    EXPECT_THROW(recurrent(dv64, &c128), Error) << "value_dim 64";
+    EXPECT_THROW(recurrent(dv64, &c64), Error) << "value_dim 64, a view of one head";
+    EXPECT_THROW(recurrent(dv192, &c192), Error) << "value_dim 192";
+    // Views of another width than H_v·d_v = 256.
+    EXPECT_THROW(recurrent(dv128, &c255), Error) << "a view of 255";
+    EXPECT_THROW(recurrent(dv128, &c384), Error) << "a view of 384";
+    EXPECT_THROW(recurrent(dv128, &c128), Error) << "a view of one head";
+    EXPECT_THROW(recurrent(dv128, &c127), Error) << "a view of 127";
 }
 
 // ---- argmax ----

@@ -1,0 +1,59 @@
+// Programmatic dependent launch (Hopper, sm_90): a kernel of the decode step may be launched while the
+// kernel before it on the stream is still running, so its launch, its block scheduling and any work
+// that does not read the predecessor's results (streaming its weights into registers) overlap that
+// predecessor's tail. The rules that keep it exact:
+//   - a kernel launched with launch_programmatic calls wait_for_predecessor() before it reads anything
+//     the previous kernels wrote and before it writes anything they read or write; only reads of memory
+//     nothing in the step writes (weights, norm vectors) may come earlier. wait_for_predecessor returns
+//     once the previous grid has completed and its writes are visible, and that grid waited for its own
+//     predecessor, so the whole chain before it is done too.
+//   - allow_dependents() lets the next kernel start launching; called early, the next kernel's blocks
+//     take free slots and then wait.
+// On a GPU below sm_90, or with programmatic launch switched off, both are no-ops and launches are
+// ordinary stream-ordered launches.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "backend/cuda_buffer.h"
+
+namespace deltabit::cuda {
+
+__device__ __forceinline__ void wait_for_predecessor() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void allow_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Whether launch_programmatic sets the attribute (on by default; DELTABIT_PROGRAMMATIC_LAUNCH=0 in the
+// environment, or set_programmatic_launch(false), turns it off — for measuring what it gains).
+bool programmatic_launch_enabled();
+void set_programmatic_launch(bool enabled);
+
+// kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-serialisation attribute when
+// enabled. The kernel must follow the rules above. Throws deltabit::Error naming `name` on a launch error.
+template <typename... KernelArgs, typename... Args>
+void launch_programmatic(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                         const char* name, Args&&... args) {
+    cudaLaunchConfig_t config{};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    cudaLaunchAttribute attribute[1];
+    attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute[0].val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = attribute;
+    config.numAttrs = programmatic_launch_enabled() ? 1 : 0;
+    cuda_check(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), name);
+}
+
+}  // namespace deltabit::cuda

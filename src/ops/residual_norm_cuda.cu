@@ -1,0 +1,130 @@
+// add_rms_norm_quantize (ops/decode_cuda.h): the decode step's seam between blocks in one launch.
+//
+// One block of 1024 threads holds the row in registers, four consecutive elements per thread per pass of
+// 4096 (at most four passes: kResidualNormMaxDim). The layout makes every activation group of 128 one
+// warp's four-element slices in one pass, so the quantiser's max and sum are warp butterflies with no
+// shared memory. Order of work: add the residual and store x, Σx² per thread (fmaf in pass order) then
+// the block sum, scale, h = x · scale · w stored, and each warp quantises its groups exactly as
+// quantize_activations_kernel does (matmul_cuda.cu).
+#include <string>
+
+#include "backend/cuda_buffer.h"
+#include "ops/cuda_math.cuh"
+#include "ops/decode_cuda.h"
+#include "ops/programmatic_launch.cuh"
+
+namespace deltabit::cuda {
+
+namespace {
+
+constexpr int kThreads = 1024;
+constexpr int kPassElems = 4 * kThreads;
+constexpr int kMaxPasses = int(kResidualNormMaxDim / kPassElems);
+static_assert(kPassElems == 32 * kActivationGroup, "a group of 128 is one warp's slice of a pass");
+
+struct Args {
+    float* x;
+    const float* residual;
+    const float* w;
+    float* h;
+    int8_t* q;
+    ActivationGroupMeta* meta;
+    int dim;
+    float eps;
+    bool one_plus;
+};
+
+__global__ void __launch_bounds__(kThreads) add_rms_norm_quantize_kernel(Args a) {
+    __shared__ float scratch[32];
+    wait_for_predecessor();
+    allow_dependents();
+    const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+
+    float v[kMaxPasses][4];
+    float sum_sq = 0.0f;
+#pragma unroll
+    for (int p = 0; p < kMaxPasses; ++p) {
+        const int e = p * kPassElems + 4 * tid;
+        if (e + 4 <= a.dim) {
+            float4 x4 = *reinterpret_cast<const float4*>(a.x + e);
+            if (a.residual != nullptr) {
+                const float4 r4 = *reinterpret_cast<const float4*>(a.residual + e);
+                x4 = make_float4(x4.x + r4.x, x4.y + r4.y, x4.z + r4.z, x4.w + r4.w);
+                *reinterpret_cast<float4*>(a.x + e) = x4;
+            }
+            v[p][0] = x4.x;
+            v[p][1] = x4.y;
+            v[p][2] = x4.z;
+            v[p][3] = x4.w;
+        } else {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                float xi = 0.0f;
+                if (e + i < a.dim) {
+                    xi = a.x[e + i];
+                    if (a.residual != nullptr) {
+                        xi += a.residual[e + i];
+                        a.x[e + i] = xi;
+                    }
+                }
+                v[p][i] = xi;
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) sum_sq = fmaf(v[p][i], v[p][i], sum_sq);
+    }
+    // cuda::rms_norm's scale and element formula (rms_norm_cuda.cu).
+    const float scale = 1.0f / sqrtf(block_sum(sum_sq, scratch) / float(a.dim) + a.eps);
+
+#pragma unroll
+    for (int p = 0; p < kMaxPasses; ++p) {
+        const int group = p * 32 + warp;
+        if (group * kActivationGroup >= a.dim) continue;  // whole warps: the butterflies below stay full
+        const int e = p * kPassElems + 4 * tid;
+        float hv[4];
+        float amax = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            hv[i] = 0.0f;
+            if (e + i < a.dim) {
+                const float wi = a.one_plus ? 1.0f + a.w[e + i] : a.w[e + i];
+                hv[i] = v[p][i] * scale * wi;
+                a.h[e + i] = hv[i];
+            }
+            amax = fmaxf(amax, fabsf(hv[i]));
+        }
+        // quantize_activations_kernel (matmul_cuda.cu), this warp's group.
+#pragma unroll
+        for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(kFullWarpMask, amax, offset));
+        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        int qi[4];
+        int sum = 0;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            qi[i] = min(127, max(-127, __float2int_rn(hv[i] * inv)));
+            sum += qi[i];
+        }
+#pragma unroll
+        for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(kFullWarpMask, sum, offset);
+        reinterpret_cast<char4*>(a.q + group * kActivationGroup)[lane] =
+            make_char4(char(qi[0]), char(qi[1]), char(qi[2]), char(qi[3]));
+        if (lane == 0) a.meta[group] = ActivationGroupMeta{amax / 127.0f, sum};
+    }
+}
+
+}  // namespace
+
+void add_rms_norm_quantize(float* x, const float* residual, const float* w, int64_t dim, float eps,
+                           cpu::NormWeight weight, float* h, const QuantizedActivationsView& hq, cudaStream_t stream) {
+    if (dim <= 0 || dim > kResidualNormMaxDim)
+        fail_message("cuda add_rms_norm_quantize: a row of " + std::to_string(dim) + " elements; this kernel takes 1 to " +
+                     std::to_string(kResidualNormMaxDim));
+    if (hq.cols != dim)
+        fail_message("cuda add_rms_norm_quantize: quantised view of " + std::to_string(hq.cols) + " inputs for a row of " +
+                     std::to_string(dim));
+    const Args args{x, residual, w, h, hq.q, hq.meta, int(dim), eps, weight == cpu::NormWeight::one_plus};
+    launch_programmatic(add_rms_norm_quantize_kernel, dim3(1), dim3(kThreads), 0, stream, "add_rms_norm_quantize",
+                        args);
+}
+
+}  // namespace deltabit::cuda
