@@ -278,28 +278,12 @@ StateCheckpoint CudaSequenceState::checkpoint() const {
     return cp;
 }
 
-void CudaSequenceState::check_checkpoint_chunks(const StateCheckpoint& cp, const std::vector<DeviceChunk>& expected) const {
-    for (const DeviceChunk& e : expected) {
-        const auto named = [&](const StateChunk& c) { return c.name == e.name; };
-        const auto n = std::count_if(cp.chunks.begin(), cp.chunks.end(), named);
-        if (n == 0) fail("cuda sequence state: restore: chunk {} is missing", e.name);
-        if (n > 1) fail("cuda sequence state: restore: chunk {} appears more than once", e.name);
-        const StateChunk& c = chunk_named(cp.chunks, e.name);
-        if (c.bytes.size() != e.bytes)
-            fail("cuda sequence state: restore: chunk {} holds {} bytes, this sequence needs {}", e.name,
-                 c.bytes.size(), e.bytes);
-    }
-    for (const StateChunk& c : cp.chunks)
-        if (std::none_of(expected.begin(), expected.end(), [&](const DeviceChunk& e) { return e.name == c.name; }))
-            fail("cuda sequence state: restore: unexpected chunk {} ({} bytes)", c.name, c.bytes.size());
-}
-
 void CudaSequenceState::restore(const StateCheckpoint& cp) {
-    if (cp.position < 0 || cp.position > position_)
+    validate_state_checkpoint(config_, kv_format_, cp);
+    if (cp.position > position_)
         fail("cuda sequence state: restore: the checkpoint is at position {}, past this sequence's position {} "
              "(its KV cache does not hold those tokens)", cp.position, position_);
     const std::vector<DeviceChunk> expected = device_chunks(cp.position, true);
-    check_checkpoint_chunks(cp, expected);
     for (const DeviceChunk& chunk : expected) upload(chunk, chunk_named(cp.chunks, chunk.name));
     position_ = cp.position;
     undoable_ = false;

@@ -151,7 +151,6 @@ private:
                         std::vector<DeviceChunk>& out) const;
     static void download(const DeviceChunk& chunk, StateChunk& into);
     static void upload(const DeviceChunk& chunk, const StateChunk& from);
-    void check_checkpoint_chunks(const StateCheckpoint& cp, const std::vector<DeviceChunk>& expected) const;
 
     ModelConfig config_;
     int64_t position_ = 0;

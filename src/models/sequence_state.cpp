@@ -131,6 +131,11 @@ void validate_state_image(const ModelConfig& c, KvFormat kv, const StateImage& i
     checked_image_chunks(c, kv, image);
 }
 
+void validate_state_checkpoint(const ModelConfig& c, KvFormat kv, const StateCheckpoint& cp) {
+    check_position("state checkpoint", cp.position);
+    check_chunks("state checkpoint", state_checkpoint_layout(c, kv, cp.position), cp.chunks, cp.position);
+}
+
 SequenceState::SequenceState(const ModelConfig& c, KvFormat kv)
     : config_(c), kv_(kv), layers_(size_t(c.n_layer())) {
     for (int64_t i = 0; i < c.n_layer(); ++i) {
@@ -210,6 +215,7 @@ void SequenceState::restore(const StateCheckpoint& cp) {
     if (cp.position > position_)
         fail("state checkpoint: position {} is ahead of the sequence (at {}); a checkpoint can only go back",
              cp.position, position_);
+    // validate_state_checkpoint's checks, keeping the index of the chunks.
     const StateChunkIndex chunks = check_chunks(
         "state checkpoint", state_checkpoint_layout(config_, kv_, cp.position), cp.chunks, cp.position);
     // Validated: from here on only cuts and copies of checked sizes (done in place, as copying every KV

@@ -52,6 +52,9 @@ std::vector<StateChunkSpec> state_checkpoint_layout(const ModelConfig& config, K
 // Error naming the first thing in `image` that a sequence of this model and format cannot hold
 // (format, position, a missing, unknown, repeated or misshapen chunk). Changes nothing.
 void validate_state_image(const ModelConfig& config, KvFormat kv, const StateImage& image);
+// The same for a checkpoint: its position (not negative, not past kMaxStatePosition) and its chunks
+// against state_checkpoint_layout. Changes nothing; whether the position suits a sequence is the caller's.
+void validate_state_checkpoint(const ModelConfig& config, KvFormat kv, const StateCheckpoint& checkpoint);
 
 // Memory of one sequence, from the same layouts: the KV caches of every full-attention layer at
 // n_positions (the attn chunks of an image), their cost per further token once long (kivi4: a whole

@@ -45,14 +45,20 @@ struct PrepareArgs {
 };
 
 __global__ void __launch_bounds__(kPrepareThreads) gdn_prepare_kernel(PrepareArgs a) {
-    wait_for_predecessor();  // ops/programmatic_launch.cuh: nothing of the step is read before this
-    allow_dependents();
     __shared__ float scratch[32];
     const int64_t seg = blockIdx.x, hk = a.n_key_heads, dk = a.key_dim, dv = a.value_dim, K = a.kernel;
     const int64_t channels = 2 * hk * dk + a.n_value_heads * dv;
     const bool is_v = seg >= 2 * hk;
     const int64_t base = is_v ? 2 * hk * dk + (seg - 2 * hk) * dv : seg * dk;
     const int64_t width = is_v ? dv : dk;
+    // The conv weights and the stored window (written by the previous decode step, launches ago:
+    // ops/programmatic_launch.cuh) into L2 while the GEMV before finishes.
+    for (int64_t i = threadIdx.x; i < width; i += kPrepareThreads) {
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(a.conv_w + (base + i) * K));
+        for (int64_t j = 0; j + 1 < K; ++j) asm volatile("prefetch.global.L2 [%0];" ::"l"(a.conv_in + j * channels + base + i));
+    }
+    wait_for_predecessor();
+    allow_dependents();
     float* dst = seg < hk ? a.q + seg * dk : !is_v ? a.k + (seg - hk) * dk : a.v + (seg - 2 * hk) * dv;
 
     float kept = 0.0f, sum_sq = 0.0f;
@@ -108,8 +114,6 @@ struct RecurrentArgs {
 
 template <int L>
 __global__ void __launch_bounds__(kRecurrentThreads) gdn_recurrent_kernel(RecurrentArgs a) {
-    wait_for_predecessor();  // ops/programmatic_launch.cuh: nothing of the step is read before this
-    allow_dependents();
     constexpr int kRows = kRowsPerThread * L;  // >= key_dim
     constexpr int kCols = kRecurrentThreads / L;
     __shared__ float q_s[kRows], k_s[kRows];
@@ -118,25 +122,34 @@ __global__ void __launch_bounds__(kRecurrentThreads) gdn_recurrent_kernel(Recurr
     const int tid = int(threadIdx.x), in_group = tid % L, col_in_pass = tid / L;
     const int64_t h = blockIdx.x, dk = a.key_dim, dv = a.value_dim, hv = a.n_value_heads;
     const int64_t kh = a.tiled ? h % a.n_key_heads : h / (hv / a.n_key_heads);
+    const float* state_in = a.state_in + h * dk * dv;
+    float* state_out = a.state_out + h * dk * dv;  // may be state_in: each element has one owner thread
+    const auto load_state = [&](int64_t col0, float (&s)[kRowsPerThread]) {
+        const int64_t j = col0 + col_in_pass;
+#pragma unroll
+        for (int r = 0; r < kRowsPerThread; ++r) {
+            const int64_t i = in_group + int64_t(L) * r;
+            s[r] = j < dv && i < dk ? state_in[i * dv + j] : 0.0f;
+        }
+    };
+    // The first pass's state is requested before waiting for gdn_prepare: the previous decode step wrote
+    // it, launches ago (ops/programmatic_launch.cuh), so its fetch overlaps the kernel before.
+    float s[kRowsPerThread];
+    load_state(0, s);
+    wait_for_predecessor();
+    allow_dependents();
     for (int i = tid; i < kRows; i += kRecurrentThreads) {
         q_s[i] = i < dk ? a.q[kh * dk + i] : 0.0f;  // rows past key_dim stay zero: they touch nothing
         k_s[i] = i < dk ? a.k[kh * dk + i] : 0.0f;
     }
     __syncthreads();
     const float decay = expf(a.g[h]), beta = a.beta[h];
-    const float* state_in = a.state_in + h * dk * dv;
-    float* state_out = a.state_out + h * dk * dv;  // may be state_in: each element has one owner thread
 
     float sum_sq = 0.0f;
     for (int64_t col0 = 0; col0 < dv; col0 += kCols) {
         const int64_t j = col0 + col_in_pass;
         const bool valid = j < dv;
-        float s[kRowsPerThread];
-#pragma unroll
-        for (int r = 0; r < kRowsPerThread; ++r) {
-            const int64_t i = in_group + int64_t(L) * r;
-            s[r] = valid && i < dk ? state_in[i * dv + j] : 0.0f;
-        }
+        if (col0 != 0) load_state(col0, s);
         // The step of delta_rule_cuda.cu for one token: decay, read Sᵀk, write k δᵀ, read Sᵀq.
         float read4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll

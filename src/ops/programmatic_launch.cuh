@@ -3,12 +3,15 @@
 // that does not read the predecessor's results (streaming its weights into registers) overlap that
 // predecessor's tail. The rules that keep it exact:
 //   - a kernel launched with launch_programmatic calls wait_for_predecessor() before it reads anything
-//     the previous kernels wrote and before it writes anything they read or write; only reads of memory
-//     nothing in the step writes (weights, norm vectors) may come earlier. wait_for_predecessor returns
-//     once the previous grid has completed and its writes are visible, and that grid waited for its own
-//     predecessor, so the whole chain before it is done too.
+//     the kernel just before it wrote and before it writes anything that kernel (or one still running
+//     before it) reads or writes. wait_for_predecessor returns once the previous grid has completed and
+//     its writes are visible, and that grid waited for its own predecessor, so the whole chain before
+//     it is done too.
 //   - allow_dependents() lets the next kernel start launching; called early, the next kernel's blocks
-//     take free slots and then wait.
+//     take free slots and then wait. Every kernel here calls it only after its own wait, so a kernel
+//     that has started knows that all kernels two or more launches before it have completed: before its
+//     wait it may read weights, and data those earlier launches wrote (the previous decode step's
+//     DeltaNet state, say) — that is how weight and state fetches overlap the kernel before.
 // On a GPU below sm_90, or with programmatic launch switched off, both are no-ops and launches are
 // ordinary stream-ordered launches.
 #pragma once

@@ -36,9 +36,15 @@ struct Args {
 
 __global__ void __launch_bounds__(kThreads) add_rms_norm_quantize_kernel(Args a) {
     __shared__ float scratch[32];
+    const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+    // The norm weights are constant: pull this thread's lines into L2 while the kernel before finishes.
+#pragma unroll
+    for (int p = 0; p < kMaxPasses; ++p) {
+        const int e = p * kPassElems + 4 * tid;
+        if (e < a.dim) asm volatile("prefetch.global.L2 [%0];" ::"l"(a.w + e));
+    }
     wait_for_predecessor();
     allow_dependents();
-    const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
 
     float v[kMaxPasses][4];
     float sum_sq = 0.0f;

@@ -219,6 +219,34 @@ TEST(StateCheckpointRefusals, EveryMismatchIsNamedAndChangesNothing) {
     expect_refused(exact, [&] { exact.restore(state.checkpoint()); }, "is not part of this model's state");
 }
 
+// The check other backends run before restoring (the GPU sequence state calls it): the same refusals,
+// with no sequence involved.
+TEST(StateCheckpointRefusals, ValidateStateCheckpointNamesWhatIsWrong) {
+    const Model model = Model::load(test::fixtures_dir() / "qwen3_next_float");
+    SequenceState state = model.new_sequence(KvFormat::kivi4);
+    model.forward(state, byte_tokens(150, 12));
+    const ModelConfig& c = model.config();
+    EXPECT_NO_THROW(validate_state_checkpoint(c, KvFormat::kivi4, state.checkpoint()));
+    const auto refused = [&](const StateCheckpoint& cp, KvFormat kv, std::string_view what) {
+        try {
+            validate_state_checkpoint(c, kv, cp);
+            ADD_FAILURE() << "accepted a checkpoint that should fail with: " << what;
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+        }
+    };
+    StateCheckpoint cp = state.checkpoint();
+    cp.position = -1;
+    refused(cp, KvFormat::kivi4, "position -1 is outside");
+    cp = state.checkpoint();
+    cp.chunks.push_back(cp.chunks.front());
+    refused(cp, KvFormat::kivi4, "appears twice");
+    cp = state.checkpoint();
+    cp.chunks.back().bytes.pop_back();
+    refused(cp, KvFormat::kivi4, "holds");
+    refused(state.checkpoint(), KvFormat::f32, "is not part of this model's state");
+}
+
 // `chunk` holds the f16 bits of what attention observed as `name` when a fresh sequence of `kv` reads `ids`.
 void expect_f16_of_observed(const Model& model, KvFormat kv, const std::vector<int32_t>& ids, std::string_view name,
                             const StateChunk& chunk) {
