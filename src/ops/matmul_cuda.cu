@@ -19,6 +19,7 @@
 
 #include <cuda_fp16.h>
 
+#include "ops/activation_quant.cuh"
 #include "ops/cuda_math.cuh"
 #include "ops/programmatic_launch.cuh"
 
@@ -247,9 +248,12 @@ __device__ __forceinline__ void load_units(const ThreadRows<R>& rows, int u0, in
 // weight codes is requested before waiting for that kernel, then the activations it wrote are copied
 // into shared memory while those loads are in flight.
 // SwiGLU with a quantised output: after a tile's outputs are stored, count them into their groups of
-// 128; the block whose tile completes a group quantises it as quantize_activations_kernel does (its
+// 128; the block whose tile completes a group quantises it (ops/activation_quant.cuh; its
 // fence-then-count and count-then-fence make the other blocks' outputs visible; they are read past L1)
 // and zeroes the group's counter for the next launch. Called by every thread of the block.
+// A tile holds at most kMaxThreadsPerBlock / 8 outputs (8 lanes per row at the fewest), so it touches at
+// most two groups of 128.
+static_assert(kMaxThreadsPerBlock / 8 <= kActivationGroup, "a SwiGLU tile must span at most two activation groups");
 __device__ void quantize_completed_groups(const KernelArgs& a, int64_t tile_row0, int64_t tile_rows, int64_t rows) {
     __shared__ int64_t s_complete[2];
     const int64_t end = tile_row0 + tile_rows < rows ? tile_row0 + tile_rows : rows;
@@ -275,29 +279,14 @@ __device__ void quantize_completed_groups(const KernelArgs& a, int64_t tile_row0
             const int64_t g = s_complete[c];
             if (g < 0) continue;
             float v[4];
-            float amax = 0.0f;
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const int64_t k = g * kActivationGroup + lane * 4 + i;
                 v[i] = k < rows ? __ldcg(a.seg[0].y + k) : 0.0f;
-                amax = fmaxf(amax, fabsf(v[i]));
             }
-#pragma unroll
-            for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, offset));
-            const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-            int qi[4];
-            int sum = 0;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                qi[i] = min(127, max(-127, __float2int_rn(v[i] * inv)));
-                sum += qi[i];
-            }
-#pragma unroll
-            for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(kFullMask, sum, offset);
-            reinterpret_cast<char4*>(a.yq + g * kActivationGroup)[lane] =
-                make_char4(char(qi[0]), char(qi[1]), char(qi[2]), char(qi[3]));
+            const ActivationGroupMeta meta = quantize_group_by_warp(v, lane, a.yq + g * kActivationGroup);
             if (lane == 0) {
-                a.yq_meta[g] = ActivationGroupMeta{amax / 127.0f, sum};
+                a.yq_meta[g] = meta;
                 a.arrivals[g] = 0;
             }
         }
@@ -400,28 +389,13 @@ __global__ void quantize_activations_kernel(const float* __restrict__ x, int8_t*
     if (g >= groups) return;  // whole warps leave together, so the shuffles below stay full
     const int lane = int(threadIdx.x) & 31;
     float v[4];
-    float amax = 0.0f;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int64_t k = g * kActivationGroup + lane * 4 + i;
         v[i] = k < cols ? x[k] : 0.0f;
-        amax = fmaxf(amax, fabsf(v[i]));
     }
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, offset));
-    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-    int qi[4];
-    int sum = 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        qi[i] = min(127, max(-127, __float2int_rn(v[i] * inv)));
-        sum += qi[i];
-    }
-#pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(kFullMask, sum, offset);
-    reinterpret_cast<char4*>(q + g * kActivationGroup)[lane] =
-        make_char4(char(qi[0]), char(qi[1]), char(qi[2]), char(qi[3]));
-    if (lane == 0) meta[g] = ActivationGroupMeta{amax / 127.0f, sum};
+    const ActivationGroupMeta group_meta = quantize_group_by_warp(v, lane, q + g * kActivationGroup);
+    if (lane == 0) meta[g] = group_meta;
 }
 
 using LaunchFn = void (*)(int64_t tiles, int threads, cudaStream_t stream, const KernelArgs& args,
@@ -605,9 +579,12 @@ GemvLaunchReport launch_group(const QuantizedActivationsView& x, std::span<const
         args.up_scales = up->scales;
     }
     if (y_quantized != nullptr) {
-        if (y_quantized->cols != first.rows || y_quantized->arrivals == nullptr)
+        if (y_quantized->cols != first.rows)
             fail_message("cuda gemv (swiglu): the quantised output needs a view of " + std::to_string(first.rows) +
-                         " inputs with arrival counters, got " + std::to_string(y_quantized->cols));
+                         " inputs, got " + std::to_string(y_quantized->cols));
+        if (y_quantized->arrivals == nullptr)
+            fail_message("cuda gemv (swiglu): the quantised output's view has no arrival counters (take it from an "
+                         "ActivationScratch)");
         if (y_quantized->q == x.q)
             fail_message("cuda gemv (swiglu): the quantised output must not share the input's scratch");
         args.yq = y_quantized->q;

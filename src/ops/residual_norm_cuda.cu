@@ -4,11 +4,12 @@
 // 4096 (at most four passes: kResidualNormMaxDim). The layout makes every activation group of 128 one
 // warp's four-element slices in one pass, so the quantiser's max and sum are warp butterflies with no
 // shared memory. Order of work: add the residual and store x, Σx² per thread (fmaf in pass order) then
-// the block sum, scale, h = x · scale · w stored, and each warp quantises its groups exactly as
-// quantize_activations_kernel does (matmul_cuda.cu).
+// the block sum, scale, h = x · scale · w stored, and each warp quantises its groups with the one
+// quantiser every activation kernel shares (ops/activation_quant.cuh).
 #include <string>
 
 #include "backend/cuda_buffer.h"
+#include "ops/activation_quant.cuh"
 #include "ops/cuda_math.cuh"
 #include "ops/decode_cuda.h"
 #include "ops/programmatic_launch.cuh"
@@ -88,7 +89,6 @@ __global__ void __launch_bounds__(kThreads) add_rms_norm_quantize_kernel(Args a)
         if (group * kActivationGroup >= a.dim) continue;  // whole warps: the butterflies below stay full
         const int e = p * kPassElems + 4 * tid;
         float hv[4];
-        float amax = 0.0f;
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             hv[i] = 0.0f;
@@ -97,24 +97,9 @@ __global__ void __launch_bounds__(kThreads) add_rms_norm_quantize_kernel(Args a)
                 hv[i] = v[p][i] * scale * wi;
                 a.h[e + i] = hv[i];
             }
-            amax = fmaxf(amax, fabsf(hv[i]));
         }
-        // quantize_activations_kernel (matmul_cuda.cu), this warp's group.
-#pragma unroll
-        for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(kFullWarpMask, amax, offset));
-        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-        int qi[4];
-        int sum = 0;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            qi[i] = min(127, max(-127, __float2int_rn(hv[i] * inv)));
-            sum += qi[i];
-        }
-#pragma unroll
-        for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(kFullWarpMask, sum, offset);
-        reinterpret_cast<char4*>(a.q + group * kActivationGroup)[lane] =
-            make_char4(char(qi[0]), char(qi[1]), char(qi[2]), char(qi[3]));
-        if (lane == 0) a.meta[group] = ActivationGroupMeta{amax / 127.0f, sum};
+        const ActivationGroupMeta meta = quantize_group_by_warp(hv, lane, a.q + group * kActivationGroup);
+        if (lane == 0) a.meta[group] = meta;
     }
 }
 
