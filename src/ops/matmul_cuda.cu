@@ -495,7 +495,12 @@ ActivationScratch::ActivationScratch(int64_t max_cols_)
       max_cols(max_cols_) {
     const size_t groups = size_t(activation_groups(max_cols));
     const size_t counters = groups * (kActivationGroup + sizeof(ActivationGroupMeta));
-    if (groups != 0) cuda_check(cudaMemset(buffer.get<uint8_t>() + counters, 0, groups * sizeof(int32_t)), "zero arrivals");
+    if (groups != 0) {
+        cuda_check(cudaMemset(buffer.get<uint8_t>() + counters, 0, groups * sizeof(int32_t)), "zero arrivals");
+        // A device memset need not have finished when cudaMemset returns; a kernel on a non-blocking stream
+        // would not wait for it.
+        cuda_check(cudaStreamSynchronize(nullptr), "zero arrivals");
+    }
 }
 
 QuantizedActivationsView ActivationScratch::view(int64_t cols) const {
