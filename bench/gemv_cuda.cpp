@@ -20,9 +20,10 @@
 // thread (Q1_0, planned / best µs, % of copy): attn_qkv 5.71 / 5.03 (35%), ffn_gate/up 7.88 / 7.82
 // (38%), ffn_down 9.21 / 9.13 (33%), lm_head 56.5 (75%). 8 or 4 loads in flight (-DDELTABIT_GEMV_
 // LOADS_IN_FLIGHT) moved each shape by −15%…+10%, no consistent winner. ncu on the decode step: 137
-// registers per thread, 12 warps per SM, 8.4 cycles between issues per warp — issue-latency bound at
-// low occupancy, with ~0.6 instructions per weight (dp4a); fewer instructions per weight (int8 MMA over
-// expanded bits) and more warps are the next levers.
+// registers per thread, 12 warps per SM, 8.4 cycles between issues per warp, ~0.6 instructions per
+// weight (dp4a). More warps alone (fewer loads in flight) did not help: every tile is load → wait →
+// compute with all warps in the same phase. Next: keep the next tile's codes in flight while computing
+// (cp.async stages), then fewer instructions per weight (int8 MMA over expanded bits).
 #include <algorithm>
 #include <cstdio>
 #include <cstring>

@@ -240,13 +240,6 @@ __device__ __forceinline__ void load_units(const ThreadRows<R>& rows, int u0, in
     }
 }
 
-// KT threads per row, R rows per thread (SwiGLU: the gate row and the up row of one output); tiles
-// [first_tile + blockIdx.x, first_tile + blockIdx.x + gridDim.x, ...) < first_tile + tiles (a grid sized
-// to what stays resident, so each block fills its activations once and then streams many tiles).
-//
-// Order of work, for the overlap with the kernel before (ops/programmatic_launch.cuh): the first batch of
-// weight codes is requested before waiting for that kernel, then the activations it wrote are copied
-// into shared memory while those loads are in flight.
 // SwiGLU with a quantised output: after a tile's outputs are stored, count them into their groups of
 // 128; the block whose tile completes a group quantises it (ops/activation_quant.cuh; its
 // fence-then-count and count-then-fence make the other blocks' outputs visible; they are read past L1)
@@ -294,6 +287,13 @@ __device__ void quantize_completed_groups(const KernelArgs& a, int64_t tile_row0
     __syncthreads();  // s_complete is rewritten by the next tile
 }
 
+// KT threads per row, R rows per thread (SwiGLU: the gate row and the up row of one output); tiles
+// [first_tile + blockIdx.x, first_tile + blockIdx.x + gridDim.x, ...) < first_tile + tiles (a grid sized
+// to what stays resident, so each block fills its activations once and then streams many tiles).
+//
+// Order of work, for the overlap with the kernel before (ops/programmatic_launch.cuh): the first batch of
+// weight codes is requested before waiting for that kernel, then the activations it wrote are copied
+// into shared memory while those loads are in flight.
 template <DType T, int KT, int R, bool kSwiglu>
 __global__ void __launch_bounds__(kMaxThreadsPerBlock) gemv_kernel(KernelArgs a, int64_t first_tile, int64_t tiles) {
     using L = Layout<T>;
