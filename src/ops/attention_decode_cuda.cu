@@ -27,6 +27,7 @@
 #include "ops/cuda_math.cuh"
 #include "ops/decode_cuda.h"
 #include "ops/kv_cuda.h"
+#include "ops/attention_split.cuh"
 #include "ops/programmatic_launch.cuh"
 
 namespace deltabit::cuda {
@@ -36,22 +37,10 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kKeysPerStep = 2;  // loads of two keys in flight per warp before the first use
-// A split never takes fewer keys than this (below it the partial write and the combine cost more than
-// the keys), nor are there more splits than kMaxSplits per (token, kv head): 128 splits × 4 kv heads =
-// 512 blocks of 128 threads, ~4 per SM of an H200 (132 SMs), enough loads in flight to stream.
-constexpr int64_t kMinKeysPerSplit = 64;
-constexpr int64_t kMaxSplits = 128;
 // With several tokens (the prompt path) the tokens themselves fill the grid.
 constexpr int64_t kTargetBlocks = 512;
 constexpr int64_t kMaxGridZ = 65535;
 constexpr float kLog2e = 1.4426950408889634f;
-
-// Keys per split for `total` keys over `splits` splits, and how many splits then hold keys. Host and
-// device use the same formula: the graph plans the grid on the host, the device picks the slices.
-__host__ __device__ inline int64_t keys_per_split(int64_t total, int64_t splits) {
-    const int64_t even = (total + splits - 1) / splits;
-    return even > kMinKeysPerSplit ? even : kMinKeysPerSplit;
-}
 
 // Dims [lane·P, lane·P + P) of a row; vector loads when the row is exactly 32·P wide (then aligned).
 template <int P>
@@ -121,17 +110,6 @@ __device__ __forceinline__ void prefetch_row_l2(const KvT* row, int64_t d) {
     const char* bytes = reinterpret_cast<const char*>(row);
     for (int64_t b = 0; b < d * int64_t(sizeof(KvT)); b += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(bytes + b));
 }
-
-struct SplitArgs {
-    const float* q;
-    KvCacheView k;
-    KvCacheView v;
-    const int32_t* n_past;
-    float* part_acc;  // [T][H][S][d]
-    float* part_ml;   // [T][H][S][2]: running max (base 2) and denominator
-    int64_t n_tokens, n_head, n_kv_head, head_dim, splits;
-    float score_scale;  // log2(e) / sqrt(d)
-};
 
 // P = dims per lane (head_dim <= 32·P), G >= query heads per kv head.
 template <typename Rows, int P, int G>
@@ -710,6 +688,13 @@ void check_dims(const CachedAttentionDims& d) {
 
 }  // namespace
 
+AttentionDecodeVariant attention_decode_variant_run(const CachedAttentionDims& dims, KvElement element) {
+    if (dims.variant != AttentionDecodeVariant::staged_tiles) return dims.variant;
+    const int64_t group = dims.n_kv_head > 0 ? dims.n_head / dims.n_kv_head : 0;
+    return staged_attention_supports(element, dims.head_dim, group) ? AttentionDecodeVariant::staged_tiles
+                                                                    : AttentionDecodeVariant::keys_across_lanes;
+}
+
 int64_t attention_decode_splits(const CachedAttentionDims& dims) {
     const int64_t by_length = (std::max<int64_t>(dims.max_keys, 1) + kMinKeysPerSplit - 1) / kMinKeysPerSplit;
     int64_t splits = std::min(kMaxSplits, by_length);
@@ -749,8 +734,11 @@ void attention_cached(const float* q, const KvCacheView& k_cache, const KvCacheV
     args.score_scale = float(double(kLog2e) / std::sqrt(double(dims.head_dim)));
     const dim3 grid(unsigned(splits), unsigned(dims.n_kv_head), unsigned(std::min(dims.n_tokens, kMaxGridZ)));
     const int64_t group = dims.n_head / dims.n_kv_head;
-    const bool keys = dims.variant == AttentionDecodeVariant::keys_across_lanes;
-    switch (k_cache.element) {
+    // staged_tiles where it supports the format and head_dim, else keys_across_lanes (ops/decode_cuda.h).
+    const bool staged = dims.variant == AttentionDecodeVariant::staged_tiles &&
+                        launch_attention_split_staged(grid, args, k_cache.element, stream);
+    const bool keys = dims.variant != AttentionDecodeVariant::dims_across_lanes;
+    if (!staged) switch (k_cache.element) {
         case KvElement::f32: launch_split<PlainRows<float>>(grid, args, group, keys, stream); break;
         case KvElement::f16: launch_split<PlainRows<__half>>(grid, args, group, keys, stream); break;
         case KvElement::kivi4: launch_split<KiviRows>(grid, args, group, keys, stream); break;

@@ -40,18 +40,25 @@ namespace deltabit::cuda {
 inline constexpr int64_t kAttentionDecodeMaxHeadDim = 256;
 inline constexpr int64_t kAttentionDecodeMaxGroup = 8;
 
-// How a split's block works through its keys (both write the same partials; tests check both):
+// How a split's block works through its keys (all write the same partials; tests check each):
+//   staged_tiles       (the default) 256 threads stream the split's K and V rows through shared memory in
+//                      tiles of 32 keys (f16) or 16 (f32), the next tile in flight (cp.async) while this
+//                      one is scored, softmaxed and summed from shared memory
+//                      (attention_split_staged_cuda.cu). Plain f16/f32 caches with head_dim a multiple
+//                      of 64 (f16) or 128 (f32); other shapes and kivi4 run keys_across_lanes.
 //   dims_across_lanes  each warp takes two keys at a time, lane i holding dims [i·P, i·P + P) of q, k, v;
 //                      a score needs a 5-step butterfly per query head per key.
 //   keys_across_lanes  each warp takes 32 keys at a time, lane j computing key j's scores for every
 //                      query head from q in shared memory (no butterflies), then the weighted sum of V
 //                      with lanes over dims again (one shuffle per key and head to broadcast p).
-// Measured on an H200, Bonsai-27B geometry (tests/cuda/test_decode_perf.cpp, 2026-11-29), split + combine:
-//   depth 32K: f16 cache 130 µs keys / 159 µs dims, f32 168 / 175 (the one-block-per-head kernel: 3775);
-//   depth 4K:  f16 34 / 29, f32 37 / 31 (the old kernel: 485).
-// keys_across_lanes is the default: deep contexts are where attention costs; both are far from the copy
-// roofline (24% at 32K f16), latency-bound per warp — tensor-core scoring is the next step.
-enum class AttentionDecodeVariant : uint8_t { dims_across_lanes, keys_across_lanes };
+// The register kernels are latency-bound per warp (a load, its wait, its use). Measured on an H200,
+// Bonsai-27B geometry, split + combine (tests/cuda/test_decode_perf.cpp, 2026-11-29; % of the copy
+// roofline on the K and V bytes):
+//   depth 32K  f16: staged 69 µs (46%), keys 98, dims 218;  f32: staged 93 µs (68%), keys 139, dims 181
+//   depth 4K   f16: staged 17 µs, keys 37, dims 38;         f32: staged 20 µs, keys 45, dims 31
+// The staged kernel over f16 rows is bound by its fp32 arithmetic and shared-memory reads (twice the
+// work per byte of f32); tensor-core scoring is its next step.
+enum class AttentionDecodeVariant : uint8_t { dims_across_lanes, keys_across_lanes, staged_tiles };
 
 struct CachedAttentionDims {
     int64_t n_tokens = 1;
@@ -60,8 +67,12 @@ struct CachedAttentionDims {
     int64_t head_dim = 0;
     int64_t max_keys = 0;          // n_past + n_tokens never exceeds this (the grid is planned for it)
     int64_t gate_head_stride = 0;  // distance between heads in `gate` (head_dim, or 2·head_dim inside q_proj)
-    AttentionDecodeVariant variant = AttentionDecodeVariant::keys_across_lanes;
+    AttentionDecodeVariant variant = AttentionDecodeVariant::staged_tiles;
 };
+
+// The variant attention_cached runs for these dims over a cache of `element`s (staged_tiles falls back to
+// keys_across_lanes where it does not apply).
+AttentionDecodeVariant attention_decode_variant_run(const CachedAttentionDims& dims, KvElement element);
 
 // Splits per (token, kv head) the launch uses, and the scratch (floats) it needs for the partial results.
 int64_t attention_decode_splits(const CachedAttentionDims& dims);
@@ -123,9 +134,10 @@ void gdn_decode_prepare(const float* mixed, const float* b, const float* a, cons
                         float* conv_out, const float* ssm_a, const float* dt_bias, const GdnDecodeDims& dims,
                         float l2_eps, float* q, float* k, float* v, float* beta, float* g, cudaStream_t stream);
 
-// gated_delta_rule_recurrent (T = 1) → gated_rms_norm(o, z, norm_w, eps): one block per value head
-// holds the head's whole state, reads it once from state_in and writes it once to state_out (the same
-// buffer or another, as conv_in/conv_out), and norms the head's output in place. With out_quantized
+// gated_delta_rule_recurrent (T = 1) → gated_rms_norm(o, z, norm_w, eps): one thread-block cluster per
+// value head (up to 8 blocks, each a share of the head's value columns; sm_90) reads the head's state
+// once from state_in and writes it once to state_out (the same buffer or another, as conv_in/conv_out),
+// and norms the head's output across the cluster's shared memory, in a fixed order. With out_quantized
 // (value_dim a multiple of 128, a view of H_v·d_v inputs) it also writes out's int8 activations for the
 // output matmul, bit for bit quantize_activations(out) — one launch fewer per layer.
 //   z, out [H_v][d_v]; state_in/out [H_v][d_k][d_v]

@@ -80,6 +80,10 @@ struct AttnCase {
 //     (a split's keys / 4 warps);
 //   the merge of 4 warps (4 exp2f + 4 fmaf: 20u), of S splits (S exp2f + S fmaf + one divide: 6S + 1 u),
 //   the gate (8u·|o|).
+// staged_tiles: a score is P partial fmaf chains of d/P dims added in order (P = 8 for f16 tiles, 16 for
+//   f32), |δs| ≤ (d/P + P + 2)·u·A; one block's whole split is one accumulator chain, so n_w = the
+//   split's keys, each key a weight and an fmaf and each tile one rescale (within the (10 + 2R)·u per
+//   key); no warp merge, and the lanes' denominators summed by a butterfly (5u, inside the 20u above).
 // R = the span of scores (2·max|s|). The CPU reference reads the same (f16-rounded when half) K and V.
 std::vector<double> attention_tolerance(const AttnCase& c, int64_t splits, const std::vector<float>& q,
                                         const std::vector<float>& k, const std::vector<float>& v,
@@ -88,7 +92,8 @@ std::vector<double> attention_tolerance(const AttnCase& c, int64_t splits, const
     const double inv_sqrt_d = 1.0 / std::sqrt(double(d));
     const int64_t total = c.n_past + c.n_tokens;
     const int64_t per_split = std::max<int64_t>(64, (total + splits - 1) / splits);
-    const double n_w = std::ceil(double(per_split) / 4.0);
+    const bool staged = c.variant == cuda::AttentionDecodeVariant::staged_tiles;
+    const double n_w = staged ? double(per_split) : std::ceil(double(per_split) / 4.0);
     std::vector<double> tol(want.size());
     for (int64_t t = 0; t < c.n_tokens; ++t) {
         const int64_t visible = c.n_past + t + 1;
@@ -109,7 +114,9 @@ std::vector<double> attention_tolerance(const AttnCase& c, int64_t splits, const
             }
             const double P = std::ceil(double(d) / 32.0);
             const bool keys = c.variant == cuda::AttentionDecodeVariant::keys_across_lanes;
-            const double score_err = (keys ? double(d) + 2.0 : P + 6.0) * kU * a_max;
+            const double parts = c.half ? 8.0 : 16.0;
+            const double score_err =
+                (staged ? double(d) / parts + parts + 2.0 : keys ? double(d) + 2.0 : P + 6.0) * kU * a_max;
             const double span = 2.0 * s_max * 1.4426950408889634;
             // (+5u: keys_across_lanes sums each warp's per-lane denominators with a butterfly at the end.)
             const double bound =
@@ -123,7 +130,7 @@ std::vector<double> attention_tolerance(const AttnCase& c, int64_t splits, const
     return tol;
 }
 
-void check_attention_cached(const AttnCase& c, uint32_t seed) {
+void check_attention_cached(AttnCase c, uint32_t seed) {
     std::mt19937 rng(seed);
     const int64_t n_kv = c.n_past + c.n_tokens, row = c.n_kv_head * c.head_dim;
     std::vector<float> q = uniform(static_cast<size_t>(c.n_tokens * c.n_head * c.head_dim), rng, -1.0f, 1.0f);
@@ -159,8 +166,12 @@ void check_attention_cached(const AttnCase& c, uint32_t seed) {
     cuda::attention_cached(dq.get(), dk.get(), dv.get(), c.half ? cuda::KvElement::f16 : cuda::KvElement::f32,
                            c.gate ? dgate.get() : nullptr, dpast.get(), dims, scratch.get(), dout.get(), nullptr);
     const int64_t splits = cuda::attention_decode_splits(dims);
-    const bool keys = c.variant == cuda::AttentionDecodeVariant::keys_across_lanes;
-    const std::string what = std::string("attention_cached ") + (keys ? "keys " : "dims ") + (c.half ? "f16" : "f32") + " T=" +
+    // The tolerance follows the kernel that ran (staged_tiles falls back to keys_across_lanes).
+    c.variant = cuda::attention_decode_variant_run(dims, c.half ? cuda::KvElement::f16 : cuda::KvElement::f32);
+    const char* kernel = c.variant == cuda::AttentionDecodeVariant::staged_tiles        ? "staged "
+                         : c.variant == cuda::AttentionDecodeVariant::keys_across_lanes ? "keys "
+                                                                                       : "dims ";
+    const std::string what = std::string("attention_cached ") + kernel + (c.half ? "f16" : "f32") + " T=" +
                              std::to_string(c.n_tokens) + " past=" + std::to_string(c.n_past) + " cap=" +
                              std::to_string(c.capacity) + " H=" + std::to_string(c.n_head) + "/" +
                              std::to_string(c.n_kv_head) + " d=" + std::to_string(c.head_dim) +
@@ -181,13 +192,16 @@ TEST(DecodeKernels, AttentionCachedHostileShapes) {
             {1, 127, 6, 1, 65, 4096, true, half, 8}, {1, 1000, 8, 1, 127, 1001, true, half, 1},
             {1, 1000, 3, 3, 129, 8192, false, half, 8}, {1, 4095, 8, 2, 256, 4096, true, half, 1},
             {1, 8191, 5, 1, 33, 8192, false, half, 1},
+            // a shallow cache in a deep grid (most splits empty), 8 query heads per kv head, large scores
+            {1, 69, 16, 2, 128, 32768, true, half, 8},
             // T > 1 (the prompt path over a half cache), continuing a history
             {63, 0, 4, 2, 65, 63, true, half, 1},    {7, 121, 6, 1, 128, 512, true, half, 8},
             {65, 1000, 2, 1, 256, 2000, false, half, 1},
         };
         for (AttnCase c : cases)
             for (const auto variant : {cuda::AttentionDecodeVariant::dims_across_lanes,
-                                       cuda::AttentionDecodeVariant::keys_across_lanes}) {
+                                       cuda::AttentionDecodeVariant::keys_across_lanes,
+                                       cuda::AttentionDecodeVariant::staged_tiles}) {
                 c.variant = variant;
                 check_attention_cached(c, seed++);
             }
@@ -198,7 +212,8 @@ TEST(DecodeKernels, AttentionCachedBonsai27B) {
     DELTABIT_REQUIRE_GPU();
     // 24 query heads on 4 kv heads of 256, the gate on, a 32K cache filled to 3000.
     for (const auto variant : {cuda::AttentionDecodeVariant::dims_across_lanes,
-                               cuda::AttentionDecodeVariant::keys_across_lanes}) {
+                               cuda::AttentionDecodeVariant::keys_across_lanes,
+                               cuda::AttentionDecodeVariant::staged_tiles}) {
         check_attention_cached({1, 2999, 24, 4, 256, 32768, true, false, 1, variant}, 200);
         check_attention_cached({1, 2999, 24, 4, 256, 32768, true, true, 1, variant}, 201);
     }
@@ -591,7 +606,8 @@ void check_gdn_decode(const cuda::GdnDecodeDims& d, uint32_t seed, bool in_place
     // no tight closed form (as test_op_parity_delta_rule.cpp's kDeltaRuleTolU), so measured: in u × the
     // largest |S| (state) or |y| (output) of the head, the worst of these shapes on an H200 was 4.6u
     // (state) and 5.1u (output); the bound is 32u. A wrong key head, gate or missing q scale moves them
-    // by O(1e-2) of that scale.
+    // by O(1e-2) of that scale. (Measured on the first six shapes with one block per head; the cluster
+    // split leaves every column's arithmetic as it was and only regroups the norm's Σo², a few ulp.)
     const std::vector<float> got_state = (in_place ? dstate : dstate_next).download(what + " state");
     std::vector<double> head_max(static_cast<size_t>(Hv), 0.0), out_max(static_cast<size_t>(Hv), 0.0);
     for (size_t i = 0; i < ref_state.size(); ++i)
@@ -604,16 +620,25 @@ void check_gdn_decode(const cuda::GdnDecodeDims& d, uint32_t seed, bool in_place
                   what + " out");
 }
 
+// The recurrent step splits a head's value columns over a cluster of C blocks (gdn_decode_cuda.cu: C the
+// smallest power of two with 32·C >= value_dim, at most 8; ceil(value_dim / C) columns per block rounded up
+// to 8). The comments give the split each shape makes, so the shapes cover one block, full clusters, a
+// short last block, blocks with no column at all, and blocks that take several passes.
 TEST(DecodeKernels, GdnDecodeStep) {
     DELTABIT_REQUIRE_GPU();
     uint32_t seed = 300;
     for (const bool in_place : {true, false}) {
-        check_gdn_decode({1, 1, 1, 1, 1, cpu::KeyHeadMap::tiled}, seed++, in_place);
-        check_gdn_decode({2, 6, 63, 65, 4, cpu::KeyHeadMap::tiled}, seed++, in_place);
-        check_gdn_decode({2, 4, 65, 33, 3, cpu::KeyHeadMap::grouped}, seed++, in_place);
-        check_gdn_decode({1, 2, 256, 129, 4, cpu::KeyHeadMap::grouped}, seed++, in_place);
-        check_gdn_decode({3, 3, 32, 1000, 2, cpu::KeyHeadMap::tiled}, seed++, in_place);
-        check_gdn_decode({16, 48, 128, 128, 4, cpu::KeyHeadMap::tiled}, seed++, in_place);  // Bonsai-27B
+        check_gdn_decode({1, 1, 1, 1, 1, cpu::KeyHeadMap::tiled}, seed++, in_place);         // C 1: 1 column
+        check_gdn_decode({2, 6, 63, 65, 4, cpu::KeyHeadMap::tiled}, seed++, in_place);       // C 4: 24 24 17 0
+        check_gdn_decode({2, 4, 65, 33, 3, cpu::KeyHeadMap::grouped}, seed++, in_place);     // C 2: 24 9
+        check_gdn_decode({1, 2, 256, 129, 4, cpu::KeyHeadMap::grouped}, seed++, in_place);   // C 8: 24 ×5, 9 0 0
+        check_gdn_decode({3, 3, 32, 1000, 2, cpu::KeyHeadMap::tiled}, seed++, in_place);     // C 8: 128 ×7, 104
+        check_gdn_decode({16, 48, 128, 128, 4, cpu::KeyHeadMap::tiled}, seed++, in_place);   // Bonsai-27B, C 4: 32 ×4
+        check_gdn_decode({2, 4, 128, 96, 4, cpu::KeyHeadMap::grouped}, seed++, in_place);    // C 4: 24 ×4
+        check_gdn_decode({1, 2, 64, 160, 3, cpu::KeyHeadMap::tiled}, seed++, in_place);      // C 8: 24 ×6, 16 0
+        check_gdn_decode({1, 1, 200, 257, 2, cpu::KeyHeadMap::tiled}, seed++, in_place);     // C 8: 40 ×6, 17 0
+        // C 8: 128 ×8 at key_dim 256, 512 threads of 8 lanes: two passes of 64 columns per block.
+        check_gdn_decode({2, 2, 256, 1024, 4, cpu::KeyHeadMap::grouped}, seed++, in_place);
     }
 }
 
@@ -635,9 +660,12 @@ TEST(DecodeKernels, GdnDecodeStep) {
 // One prepared step through gdn_decode_recurrent twice, from the same inputs and state (out of place):
 // without out_quantized, then with it in its own guarded scratch. The second call's out and state must be
 // the first's bit for bit, and its int8 groups the quantiser's definition applied to that out, bit for
-// bit. The kernel quantises a group where it norms the head (four warps of one pass), so the shapes vary
-// how many of its 512 threads a pass leaves idle (value_dim 128 .. 1024, one and two passes) and the key
-// dim (its four template widths); a group never spans two heads.
+// bit. The kernel quantises a group in the block of the head's cluster that holds the group's first
+// column, gathering its 128 outputs from the blocks that hold them, so the shapes vary how a group lies
+// over the blocks (the split as GdnDecodeStep's comment says): over four blocks of 32 (value_dim 128,
+// 256), over three or four blocks of 48, starting mid-block (384), over blocks of 80 (640), inside one block of
+// 128 (1024, with two passes per block at key_dim 256), and the key dim (the four template widths); a
+// group never spans two heads.
 void check_gdn_decode_quantized_output(const cuda::GdnDecodeDims& d, uint32_t seed) {
     std::mt19937 rng(seed);
     const int64_t Hk = d.n_key_heads, Hv = d.n_value_heads, dk = d.key_dim, dv = d.value_dim;
@@ -682,6 +710,8 @@ TEST(DecodeKernels, GdnDecodeStepQuantizedOutput) {
              {1, 3, 32, 640, 4, cpu::KeyHeadMap::tiled},
              {1, 1, 128, 1024, 4, cpu::KeyHeadMap::tiled},
              {16, 48, 128, 128, 4, cpu::KeyHeadMap::tiled},  // Bonsai-27B
+             {2, 4, 128, 384, 4, cpu::KeyHeadMap::grouped},
+             {2, 2, 256, 1024, 2, cpu::KeyHeadMap::tiled},
          }) {
         check_gdn_decode_quantized_output(d, seed++);
         if (HasFailure()) return;

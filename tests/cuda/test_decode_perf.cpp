@@ -135,7 +135,9 @@ TEST(DecodePerf, AttentionAndDeltaNetKernels) {
                  std::vector<std::pair<int64_t, cuda::AttentionDecodeVariant>>{
                      {depth, cuda::AttentionDecodeVariant::dims_across_lanes},
                      {depth, cuda::AttentionDecodeVariant::keys_across_lanes},
-                     {131072, cuda::AttentionDecodeVariant::keys_across_lanes}}) {
+                     {131072, cuda::AttentionDecodeVariant::keys_across_lanes},
+                     {depth, cuda::AttentionDecodeVariant::staged_tiles},
+                     {131072, cuda::AttentionDecodeVariant::staged_tiles}}) {
                 const cuda::CachedAttentionDims dims{1, H, H_kv, d, capacity, 2 * d, variant};
                 DeviceBuffer scratch(cuda::attention_decode_scratch_floats(dims) * 4);
                 const double us = time_us(
@@ -146,8 +148,10 @@ TEST(DecodePerf, AttentionAndDeltaNetKernels) {
                                                past.get<int32_t>(), dims, scratch.get<float>(), out.get<float>(), nullptr);
                     },
                     20);
-                const bool keys = variant == cuda::AttentionDecodeVariant::keys_across_lanes;
-                row(std::string("attention_cached ") + (keys ? "keys " : "dims ") + (half ? "f16" : "f32") + " depth " + std::to_string(depth) +
+                const char* kernel = variant == cuda::AttentionDecodeVariant::staged_tiles        ? "staged "
+                                     : variant == cuda::AttentionDecodeVariant::keys_across_lanes ? "keys "
+                                                                                                 : "dims ";
+                row(std::string("attention_cached ") + kernel + (half ? "f16" : "f32") + " depth " + std::to_string(depth) +
                         " grid for " + std::to_string(capacity) + " S=" + std::to_string(cuda::attention_decode_splits(dims)),
                     us, 2.0 * double(kv_bytes));
             }

@@ -1,0 +1,26 @@
+// Asynchronous global → shared copies (cp.async, sm_80+): a thread issues 16-byte copies that land in
+// shared memory while it goes on computing; commit_group closes a batch, wait_group<N> blocks until at
+// most N of the thread's batches are still in flight. Each thread waits only for its own copies, so a
+// block reads a tile after its wait AND a __syncthreads().
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace deltabit::cuda {
+
+// 16 bytes from `global` to `shared` (both 16-byte aligned); with `fill_zero` nothing is read and the 16
+// bytes are zeroed — `global` must still be a valid address.
+__device__ __forceinline__ void cp_async16(void* shared, const void* global, bool fill_zero = false) {
+    const unsigned dst = unsigned(__cvta_generic_to_shared(shared));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global), "r"(fill_zero ? 0 : 16)
+                 : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit_group() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait_group() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+}  // namespace deltabit::cuda

@@ -1,0 +1,45 @@
+// What the split-K attention kernels of the decode step share (ops/decode_cuda.h, attention_cached):
+// how a kv head's keys are cut into splits, the arguments of a split launch, and the staged kernel's
+// entry point. Internal to src/ops (attention_decode_cuda.cu, attention_split_staged_cuda.cu).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "ops/kv_cuda.h"
+
+namespace deltabit::cuda {
+
+// A split never takes fewer keys than this (below it the partial write and the combine cost more than
+// the keys), nor are there more splits than kMaxSplits per (token, kv head): 128 splits × 4 kv heads =
+// 512 blocks, enough to fill an H200 (132 SMs) at any depth.
+inline constexpr int64_t kMinKeysPerSplit = 64;
+inline constexpr int64_t kMaxSplits = 128;
+
+// Keys per split for `total` keys over `splits` splits. Host and device use the same formula: the graph
+// plans the grid on the host (for the capacity), the device picks the slices from the real length.
+__host__ __device__ inline int64_t keys_per_split(int64_t total, int64_t splits) {
+    const int64_t even = (total + splits - 1) / splits;
+    return even > kMinKeysPerSplit ? even : kMinKeysPerSplit;
+}
+
+// Grid (split, kv head, token): block (s, h, t) writes one partial (m, l, acc[d]) per query head of kv
+// head h for token t over split s's keys; the combine kernel merges the splits.
+struct SplitArgs {
+    const float* q;
+    KvCacheView k;
+    KvCacheView v;
+    const int32_t* n_past;
+    float* part_acc;  // [T][H][S][d]
+    float* part_ml;   // [T][H][S][2]: running max (base 2) and denominator
+    int64_t n_tokens, n_head, n_kv_head, head_dim, splits;
+    float score_scale;  // log2(e) / sqrt(d)
+};
+
+// Launches the staged kernel (attention_split_staged_cuda.cu) for a plain f16 or f32 cache whose
+// head_dim it supports (staged_attention_supports); returns false, launching nothing, otherwise.
+bool staged_attention_supports(KvElement element, int64_t head_dim, int64_t group);
+bool launch_attention_split_staged(dim3 grid, const SplitArgs& args, KvElement element, cudaStream_t stream);
+
+}  // namespace deltabit::cuda
