@@ -104,18 +104,24 @@ __global__ void __launch_bounds__(kStagedThreads) attention_split_staged_kernel(
     float* s_correction = reinterpret_cast<float*>(smem + layout.correction);
     const KvT* k_head = static_cast<const KvT*>(a.k.data) + kh * a.head_dim;
     const KvT* v_head = static_cast<const KvT*>(a.v.data) + kh * a.head_dim;
+    // Thread tid copies piece tid % copies_per_row of rows tid / copies_per_row + k·row_step of a tile
+    // (copies_per_row divides the block: staged_attention_supports), so a copy costs no division.
     const int copies_per_row = d / kPerCopy;
+    const int piece = tid % copies_per_row, row_step = kStagedThreads / copies_per_row;
     const auto tile_at = [&](int64_t i) { return smem + size_t(i % kStages) * 2 * kKeys * row_bytes; };
     // Tile `i` of keys [first, first + kKeys), rows at or past `end` zero-filled (from row `first`'s address).
     const auto issue_tile = [&](int64_t i, int64_t first, int64_t end) {
-        unsigned char* k_tile = tile_at(i);
+        unsigned char* k_tile = tile_at(i) + piece * 16;
         unsigned char* v_tile = k_tile + kKeys * row_bytes;
-        for (int idx = tid; idx < kKeys * copies_per_row; idx += kStagedThreads) {
-            const int j = idx / copies_per_row, c = idx % copies_per_row;
-            const bool past = first + j >= end;
-            const int64_t at = (past ? first : first + j) * row_stride + int64_t(c) * kPerCopy;
-            cp_async16(k_tile + j * row_bytes + c * 16, k_head + at, past);
-            cp_async16(v_tile + j * row_bytes + c * 16, v_head + at, past);
+        const KvT* k_rows = k_head + first * row_stride + piece * kPerCopy;
+        const KvT* v_rows = v_head + first * row_stride + piece * kPerCopy;
+        const int valid = end - first < kKeys ? int(end - first) : kKeys;
+#pragma unroll 4
+        for (int j = tid / copies_per_row; j < kKeys; j += row_step) {
+            const bool past = j >= valid;
+            const int64_t at = past ? 0 : j * row_stride;
+            cp_async16(k_tile + j * row_bytes, k_rows + at, past);
+            cp_async16(v_tile + j * row_bytes, v_rows + at, past);
         }
         cp_async_commit_group();
     };
@@ -266,9 +272,12 @@ void launch_staged(dim3 grid, const SplitArgs& args, int64_t group, cudaStream_t
 bool staged_attention_supports(KvElement element, int64_t head_dim, int64_t group) {
     if (element == KvElement::kivi4 || head_dim <= 0 || head_dim > kStagedThreads || group > kAttentionDecodeMaxGroup)
         return false;
-    // Each score partial covers head_dim / P dims in steps of 8: P = 8 (f16) or 16 (f32).
-    const int64_t parts = kStagedThreads / (element == KvElement::f16 ? kTileKeys<__half> : kTileKeys<float>);
-    return head_dim % (8 * parts) == 0;
+    // Each score partial covers head_dim / P dims in steps of 8: P = 8 (f16) or 16 (f32); a row's 16-byte
+    // pieces must divide the block's threads (issue_tile).
+    const bool f16 = element == KvElement::f16;
+    const int64_t parts = kStagedThreads / (f16 ? kTileKeys<__half> : kTileKeys<float>);
+    const int64_t pieces = head_dim * (f16 ? 2 : 4) / 16;
+    return head_dim % (8 * parts) == 0 && kStagedThreads % pieces == 0;
 }
 
 bool launch_attention_split_staged(dim3 grid, const SplitArgs& args, KvElement element, cudaStream_t stream) {

@@ -44,8 +44,8 @@ inline constexpr int64_t kAttentionDecodeMaxGroup = 8;
 //   staged_tiles       (the default) 256 threads stream the split's K and V rows through shared memory in
 //                      tiles of 32 keys (f16) or 16 (f32), the next tile in flight (cp.async) while this
 //                      one is scored, softmaxed and summed from shared memory
-//                      (attention_split_staged_cuda.cu). Plain f16/f32 caches with head_dim a multiple
-//                      of 64 (f16) or 128 (f32); other shapes and kivi4 run keys_across_lanes.
+//                      (attention_split_staged_cuda.cu). Plain f16 caches with head_dim 64, 128
+//                      or 256, f32 with 128 or 256; other shapes and kivi4 run keys_across_lanes.
 //   dims_across_lanes  each warp takes two keys at a time, lane i holding dims [i·P, i·P + P) of q, k, v;
 //                      a score needs a 5-step butterfly per query head per key.
 //   keys_across_lanes  each warp takes 32 keys at a time, lane j computing key j's scores for every
@@ -54,7 +54,7 @@ inline constexpr int64_t kAttentionDecodeMaxGroup = 8;
 // The register kernels are latency-bound per warp (a load, its wait, its use). Measured on an H200,
 // Bonsai-27B geometry, split + combine (tests/cuda/test_decode_perf.cpp, 2026-11-29; % of the copy
 // roofline on the K and V bytes):
-//   depth 32K  f16: staged 69 µs (46%), keys 98, dims 218;  f32: staged 93 µs (68%), keys 139, dims 181
+//   depth 32K  f16: staged 70 µs (45%), keys 98, dims 218;  f32: staged 85 µs (75%), keys 139, dims 181
 //   depth 4K   f16: staged 17 µs, keys 37, dims 38;         f32: staged 20 µs, keys 45, dims 31
 // The staged kernel over f16 rows is bound by its fp32 arithmetic and shared-memory reads (twice the
 // work per byte of f32); tensor-core scoring is its next step.
@@ -134,10 +134,9 @@ void gdn_decode_prepare(const float* mixed, const float* b, const float* a, cons
                         float* conv_out, const float* ssm_a, const float* dt_bias, const GdnDecodeDims& dims,
                         float l2_eps, float* q, float* k, float* v, float* beta, float* g, cudaStream_t stream);
 
-// gated_delta_rule_recurrent (T = 1) → gated_rms_norm(o, z, norm_w, eps): one thread-block cluster per
-// value head (up to 8 blocks, each a share of the head's value columns; sm_90) reads the head's state
-// once from state_in and writes it once to state_out (the same buffer or another, as conv_in/conv_out),
-// and norms the head's output across the cluster's shared memory, in a fixed order. With out_quantized
+// gated_delta_rule_recurrent (T = 1) → gated_rms_norm(o, z, norm_w, eps): one block per value head
+// holds the head's whole state, reads it once from state_in and writes it once to state_out (the same
+// buffer or another, as conv_in/conv_out), and norms the head's output in place. With out_quantized
 // (value_dim a multiple of 128, a view of H_v·d_v inputs) it also writes out's int8 activations for the
 // output matmul, bit for bit quantize_activations(out) — one launch fewer per layer.
 //   z, out [H_v][d_v]; state_in/out [H_v][d_k][d_v]

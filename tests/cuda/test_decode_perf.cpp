@@ -10,16 +10,15 @@
 //
 //   DELTABIT_OPS_PERF=1 ./test_cuda --gtest_filter='DecodePerf*'
 //
-// Measured (H200, copy 4249 GB/s, 2026-11-29; µs, % of copy bandwidth on the K+V bytes):
-//   attention depth 4K:  keys f16 34.0 (12%), f32 37.0 (21%); dims f16 29.2 (14%), f32 30.7 (26%);
-//                        before (one block per query head) f32 485
-//   attention depth 32K: keys f16 130.2 (24%), f32 168.2 (38%); dims f16 159.0, f32 175.0;
-//                        before f32 3775. A grid planned for 131072 keys costs < 2 µs more.
-//   gdn decode step: fused 11.0 (13% on the state's read + write) vs op chain 54.0
-//   qwen3_5_binary as Q1_0 (tiny, launch-bound): graph replay 149.5 µs/token, eager 374.4 µs/token,
-//   each including the argmax's 4-byte round trip.
-// Whole model (deltabit bench --geometry bonsai-27b --kv f16, same run): tg128 at depth 0 6.35 ms/token
-// (157.6 tok/s), at depth 32768 8.19 ms/token (122.1 tok/s) = 77.5% of depth-0 speed.
+// Measured (H200, copy 4249 GB/s, 2026-11-29, stop 11; µs, % of copy bandwidth on the K+V bytes):
+//   attention depth 4K:  staged f16 17.4 (23%), f32 19.5 (41%); keys f16 37.2, f32 45.4; dims f16 37.8,
+//                        f32 31.3; before (one block per query head) f32 484
+//   attention depth 32K: staged f16 70.4 (45%), f32 84.8 (75%); keys f16 98.3 (32%), f32 139.1 (45%);
+//                        dims f16 217.7, f32 180.5; before f32 3572. A grid planned for 131072 keys costs
+//                        < 1 µs more.
+//   gdn decode step: fused 8.4 (18% on the state's read + write) vs op chain 38.7
+// Older (stop 9): qwen3_5_binary as Q1_0 (tiny, launch-bound): graph replay 149.5 µs/token, eager 374.4
+// µs/token, each including the argmax's 4-byte round trip. Whole-model figures: bench/history.tsv.
 #include "models/fixture.h"
 
 #if DELTABIT_HAVE_CUDA
