@@ -420,18 +420,7 @@ __global__ void __launch_bounds__(kThreads) attention_split_keys_kernel(SplitArg
                     float kv[8];
                     keys.load8(k_pos, c, kv);
 #pragma unroll
-                    for (int g = 0; g < G; ++g) {
-                        const float4 qa = *reinterpret_cast<const float4*>(&s_q[g][c]);
-                        const float4 qb = *reinterpret_cast<const float4*>(&s_q[g][c + 4]);
-                        s[g] = fmaf(qa.x, kv[0], s[g]);
-                        s[g] = fmaf(qa.y, kv[1], s[g]);
-                        s[g] = fmaf(qa.z, kv[2], s[g]);
-                        s[g] = fmaf(qa.w, kv[3], s[g]);
-                        s[g] = fmaf(qb.x, kv[4], s[g]);
-                        s[g] = fmaf(qb.y, kv[5], s[g]);
-                        s[g] = fmaf(qb.z, kv[6], s[g]);
-                        s[g] = fmaf(qb.w, kv[7], s[g]);
-                    }
+                    for (int g = 0; g < G; ++g) s[g] = fma8(&s_q[g][c], kv, s[g]);
                 }
             } else {
                 for (int64_t i = 0; i < d; ++i) {

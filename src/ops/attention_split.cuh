@@ -24,6 +24,20 @@ __host__ __device__ inline int64_t keys_per_split(int64_t total, int64_t splits)
     return even > kMinKeysPerSplit ? even : kMinKeysPerSplit;
 }
 
+// s + q[0..8) · k[0..8) as eight fmaf in dim order (q 16-byte aligned in shared memory): the score
+// chains of the CUDA-core split kernels.
+__device__ __forceinline__ float fma8(const float* q, const float (&k)[8], float s) {
+    const float4 qa = reinterpret_cast<const float4*>(q)[0], qb = reinterpret_cast<const float4*>(q)[1];
+    s = fmaf(qa.x, k[0], s);
+    s = fmaf(qa.y, k[1], s);
+    s = fmaf(qa.z, k[2], s);
+    s = fmaf(qa.w, k[3], s);
+    s = fmaf(qb.x, k[4], s);
+    s = fmaf(qb.y, k[5], s);
+    s = fmaf(qb.z, k[6], s);
+    return fmaf(qb.w, k[7], s);
+}
+
 // Grid (split, kv head, token): block (s, h, t) writes one partial (m, l, acc[d]) per query head of kv
 // head h for token t over split s's keys; the combine kernel merges the splits.
 struct SplitArgs {

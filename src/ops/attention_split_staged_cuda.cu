@@ -1,4 +1,4 @@
-// The staged split-K attention kernel (ops/decode_cuda.h, AttentionDecodeVariant::staged_tiles): a block
+// The staged split-K attention kernels (ops/decode_cuda.h, AttentionDecodeVariant::staged_tiles): a block
 // streams its split's K and V rows through shared memory in tiles, two tiles in flight (cp.async), and
 // computes from shared memory.
 //
@@ -7,24 +7,28 @@
 // 64 keys is ~20 round trips end to end (26 µs per layer of Bonsai-27B). Here the loads of the next tile
 // are in flight while this one is computed, and a split's first two tiles are requested together.
 //
-// Per tile of kTileKeys keys (32 for f16 rows, 16 for f32: one stage is 2 × 16 KB + padding either way),
-// 256 threads in three phases separated by __syncthreads:
-//   scores   thread (key j, part p) sums its key's dims [p·d/P, (p+1)·d/P) against every query head of the
-//            group (q prescaled by log2(e)/sqrt(d), in shared memory): P = 256 / kTileKeys partial sums
-//            per score, each a sequential fp32 fmaf chain;
-//   softmax  thread (head g, key j): the score is the P partials added in order; the tile's max by a
-//            butterfly over the head's kTileKeys lanes; the running max m, the weight p = 2^(s − m), and
-//            this lane's share of the denominator (summed over the lanes at the end);
+// f32 rows: tiles of 16 keys (2 × 16 KB + padding a stage), 256 threads in three phases separated by
+// __syncthreads:
+//   scores   thread (key j, part p) sums its key's dims [p·d/16, (p+1)·d/16) against every query head of
+//            the group (q prescaled by log2(e)/sqrt(d), in shared memory): 16 partial sums per score,
+//            each a sequential fp32 fmaf chain;
+//   softmax  thread (head g, key j): the score is the partials added in order; the tile's max by a
+//            butterfly over the head's lanes; the running max m, the weight p = 2^(s − m), and this
+//            lane's share of the denominator (summed over the lanes at the end);
 //   values   thread i owns dim i of every head: acc = acc · 2^(m_old − m_new) + Σ_j p_j · v_j, keys in
 //            order.
+// f16 rows: tiles of 32 keys, the same phases with both products on tensor cores
+// (attention_split_mma_kernel below).
 // A tile past the end of the split is filled with zero rows (cp.async zero-fill): their scores are
 // masked to −inf, their weights are 0 and their values 0, so every loop runs the whole tile.
-// Rows in shared memory are padded by 16 bytes so that the 32 keys a warp scores sit in different banks.
+// Rows in shared memory are padded by 16 bytes so that the rows a warp reads at once sit in different
+// banks (the score phase; ldmatrix).
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "backend/cuda_buffer.h"
 #include "ops/async_copy.cuh"
@@ -32,6 +36,7 @@
 #include "ops/cuda_math.cuh"
 #include "ops/decode_cuda.h"
 #include "ops/programmatic_launch.cuh"
+#include "ops/tensor_core.cuh"
 
 namespace deltabit::cuda {
 
@@ -41,17 +46,18 @@ constexpr int kStagedThreads = 256;
 constexpr int kStages = 2;           // the tile being computed and the one in flight
 constexpr int kRowPadBytes = 16;     // see the file comment: bank spread for the score phase
 
-template <typename KvT>
-constexpr int kTileKeys = sizeof(KvT) == 2 ? 32 : 16;
+constexpr int kF32Keys = 16;  // keys per tile of f32 rows (f16 rows: kMmaKeys, below)
+constexpr int kF32Parts = kStagedThreads / kF32Keys;  // partial sums per score
 
-// Offsets (bytes) of the block's shared arrays: the tiles [kStages][K, V][kTileKeys][row], then
-// q [G][d], the score partials [P][G][kTileKeys], the weights [G][kTileKeys] and the corrections [G].
+// Offsets (bytes) of the f32 kernel's shared arrays: the tiles [kStages][K, V][kF32Keys][row], then
+// q [G][d], the score partials [kF32Parts][G][kF32Keys], the weights [G][kF32Keys] and the corrections [G].
 struct StagedLayout {
     int row_bytes;
     size_t q, part, weight, correction, total;
 
-    __host__ __device__ StagedLayout(int d, int element_bytes, int tile_keys, int groups) {
-        row_bytes = d * element_bytes + kRowPadBytes;
+    __host__ __device__ StagedLayout(int d, int groups) {
+        constexpr int tile_keys = kF32Keys;
+        row_bytes = d * int(sizeof(float)) + kRowPadBytes;
         q = size_t(kStages) * 2 * tile_keys * row_bytes;
         part = q + size_t(groups) * d * sizeof(float);
         weight = part + size_t(kStagedThreads / tile_keys) * groups * tile_keys * sizeof(float);
@@ -64,25 +70,53 @@ __device__ __forceinline__ void load8_shared(const float* p, float (&out)[8]) {
     const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
     out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w, out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
 }
-__device__ __forceinline__ void load8_shared(const __half* p, float (&out)[8]) {
-    const uint4 u = *reinterpret_cast<const uint4*>(p);
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[c]));
-        out[2 * c] = f.x;
-        out[2 * c + 1] = f.y;
-    }
-}
-__device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
 
-// G >= query heads per kv head; head_dim a multiple of 8·P (staged_attention_supports).
-template <typename KvT, int G>
-__global__ void __launch_bounds__(kStagedThreads) attention_split_staged_kernel(SplitArgs a) {
-    constexpr int kKeys = kTileKeys<KvT>;
-    constexpr int kParts = kStagedThreads / kKeys;
-    constexpr int kPerCopy = 16 / int(sizeof(KvT));  // elements per 16-byte copy
+// The block's ring of kStages tiles in shared memory: tile i at stage i % kStages, its kKeys K rows then
+// its kKeys V rows, row_bytes apart. Thread tid copies 16-byte piece tid % pieces of rows
+// tid / pieces + k·(threads / pieces) (pieces = a row's 16-byte pieces divides the block:
+// staged_attention_supports), so a copy costs no division.
+template <typename KvT, int kKeys>
+struct TileRing {
+    static constexpr int kPerCopy = 16 / int(sizeof(KvT));  // elements per 16-byte copy
+    unsigned char* base;
+    int row_bytes, piece, first_row, row_step;
+    const KvT* k_head;  // this kv head's dims of position 0
+    const KvT* v_head;
+    int64_t row_stride;  // elements between positions
+
+    __device__ TileRing(unsigned char* smem, const SplitArgs& a, int64_t kh, int rb)
+        : base(smem), row_bytes(rb), k_head(static_cast<const KvT*>(a.k.data) + kh * a.head_dim),
+          v_head(static_cast<const KvT*>(a.v.data) + kh * a.head_dim), row_stride(a.n_kv_head * a.head_dim) {
+        const int pieces = int(a.head_dim) / kPerCopy, tid = int(threadIdx.x);
+        piece = tid % pieces;
+        first_row = tid / pieces;
+        row_step = int(blockDim.x) / pieces;
+    }
+    __device__ unsigned char* keys(int64_t i) const { return base + size_t(i % kStages) * 2 * kKeys * row_bytes; }
+    __device__ unsigned char* values(int64_t i) const { return keys(i) + kKeys * row_bytes; }
+    // Tile i = keys [first, first + kKeys), rows at or past `end` zero-filled (from row `first`'s address);
+    // one commit group.
+    __device__ void issue(int64_t i, int64_t first, int64_t end) const {
+        unsigned char* k_tile = keys(i) + piece * 16;
+        unsigned char* v_tile = k_tile + kKeys * row_bytes;
+        const KvT* k_rows = k_head + first * row_stride + piece * kPerCopy;
+        const KvT* v_rows = v_head + first * row_stride + piece * kPerCopy;
+        const int valid = end - first < kKeys ? int(end - first) : kKeys;
+#pragma unroll 4
+        for (int j = first_row; j < kKeys; j += row_step) {
+            const bool past = j >= valid;
+            const int64_t at = past ? 0 : j * row_stride;
+            cp_async16(k_tile + j * row_bytes, k_rows + at, past);
+            cp_async16(v_tile + j * row_bytes, v_rows + at, past);
+        }
+        cp_async_commit_group();
+    }
+};
+
+// f32 rows. G >= query heads per kv head; head_dim 128 or 256 (staged_attention_supports).
+template <int G>
+__global__ void __launch_bounds__(kStagedThreads) attention_split_f32_kernel(SplitArgs a) {
+    constexpr int kKeys = kF32Keys, kParts = kF32Parts;
     static_assert(G * kKeys <= kStagedThreads, "one softmax thread per (head, key) of a tile");
     extern __shared__ __align__(16) unsigned char smem[];
     wait_for_predecessor();  // ops/programmatic_launch.cuh: nothing of the step is read before this
@@ -90,41 +124,19 @@ __global__ void __launch_bounds__(kStagedThreads) attention_split_staged_kernel(
     const int tid = int(threadIdx.x);
     const int64_t split = blockIdx.x, kh = blockIdx.y;
     const int d = int(a.head_dim);
-    const int64_t group = a.n_head / a.n_kv_head, row_stride = a.n_kv_head * a.head_dim;
+    const int64_t group = a.n_head / a.n_kv_head;
     const int64_t n_past = *a.n_past;
     const int64_t per_split = keys_per_split(n_past + a.n_tokens, a.splits);
     const int64_t p_begin = split * per_split;
     if (p_begin >= n_past + a.n_tokens) return;  // past the end of the cache: this split has no keys
 
-    const StagedLayout layout(d, int(sizeof(KvT)), kKeys, G);
+    const StagedLayout layout(d, G);
     const int row_bytes = layout.row_bytes;
     float* s_q = reinterpret_cast<float*>(smem + layout.q);
     float* s_part = reinterpret_cast<float*>(smem + layout.part);
     float* s_weight = reinterpret_cast<float*>(smem + layout.weight);
     float* s_correction = reinterpret_cast<float*>(smem + layout.correction);
-    const KvT* k_head = static_cast<const KvT*>(a.k.data) + kh * a.head_dim;
-    const KvT* v_head = static_cast<const KvT*>(a.v.data) + kh * a.head_dim;
-    // Thread tid copies piece tid % copies_per_row of rows tid / copies_per_row + k·row_step of a tile
-    // (copies_per_row divides the block: staged_attention_supports), so a copy costs no division.
-    const int copies_per_row = d / kPerCopy;
-    const int piece = tid % copies_per_row, row_step = kStagedThreads / copies_per_row;
-    const auto tile_at = [&](int64_t i) { return smem + size_t(i % kStages) * 2 * kKeys * row_bytes; };
-    // Tile `i` of keys [first, first + kKeys), rows at or past `end` zero-filled (from row `first`'s address).
-    const auto issue_tile = [&](int64_t i, int64_t first, int64_t end) {
-        unsigned char* k_tile = tile_at(i) + piece * 16;
-        unsigned char* v_tile = k_tile + kKeys * row_bytes;
-        const KvT* k_rows = k_head + first * row_stride + piece * kPerCopy;
-        const KvT* v_rows = v_head + first * row_stride + piece * kPerCopy;
-        const int valid = end - first < kKeys ? int(end - first) : kKeys;
-#pragma unroll 4
-        for (int j = tid / copies_per_row; j < kKeys; j += row_step) {
-            const bool past = j >= valid;
-            const int64_t at = past ? 0 : j * row_stride;
-            cp_async16(k_tile + j * row_bytes, k_rows + at, past);
-            cp_async16(v_tile + j * row_bytes, v_rows + at, past);
-        }
-        cp_async_commit_group();
-    };
+    const TileRing<float, kKeys> ring(smem, a, kh, row_bytes);
 
     const int key = tid % kKeys, row_group = tid / kKeys;  // scores: part row_group; softmax: head row_group
     const int dims_per_part = d / kParts;
@@ -132,7 +144,7 @@ __global__ void __launch_bounds__(kStagedThreads) attention_split_staged_kernel(
         const int64_t visible = n_past + t + 1;
         const int64_t p_end = p_begin + per_split < visible ? p_begin + per_split : visible;
         const int64_t n_tiles = p_end > p_begin ? (p_end - p_begin + kKeys - 1) / kKeys : 0;
-        if (n_tiles > 0) issue_tile(0, p_begin, p_end);
+        if (n_tiles > 0) ring.issue(0, p_begin, p_end);
         for (int idx = tid; idx < G * d; idx += kStagedThreads) {
             const int g = idx / d, i = idx % d;
             s_q[idx] = g < group ? a.q[(t * a.n_head + kh * group + g) * a.head_dim + i] * a.score_scale : 0.0f;
@@ -144,15 +156,15 @@ __global__ void __launch_bounds__(kStagedThreads) attention_split_staged_kernel(
 
         for (int64_t i = 0; i < n_tiles; ++i) {
             const int64_t first = p_begin + i * kKeys;
-            if (i + 1 < n_tiles) issue_tile(i + 1, first + kKeys, p_end);
+            if (i + 1 < n_tiles) ring.issue(i + 1, first + kKeys, p_end);
             else cp_async_commit_group();  // an empty batch keeps "all but the newest batch" = tile i
             cp_async_wait_group<1>();
             __syncthreads();  // every thread's copies of tile i landed (and s_q is written)
-            const unsigned char* k_tile = tile_at(i);
-            const unsigned char* v_tile = k_tile + kKeys * row_bytes;
+            const unsigned char* k_tile = ring.keys(i);
+            const unsigned char* v_tile = ring.values(i);
 
             {  // scores: partial p of key j for every head
-                const KvT* k_row = reinterpret_cast<const KvT*>(k_tile + key * row_bytes);
+                const float* k_row = reinterpret_cast<const float*>(k_tile + key * row_bytes);
                 float s[G];
 #pragma unroll
                 for (int g = 0; g < G; ++g) s[g] = 0.0f;
@@ -161,18 +173,7 @@ __global__ void __launch_bounds__(kStagedThreads) attention_split_staged_kernel(
                     float kv[8];
                     load8_shared(k_row + c, kv);
 #pragma unroll
-                    for (int g = 0; g < G; ++g) {
-                        const float4 qa = *reinterpret_cast<const float4*>(&s_q[g * d + c]);
-                        const float4 qb = *reinterpret_cast<const float4*>(&s_q[g * d + c + 4]);
-                        s[g] = fmaf(qa.x, kv[0], s[g]);
-                        s[g] = fmaf(qa.y, kv[1], s[g]);
-                        s[g] = fmaf(qa.z, kv[2], s[g]);
-                        s[g] = fmaf(qa.w, kv[3], s[g]);
-                        s[g] = fmaf(qb.x, kv[4], s[g]);
-                        s[g] = fmaf(qb.y, kv[5], s[g]);
-                        s[g] = fmaf(qb.z, kv[6], s[g]);
-                        s[g] = fmaf(qb.w, kv[7], s[g]);
-                    }
+                    for (int g = 0; g < G; ++g) s[g] = fma8(&s_q[g * d + c], kv, s[g]);
                 }
 #pragma unroll
                 for (int g = 0; g < G; ++g) s_part[(row_group * G + g) * kKeys + key] = s[g];
@@ -204,14 +205,14 @@ __global__ void __launch_bounds__(kStagedThreads) attention_split_staged_kernel(
             __syncthreads();
 
             if (tid < d) {  // values: dim tid of every head
-                const unsigned char* v_col = v_tile + tid * sizeof(KvT);
+                const unsigned char* v_col = v_tile + tid * sizeof(float);
 #pragma unroll
                 for (int g = 0; g < G; ++g) acc[g] *= s_correction[g];
 #pragma unroll 2
                 for (int j = 0; j < kKeys; j += 4) {
                     float v4[4];
 #pragma unroll
-                    for (int u = 0; u < 4; ++u) v4[u] = to_float(*reinterpret_cast<const KvT*>(v_col + (j + u) * row_bytes));
+                    for (int u = 0; u < 4; ++u) v4[u] = *reinterpret_cast<const float*>(v_col + (j + u) * row_bytes);
 #pragma unroll
                     for (int g = 0; g < G; ++g) {
                         const float4 w = *reinterpret_cast<const float4*>(&s_weight[g * kKeys + j]);
@@ -249,22 +250,225 @@ __global__ void __launch_bounds__(kStagedThreads) attention_split_staged_kernel(
     }
 }
 
-template <typename KvT, int G>
-void launch_staged(dim3 grid, const SplitArgs& args, cudaStream_t stream) {
-    const auto kernel = attention_split_staged_kernel<KvT, G>;
-    const size_t smem = StagedLayout(int(args.head_dim), int(sizeof(KvT)), kTileKeys<KvT>, G).total;
+// ---- f16 rows on tensor cores ----
+// The same pipeline, tile and softmax as above with the two products on mma.m16n8k16 (f16 · f16 → f32;
+// ops/tensor_core.cuh): the fp32 arithmetic of the CUDA-core kernel bound it at ~45% of the copy
+// bandwidth over f16 rows (twice f32's work per byte). Eight warps; the MMA's 8 columns are the query
+// heads of the group (zero-padded).
+//   scores  warp w takes keys [16·(w % 2), +16) and dims [(w / 2)·d/4, +d/4): A = the K tile rows
+//           (ldmatrix), B = q. q is fp32, so it goes in as two f16 terms: per head, q·2^e (e puts the
+//           head's largest |q| in [2^13, 2^14)) = hi + lo·2^−11 with hi = f16(q·2^e), lo = f16((q·2^e − hi)·2^11);
+//           the two MMAs accumulate separately and the partial is (c_hi + c_lo·2^−11)·2^−e: each q_j
+//           enters within 2^−22·|q_j| (a lo below f16's normal range loses at most 2^−36 in units of
+//           q·2^e, whose largest element is ≥ 2^13). The four partials of a score are added in order by
+//           the softmax thread.
+//   values  warp w takes dims [16·(w + 8k), +16): A = the V tile transposed (ldmatrix.trans), B = the
+//           weights, split the same way: w = hi + lo·2^−11 (weights are ≤ 1, no scaling), two accumulator
+//           sets per dim tile carried across tiles, rescaled per tile by the running max's correction.
+constexpr int kMmaKeys = 32;
+constexpr int kMmaHeads = 8;      // the MMA's n
+constexpr int kMmaScoreParts = 4;  // dim slices per score: 8 warps = 2 key halves × 4 slices
+constexpr float kLoScale = 2048.0f;  // 2^11: lo terms are scaled up by it before rounding to f16
+
+struct MmaLayout {
+    int row_bytes;
+    size_t q_hi, q_lo, q_unscale, part, w_hi, w_lo, correction, total;
+
+    __host__ __device__ explicit MmaLayout(int d) {
+        row_bytes = d * 2 + kRowPadBytes;
+        q_hi = size_t(kStages) * 2 * kMmaKeys * row_bytes;
+        q_lo = q_hi + size_t(kMmaHeads) * d * 2;
+        q_unscale = q_lo + size_t(kMmaHeads) * d * 2;
+        part = q_unscale + kMmaHeads * sizeof(float);
+        w_hi = part + size_t(kMmaScoreParts) * kMmaHeads * kMmaKeys * sizeof(float);
+        w_lo = w_hi + size_t(kMmaHeads) * kMmaKeys * 2;
+        correction = w_lo + size_t(kMmaHeads) * kMmaKeys * 2;
+        total = correction + kMmaHeads * sizeof(float);
+    }
+};
+
+__device__ __forceinline__ uint32_t half_pair(const __half* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+// G >= query heads per kv head (<= 8); head_dim 64, 128 or 256.
+template <int G>
+__global__ void __launch_bounds__(kStagedThreads) attention_split_mma_kernel(SplitArgs a) {
+    static_assert(G <= kMmaHeads && G * kMmaKeys <= kStagedThreads, "a warp per head for the softmax");
+    extern __shared__ __align__(16) unsigned char smem[];
+    wait_for_predecessor();  // ops/programmatic_launch.cuh: nothing of the step is read before this
+    allow_dependents();
+    const int tid = int(threadIdx.x), warp = tid >> 5, lane = tid & 31, row = lane >> 2, col = lane & 3;
+    const int64_t split = blockIdx.x, kh = blockIdx.y;
+    const int d = int(a.head_dim);
+    const int64_t group = a.n_head / a.n_kv_head;
+    const int64_t n_past = *a.n_past;
+    const int64_t per_split = keys_per_split(n_past + a.n_tokens, a.splits);
+    const int64_t p_begin = split * per_split;
+    if (p_begin >= n_past + a.n_tokens) return;  // past the end of the cache: this split has no keys
+
+    const MmaLayout layout(d);
+    __half* s_q_hi = reinterpret_cast<__half*>(smem + layout.q_hi);  // [kMmaHeads][d]
+    __half* s_q_lo = reinterpret_cast<__half*>(smem + layout.q_lo);
+    float* s_q_unscale = reinterpret_cast<float*>(smem + layout.q_unscale);  // 2^−e per head
+    float* s_part = reinterpret_cast<float*>(smem + layout.part);            // [part][head][key]
+    __half* s_w_hi = reinterpret_cast<__half*>(smem + layout.w_hi);          // [head][key]
+    __half* s_w_lo = reinterpret_cast<__half*>(smem + layout.w_lo);
+    float* s_correction = reinterpret_cast<float*>(smem + layout.correction);
+    const TileRing<__half, kMmaKeys> ring(smem, a, kh, layout.row_bytes);
+    const int row_bytes = layout.row_bytes;
+    const int m_tiles = d / 16;  // of the values: 16 dims each
+
+    for (int64_t t = blockIdx.z; t < a.n_tokens; t += gridDim.z) {
+        const int64_t visible = n_past + t + 1;
+        const int64_t p_end = p_begin + per_split < visible ? p_begin + per_split : visible;
+        const int64_t n_tiles = p_end > p_begin ? (p_end - p_begin + kMmaKeys - 1) / kMmaKeys : 0;
+        if (n_tiles > 0) ring.issue(0, p_begin, p_end);
+        {  // q of head `warp` (zero past the group) as hi and lo f16 terms
+            const int g = warp;
+            const float* q = a.q + (t * a.n_head + kh * group + g) * a.head_dim;
+            float largest = 0.0f;
+            for (int i = lane; i < d; i += 32) largest = fmaxf(largest, g < group ? fabsf(q[i] * a.score_scale) : 0.0f);
+#pragma unroll
+            for (int offset = 16; offset > 0; offset >>= 1)
+                largest = fmaxf(largest, __shfl_xor_sync(kFullWarpMask, largest, offset));
+            const int e = largest > 0.0f ? min(100, max(-100, 13 - ilogbf(largest))) : 0;
+            for (int i = lane; i < d; i += 32) {
+                const float x = g < group ? ldexpf(q[i] * a.score_scale, e) : 0.0f;
+                const __half hi = __float2half_rn(x);
+                s_q_hi[g * d + i] = hi;
+                s_q_lo[g * d + i] = __float2half_rn((x - __half2float(hi)) * kLoScale);
+            }
+            if (lane == 0) s_q_unscale[g] = ldexpf(1.0f, -e);
+        }
+        float m = -INFINITY, l = 0.0f;  // softmax warps: head `warp`'s running max, this lane's share of l
+        float acc_hi[2][4] = {}, acc_lo[2][4] = {};  // values: dim tiles warp and warp + 8
+
+        for (int64_t i = 0; i < n_tiles; ++i) {
+            const int64_t first = p_begin + i * kMmaKeys;
+            if (i + 1 < n_tiles) ring.issue(i + 1, first + kMmaKeys, p_end);
+            else cp_async_commit_group();  // an empty batch keeps "all but the newest batch" = tile i
+            cp_async_wait_group<1>();
+            __syncthreads();  // every thread's copies of tile i landed (and q is written)
+            const unsigned char* k_tile = ring.keys(i);
+            const unsigned char* v_tile = ring.values(i);
+
+            {  // scores: keys [16·(warp % 2), +16) × dims of slice warp / 2
+                const int key0 = 16 * (warp & 1), part = warp >> 1, slice = d / kMmaScoreParts;
+                float c_hi[4] = {}, c_lo[4] = {};
+                const int a_key = key0 + (lane & 7) + ((lane >> 3) & 1) * 8, a_dim = ((lane >> 4) & 1) * 8;
+                for (int k0 = part * slice; k0 < (part + 1) * slice; k0 += 16) {
+                    uint32_t frag[4];
+                    ldmatrix_x4(k_tile + a_key * row_bytes + (k0 + a_dim) * 2, frag);
+                    const __half* q_hi = s_q_hi + row * d + k0 + 2 * col;
+                    const __half* q_lo = s_q_lo + row * d + k0 + 2 * col;
+                    mma_f16_f32(c_hi, frag, half_pair(q_hi), half_pair(q_hi + 8));
+                    mma_f16_f32(c_lo, frag, half_pair(q_lo), half_pair(q_lo + 8));
+                }
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    const int key = key0 + row + (r >> 1) * 8, head = 2 * col + (r & 1);
+                    s_part[(part * kMmaHeads + head) * kMmaKeys + key] =
+                        fmaf(c_lo[r], 1.0f / kLoScale, c_hi[r]) * s_q_unscale[head];
+                }
+            }
+            __syncthreads();
+
+            if (warp < G) {  // softmax: lane = key of head `warp`
+                const int g = warp, key = lane;
+                float score = s_part[g * kMmaKeys + key];
+#pragma unroll
+                for (int p = 1; p < kMmaScoreParts; ++p) score += s_part[(p * kMmaHeads + g) * kMmaKeys + key];
+                if (first + key >= p_end) score = -INFINITY;
+                float tile_max = score;
+#pragma unroll
+                for (int offset = 16; offset > 0; offset >>= 1)
+                    tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarpMask, tile_max, offset));
+                // Key `first` is < p_end, so tile_max is finite; the correction is 0 on the first tile.
+                const float m_new = fmaxf(m, tile_max);
+                const float correction = exp2f(m - m_new);
+                const float weight = exp2f(score - m_new);  // 0 for a key past the end
+                l = fmaf(l, correction, weight);
+                m = m_new;
+                const __half hi = __float2half_rn(weight);
+                s_w_hi[g * kMmaKeys + key] = hi;
+                s_w_lo[g * kMmaKeys + key] = __float2half_rn((weight - __half2float(hi)) * kLoScale);
+                if (key == 0) s_correction[g] = correction;
+            } else if (warp < kMmaHeads) {  // padding heads: zero weights (their columns are never stored)
+                s_w_hi[warp * kMmaKeys + lane] = __float2half_rn(0.0f);
+                s_w_lo[warp * kMmaKeys + lane] = __float2half_rn(0.0f);
+                if (lane == 0) s_correction[warp] = 0.0f;
+            }
+            __syncthreads();
+
+            {  // values: O^T[dim][head] += V^T[dim][key] · W^T[key][head]
+                const float c0 = s_correction[2 * col], c1 = s_correction[2 * col + 1];
+#pragma unroll
+                for (int k = 0; k < 2; ++k) {
+                    acc_hi[k][0] *= c0, acc_hi[k][1] *= c1, acc_hi[k][2] *= c0, acc_hi[k][3] *= c1;
+                    acc_lo[k][0] *= c0, acc_lo[k][1] *= c1, acc_lo[k][2] *= c0, acc_lo[k][3] *= c1;
+                }
+                const int v_key = (lane & 7) + ((lane >> 4) & 1) * 8, v_dim = ((lane >> 3) & 1) * 8;
+#pragma unroll
+                for (int k0 = 0; k0 < kMmaKeys; k0 += 16) {
+                    const __half* w_hi = s_w_hi + row * kMmaKeys + k0 + 2 * col;
+                    const __half* w_lo = s_w_lo + row * kMmaKeys + k0 + 2 * col;
+                    const uint32_t bh0 = half_pair(w_hi), bh1 = half_pair(w_hi + 8);
+                    const uint32_t bl0 = half_pair(w_lo), bl1 = half_pair(w_lo + 8);
+#pragma unroll
+                    for (int k = 0; k < 2; ++k) {
+                        const int mt = warp + 8 * k;
+                        if (mt >= m_tiles) break;
+                        uint32_t frag[4];
+                        ldmatrix_x4_trans(v_tile + (k0 + v_key) * row_bytes + (16 * mt + v_dim) * 2, frag);
+                        mma_f16_f32(acc_hi[k], frag, bh0, bh1);
+                        mma_f16_f32(acc_lo[k], frag, bl0, bl1);
+                    }
+                }
+            }
+            __syncthreads();  // tile i's stage, the partials and the weights are rewritten next
+        }
+
+        // The partials: (m, Σ lanes' l) from each head's warp, acc from the dim tiles' owners. A token that
+        // saw no key of this split writes m = −inf, l = 0, acc = 0 (the combine gives it weight 0).
+        if (warp < group) {
+            const float l_sum = warp_sum(l);
+            if (lane == 0) {
+                const int64_t part = (t * a.n_head + kh * group + warp) * a.splits + split;
+                a.part_ml[2 * part] = m;
+                a.part_ml[2 * part + 1] = l_sum;
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+            const int mt = warp + 8 * k;
+            if (mt >= m_tiles) break;
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const int dim = 16 * mt + row + (r >> 1) * 8, head = 2 * col + (r & 1);
+                if (head >= group) continue;
+                const int64_t part = (t * a.n_head + kh * group + head) * a.splits + split;
+                a.part_acc[part * a.head_dim + dim] = fmaf(acc_lo[k][r], 1.0f / kLoScale, acc_hi[k][r]);
+            }
+        }
+        __syncthreads();  // q is rewritten for the next token
+    }
+}
+
+// kernel<<<grid, 256 threads, smem>>>(args), programmatic (ops/programmatic_launch.cuh).
+template <typename Kernel>
+void launch_split_kernel(Kernel kernel, dim3 grid, size_t smem, const SplitArgs& args, cudaStream_t stream) {
     cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                "attention_split_staged shared memory");
     launch_programmatic(kernel, grid, dim3(kStagedThreads), smem, stream, "attention_split_staged", args);
 }
 
-template <typename KvT>
-void launch_staged(dim3 grid, const SplitArgs& args, int64_t group, cudaStream_t stream) {
-    if (group <= 1) launch_staged<KvT, 1>(grid, args, stream);
-    else if (group <= 2) launch_staged<KvT, 2>(grid, args, stream);
-    else if (group <= 4) launch_staged<KvT, 4>(grid, args, stream);
-    else if (group <= 6) launch_staged<KvT, 6>(grid, args, stream);
-    else launch_staged<KvT, 8>(grid, args, stream);
+// f(std::integral_constant<int, G>) with G the kernels' head count for `group` query heads per kv head.
+template <typename F>
+void with_heads(int64_t group, F&& f) {
+    if (group <= 1) f(std::integral_constant<int, 1>{});
+    else if (group <= 2) f(std::integral_constant<int, 2>{});
+    else if (group <= 4) f(std::integral_constant<int, 4>{});
+    else if (group <= 6) f(std::integral_constant<int, 6>{});
+    else f(std::integral_constant<int, 8>{});
 }
 
 }  // namespace
@@ -272,19 +476,25 @@ void launch_staged(dim3 grid, const SplitArgs& args, int64_t group, cudaStream_t
 bool staged_attention_supports(KvElement element, int64_t head_dim, int64_t group) {
     if (element == KvElement::kivi4 || head_dim <= 0 || head_dim > kStagedThreads || group > kAttentionDecodeMaxGroup)
         return false;
-    // Each score partial covers head_dim / P dims in steps of 8: P = 8 (f16) or 16 (f32); a row's 16-byte
-    // pieces must divide the block's threads (issue_tile).
+    // f32: each of the 16 score partials covers head_dim / 16 dims in steps of 8; f16: each of the 4
+    // warps' slices whole 16-dim MMA steps. And a row's 16-byte pieces must divide the block (TileRing).
     const bool f16 = element == KvElement::f16;
-    const int64_t parts = kStagedThreads / (f16 ? kTileKeys<__half> : kTileKeys<float>);
     const int64_t pieces = head_dim * (f16 ? 2 : 4) / 16;
-    return head_dim % (8 * parts) == 0 && kStagedThreads % pieces == 0;
+    const int64_t slice = f16 ? 16 * kMmaScoreParts : 8 * kF32Parts;
+    return head_dim % slice == 0 && kStagedThreads % pieces == 0;
 }
 
 bool launch_attention_split_staged(dim3 grid, const SplitArgs& args, KvElement element, cudaStream_t stream) {
     const int64_t group = args.n_head / args.n_kv_head;
     if (!staged_attention_supports(element, args.head_dim, group)) return false;
-    if (element == KvElement::f16) launch_staged<__half>(grid, args, group, stream);
-    else launch_staged<float>(grid, args, group, stream);
+    const int d = int(args.head_dim);
+    with_heads(group, [&](auto heads) {
+        constexpr int G = decltype(heads)::value;
+        if (element == KvElement::f16)
+            launch_split_kernel(attention_split_mma_kernel<G>, grid, MmaLayout(d).total, args, stream);
+        else
+            launch_split_kernel(attention_split_f32_kernel<G>, grid, StagedLayout(d, G).total, args, stream);
+    });
     return true;
 }
 

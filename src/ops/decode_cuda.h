@@ -43,8 +43,8 @@ inline constexpr int64_t kAttentionDecodeMaxGroup = 8;
 // How a split's block works through its keys (all write the same partials; tests check each):
 //   staged_tiles       (the default) 256 threads stream the split's K and V rows through shared memory in
 //                      tiles of 32 keys (f16) or 16 (f32), the next tile in flight (cp.async) while this
-//                      one is scored, softmaxed and summed from shared memory
-//                      (attention_split_staged_cuda.cu). Plain f16 caches with head_dim 64, 128
+//                      one is scored, softmaxed and summed from shared memory — over f16 rows on tensor
+//                      cores (attention_split_staged_cuda.cu). Plain f16 caches with head_dim 64, 128
 //                      or 256, f32 with 128 or 256; other shapes and kivi4 run keys_across_lanes.
 //   dims_across_lanes  each warp takes two keys at a time, lane i holding dims [i·P, i·P + P) of q, k, v;
 //                      a score needs a 5-step butterfly per query head per key.
@@ -54,10 +54,9 @@ inline constexpr int64_t kAttentionDecodeMaxGroup = 8;
 // The register kernels are latency-bound per warp (a load, its wait, its use). Measured on an H200,
 // Bonsai-27B geometry, split + combine (tests/cuda/test_decode_perf.cpp, 2026-11-29; % of the copy
 // roofline on the K and V bytes):
-//   depth 32K  f16: staged 70 µs (45%), keys 98, dims 218;  f32: staged 85 µs (75%), keys 139, dims 181
-//   depth 4K   f16: staged 17 µs, keys 37, dims 38;         f32: staged 20 µs, keys 45, dims 31
-// The staged kernel over f16 rows is bound by its fp32 arithmetic and shared-memory reads (twice the
-// work per byte of f32); tensor-core scoring is its next step.
+//   depth 32K  f16: staged 59.5 µs (53%), keys 98, dims 218;  f32: staged 85 µs (74%), keys 139, dims 181
+//   depth 4K   f16: staged 15.3 µs, keys 37, dims 38;         f32: staged 19.5 µs, keys 45, dims 31
+// (staged over f16 rows with fp32 CUDA-core arithmetic, before the tensor cores: 70 µs and 17 µs.)
 enum class AttentionDecodeVariant : uint8_t { dims_across_lanes, keys_across_lanes, staged_tiles };
 
 struct CachedAttentionDims {

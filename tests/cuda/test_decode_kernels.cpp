@@ -80,10 +80,15 @@ struct AttnCase {
 //     (a split's keys / 4 warps);
 //   the merge of 4 warps (4 exp2f + 4 fmaf: 20u), of S splits (S exp2f + S fmaf + one divide: 6S + 1 u),
 //   the gate (8u·|o|).
-// staged_tiles: a score is P partial fmaf chains of d/P dims added in order (P = 8 for f16 tiles, 16 for
-//   f32), |δs| ≤ (d/P + P + 2)·u·A; one block's whole split is one accumulator chain, so n_w = the
-//   split's keys, each key a weight and an fmaf and each tile one rescale (within the (10 + 2R)·u per
-//   key); no warp merge, and the lanes' denominators summed by a butterfly (5u, inside the 20u above).
+// staged_tiles over f32 rows: a score is P = 16 partial fmaf chains of d/16 dims added in order,
+//   |δs| ≤ (d/P + P + 2)·u·A. Over f16 rows (tensor cores): q enters as hi + lo·2^−11 (within 2^−22
+//   of each term), each of the 4 partials is a chain of mma.m16n8k16 whose fp32 additions may truncate
+//   (≤ 2u each, taken as sequential over its d/4 products), then the hi/lo combine, the 2^−e unscale
+//   and the 3 adds of the partials: |δs| ≤ (d/2 + 8)·u·A. Either way one block's whole split is one
+//   accumulator chain, so n_w = the split's keys, each key a weight (exp2f; on f16 rows also split
+//   into hi + lo, within 2^−22·w + 2^−36) and an add (≤ 2u), each tile one rescale — within the
+//   (10 + 2R)·u per key; no warp merge, and the denominators summed by a butterfly (5u, inside the 20u
+//   above).
 // R = the span of scores (2·max|s|). The CPU reference reads the same (f16-rounded when half) K and V.
 std::vector<double> attention_tolerance(const AttnCase& c, int64_t splits, const std::vector<float>& q,
                                         const std::vector<float>& k, const std::vector<float>& v,
@@ -114,9 +119,8 @@ std::vector<double> attention_tolerance(const AttnCase& c, int64_t splits, const
             }
             const double P = std::ceil(double(d) / 32.0);
             const bool keys = c.variant == cuda::AttentionDecodeVariant::keys_across_lanes;
-            const double parts = c.half ? 8.0 : 16.0;
-            const double score_err =
-                (staged ? double(d) / parts + parts + 2.0 : keys ? double(d) + 2.0 : P + 6.0) * kU * a_max;
+            const double staged_score = c.half ? double(d) / 2.0 + 8.0 : double(d) / 16.0 + 18.0;
+            const double score_err = (staged ? staged_score : keys ? double(d) + 2.0 : P + 6.0) * kU * a_max;
             const double span = 2.0 * s_max * 1.4426950408889634;
             // (+5u: keys_across_lanes sums each warp's per-lane denominators with a butterfly at the end.)
             const double bound =

@@ -11,9 +11,9 @@
 //   DELTABIT_OPS_PERF=1 ./test_cuda --gtest_filter='DecodePerf*'
 //
 // Measured (H200, copy 4249 GB/s, 2026-11-29, stop 11; µs, % of copy bandwidth on the K+V bytes):
-//   attention depth 4K:  staged f16 17.4 (23%), f32 19.5 (41%); keys f16 37.2, f32 45.4; dims f16 37.8,
+//   attention depth 4K:  staged f16 15.3 (26%), f32 19.5 (41%); keys f16 37.2, f32 45.4; dims f16 37.8,
 //                        f32 31.3; before (one block per query head) f32 484
-//   attention depth 32K: staged f16 70.4 (45%), f32 84.8 (75%); keys f16 98.3 (32%), f32 139.1 (45%);
+//   attention depth 32K: staged f16 59.5 (53%), f32 85.5 (74%); keys f16 98.3 (32%), f32 139.1 (45%);
 //                        dims f16 217.7, f32 180.5; before f32 3572. A grid planned for 131072 keys costs
 //                        < 1 µs more.
 //   gdn decode step: fused 8.4 (18% on the state's read + write) vs op chain 38.7

@@ -1,0 +1,40 @@
+// Warp-level tensor-core primitives (sm_80+): ldmatrix loads of 8×8 b16 tiles from shared memory into the
+// fragment layout mma.sync expects, and the f16 · f16 → f32 mma. Fragment layouts (PTX ISA, "Matrix
+// fragments for mma.m16n8k16"), with g = lane / 4 and t = lane % 4:
+//   A (16×16, row major) a[0]: (g, 2t..2t+1)  a[1]: (g+8, 2t..)  a[2]: (g, 2t+8..)  a[3]: (g+8, 2t+8..)
+//   B (16×8, column major) b[0]: rows 2t..2t+1 of column g   b[1]: rows 2t+8..2t+9 of column g
+//   C (16×8) c[0], c[1]: (g, 2t), (g, 2t+1)   c[2], c[3]: (g+8, 2t), (g+8, 2t+1)
+// ldmatrix_x4: lane l gives the address of row l % 8 of matrix l / 8; matrix i lands in register i.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace deltabit::cuda {
+
+__device__ __forceinline__ void ldmatrix_x4(const void* smem, uint32_t (&r)[4]) {
+    const unsigned addr = unsigned(__cvta_generic_to_shared(smem));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+// The same with each 8×8 matrix transposed: the rows given become its columns.
+__device__ __forceinline__ void ldmatrix_x4_trans(const void* smem, uint32_t (&r)[4]) {
+    const unsigned addr = unsigned(__cvta_generic_to_shared(smem));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+// c += a · b, f16 inputs, f32 accumulators (the products are exact in f32).
+__device__ __forceinline__ void mma_f16_f32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+}  // namespace deltabit::cuda
