@@ -7,7 +7,8 @@
 // times; here block (token, kv head, split) reads a slice of rows once and serves the group's query
 // heads from registers, and there are enough splits to fill the card at any depth.
 //
-// Inside a block, two variants (ops/decode_cuda.h, AttentionDecodeVariant). dims_across_lanes: 4 warps
+// Inside a block, three variants (ops/decode_cuda.h, AttentionDecodeVariant); staged_tiles, the default
+// for plain f16/f32 caches, lives in attention_split_staged_cuda.cu. Here: dims_across_lanes: 4 warps
 // take interleaved pairs of keys; lane i holds dims [i·P, i·P + P) of q, k, v and the accumulators (16-
 // or 32-byte vector loads when head_dim = 32·P); per key one partial dot per query head and a butterfly
 // per head. keys_across_lanes: 4 warps take interleaved tiles of 32 keys, lane j scoring key j (see

@@ -7,7 +7,7 @@
 // 64 keys is ~20 round trips end to end (26 µs per layer of Bonsai-27B). Here the loads of the next tile
 // are in flight while this one is computed, and a split's first two tiles are requested together.
 //
-// f32 rows: tiles of 16 keys (2 × 16 KB + padding a stage), 256 threads in three phases separated by
+// f32 rows: tiles of 16 keys (K and V: 2 × 16 KB a stage at head_dim 256), 256 threads in three phases separated by
 // __syncthreads:
 //   scores   thread (key j, part p) sums its key's dims [p·d/16, (p+1)·d/16) against every query head of
 //            the group (q prescaled by log2(e)/sqrt(d), in shared memory): 16 partial sums per score,
@@ -19,8 +19,9 @@
 //            order.
 // f16 rows: tiles of 32 keys, the same phases with both products on tensor cores
 // (attention_split_mma_kernel below).
-// A tile past the end of the split is filled with zero rows (cp.async zero-fill): their scores are
-// masked to −inf, their weights are 0 and their values 0, so every loop runs the whole tile.
+// A tile's rows at or past the end of what the token sees of the split (the split's end, or the token's
+// last visible key) are zero-filled (cp.async zero-fill): their scores are masked to −inf, their weights
+// are 0 and their values 0, so every loop runs the whole tile.
 // Rows in shared memory are padded by 16 bytes so that the rows a warp reads at once sit in different
 // banks (the score phase; ldmatrix).
 #include <cuda_fp16.h>
@@ -246,7 +247,7 @@ __global__ void __launch_bounds__(kStagedThreads) attention_split_f32_kernel(Spl
                 a.part_acc[part * a.head_dim + tid] = acc[g];
             }
         }
-        __syncthreads();  // s_q is rewritten for the next token
+        __syncthreads();  // defensive: the last tile's barrier already ordered q's reads before the next token
     }
 }
 
@@ -330,6 +331,7 @@ __global__ void __launch_bounds__(kStagedThreads) attention_split_mma_kernel(Spl
 #pragma unroll
             for (int offset = 16; offset > 0; offset >>= 1)
                 largest = fmaxf(largest, __shfl_xor_sync(kFullWarpMask, largest, offset));
+            // (|e| <= 100 keeps 2^−e a normal float for a head of tiny values; such a head scores ~0.)
             const int e = largest > 0.0f ? min(100, max(-100, 13 - ilogbf(largest))) : 0;
             for (int i = lane; i < d; i += 32) {
                 const float x = g < group ? ldexpf(q[i] * a.score_scale, e) : 0.0f;
@@ -449,7 +451,7 @@ __global__ void __launch_bounds__(kStagedThreads) attention_split_mma_kernel(Spl
                 a.part_acc[part * a.head_dim + dim] = fmaf(acc_lo[k][r], 1.0f / kLoScale, acc_hi[k][r]);
             }
         }
-        __syncthreads();  // q is rewritten for the next token
+        __syncthreads();  // defensive: the last tile's barrier already ordered q's reads before the next token
     }
 }
 
@@ -476,8 +478,8 @@ void with_heads(int64_t group, F&& f) {
 bool staged_attention_supports(KvElement element, int64_t head_dim, int64_t group) {
     if (element == KvElement::kivi4 || head_dim <= 0 || head_dim > kStagedThreads || group > kAttentionDecodeMaxGroup)
         return false;
-    // f32: each of the 16 score partials covers head_dim / 16 dims in steps of 8; f16: each of the 4
-    // warps' slices whole 16-dim MMA steps. And a row's 16-byte pieces must divide the block (TileRing).
+    // f32: each of the 16 score partials covers head_dim / 16 dims in steps of 8; f16: each of the 4 dim
+    // slices (8 warps) whole 16-dim MMA steps. And a row's 16-byte pieces must divide the block (TileRing).
     const bool f16 = element == KvElement::f16;
     const int64_t pieces = head_dim * (f16 ? 2 : 4) / 16;
     const int64_t slice = f16 ? 16 * kMmaScoreParts : 8 * kF32Parts;

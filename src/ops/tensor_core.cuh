@@ -28,7 +28,9 @@ __device__ __forceinline__ void ldmatrix_x4_trans(const void* smem, uint32_t (&r
                  : "r"(addr));
 }
 
-// c += a · b, f16 inputs, f32 accumulators (the products are exact in f32).
+// c += a · b, f16 inputs, f32 accumulators. The products are exact in f32, but the accumulation is not
+// IEEE round-to-nearest: measured (Fasi et al. 2021), the 16 products and c are added as one block
+// aligned to the largest and truncated — error bounds must allow ~2u of the largest term per term.
 __device__ __forceinline__ void mma_f16_f32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
