@@ -24,6 +24,7 @@
 #include "ops/programmatic_launch.cuh"
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 namespace deltabit::cuda {
@@ -401,6 +402,17 @@ __global__ void quantize_activations_kernel(const float* __restrict__ x, int8_t*
 using LaunchFn = void (*)(int64_t tiles, int threads, cudaStream_t stream, const KernelArgs& args,
                           int64_t first_tile);
 
+// DELTABIT_GEMV_BLOCKS_PER_SM=n (unset or 0: as many as stay resident): at most n GEMV blocks per SM, an
+// experiment switch — a grid that leaves room on every SM lets the next kernel's blocks become resident
+// (programmatic launch) and request their weights while this one streams, instead of only in its tail.
+int gemv_blocks_per_sm_cap() {
+    static const int cap = [] {
+        const char* v = std::getenv("DELTABIT_GEMV_BLOCKS_PER_SM");
+        return v == nullptr ? 0 : std::max(0, std::atoi(v));
+    }();
+    return cap;
+}
+
 // Grid: no more blocks than stay resident at once (each fills its activations once), never more than
 // there are tiles.
 template <DType T, int KT, int R, bool kSwiglu>
@@ -423,6 +435,7 @@ void launch(int64_t tiles, int threads, cudaStream_t stream, const KernelArgs& a
     }
     int per_sm = 0;
     cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem), "occupancy");
+    if (gemv_blocks_per_sm_cap() > 0) per_sm = std::min(per_sm, gemv_blocks_per_sm_cap());
     const int64_t grid = std::min<int64_t>(tiles, int64_t(std::max(per_sm, 1)) * sms);
     launch_programmatic(kernel, dim3(unsigned(grid)), dim3(unsigned(threads)), smem, stream, "gemv_kernel", args,
                         first_tile, tiles);
