@@ -25,10 +25,10 @@
 #include <string>
 
 #include "backend/cuda_buffer.h"
+#include "ops/attention_split.cuh"
 #include "ops/cuda_math.cuh"
 #include "ops/decode_cuda.h"
 #include "ops/kv_cuda.h"
-#include "ops/attention_split.cuh"
 #include "ops/programmatic_launch.cuh"
 
 namespace deltabit::cuda {

@@ -51,6 +51,18 @@ struct SplitArgs {
     float score_scale;  // log2(e) / sqrt(d)
 };
 
+// The keys split `split` covers, [begin, begin + per_split), before each token's causal limit; n_past is
+// read on the device (a graph replays the launch at every position).
+struct SplitSpan {
+    int64_t n_past, per_split, begin;
+    __device__ bool empty(int64_t n_tokens) const { return begin >= n_past + n_tokens; }
+};
+__device__ __forceinline__ SplitSpan split_span(const SplitArgs& a, int64_t split) {
+    const int64_t n_past = *a.n_past;
+    const int64_t per_split = keys_per_split(n_past + a.n_tokens, a.splits);
+    return {n_past, per_split, split * per_split};
+}
+
 // Launches the staged kernel (attention_split_staged_cuda.cu) for a plain f16 or f32 cache whose
 // head_dim it supports (staged_attention_supports); returns false, launching nothing, otherwise.
 bool staged_attention_supports(KvElement element, int64_t head_dim, int64_t group);

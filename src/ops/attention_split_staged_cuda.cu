@@ -112,7 +112,38 @@ struct TileRing {
         }
         cp_async_commit_group();
     }
+    // Before computing tile i of n_tiles (keys [first, first + kKeys)): requests tile i + 1 into the other
+    // stage (or commits an empty batch, so that "all but the newest batch" is tile i), waits for this
+    // thread's copies of tile i, then for the whole block's (which also publishes what the block wrote to
+    // shared memory before).
+    __device__ void next_tile(int64_t i, int64_t n_tiles, int64_t first, int64_t end) const {
+        if (i + 1 < n_tiles) issue(i + 1, first + kKeys, end);
+        else cp_async_commit_group();
+        cp_async_wait_group<1>();
+        __syncthreads();
+    }
 };
+
+// One tile's online-softmax step for the lane of key `key` of a head whose kKeys keys sit in kKeys
+// consecutive lanes: the score (−inf for a key past the end), the tile's max by a butterfly over those
+// lanes, then the running max m and this lane's share l of the denominator. Returns the key's weight
+// 2^(s − m); `correction` = 2^(m_old − m_new), 0 on the first tile (m = −inf). The tile's first key is
+// never past the end, so its max is finite. Every lane of the warp must call it.
+template <int kKeys>
+__device__ __forceinline__ float online_softmax_step(float score, bool past_end, float& m, float& l,
+                                                     float& correction) {
+    if (past_end) score = -INFINITY;
+    float tile_max = score;
+#pragma unroll
+    for (int offset = kKeys / 2; offset > 0; offset >>= 1)
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarpMask, tile_max, offset));
+    const float m_new = fmaxf(m, tile_max);
+    correction = exp2f(m - m_new);
+    const float weight = exp2f(score - m_new);  // 0 for a key past the end
+    l = fmaf(l, correction, weight);
+    m = m_new;
+    return weight;
+}
 
 // f32 rows. G >= query heads per kv head; head_dim 128 or 256 (staged_attention_supports).
 template <int G>
@@ -126,10 +157,9 @@ __global__ void __launch_bounds__(kStagedThreads) attention_split_f32_kernel(Spl
     const int64_t split = blockIdx.x, kh = blockIdx.y;
     const int d = int(a.head_dim);
     const int64_t group = a.n_head / a.n_kv_head;
-    const int64_t n_past = *a.n_past;
-    const int64_t per_split = keys_per_split(n_past + a.n_tokens, a.splits);
-    const int64_t p_begin = split * per_split;
-    if (p_begin >= n_past + a.n_tokens) return;  // past the end of the cache: this split has no keys
+    const SplitSpan span = split_span(a, split);
+    if (span.empty(a.n_tokens)) return;  // past the end of the cache: this split has no keys
+    const int64_t n_past = span.n_past, per_split = span.per_split, p_begin = span.begin;
 
     const StagedLayout layout(d, G);
     const int row_bytes = layout.row_bytes;
@@ -157,10 +187,7 @@ __global__ void __launch_bounds__(kStagedThreads) attention_split_f32_kernel(Spl
 
         for (int64_t i = 0; i < n_tiles; ++i) {
             const int64_t first = p_begin + i * kKeys;
-            if (i + 1 < n_tiles) ring.issue(i + 1, first + kKeys, p_end);
-            else cp_async_commit_group();  // an empty batch keeps "all but the newest batch" = tile i
-            cp_async_wait_group<1>();
-            __syncthreads();  // every thread's copies of tile i landed (and s_q is written)
+            ring.next_tile(i, n_tiles, first, p_end);
             const unsigned char* k_tile = ring.keys(i);
             const unsigned char* v_tile = ring.values(i);
 
@@ -187,17 +214,8 @@ __global__ void __launch_bounds__(kStagedThreads) attention_split_f32_kernel(Spl
                 float score = s_part[g * kKeys + key];
 #pragma unroll
                 for (int p = 1; p < kParts; ++p) score += s_part[(p * G + g) * kKeys + key];
-                if (first + key >= p_end) score = -INFINITY;
-                float tile_max = score;
-#pragma unroll
-                for (int offset = kKeys / 2; offset > 0; offset >>= 1)
-                    tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarpMask, tile_max, offset));
-                // Key `first` is < p_end, so tile_max is finite; the correction is 0 on the first tile.
-                const float m_new = fmaxf(m, tile_max);
-                const float correction = exp2f(m - m_new);
-                const float weight = exp2f(score - m_new);  // 0 for a key past the end
-                l = fmaf(l, correction, weight);
-                m = m_new;
+                float correction;
+                const float weight = online_softmax_step<kKeys>(score, first + key >= p_end, m, l, correction);
                 if (row_group < G) {
                     s_weight[g * kKeys + key] = weight;
                     if (key == 0) s_correction[g] = correction;
@@ -301,10 +319,9 @@ __global__ void __launch_bounds__(kStagedThreads) attention_split_mma_kernel(Spl
     const int64_t split = blockIdx.x, kh = blockIdx.y;
     const int d = int(a.head_dim);
     const int64_t group = a.n_head / a.n_kv_head;
-    const int64_t n_past = *a.n_past;
-    const int64_t per_split = keys_per_split(n_past + a.n_tokens, a.splits);
-    const int64_t p_begin = split * per_split;
-    if (p_begin >= n_past + a.n_tokens) return;  // past the end of the cache: this split has no keys
+    const SplitSpan span = split_span(a, split);
+    if (span.empty(a.n_tokens)) return;  // past the end of the cache: this split has no keys
+    const int64_t n_past = span.n_past, per_split = span.per_split, p_begin = span.begin;
 
     const MmaLayout layout(d);
     __half* s_q_hi = reinterpret_cast<__half*>(smem + layout.q_hi);  // [kMmaHeads][d]
@@ -346,10 +363,7 @@ __global__ void __launch_bounds__(kStagedThreads) attention_split_mma_kernel(Spl
 
         for (int64_t i = 0; i < n_tiles; ++i) {
             const int64_t first = p_begin + i * kMmaKeys;
-            if (i + 1 < n_tiles) ring.issue(i + 1, first + kMmaKeys, p_end);
-            else cp_async_commit_group();  // an empty batch keeps "all but the newest batch" = tile i
-            cp_async_wait_group<1>();
-            __syncthreads();  // every thread's copies of tile i landed (and q is written)
+            ring.next_tile(i, n_tiles, first, p_end);
             const unsigned char* k_tile = ring.keys(i);
             const unsigned char* v_tile = ring.values(i);
 
@@ -379,17 +393,8 @@ __global__ void __launch_bounds__(kStagedThreads) attention_split_mma_kernel(Spl
                 float score = s_part[g * kMmaKeys + key];
 #pragma unroll
                 for (int p = 1; p < kMmaScoreParts; ++p) score += s_part[(p * kMmaHeads + g) * kMmaKeys + key];
-                if (first + key >= p_end) score = -INFINITY;
-                float tile_max = score;
-#pragma unroll
-                for (int offset = 16; offset > 0; offset >>= 1)
-                    tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarpMask, tile_max, offset));
-                // Key `first` is < p_end, so tile_max is finite; the correction is 0 on the first tile.
-                const float m_new = fmaxf(m, tile_max);
-                const float correction = exp2f(m - m_new);
-                const float weight = exp2f(score - m_new);  // 0 for a key past the end
-                l = fmaf(l, correction, weight);
-                m = m_new;
+                float correction;
+                const float weight = online_softmax_step<kMmaKeys>(score, first + key >= p_end, m, l, correction);
                 const __half hi = __float2half_rn(weight);
                 s_w_hi[g * kMmaKeys + key] = hi;
                 s_w_lo[g * kMmaKeys + key] = __float2half_rn((weight - __half2float(hi)) * kLoScale);
