@@ -133,9 +133,10 @@ void gdn_decode_prepare(const float* mixed, const float* b, const float* a, cons
                         float* conv_out, const float* ssm_a, const float* dt_bias, const GdnDecodeDims& dims,
                         float l2_eps, float* q, float* k, float* v, float* beta, float* g, cudaStream_t stream);
 
-// gated_delta_rule_recurrent (T = 1) → gated_rms_norm(o, z, norm_w, eps): one block per value head
-// holds the head's whole state, reads it once from state_in and writes it once to state_out (the same
-// buffer or another, as conv_in/conv_out), and norms the head's output in place. With out_quantized
+// gated_delta_rule_recurrent (T = 1) → gated_rms_norm(o, z, norm_w, eps): one thread-block cluster per
+// value head (up to 8 blocks, each a share of the head's value columns; sm_90) reads the head's state
+// once from state_in and writes it once to state_out (the same buffer or another, as conv_in/conv_out),
+// and norms the head's output across the cluster's shared memory, in a fixed order. With out_quantized
 // (value_dim a multiple of 128, a view of H_v·d_v inputs) it also writes out's int8 activations for the
 // output matmul, bit for bit quantize_activations(out) — one launch fewer per layer.
 //   z, out [H_v][d_v]; state_in/out [H_v][d_k][d_v]

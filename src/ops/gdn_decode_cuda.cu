@@ -7,13 +7,29 @@
 // thread touches those channels). q and k segments are then l2-normed over the block; v segments also
 // compute their head's gates.
 //
-// gdn_decode_recurrent: one block per value head holds all its columns at once (512 threads; a column is
-// split over L lanes of 32 rows each, as in delta_rule_cuda.cu), so the head's output is complete in the
-// block and the gated RMS norm needs no second launch. The state is read once and written once.
+// gdn_decode_recurrent: one thread-block cluster per value head; its C blocks split the head's value
+// columns (a state column and its output are independent of the others), so C times more SMs stream the
+// head's state, which is read once and written once. Within a block a column is split over L lanes of 32
+// rows each, as in delta_rule_cuda.cu, every column computed as when one block held the whole head. What
+// crosses blocks goes through distributed shared memory: the gated RMS norm's Σo² (each block's sum,
+// added by every block in rank order 0..C−1, so the sum is deterministic and the same with or without the
+// quantised output), and with out_quantized each int8 group of 128 outputs, which the block holding the
+// group's first column gathers into one warp and quantises.
+// The split: C is the smallest power of two with C·32 >= value_dim, at most 8 (the portable cluster size;
+// powers of two because other cluster sizes have not been tried here); a block takes ceil(value_dim / C)
+// columns rounded up to 8 (a 32-byte sector), so the last blocks of a head may hold fewer columns, or
+// none; a block has L × its columns threads, rounded up to a warp and at most 512 (then it makes several
+// passes). Bonsai-27B (48 heads of value_dim 128, key_dim 128): 4 blocks of 32 columns and 128 threads per
+// head, 192 blocks.
+#include <cooperative_groups.h>
+
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "backend/cuda_buffer.h"
+#include "ops/activation_quant.cuh"
 #include "ops/cuda_math.cuh"
 #include "ops/decode_cuda.h"
 #include "ops/programmatic_launch.cuh"
@@ -22,9 +38,21 @@ namespace deltabit::cuda {
 
 namespace {
 
+namespace cg = cooperative_groups;
+
 constexpr int kPrepareThreads = 256;  // >= kGdnDecodeMaxKeyDim: one q/k channel per thread
-constexpr int kRecurrentThreads = 512;
+constexpr int kRecurrentThreads = 512;  // the most threads of a recurrent block
 constexpr int kRowsPerThread = 32;
+// The recurrent step's split of a head's value columns over a cluster (the top of this file).
+constexpr int64_t kMaxClusterBlocks = 8;     // the portable cluster size
+// Bonsai-27B (value_dim 128): 4 blocks of 32 columns per head, 192 blocks for 132 SMs instead of 48.
+// Chosen by that count, not yet by a measurement of other widths.
+constexpr int64_t kTargetBlockColumns = 32;
+constexpr int64_t kColumnAlign = 8;          // 32 bytes: a block's columns start on a sector of a state row
+// A block gets at most 32 columns (value_dim <= 256) or ceil(value_dim / 8) rounded up to kColumnAlign,
+// so at most 128 for every value_dim check_dims accepts: the size of a block's output arrays.
+constexpr int64_t kMaxBlockColumns = 128;
+static_assert(kMaxBlockColumns * kMaxClusterBlocks >= kGdnDecodeMaxValueDim && kMaxBlockColumns % kColumnAlign == 0);
 
 struct PrepareArgs {
     const float* mixed;
@@ -108,6 +136,7 @@ struct RecurrentArgs {
     int8_t* out_q;                  // nullptr, or out quantised per group of 128 (value_dim a multiple of 128)
     ActivationGroupMeta* out_meta;
     int64_t n_key_heads, n_value_heads, key_dim, value_dim;
+    int64_t block_columns;  // value columns per block of a head's cluster (RecurrentSplit)
     bool tiled;
     float q_scale, norm_eps;
 };
@@ -115,22 +144,30 @@ struct RecurrentArgs {
 template <int L>
 __global__ void __launch_bounds__(kRecurrentThreads) gdn_recurrent_kernel(RecurrentArgs a) {
     constexpr int kRows = kRowsPerThread * L;  // >= key_dim
-    constexpr int kCols = kRecurrentThreads / L;
     __shared__ float q_s[kRows], k_s[kRows];
-    __shared__ float o_s[kGdnDecodeMaxValueDim];
+    __shared__ float o_s[kMaxBlockColumns];  // this block's outputs before the norm
+    __shared__ float y_s[kMaxBlockColumns];  // and after it, read by the cluster's quantising warps
     __shared__ float scratch[32];
+    __shared__ float block_sum_sq;  // this block's Σo², read by every block of the cluster
+    const cg::cluster_group cluster = cg::this_cluster();
+    const int n_ranks = int(cluster.num_blocks()), rank = int(cluster.block_rank());
+    const int threads = int(blockDim.x), cols_per_pass = threads / L;
     const int tid = int(threadIdx.x), in_group = tid % L, col_in_pass = tid / L;
-    const int64_t h = blockIdx.x, dk = a.key_dim, dv = a.value_dim, hv = a.n_value_heads;
+    // A 1-D grid of 1-D clusters: the cluster is the head, its blocks consecutive.
+    const int64_t h = blockIdx.x / unsigned(n_ranks), dk = a.key_dim, dv = a.value_dim, hv = a.n_value_heads;
+    const int64_t j_begin = min(dv, rank * a.block_columns), n_cols = min(dv, j_begin + a.block_columns) - j_begin;
     const int64_t kh = a.tiled ? h % a.n_key_heads : h / (hv / a.n_key_heads);
     const float* state_in = a.state_in + h * dk * dv;
     float* state_out = a.state_out + h * dk * dv;  // may be state_in: each element has one owner thread
+    // A thread's rows of a column are in_group + L·r: addressed as one pointer plus r strides, because 32
+    // offsets (in_group + L·r)·value_dim + j kept live spilled past the 128 registers 512 threads allow.
+    const int64_t row_stride = int64_t(L) * dv;
     const auto load_state = [&](int64_t col0, float (&s)[kRowsPerThread]) {
-        const int64_t j = col0 + col_in_pass;
+        const int64_t jl = col0 + col_in_pass;
+        const float* column = state_in + in_group * dv + j_begin + jl;
 #pragma unroll
-        for (int r = 0; r < kRowsPerThread; ++r) {
-            const int64_t i = in_group + int64_t(L) * r;
-            s[r] = j < dv && i < dk ? state_in[i * dv + j] : 0.0f;
-        }
+        for (int r = 0; r < kRowsPerThread; ++r)
+            s[r] = jl < n_cols && in_group + L * r < dk ? column[r * row_stride] : 0.0f;
     };
     // The first pass's state is requested before waiting for gdn_prepare: the previous decode step wrote
     // it, launches ago (ops/programmatic_launch.cuh), so its fetch overlaps the kernel before.
@@ -138,7 +175,7 @@ __global__ void __launch_bounds__(kRecurrentThreads) gdn_recurrent_kernel(Recurr
     load_state(0, s);
     wait_for_predecessor();
     allow_dependents();
-    for (int i = tid; i < kRows; i += kRecurrentThreads) {
+    for (int i = tid; i < kRows; i += threads) {
         q_s[i] = i < dk ? a.q[kh * dk + i] : 0.0f;  // rows past key_dim stay zero: they touch nothing
         k_s[i] = i < dk ? a.k[kh * dk + i] : 0.0f;
     }
@@ -146,9 +183,9 @@ __global__ void __launch_bounds__(kRecurrentThreads) gdn_recurrent_kernel(Recurr
     const float decay = expf(a.g[h]), beta = a.beta[h];
 
     float sum_sq = 0.0f;
-    for (int64_t col0 = 0; col0 < dv; col0 += kCols) {
-        const int64_t j = col0 + col_in_pass;
-        const bool valid = j < dv;
+    for (int64_t col0 = 0; col0 < n_cols; col0 += cols_per_pass) {
+        const int64_t jl = col0 + col_in_pass, j = j_begin + jl;
+        const bool valid = jl < n_cols;
         if (col0 != 0) load_state(col0, s);
         // The step of delta_rule_cuda.cu for one token: decay, read Sᵀk, write k δᵀ, read Sᵀq.
         float read4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -171,61 +208,74 @@ __global__ void __launch_bounds__(kRecurrentThreads) gdn_recurrent_kernel(Recurr
 #pragma unroll
         for (int offset = L / 2; offset > 0; offset >>= 1) o += __shfl_xor_sync(kFullWarpMask, o, offset);
         o *= a.q_scale;
+        float* column = state_out + in_group * dv + j;
 #pragma unroll
-        for (int r = 0; r < kRowsPerThread; ++r) {
-            const int64_t i = in_group + int64_t(L) * r;
-            if (valid && i < dk) state_out[i * dv + j] = s[r];
-        }
+        for (int r = 0; r < kRowsPerThread; ++r)
+            if (valid && in_group + L * r < dk) column[r * row_stride] = s[r];
         if (valid && in_group == 0) {
-            o_s[j] = o;
+            o_s[jl] = o;
             sum_sq = fmaf(o, o, sum_sq);
         }
     }
-    // gated_rms_norm as cuda::gated_rms_norm: w · o · 1/sqrt(mean(o²) + eps) · silu(z).
-    const float scale = 1.0f / sqrtf(block_sum(sum_sq, scratch) / float(dv) + a.norm_eps);
-    if (a.out_q == nullptr) {
-        for (int64_t j = tid; j < dv; j += kRecurrentThreads)
-            a.out[h * dv + j] = a.norm_w[j] * o_s[j] * scale * silu_f(a.z[h * dv + j]);
-        return;
+    // gated_rms_norm as cuda::gated_rms_norm: w · o · 1/sqrt(mean(o²) + eps) · silu(z). The head's Σo² is
+    // the blocks' sums added in rank order by every block, so all blocks use the same float, with or
+    // without out_q.
+    const float partial = block_sum(sum_sq, scratch);  // its __syncthreads also publish o_s to the block
+    if (tid == 0) block_sum_sq = partial;
+    cluster.sync();
+    float head_sum_sq = 0.0f;
+    for (int r = 0; r < n_ranks; ++r) head_sum_sq += *cluster.map_shared_rank(&block_sum_sq, r);
+    const float scale = 1.0f / sqrtf(head_sum_sq / float(dv) + a.norm_eps);
+    // A block's shared memory must outlive the other blocks' reads of it: every block arrives once it has
+    // read what it needs and waits before it leaves. Without out_q that is the partial sums, so the arrival
+    // overlaps the outputs; with out_q the arrival comes after y_s is written and publishes it.
+    const bool quantized = a.out_q != nullptr;  // the same in every thread: the barrier below is uniform
+    if (!quantized) cluster.barrier_arrive();
+    for (int64_t jl = tid; jl < n_cols; jl += threads) {
+        const int64_t j = j_begin + jl;
+        const float y = a.norm_w[j] * o_s[jl] * scale * silu_f(a.z[h * dv + j]);
+        a.out[h * dv + j] = y;
+        y_s[jl] = y;
     }
-    // And the output matmul's int8 activations (matmul_cuda.h), here where the head's outputs are: a group
-    // of 128 is four consecutive warps of a pass, one value per thread. The max and the integer sum do not
-    // depend on how the group is split, so the codes equal quantize_activations' bit for bit.
-    constexpr int kWarpsPerGroup = kActivationGroup / 32;
-    __shared__ float s_amax[kRecurrentThreads / 32];
-    __shared__ int s_sum[kRecurrentThreads / 32];
-    const int lane = tid & 31, warp = tid >> 5, first_warp = warp / kWarpsPerGroup * kWarpsPerGroup;
-    for (int64_t j0 = 0; j0 < dv; j0 += kRecurrentThreads) {
-        const int64_t j = j0 + tid;
-        const bool valid = j < dv;  // dv is a multiple of 128: whole groups are valid or not
-        const float y = valid ? a.norm_w[j] * o_s[j] * scale * silu_f(a.z[h * dv + j]) : 0.0f;
-        if (valid) a.out[h * dv + j] = y;
-        float amax = fabsf(y);
+    if (quantized) cluster.barrier_arrive();
+    cluster.barrier_wait();
+    if (!quantized) return;
+
+    // And the output matmul's int8 activations (matmul_cuda.h), here where the head's outputs are: the
+    // block holding a group's first column quantises the group with one warp, gathering its 128 outputs
+    // from the blocks that hold them (ops/activation_quant.cuh: the quantiser every kernel shares, so the
+    // codes are quantize_activations' bit for bit).
+    const int lane = tid & 31, warp = tid >> 5, n_warps = threads >> 5;
+    const int64_t group_end = (j_begin + n_cols + kActivationGroup - 1) / kActivationGroup;
+    for (int64_t g = (j_begin + kActivationGroup - 1) / kActivationGroup + warp; g < group_end; g += n_warps) {
+        float v[4];
 #pragma unroll
-        for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(kFullWarpMask, amax, offset));
-        if (lane == 0) s_amax[warp] = amax;
-        __syncthreads();
-        amax = s_amax[first_warp];
-#pragma unroll
-        for (int w = 1; w < kWarpsPerGroup; ++w) amax = fmaxf(amax, s_amax[first_warp + w]);
-        const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-        const int q = min(127, max(-127, __float2int_rn(y * inv)));
-        int sum = q;
-#pragma unroll
-        for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(kFullWarpMask, sum, offset);
-        if (lane == 0) s_sum[warp] = sum;
-        __syncthreads();
-        if (valid) {
-            a.out_q[h * dv + j] = int8_t(q);
-            if (tid % kActivationGroup == 0) {
-                int group_sum = 0;
-#pragma unroll
-                for (int w = 0; w < kWarpsPerGroup; ++w) group_sum += s_sum[first_warp + w];
-                a.out_meta[(h * dv + j) / kActivationGroup] = ActivationGroupMeta{amax / 127.0f, group_sum};
-            }
+        for (int i = 0; i < 4; ++i) {
+            const int64_t j = g * kActivationGroup + 4 * lane + i;  // < dv: value_dim is a multiple of 128
+            const int owner = int(j / a.block_columns);
+            v[i] = *cluster.map_shared_rank(&y_s[j - owner * a.block_columns], owner);
         }
-        __syncthreads();  // s_amax and s_sum are rewritten by the next pass
+        const int64_t first = h * dv + g * kActivationGroup;
+        const ActivationGroupMeta meta = quantize_group_by_warp(v, lane, a.out_q + first);
+        if (lane == 0) a.out_meta[first / kActivationGroup] = meta;
     }
+    cluster.sync();  // the other blocks' y_s are read: they may leave
+}
+
+// How gdn_decode_recurrent splits a head's value columns over the blocks of a cluster (see the top).
+struct RecurrentSplit {
+    int64_t cluster_blocks;  // per head
+    int64_t block_columns;   // per block; the last blocks of a head may hold fewer, or none
+    int threads;             // per block
+};
+
+RecurrentSplit recurrent_split(int64_t value_dim, int lanes) {
+    int64_t blocks = 1;
+    while (blocks < kMaxClusterBlocks && blocks * kTargetBlockColumns < value_dim) blocks *= 2;
+    const int64_t per_block = (value_dim + blocks - 1) / blocks;
+    const int64_t columns = (per_block + kColumnAlign - 1) / kColumnAlign * kColumnAlign;
+    const int64_t threads = std::min<int64_t>(kRecurrentThreads, (columns * lanes + 31) / 32 * 32);
+    return {blocks, columns, int(threads)};
 }
 
 std::string dims_text(const GdnDecodeDims& d) {
@@ -267,6 +317,18 @@ void gdn_decode_recurrent(const float* q, const float* k, const float* v, const 
         fail_message("gdn_decode_recurrent (cuda): a quantised output needs value_dim a multiple of " +
                      std::to_string(kActivationGroup) + " and a view of " +
                      std::to_string(dims.n_value_heads * dims.value_dim) + " inputs; " + dims_text(dims));
+    const int64_t lanes = (dims.key_dim + kRowsPerThread - 1) / kRowsPerThread;
+    const int L = lanes <= 1 ? 1 : lanes <= 2 ? 2 : lanes <= 4 ? 4 : 8;
+    const auto kernel = L == 1   ? gdn_recurrent_kernel<1>
+                        : L == 2 ? gdn_recurrent_kernel<2>
+                        : L == 4 ? gdn_recurrent_kernel<4>
+                                 : gdn_recurrent_kernel<8>;
+    const RecurrentSplit split = recurrent_split(dims.value_dim, L);
+    const int64_t blocks = dims.n_value_heads * split.cluster_blocks;
+    if (split.block_columns > kMaxBlockColumns || blocks > int64_t(INT32_MAX))
+        fail_message("gdn_decode_recurrent (cuda): " + std::to_string(dims.n_value_heads) + " value heads of " +
+                     std::to_string(split.cluster_blocks) + " blocks with " + std::to_string(split.block_columns) +
+                     " columns each exceed the grid or the shared memory; " + dims_text(dims));
     const RecurrentArgs args{q,
                              k,
                              v,
@@ -283,16 +345,12 @@ void gdn_decode_recurrent(const float* q, const float* k, const float* v, const 
                              dims.n_value_heads,
                              dims.key_dim,
                              dims.value_dim,
+                             split.block_columns,
                              dims.key_head_map == cpu::KeyHeadMap::tiled,
                              float(1.0 / std::sqrt(double(dims.key_dim))),
                              norm_eps};
-    const unsigned blocks = unsigned(dims.n_value_heads);
-    const int64_t lanes = (dims.key_dim + kRowsPerThread - 1) / kRowsPerThread;
-    const auto kernel = lanes <= 1   ? gdn_recurrent_kernel<1>
-                        : lanes <= 2 ? gdn_recurrent_kernel<2>
-                        : lanes <= 4 ? gdn_recurrent_kernel<4>
-                                     : gdn_recurrent_kernel<8>;
-    launch_programmatic(kernel, dim3(blocks), dim3(kRecurrentThreads), 0, stream, "gdn_decode_recurrent", args);
+    launch_programmatic_cluster(kernel, dim3(unsigned(blocks)), dim3(unsigned(split.threads)),
+                                dim3(unsigned(split.cluster_blocks)), 0, stream, "gdn_decode_recurrent", args);
     cuda_check_launch("gdn_decode_recurrent");
 }
 

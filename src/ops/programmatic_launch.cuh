@@ -59,4 +59,28 @@ void launch_programmatic(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, s
     cuda_check(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), name);
 }
 
+// launch_programmatic for a kernel of thread-block clusters (sm_90): cluster_dims blocks per cluster, grid a
+// multiple of it in every dimension, at most 8 blocks per cluster (the portable size; more needs a kernel
+// attribute this helper does not set). The cluster attribute is always set, the programmatic one when
+// enabled; the kernel follows the rules above, the cluster's blocks all calling them.
+template <typename... KernelArgs, typename... Args>
+void launch_programmatic_cluster(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, dim3 cluster_dims, size_t smem,
+                                 cudaStream_t stream, const char* name, Args&&... args) {
+    cudaLaunchConfig_t config{};
+    config.gridDim = grid;
+    config.blockDim = block;
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    cudaLaunchAttribute attributes[2];
+    attributes[0].id = cudaLaunchAttributeClusterDimension;
+    attributes[0].val.clusterDim.x = cluster_dims.x;
+    attributes[0].val.clusterDim.y = cluster_dims.y;
+    attributes[0].val.clusterDim.z = cluster_dims.z;
+    attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attributes[1].val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = attributes;
+    config.numAttrs = programmatic_launch_enabled() ? 2 : 1;
+    cuda_check(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), name);
+}
+
 }  // namespace deltabit::cuda
