@@ -383,8 +383,9 @@ std::vector<BenchMeasurement> run_gpu_bench(CudaModel& model, const InferenceCos
     bench.first_tokens();
     for (int64_t depth : plan.depths) bench.decode_at(depth);
     const CudaDecodeStats s = model.decode_stats();
-    decode_path = fmt::format("{} graph replays, {} captures, {} eager steps, {} prompt chunks over the run", s.graph_replays,
-                              s.graph_captures, s.eager_steps, s.prompt_chunks);
+    decode_path = fmt::format("{} graph replays, {} captures, {} eager steps, {} prompt chunks over the run; seams {}",
+                              s.graph_replays, s.graph_captures, s.eager_steps, s.prompt_chunks,
+                              s.folded_seams ? "folded into the GEMVs" : "as kernels");
     return bench.take();
 }
 

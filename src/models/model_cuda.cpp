@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
@@ -77,6 +78,14 @@ struct CudaModel::Layer {
     // MoE
     CudaMatrix router, experts_gate, experts_up, experts_down, shared_gate;
     bool has_shared = false;
+};
+
+// A seam of the decode step folded into the block output projection before it (decode_layers): the
+// projection adds into the residual stream and quantises the next block's normed input into `next`.
+struct CudaModel::SeamFold {
+    float* residual;
+    const float* norm_w;                        // the next block's norm (plain weights)
+    const cuda::QuantizedActivationsView* next;  // a deferred-norm view of activations_
 };
 
 namespace {
@@ -317,6 +326,9 @@ bool DeviceArena::begin_call() {
 }
 
 CudaModel::CudaModel(const Model& model, const UploadProgress& progress) : config_(model.config()) {
+    // An experiment switch for measuring what the fold saves (docs/bench.md): DELTABIT_SEAM_FOLD=0.
+    if (const char* fold = std::getenv("DELTABIT_SEAM_FOLD"); fold != nullptr && std::string(fold) == "0")
+        seam_folding_ = false;
     // A blocking stream: it orders after the synchronous uploads and memsets of the legacy stream.
     check(cudaStreamCreate(&stream_), "create stream");
     const ModelParts& parts = model.parts();
@@ -477,8 +489,37 @@ void CudaModel::matmul_shared_input(const float* x, const cuda::QuantizedActivat
     cuda::gemv_quantized_group(q, group, stream_);
 }
 
+void CudaModel::block_output_matmul(const float* in, const cuda::QuantizedActivationsView* in_q, const CudaMatrix& w,
+                                    float* out, const SeamFold* fold) {
+    if (fold == nullptr) {
+        if (in_q != nullptr)
+            cuda::gemv_quantized(*in_q, w.gemv.view(), out, stream_);
+        else
+            matmul(in, w, 1, out);
+        return;
+    }
+    // The fold writes the next block's input into activations_, so its own input is quantised elsewhere.
+    cuda::QuantizedActivationsView q = in_q != nullptr ? *in_q : block_out_activations_->view(w.cols);
+    if (in_q == nullptr) cuda::quantize_activations(in, q, stream_);
+    cuda::gemv_quantized_add_norm(q, w.gemv.view(), fold->residual, fold->norm_w, *fold->next, stream_);
+}
+
+bool CudaModel::seams_foldable() const {
+    const int64_t D = config_.n_embd;
+    if (!(output_.quantized && output_.cols == D)) return false;
+    return std::all_of(layers_.begin(), layers_.end(), [&](const Layer& L) {
+        const bool block = L.kind == LayerKind::linear_attention
+                               ? all_quantized({&L.qkv, &L.z_gate, &L.beta, &L.alpha}, D) && L.ssm_output.quantized
+                               : all_quantized({&L.q, &L.k, &L.v}, D) && L.attn_output.quantized;
+        const bool ffn = all_quantized({&L.ffn_gate, &L.ffn_up}, D) && L.ffn_gate.rows == L.ffn_up.rows &&
+                         L.ffn_down.quantized;
+        return !L.moe && block && ffn;
+    });
+}
+
 void CudaModel::attention_block(const Layer& L, const float* x, const cuda::QuantizedActivationsView* xq, int64_t T,
-                                int64_t n_past, const int32_t* d_positions, CudaLayerState& state, float* out) {
+                                int64_t n_past, const int32_t* d_positions, CudaLayerState& state, float* out,
+                                const SeamFold* fold) {
     const ModelConfig& c = config_;
     const int64_t H = c.n_head, H_kv = c.n_head_kv, dh = c.head_dim;
     const bool gated = c.attn_output_gate;
@@ -505,7 +546,7 @@ void CudaModel::attention_block(const Layer& L, const float* x, const cuda::Quan
         cuda::attention_cached(q, state.k.view, state.v.view, gated ? q_full + dh : nullptr, d_positions, dims, scratch,
                                attended, stream_);
         compress_kv(state, d_positions, 1);
-        matmul(attended, L.attn_output, 1, out);
+        block_output_matmul(attended, nullptr, L.attn_output, out, fold);
         return;
     }
 
@@ -562,7 +603,7 @@ void CudaModel::compress_kv(CudaLayerState& state, const int32_t* d_n_past, int6
 }
 
 void CudaModel::deltanet_block(const Layer& L, const float* x, const cuda::QuantizedActivationsView* xq, int64_t T,
-                               int parity, CudaLayerState& state, float* out) {
+                               int parity, CudaLayerState& state, float* out, const SeamFold* fold) {
     const ModelConfig& c = config_;
     const int64_t H_k = c.ssm_n_key_heads, H_v = c.ssm_n_value_heads, d_k = c.ssm_key_dim, d_v = c.ssm_value_dim;
     const int64_t key_dim = H_k * d_k, value_dim = H_v * d_v, channels = c.ssm_conv_channels();
@@ -592,10 +633,7 @@ void CudaModel::deltanet_block(const Layer& L, const float* x, const cuda::Quant
         cuda::gdn_decode_recurrent(q, k, v, beta, g, z, L.ssm_norm, c.rms_eps, dims, state.recurrent[parity].get<float>(),
                                    state.recurrent[parity ^ 1].get<float>(), normed, stream_,
                                    quantize_out ? &normed_q : nullptr);
-        if (quantize_out)
-            cuda::gemv_quantized(normed_q, L.ssm_output.gemv.view(), out, stream_);
-        else
-            matmul(normed, L.ssm_output, 1, out);
+        block_output_matmul(normed, quantize_out ? &normed_q : nullptr, L.ssm_output, out, fold);
         return;
     }
 
@@ -643,7 +681,7 @@ void CudaModel::deltanet_block(const Layer& L, const float* x, const cuda::Quant
 }
 
 void CudaModel::swiglu_ffn(const CudaMatrix& gate, const CudaMatrix& up, const CudaMatrix& down, const float* x,
-                           const cuda::QuantizedActivationsView* xq, int64_t T, float* out) {
+                           const cuda::QuantizedActivationsView* xq, int64_t T, float* out, const SeamFold* fold) {
     const int64_t width = gate.rows;
     float* act = temp(T * width);
     if (T == 1 && gate.rows == up.rows && all_quantized({&gate, &up}, gate.cols)) {
@@ -653,12 +691,10 @@ void CudaModel::swiglu_ffn(const CudaMatrix& gate, const CudaMatrix& up, const C
         const cuda::QuantizedActivationsView act_q = block_out_activations_->view(width);
         cuda::gemv_quantized_swiglu(quantized(x, gate.cols, xq), gate.gemv.view(), up.gemv.view(), act, stream_,
                                     quantize_act ? &act_q : nullptr);
-        if (quantize_act)
-            cuda::gemv_quantized(act_q, down.gemv.view(), out, stream_);
-        else
-            matmul(act, down, T, out);
+        block_output_matmul(act, quantize_act ? &act_q : nullptr, down, out, fold);
         return;
     }
+    if (fold != nullptr) fail("cuda swiglu_ffn: a folded seam needs the fused SwiGLU GEMV (seams_foldable)");
     float* g = temp(T * width);
     float* u = temp(T * width);
     if (T == 1) {
@@ -796,30 +832,52 @@ void CudaModel::decode_layers(CudaSequenceState& state, const int32_t* d_token, 
     // Each seam adds the previous block's output m to x, norms x into h and quantises h once for every
     // matrix that reads it (ops/decode_cuda.h add_rms_norm_quantize). hq lives in the shared activation
     // scratch: the block's first matmuls read it before anything else quantises there.
+    // Folded (seams_foldable), only the first seam runs as a kernel: every block's output projection adds
+    // into x and quantises the next block's input itself (cuda::gemv_quantized_add_norm, into hq_folded,
+    // the same scratch), and h is never written — every matrix reading it takes the quantised form.
+    const bool fold = seam_folding_ && seams_foldable();
+    stats_.folded_seams = fold;
     const cuda::QuantizedActivationsView hq = activations_->view(D);
+    const cuda::QuantizedActivationsView hq_folded = activations_->deferred_norm_view(D, c.rms_eps);
+    const cuda::QuantizedActivationsView* block_in = &hq;
     const float* pending = nullptr;  // the block output not yet added to x
     const size_t block_mark = arena_->mark();
     for (int64_t l = 0; l < c.n_layer(); ++l) {
         const Layer& L = layers_[size_t(l)];
         arena_->rewind(block_mark);
-        cuda::add_rms_norm_quantize(x, pending, L.attn_norm, D, c.rms_eps, cuda::NormWeight::plain, h, hq, stream_);
+        if (!fold || l == 0) {
+            cuda::add_rms_norm_quantize(x, pending, L.attn_norm, D, c.rms_eps, cuda::NormWeight::plain, h, hq, stream_);
+            block_in = &hq;
+        }
+        const SeamFold into_ffn{x, L.ffn_norm, &hq_folded};
         if (L.kind == LayerKind::linear_attention)
-            deltanet_block(L, h, &hq, 1, state.parity(), state.layer(l), m);
+            deltanet_block(L, h, block_in, 1, state.parity(), state.layer(l), m, fold ? &into_ffn : nullptr);
         else
-            attention_block(L, h, &hq, 1, state.position(), d_position, state.layer(l), m);
+            attention_block(L, h, block_in, 1, state.position(), d_position, state.layer(l), m,
+                            fold ? &into_ffn : nullptr);
 
         arena_->rewind(block_mark);
-        cuda::add_rms_norm_quantize(x, m, L.ffn_norm, D, c.rms_eps, cuda::NormWeight::plain, h, hq, stream_);
+        if (fold) {
+            block_in = &hq_folded;
+        } else {
+            cuda::add_rms_norm_quantize(x, m, L.ffn_norm, D, c.rms_eps, cuda::NormWeight::plain, h, hq, stream_);
+            block_in = &hq;
+        }
+        const SeamFold into_next{x, l + 1 < c.n_layer() ? layers_[size_t(l + 1)].attn_norm : output_norm_, &hq_folded};
         if (L.moe)
             moe_ffn(L, h, 1, m);
         else
-            swiglu_ffn(L.ffn_gate, L.ffn_up, L.ffn_down, h, &hq, 1, m);
+            swiglu_ffn(L.ffn_gate, L.ffn_up, L.ffn_down, h, block_in, 1, m, fold ? &into_next : nullptr);
         pending = m;
+        if (fold) block_in = &hq_folded;
     }
     arena_->rewind(block_mark);
-    cuda::add_rms_norm_quantize(x, pending, output_norm_, D, c.rms_eps, cuda::NormWeight::plain, h, hq, stream_);
+    if (!fold) {
+        cuda::add_rms_norm_quantize(x, pending, output_norm_, D, c.rms_eps, cuda::NormWeight::plain, h, hq, stream_);
+        block_in = &hq;
+    }
     if (output_.quantized && output_.cols == D)
-        cuda::gemv_quantized(hq, output_.gemv.view(), logits, stream_);
+        cuda::gemv_quantized(*block_in, output_.gemv.view(), logits, stream_);
     else
         matmul(h, output_, 1, logits);
 }
@@ -976,6 +1034,13 @@ int32_t CudaModel::argmax(const float* device_logits) {
 }
 
 void CudaModel::set_decode_graphs(bool enabled) { graphs_enabled_ = enabled; }
+
+void CudaModel::set_seam_folding(bool enabled) {
+    // The captured steps have the other seams; a replay in flight must end before its graph goes.
+    check(cudaStreamSynchronize(stream_), "drain before changing the decode step");
+    release_graph();
+    seam_folding_ = enabled;
+}
 
 CudaDecodeStats CudaModel::decode_stats() const {
     CudaDecodeStats s = stats_;

@@ -195,6 +195,7 @@ struct CudaDecodeStats {
     int64_t eager_steps = 0;      // T = 1 steps launched kernel by kernel (first step, MoE, graphs off)
     int64_t prompt_chunks = 0;    // T > 1 calls are cut into chunks of at most kPromptChunk tokens
     int64_t arena_allocations = 0;  // cudaMalloc calls of the scratch arenas, ever
+    bool folded_seams = false;      // the last T = 1 step enqueued folded its seams (set_seam_folding)
 };
 
 class CudaModel {
@@ -246,12 +247,17 @@ public:
 
     // Decode-step graphs on (default) or off (every step eager; the test of graph = eager uses it).
     void set_decode_graphs(bool enabled);
+    // The decode step's seams folded into the GEMVs beside them (decode_layers) when the model allows it
+    // (default on; DELTABIT_SEAM_FOLD=0 in the environment starts it off), or one seam kernel each. Drops
+    // captured graphs. Whether the last step folded: decode_stats().folded_seams.
+    void set_seam_folding(bool enabled);
     CudaDecodeStats decode_stats() const;
 
     cudaStream_t stream() const { return stream_; }
 
 private:
     struct Layer;
+    struct SeamFold;  // model_cuda.cpp: where a folded seam writes (decode_layers)
 
     // Intermediates of the running call, from the current arena (decode or prompt).
     float* temp(int64_t n_floats);
@@ -273,13 +279,22 @@ private:
     // Blocks of T tokens reading the normed hidden state x; xq is its quantised form when T = 1 and the
     // decode seam made it (else nullptr).
     void attention_block(const Layer& L, const float* x, const cuda::QuantizedActivationsView* xq, int64_t T,
-                         int64_t n_past, const int32_t* d_positions, CudaLayerState& state, float* out);
+                         int64_t n_past, const int32_t* d_positions, CudaLayerState& state, float* out,
+                         const SeamFold* fold = nullptr);
     // kivi4: quantises what the call's T tokens (after position *d_n_past) pushed out of the window.
     void compress_kv(CudaLayerState& state, const int32_t* d_n_past, int64_t T);
     void deltanet_block(const Layer& L, const float* x, const cuda::QuantizedActivationsView* xq, int64_t T, int parity,
-                        CudaLayerState& state, float* out);
+                        CudaLayerState& state, float* out, const SeamFold* fold = nullptr);
     void swiglu_ffn(const CudaMatrix& gate, const CudaMatrix& up, const CudaMatrix& down, const float* x,
-                    const cuda::QuantizedActivationsView* xq, int64_t T, float* out);
+                    const cuda::QuantizedActivationsView* xq, int64_t T, float* out, const SeamFold* fold = nullptr);
+    // A decode block's output projection: out = w·in (in_q: in already quantised, or nullptr), or with
+    // `fold` the seam after it folded in (cuda::gemv_quantized_add_norm): fold->residual += w·in and the
+    // next block's normed input quantised into fold->next (out unused).
+    void block_output_matmul(const float* in, const cuda::QuantizedActivationsView* in_q, const CudaMatrix& w,
+                             float* out, const SeamFold* fold);
+    // Whether every seam of the decode step can fold: no MoE layer and every matrix that writes or reads
+    // a seam quantised alike with K = n_embd where it reads one (decode_layers).
+    bool seams_foldable() const;
     void moe_ffn(const Layer& L, const float* x, int64_t T, float* out);
 
     void check_call(const CudaSequenceState& state, std::span<const int32_t> ids) const;
@@ -325,6 +340,7 @@ private:
     cudaEvent_t step_uploaded_ = nullptr;
     cuda::DeviceBuffer argmax_scratch_;  // partials, then the 4-byte result at the end
     bool graphs_enabled_ = true;
+    bool seam_folding_ = true;           // set_seam_folding
     bool graphable_ = true;              // false with MoE layers: their router syncs with the host
     bool decode_sized_ = false;          // an eager step has sized the decode arena
     // The decode step of one state, captured once per parity of its DeltaNet copies (each reads one copy

@@ -153,6 +153,8 @@ void gdn_decode_recurrent(const float* q, const float* k, const float* v, const 
 // One row of dim <= kResidualNormMaxDim (one block holds it in registers); hq.cols must be dim; x and
 // residual are read as float4 (16-byte aligned, as device allocations are); h must not overlap x or
 // residual. Σx² is summed in another order than cuda::rms_norm's, so h may differ from it by rounding.
+// Where every matrix is quantised, the decode step runs only its first seam with this kernel and folds
+// the others into the GEMVs beside them (ops/matmul_cuda.h gemv_quantized_add_norm).
 inline constexpr int64_t kResidualNormMaxDim = 16384;
 void add_rms_norm_quantize(float* x, const float* residual, const float* w, int64_t dim, float eps,
                            cpu::NormWeight weight, float* h, const QuantizedActivationsView& hq, cudaStream_t stream);

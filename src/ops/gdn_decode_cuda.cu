@@ -312,6 +312,7 @@ void gdn_decode_recurrent(const float* q, const float* k, const float* v, const 
                           const float* state_in, float* state_out, float* out, cudaStream_t stream,
                           const QuantizedActivationsView* out_quantized) {
     check_dims(dims, "gdn_decode_recurrent");
+    if (out_quantized != nullptr) require_plain_view(*out_quantized, "gdn_decode_recurrent (cuda)");
     if (out_quantized != nullptr &&
         (dims.value_dim % kActivationGroup != 0 || out_quantized->cols != dims.n_value_heads * dims.value_dim))
         fail_message("gdn_decode_recurrent (cuda): a quantised output needs value_dim a multiple of " +

@@ -20,6 +20,7 @@
 #include <cuda_fp16.h>
 
 #include "ops/activation_quant.cuh"
+#include "ops/async_copy.cuh"
 #include "ops/cuda_math.cuh"
 #include "ops/programmatic_launch.cuh"
 
@@ -159,10 +160,20 @@ struct KernelArgs {
     const uint16_t* up_scales;
     const int8_t* xq;
     const ActivationGroupMeta* x_meta;
-    // SwiGLU with a quantised output: y's int8 groups, and their arrival counters (zero between launches).
+    // SwiGLU with a quantised output, or gemv_quantized_add_norm: y's int8 groups, and their arrival
+    // counters (zero between launches).
     int8_t* yq;
     ActivationGroupMeta* yq_meta;
     int32_t* arrivals;
+    // gemv_quantized_add_norm: y is the residual stream (y[n] += W·x); a completed group's codes are of
+    // y ⊙ norm_w and its Σy² goes to yq_sum_sq (a deferred-norm view, ops/matmul_cuda.h).
+    bool add_to_y;
+    const float* norm_w;
+    float* yq_sum_sq;
+    // A deferred-norm input (QuantizedActivationsView::norm_sum_sq): its group sums, row length and eps.
+    const float* x_sum_sq;
+    int x_cols;
+    float x_norm_eps;
     int units_per_row;
     int scales_per_row;
     int x_groups;
@@ -241,13 +252,13 @@ __device__ __forceinline__ void load_units(const ThreadRows<R>& rows, int u0, in
     }
 }
 
-// SwiGLU with a quantised output: after a tile's outputs are stored, count them into their groups of
-// 128; the block whose tile completes a group quantises it (ops/activation_quant.cuh; its
-// fence-then-count and count-then-fence make the other blocks' outputs visible; they are read past L1)
-// and zeroes the group's counter for the next launch. Called by every thread of the block.
-// A tile holds at most kMaxThreadsPerBlock / 8 outputs (8 lanes per row at the fewest), so it touches at
-// most two groups of 128.
-static_assert(kMaxThreadsPerBlock / 8 <= kActivationGroup, "a SwiGLU tile must span at most two activation groups");
+// A quantised output (SwiGLU's y_quantized, gemv_quantized_add_norm's out): after a tile's outputs are
+// stored, count them into their groups of 128; the block whose tile completes a group quantises it
+// (ops/activation_quant.cuh; its fence-then-count and count-then-fence make the other blocks' outputs
+// visible; they are read past L1) and zeroes the group's counter for the next launch. Called by every
+// thread of the block. A tile holds at most kMaxThreadsPerBlock / 8 · 4 outputs (8 lanes per row and 4
+// rows per thread at the most; a SwiGLU tile a quarter of that), so it touches at most two groups of 128.
+static_assert(kMaxThreadsPerBlock / 8 * 4 <= kActivationGroup, "a GEMV tile must span at most two activation groups");
 __device__ void quantize_completed_groups(const KernelArgs& a, int64_t tile_row0, int64_t tile_rows, int64_t rows) {
     __shared__ int64_t s_complete[2];
     const int64_t end = tile_row0 + tile_rows < rows ? tile_row0 + tile_rows : rows;
@@ -272,20 +283,41 @@ __device__ void quantize_completed_groups(const KernelArgs& a, int64_t tile_row0
         for (int c = 0; c < 2; ++c) {
             const int64_t g = s_complete[c];
             if (g < 0) continue;
-            float v[4];
+            float y[4], v[4];
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const int64_t k = g * kActivationGroup + lane * 4 + i;
-                v[i] = k < rows ? __ldcg(a.seg[0].y + k) : 0.0f;
+                y[i] = k < rows ? __ldcg(a.seg[0].y + k) : 0.0f;
+                v[i] = a.norm_w != nullptr && k < rows ? y[i] * __ldg(a.norm_w + k) : y[i];
             }
             const ActivationGroupMeta meta = quantize_group_by_warp(v, lane, a.yq + g * kActivationGroup);
+            float sum_sq = 0.0f;  // the order ops/matmul_cuda.h promises: in-lane fmaf, then the butterfly
+            if (a.yq_sum_sq != nullptr) {
+#pragma unroll
+                for (int i = 0; i < 4; ++i) sum_sq = fmaf(y[i], y[i], sum_sq);
+#pragma unroll
+                for (int offset = 16; offset > 0; offset /= 2) sum_sq += __shfl_xor_sync(kFullMask, sum_sq, offset);
+            }
             if (lane == 0) {
                 a.yq_meta[g] = meta;
+                if (a.yq_sum_sq != nullptr) a.yq_sum_sq[g] = sum_sq;
                 a.arrivals[g] = 0;
             }
         }
     }
     __syncthreads();  // s_complete is rewritten by the next tile
+}
+
+// A deferred-norm input's r = 1/sqrt(Σ/cols + eps) (ops/matmul_cuda.h), the same float in every warp of
+// every block: lane l adds the group sums l, l + 32, ... in order, then a butterfly over the lanes. All 32
+// lanes must call it.
+__device__ __forceinline__ float deferred_norm_scale(const KernelArgs& a) {
+    const int lane = int(threadIdx.x) & 31;
+    float sum = 0.0f;
+    for (int g = lane; g < a.x_groups; g += 32) sum += __ldg(a.x_sum_sq + g);
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(kFullMask, sum, offset);
+    return 1.0f / sqrtf(sum / float(a.x_cols) + a.x_norm_eps);
 }
 
 // KT threads per row, R rows per thread (SwiGLU: the gate row and the up row of one output); tiles
@@ -321,12 +353,23 @@ __global__ void __launch_bounds__(kMaxThreadsPerBlock) gemv_kernel(KernelArgs a,
     wait_for_predecessor();
     allow_dependents();
     {
+        // Every dot needs x, so the whole copy is on the path from the kernel before to the first weight
+        // used: cp.async puts all of a thread's copies in flight at once (one L2 round trip), where a loop
+        // of load → store waited for each in turn (K = 17408 with 128 threads: 9 round trips).
         const int4* src = reinterpret_cast<const int4*>(a.xq);
-        for (int i = int(threadIdx.x); i < a.x_groups * 8; i += int(blockDim.x)) {
-            *reinterpret_cast<int4*>(x_smem + (i / 8) * kSmemGroupStride + (i % 8) * 16) = __ldg(src + i);
-        }
+        for (int i = int(threadIdx.x); i < a.x_groups * 8; i += int(blockDim.x))
+            cp_async16(x_smem + (i / 8) * kSmemGroupStride + (i % 8) * 16, src + i);
         const int2* meta_src = reinterpret_cast<const int2*>(a.x_meta);
-        for (int g = int(threadIdx.x); g < a.x_groups; g += int(blockDim.x)) meta_smem[g] = __ldg(meta_src + g);
+        for (int g = int(threadIdx.x); g < a.x_groups; g += int(blockDim.x)) cp_async8(meta_smem + g, meta_src + g);
+        cp_async_commit_group();
+        // A deferred-norm input's scale, its loads overlapping the copies.
+        const float norm_scale = a.x_sum_sq != nullptr ? deferred_norm_scale(a) : 1.0f;
+        cp_async_wait_group<0>();
+        if (a.x_sum_sq != nullptr) {
+            // Each thread scales the entries it copied: its own copies are complete, no barrier needed.
+            for (int g = int(threadIdx.x); g < a.x_groups; g += int(blockDim.x))
+                meta_smem[g].x = __float_as_int(__int_as_float(meta_smem[g].x) * norm_scale);
+        }
     }
     __syncthreads();
 
@@ -371,13 +414,16 @@ __global__ void __launch_bounds__(kMaxThreadsPerBlock) gemv_kernel(KernelArgs a,
         }
         if constexpr (kSwiglu) {
             if (k_lane == 0 && rows.row0 < rows.rows) rows.y[rows.row0] = silu_f(acc[0]) * acc[1];
-            if (a.yq != nullptr) quantize_completed_groups(a, rows.tile_row0, rows_per_tile, rows.rows);
         } else {
 #pragma unroll
             for (int r = 0; r < R; ++r) {
-                if (k_lane == r && rows.row0 + r < rows.rows) rows.y[rows.row0 + r] = acc[r];
+                if (k_lane == r && rows.row0 + r < rows.rows) {
+                    float* y = rows.y + rows.row0 + r;
+                    *y = a.add_to_y ? *y + acc[r] : acc[r];
+                }
             }
         }
+        if (a.yq != nullptr) quantize_completed_groups(a, rows.tile_row0, rows_per_tile, rows.rows);
     }
 }
 
@@ -502,9 +548,10 @@ GemvLaunchConfig plan_gemv(DType t, int64_t rows, int64_t cols) {
     return c;
 }
 
-// Layout: q [groups·128] | meta [groups] | arrivals [groups].
+// Layout: q [groups·128] | meta [groups] | arrivals [groups] | norm_sum_sq [groups].
 ActivationScratch::ActivationScratch(int64_t max_cols_)
-    : buffer(size_t(activation_groups(max_cols_)) * (kActivationGroup + sizeof(ActivationGroupMeta) + sizeof(int32_t))),
+    : buffer(size_t(activation_groups(max_cols_)) *
+             (kActivationGroup + sizeof(ActivationGroupMeta) + sizeof(int32_t) + sizeof(float))),
       max_cols(max_cols_) {
     const size_t groups = size_t(activation_groups(max_cols));
     const size_t counters = groups * (kActivationGroup + sizeof(ActivationGroupMeta));
@@ -524,11 +571,30 @@ QuantizedActivationsView ActivationScratch::view(int64_t cols) const {
     auto* base = buffer.get<uint8_t>();
     const size_t groups = size_t(activation_groups(max_cols));
     const size_t q_bytes = groups * kActivationGroup;
-    return {reinterpret_cast<int8_t*>(base), reinterpret_cast<ActivationGroupMeta*>(base + q_bytes), cols,
-            reinterpret_cast<int32_t*>(base + q_bytes + groups * sizeof(ActivationGroupMeta))};
+    QuantizedActivationsView v;
+    v.q = reinterpret_cast<int8_t*>(base);
+    v.meta = reinterpret_cast<ActivationGroupMeta*>(base + q_bytes);
+    v.cols = cols;
+    v.arrivals = reinterpret_cast<int32_t*>(base + q_bytes + groups * sizeof(ActivationGroupMeta));
+    return v;
+}
+
+QuantizedActivationsView ActivationScratch::deferred_norm_view(int64_t cols, float norm_eps) const {
+    QuantizedActivationsView v = view(cols);
+    const size_t groups = size_t(activation_groups(max_cols));
+    v.norm_sum_sq = reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(v.arrivals) + groups * sizeof(int32_t));
+    v.norm_eps = norm_eps;
+    return v;
+}
+
+void require_plain_view(const QuantizedActivationsView& view, const char* who) {
+    if (view.norm_sum_sq != nullptr)
+        fail_message(std::string(who) + ": writes plain activations, not into a deferred-norm view "
+                     "(only gemv_quantized_add_norm writes those)");
 }
 
 void quantize_activations(const float* x, const QuantizedActivationsView& out, cudaStream_t stream) {
+    require_plain_view(out, "cuda quantize_activations");
     const int64_t groups = activation_groups(out.cols);
     if (groups == 0) return;
     constexpr int kWarps = 8;
@@ -555,12 +621,20 @@ std::string config_text(const GemvLaunchConfig& c) {
            std::to_string(c.rows_per_thread) + ", warps_per_block " + std::to_string(c.warps_per_block);
 }
 
+// What a launch does with its outputs besides storing them: quantise them for the next matmul (SwiGLU's
+// y_quantized; gemv_quantized_add_norm's out, with norm_w and the residual add).
+struct OutputEpilogue {
+    const QuantizedActivationsView* y_quantized = nullptr;
+    const float* norm_w = nullptr;  // set: y += W·x and the codes are of y ⊙ norm_w (gemv_quantized_add_norm)
+};
+
 // The launch of matrices sharing x (gemv_quantized_group; a SwiGLU pair counts as one matrix whose
 // outputs are pairs of rows), split along the tiles so that no launch exceeds the grid limit.
 template <bool kSwiglu>
 GemvLaunchReport launch_group(const QuantizedActivationsView& x, std::span<const GemvOutput> outputs,
                               const GemvWeightView* up, cudaStream_t stream, const GemvLaunchConfig& config,
-                              const QuantizedActivationsView* y_quantized = nullptr) {
+                              const OutputEpilogue& epilogue = {}) {
+    const char* what = kSwiglu ? "cuda gemv (swiglu)" : epilogue.norm_w != nullptr ? "cuda gemv (add norm)" : "cuda gemv";
     if (outputs.empty() || outputs.size() > size_t(kMaxGemvGroup))
         fail_message("cuda gemv: a launch takes 1 to " + std::to_string(kMaxGemvGroup) + " matrices, got " +
                      std::to_string(outputs.size()));
@@ -573,7 +647,7 @@ GemvLaunchReport launch_group(const QuantizedActivationsView& x, std::span<const
     }
     const LaunchFn fn = pick_kernel<kSwiglu>(first.dtype, config);
     if (fn == nullptr || config.warps_per_block < 1 || config.warps_per_block * 32 > kMaxThreadsPerBlock) {
-        fail_message(std::string("cuda gemv") + (kSwiglu ? " (swiglu)" : "") + ": no kernel for " + config_text(config));
+        fail_message(std::string(what) + ": no kernel for " + config_text(config));
     }
     GemvLaunchReport report;
     report.config = config;
@@ -584,6 +658,9 @@ GemvLaunchReport launch_group(const QuantizedActivationsView& x, std::span<const
     args.units_per_row = int(gemv_code_row_bytes(first.dtype, first.cols) / 16);
     args.scales_per_row = int(first.cols / dtype_info(first.dtype).block_elems);
     args.x_groups = int(activation_groups(first.cols));
+    args.x_sum_sq = x.norm_sum_sq;
+    args.x_cols = int(x.cols);
+    args.x_norm_eps = x.norm_eps;
     const int64_t rows_per_tile =
         int64_t(config.warps_per_block) * (32 / config.lanes_per_row) * (kSwiglu ? 1 : config.rows_per_thread);
     for (const GemvOutput& o : outputs) {
@@ -596,18 +673,25 @@ GemvLaunchReport launch_group(const QuantizedActivationsView& x, std::span<const
         args.up_codes = reinterpret_cast<const uint4*>(up->codes);
         args.up_scales = up->scales;
     }
-    if (y_quantized != nullptr) {
-        if (y_quantized->cols != first.rows)
-            fail_message("cuda gemv (swiglu): the quantised output needs a view of " + std::to_string(first.rows) +
-                         " inputs, got " + std::to_string(y_quantized->cols));
-        if (y_quantized->arrivals == nullptr)
-            fail_message("cuda gemv (swiglu): the quantised output's view has no arrival counters (take it from an "
+    if (const QuantizedActivationsView* yq = epilogue.y_quantized; yq != nullptr) {
+        if (yq->cols != first.rows)
+            fail_message(std::string(what) + ": the quantised output needs a view of " + std::to_string(first.rows) +
+                         " inputs, got " + std::to_string(yq->cols));
+        if (yq->arrivals == nullptr)
+            fail_message(std::string(what) + ": the quantised output's view has no arrival counters (take it from an "
                          "ActivationScratch)");
-        if (y_quantized->q == x.q)
-            fail_message("cuda gemv (swiglu): the quantised output must not share the input's scratch");
-        args.yq = y_quantized->q;
-        args.yq_meta = y_quantized->meta;
-        args.arrivals = y_quantized->arrivals;
+        if (yq->q == x.q)
+            fail_message(std::string(what) + ": the quantised output must not share the input's scratch");
+        if (epilogue.norm_w == nullptr) require_plain_view(*yq, what);
+        if (epilogue.norm_w != nullptr && yq->norm_sum_sq == nullptr)
+            fail_message(std::string(what) + ": the output must be a deferred-norm view "
+                         "(ActivationScratch::deferred_norm_view)");
+        args.yq = yq->q;
+        args.yq_meta = yq->meta;
+        args.arrivals = yq->arrivals;
+        args.add_to_y = epilogue.norm_w != nullptr;
+        args.norm_w = epilogue.norm_w;
+        args.yq_sum_sq = epilogue.norm_w != nullptr ? yq->norm_sum_sq : nullptr;
     }
     if (report.blocks == 0) return report;
     const int64_t max_blocks = config.max_blocks > 0 ? config.max_blocks : device_max_grid_x();
@@ -656,7 +740,7 @@ GemvLaunchReport gemv_quantized_swiglu(const QuantizedActivationsView& x, const 
                      " must have one shape and dtype");
     check_weights(x, up);
     const GemvOutput pair[1] = {{gate, y}};
-    return launch_group<true>(x, pair, &up, stream, config, y_quantized);
+    return launch_group<true>(x, pair, &up, stream, config, OutputEpilogue{y_quantized, nullptr});
 }
 
 GemvLaunchReport gemv_quantized_swiglu(const QuantizedActivationsView& x, const GemvWeightView& gate,
@@ -666,6 +750,20 @@ GemvLaunchReport gemv_quantized_swiglu(const QuantizedActivationsView& x, const 
     GemvLaunchConfig config = plan_gemv(gate.dtype, 2 * gate.rows, gate.cols);
     config.rows_per_thread = 2;
     return gemv_quantized_swiglu(x, gate, up, y, stream, config, y_quantized);
+}
+
+GemvLaunchReport gemv_quantized_add_norm(const QuantizedActivationsView& x, const GemvWeightView& w, float* residual,
+                                         const float* norm_w, const QuantizedActivationsView& out, cudaStream_t stream,
+                                         const GemvLaunchConfig& config) {
+    if (norm_w == nullptr) fail_message("cuda gemv (add norm): no norm weights for " + shape_text(w));
+    const GemvOutput one[1] = {{w, residual}};
+    return launch_group<false>(x, one, nullptr, stream, config, OutputEpilogue{&out, norm_w});
+}
+
+GemvLaunchReport gemv_quantized_add_norm(const QuantizedActivationsView& x, const GemvWeightView& w, float* residual,
+                                         const float* norm_w, const QuantizedActivationsView& out,
+                                         cudaStream_t stream) {
+    return gemv_quantized_add_norm(x, w, residual, norm_w, out, stream, plan_gemv(w.dtype, w.rows, w.cols));
 }
 
 void matmul(const float* x, const GemvWeightView& w, int64_t n_tokens, float* y, const ActivationScratch& scratch,

@@ -71,6 +71,13 @@ struct QuantizedActivationsView {
     // counts arrivals here, and the block completing a group quantises it (then sets the counter back
     // to zero). From ActivationScratch; nullptr where no such kernel writes the view.
     int32_t* arrivals = nullptr;
+    // A deferred RMS norm (ActivationScratch::deferred_norm_view, written by gemv_quantized_add_norm): the
+    // codes then quantise g = x ⊙ w, the norm's input times its weights, and norm_sum_sq[group] holds Σx²
+    // over the group's inputs. The activations the codes stand for are rms_norm(x)·w = r·g with
+    // r = 1/sqrt(Σ_groups norm_sum_sq / cols + norm_eps), one number per row, which every GEMV reading the
+    // view multiplies into the group scales as it loads them. nullptr: the codes quantise the activations.
+    float* norm_sum_sq = nullptr;
+    float norm_eps = 0.0f;
 };
 inline int64_t activation_groups(int64_t k) { return (k + kActivationGroup - 1) / kActivationGroup; }
 // Scratch for activations of up to `max_cols` inputs (and their zeroed arrival counters); one per stream.
@@ -79,7 +86,12 @@ struct ActivationScratch {
     int64_t max_cols = 0;
     explicit ActivationScratch(int64_t max_cols);
     QuantizedActivationsView view(int64_t cols) const;
+    // The same scratch as the output of gemv_quantized_add_norm and the input of the GEMVs after it.
+    QuantizedActivationsView deferred_norm_view(int64_t cols, float norm_eps) const;
 };
+// Kernels that write activations in the plain meaning (everything but gemv_quantized_add_norm) refuse a
+// deferred-norm view: its consumers would apply a norm scale from sums nobody wrote.
+void require_plain_view(const QuantizedActivationsView& view, const char* who);
 
 // x[K] f32 → int8 groups of 128 with scale and sum, as above. One tiny launch; share the result among
 // all matrices that read the same x (q/k/v/gate, ffn gate/up).
@@ -140,6 +152,27 @@ GemvLaunchReport gemv_quantized_swiglu(const QuantizedActivationsView& x, const 
 GemvLaunchReport gemv_quantized_swiglu(const QuantizedActivationsView& x, const GemvWeightView& gate,
                                        const GemvWeightView& up, float* y, cudaStream_t stream,
                                        const QuantizedActivationsView* y_quantized = nullptr);
+
+// The decode step's seam between two blocks, folded into the GEMV that ends the first (the block's
+// output projection) and the GEMVs that start the second (ops/residual_norm_cuda.cu is the unfolded seam):
+//   residual[n] += (W·x)[n]                       (the residual stream, updated in place; the float
+//                                                   result is x + y of the seam bit for bit)
+//   out: the int8 groups of g = residual ⊙ norm_w and each group's Σ residual², in a deferred-norm view
+//        (out.norm_sum_sq set, out.norm_eps the norm's eps; a view of N inputs with arrival counters,
+//        not x's scratch).
+// The block completing a group of 128 rows quantises it (as gemv_quantized_swiglu's y_quantized), with
+// one warp: g's codes are quantize_activations(g) bit for bit; Σ is that warp's sum (fmaf over each lane's
+// four values in order, then a butterfly over the lanes). A GEMV reading `out` then sees the codes of
+// rms_norm(residual)·norm_w (NormWeight::plain): its group scale times r of the norm (see
+// QuantizedActivationsView), r computed from the group sums in a fixed order by every block alike.
+// Against the seam's h = x·r·w quantised, a code can differ by one where h·127/max|h| lands within an
+// fp32 rounding of a half-integer: both are that quantiser of the same activations.
+GemvLaunchReport gemv_quantized_add_norm(const QuantizedActivationsView& x, const GemvWeightView& w, float* residual,
+                                         const float* norm_w, const QuantizedActivationsView& out, cudaStream_t stream,
+                                         const GemvLaunchConfig& config);
+GemvLaunchReport gemv_quantized_add_norm(const QuantizedActivationsView& x, const GemvWeightView& w, float* residual,
+                                         const float* norm_w, const QuantizedActivationsView& out,
+                                         cudaStream_t stream);
 
 // The twin of cpu::matmul: quantise x into `scratch`, then the GEMV. n_tokens must be 1 (prefill has
 // its own path); throws deltabit::Error otherwise or when shapes disagree.

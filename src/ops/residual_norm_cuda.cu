@@ -113,6 +113,7 @@ void add_rms_norm_quantize(float* x, const float* residual, const float* w, int6
     if (hq.cols != dim)
         fail_message("cuda add_rms_norm_quantize: quantised view of " + std::to_string(hq.cols) + " inputs for a row of " +
                      std::to_string(dim));
+    require_plain_view(hq, "cuda add_rms_norm_quantize");
     const Args args{x, residual, w, h, hq.q, hq.meta, int(dim), eps, weight == cpu::NormWeight::one_plus};
     launch_programmatic(add_rms_norm_quantize_kernel, dim3(1), dim3(kThreads), 0, stream, "add_rms_norm_quantize",
                         args);

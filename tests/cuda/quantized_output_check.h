@@ -32,6 +32,10 @@ public:
     }
 
     cuda::QuantizedActivationsView view() const { return scratch_.view(cols_); }
+    // The same bytes as the output of gemv_quantized_add_norm (ops/matmul_cuda.h).
+    cuda::QuantizedActivationsView deferred_view(float norm_eps) const {
+        return scratch_.deferred_norm_view(cols_, norm_eps);
+    }
 
     // q and meta back to poison, counters untouched: a second call must then write every group again.
     void poison() const {

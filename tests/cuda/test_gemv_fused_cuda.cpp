@@ -44,6 +44,7 @@
 #include "ops/weight_repack.h"
 
 #ifdef DELTABIT_HAVE_CUDA
+#include "cuda/gemv_fused_support.h"
 #include "cuda/gemv_test_data.h"
 #include "cuda/op_parity_cuda.h"
 #include "cuda/quantized_output_check.h"
@@ -58,62 +59,6 @@ namespace {
 #ifdef DELTABIT_HAVE_CUDA
 
 // ---- shared helpers ----
-
-// A random matrix straight in the GEMV layout. These tests compare GPU kernels with each other, so the
-// weights need no GGUF original (the repack is proven in test_gemv_repack.cpp); filling the two planes
-// directly, four code bytes per draw, keeps the 17408 × 5120 FFN shapes cheap on the host. Every code
-// pattern is a valid weight, so random bytes exercise every level.
-cuda::GemvWeights random_gemv_weights(DType t, int64_t rows, int64_t cols, std::mt19937& rng) {
-    GemvRepacked packed;
-    packed.dtype = t;
-    packed.rows = rows;
-    packed.cols = cols;
-    packed.codes.resize(size_t(rows) * gemv_code_row_bytes(t, cols));
-    for (size_t i = 0; i < packed.codes.size(); i += 4) {
-        const uint32_t word = rng();
-        std::memcpy(&packed.codes[i], &word, std::min<size_t>(4, packed.codes.size() - i));
-    }
-    std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
-    packed.scales.resize(size_t(rows) * size_t(cols / dtype_info(t).block_elems));
-    for (uint16_t& d : packed.scales) d = float_to_half(scale(rng));
-    return cuda::upload_gemv_weights(packed);
-}
-
-// Hidden-state-like x[cols], quantised on the device by cuda::quantize_activations (itself checked
-// against its CPU twin in test_gemv_cuda.cpp). Both sides of every GEMV comparison read this one copy.
-cuda::ActivationScratch random_quantized_activations(int64_t cols, std::mt19937& rng) {
-    cuda::ActivationScratch scratch(cols);
-    const std::vector<float> x = random_activations(cols, rng);
-    cuda::DeviceBuffer dx(x.size() * sizeof(float));
-    dx.upload(x.data(), dx.bytes());
-    cuda::quantize_activations(dx.get<float>(), scratch.view(cols), nullptr);
-    cuda::cuda_check(cudaDeviceSynchronize(), "quantize_activations");
-    return scratch;
-}
-
-// got == want bit for bit. The reference must be all finite: otherwise an unwritten (NaN-poisoned)
-// output could match an unwritten reference.
-::testing::AssertionResult bitwise_equal(const std::vector<float>& got, const std::vector<float>& want) {
-    if (got.size() != want.size()) {
-        return ::testing::AssertionFailure() << got.size() << " outputs, want " << want.size();
-    }
-    for (size_t i = 0; i < want.size(); ++i) {
-        if (!std::isfinite(want[i])) return ::testing::AssertionFailure() << "reference row " << i << " is " << want[i];
-        if (std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(want[i])) {
-            return ::testing::AssertionFailure() << "row " << i << " is " << got[i] << " (bits 0x" << std::hex
-                                                 << std::bit_cast<uint32_t>(got[i]) << "), want " << want[i]
-                                                 << " (bits 0x" << std::bit_cast<uint32_t>(want[i]) << std::dec << ")";
-        }
-    }
-    return ::testing::AssertionSuccess();
-}
-
-std::string config_text(const cuda::GemvLaunchConfig& c) {
-    std::string s = "lanes " + std::to_string(c.lanes_per_row) + " rows/thread " + std::to_string(c.rows_per_thread) +
-                    " warps " + std::to_string(c.warps_per_block);
-    if (c.max_blocks > 0) s += " max_blocks " + std::to_string(c.max_blocks);
-    return s;
-}
 
 // The launch shape a report echoes must be the one asked for (or planned).
 void expect_same_shape(const cuda::GemvLaunchConfig& got, const cuda::GemvLaunchConfig& want, const std::string& what) {
@@ -132,13 +77,6 @@ void expect_split(const cuda::GemvLaunchReport& report, int64_t max_blocks, cons
 
 int64_t tile_rows(const cuda::GemvLaunchConfig& c) {
     return int64_t(c.warps_per_block) * (32 / c.lanes_per_row) * c.rows_per_thread;
-}
-
-std::vector<float> gemv_alone(const cuda::QuantizedActivationsView& x, const cuda::GemvWeightView& w,
-                              const cuda::GemvLaunchConfig& config, const std::string& what) {
-    GuardedDeviceArray<float> y(size_t(w.rows));
-    cuda::gemv_quantized(x, w, y.get(), nullptr, config);
-    return y.download(what + " (gemv_quantized alone)");
 }
 
 // ---- gemv_quantized_group ----

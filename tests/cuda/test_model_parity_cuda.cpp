@@ -193,8 +193,14 @@ TEST_P(ModelParityCuda, GreedyContinuationMatchesCpu) {
         cpu_logits = cpu.forward(cpu_state, std::span(&next, 1));
         gpu_logits = gpu.forward(gpu_state, std::span(&next, 1));
     }
-    std::printf("[ model cuda ] %-22s greedy: %lld of %lld tokens identical\n", f.name.c_str(), (long long)agreed,
-                (long long)kGreedyTokens);
+    std::printf("[ model cuda ] %-22s greedy: %lld of %lld tokens identical (decode seams %s)\n", f.name.c_str(),
+                (long long)agreed, (long long)kGreedyTokens,
+                gpu.decode_stats().folded_seams ? "folded into the GEMVs" : "as kernels");
+    // The decode steps above took the folded seams exactly where the model allows them (every matrix
+    // quantised, no MoE layer: CudaModel::seams_foldable), so this test is also the fold's model parity.
+    const std::vector<bool>& moe = cpu.config().layer_is_moe;
+    const bool any_moe = std::find(moe.begin(), moe.end(), true) != moe.end();
+    EXPECT_EQ(gpu.decode_stats().folded_seams, binary && !any_moe);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ModelParityCuda, ::testing::ValuesIn(test::fixture_names()),
