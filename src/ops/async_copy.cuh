@@ -1,4 +1,4 @@
-// Asynchronous global → shared copies (cp.async, sm_80+): a thread issues 16- (or 8-) byte copies that land in
+// Asynchronous global → shared copies (cp.async, sm_80+): a thread issues 16-byte copies that land in
 // shared memory while it goes on computing; commit_group closes a batch, wait_group<N> blocks until at
 // most N of the thread's batches are still in flight. Each thread waits only for its own copies, so a
 // block reads a tile after its wait AND a __syncthreads().
@@ -14,12 +14,6 @@ __device__ __forceinline__ void cp_async16(void* shared, const void* global, boo
     const unsigned dst = unsigned(__cvta_generic_to_shared(shared));
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global), "r"(fill_zero ? 0 : 16)
                  : "memory");
-}
-
-// 8 bytes from `global` to `shared` (both 8-byte aligned; through L1, the only way cp.async takes 8).
-__device__ __forceinline__ void cp_async8(void* shared, const void* global) {
-    const unsigned dst = unsigned(__cvta_generic_to_shared(shared));
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(dst), "l"(global) : "memory");
 }
 
 __device__ __forceinline__ void cp_async_commit_group() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }

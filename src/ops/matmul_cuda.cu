@@ -20,7 +20,6 @@
 #include <cuda_fp16.h>
 
 #include "ops/activation_quant.cuh"
-#include "ops/async_copy.cuh"
 #include "ops/cuda_math.cuh"
 #include "ops/programmatic_launch.cuh"
 
@@ -353,22 +352,20 @@ __global__ void __launch_bounds__(kMaxThreadsPerBlock) gemv_kernel(KernelArgs a,
     wait_for_predecessor();
     allow_dependents();
     {
-        // Every dot needs x, so the whole copy is on the path from the kernel before to the first weight
-        // used: cp.async puts all of a thread's copies in flight at once (one L2 round trip), where a loop
-        // of load → store waited for each in turn (K = 17408 with 128 threads: 9 round trips).
         const int4* src = reinterpret_cast<const int4*>(a.xq);
-        for (int i = int(threadIdx.x); i < a.x_groups * 8; i += int(blockDim.x))
-            cp_async16(x_smem + (i / 8) * kSmemGroupStride + (i % 8) * 16, src + i);
+        for (int i = int(threadIdx.x); i < a.x_groups * 8; i += int(blockDim.x)) {
+            *reinterpret_cast<int4*>(x_smem + (i / 8) * kSmemGroupStride + (i % 8) * 16) = __ldg(src + i);
+        }
         const int2* meta_src = reinterpret_cast<const int2*>(a.x_meta);
-        for (int g = int(threadIdx.x); g < a.x_groups; g += int(blockDim.x)) cp_async8(meta_smem + g, meta_src + g);
-        cp_async_commit_group();
-        // A deferred-norm input's scale, its loads overlapping the copies.
-        const float norm_scale = a.x_sum_sq != nullptr ? deferred_norm_scale(a) : 1.0f;
-        cp_async_wait_group<0>();
-        if (a.x_sum_sq != nullptr) {
-            // Each thread scales the entries it copied: its own copies are complete, no barrier needed.
-            for (int g = int(threadIdx.x); g < a.x_groups; g += int(blockDim.x))
-                meta_smem[g].x = __float_as_int(__int_as_float(meta_smem[g].x) * norm_scale);
+        if (a.x_sum_sq == nullptr) {
+            for (int g = int(threadIdx.x); g < a.x_groups; g += int(blockDim.x)) meta_smem[g] = __ldg(meta_src + g);
+        } else {
+            const float norm_scale = deferred_norm_scale(a);
+            for (int g = int(threadIdx.x); g < a.x_groups; g += int(blockDim.x)) {
+                int2 meta = __ldg(meta_src + g);
+                meta.x = __float_as_int(__int_as_float(meta.x) * norm_scale);
+                meta_smem[g] = meta;
+            }
         }
     }
     __syncthreads();
