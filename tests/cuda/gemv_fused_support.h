@@ -87,4 +87,17 @@ inline std::string config_text(const cuda::GemvLaunchConfig& c) {
     return s;
 }
 
+// The first `groups` arrival counters of a view are all zero (a kernel that counts arrivals leaves them so,
+// and a refused call must not have launched).
+inline ::testing::AssertionResult arrivals_zero(const cuda::QuantizedActivationsView& v, int64_t groups) {
+    cuda::cuda_check(cudaDeviceSynchronize(), "arrival counters");
+    std::vector<int32_t> arrivals(static_cast<size_t>(groups));
+    cuda::cuda_check(cudaMemcpy(arrivals.data(), v.arrivals, arrivals.size() * sizeof(int32_t), cudaMemcpyDeviceToHost),
+                     "download arrivals");
+    for (size_t g = 0; g < arrivals.size(); ++g) {
+        if (arrivals[g] != 0) return ::testing::AssertionFailure() << "arrival counter " << g << " is " << arrivals[g];
+    }
+    return ::testing::AssertionSuccess();
+}
+
 }  // namespace deltabit::test

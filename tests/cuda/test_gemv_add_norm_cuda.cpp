@@ -46,9 +46,19 @@ namespace {
 
 constexpr int kLanes = 32;
 
+// A warp's xor butterfly (__shfl_xor_sync over offsets 16 .. 1), each level adding the partner lane's
+// value. Float addition commutes, so every lane ends with the same float; returns it.
+float butterfly_sum(float (&lanes)[kLanes]) {
+    for (int offset = 16; offset > 0; offset /= 2) {
+        float next[kLanes];
+        for (int l = 0; l < kLanes; ++l) next[l] = lanes[l] + lanes[l ^ offset];
+        std::copy(next, next + kLanes, lanes);
+    }
+    return lanes[0];
+}
+
 // The contract's Σy² of one group of 128 (ops/matmul_cuda.h): lane l holds y[4l .. 4l+3] (zero past the
-// row), adds their squares with fmaf in order, then each of the 5 butterfly levels adds the partner lane's
-// value. Float addition commutes, so every lane ends with lane 0's float.
+// row), adds their squares with fmaf in order, then the butterfly.
 float group_sum_sq_twin(const std::vector<float>& y, int64_t g) {
     float lane_sum[kLanes];
     for (int l = 0; l < kLanes; ++l) {
@@ -60,12 +70,7 @@ float group_sum_sq_twin(const std::vector<float>& y, int64_t g) {
         }
         lane_sum[l] = s;
     }
-    for (int offset = 16; offset > 0; offset /= 2) {
-        float next[kLanes];
-        for (int l = 0; l < kLanes; ++l) next[l] = lane_sum[l] + lane_sum[l ^ offset];
-        std::copy(next, next + kLanes, lane_sum);
-    }
-    return lane_sum[0];
+    return butterfly_sum(lane_sum);
 }
 
 // The reading GEMV's r = 1/sqrt(Σ/cols + eps): lane l adds group sums l, l + 32, ... in order, then the
@@ -73,12 +78,7 @@ float group_sum_sq_twin(const std::vector<float>& y, int64_t g) {
 float norm_scale_twin(const std::vector<float>& group_sums, int64_t cols, float eps) {
     float lane_sum[kLanes] = {};
     for (size_t g = 0; g < group_sums.size(); ++g) lane_sum[g % kLanes] += group_sums[g];
-    for (int offset = 16; offset > 0; offset /= 2) {
-        float next[kLanes];
-        for (int l = 0; l < kLanes; ++l) next[l] = lane_sum[l] + lane_sum[l ^ offset];
-        std::copy(next, next + kLanes, lane_sum);
-    }
-    return 1.0f / std::sqrt(lane_sum[0] / float(cols) + eps);
+    return 1.0f / std::sqrt(butterfly_sum(lane_sum) / float(cols) + eps);
 }
 
 std::vector<float> download_sums(const cuda::QuantizedActivationsView& v) {
@@ -288,10 +288,7 @@ TEST(GemvAddNormErrors, RefusesPlainOrMisfitOutputsAndPlainWritersRefuseDeferred
         << "gemv_quantized_swiglu's y_quantized";
     cuda::cuda_check(cudaDeviceSynchronize(), "add norm errors");
     // One accepted call and every refusal (which launches nothing) leave the counters at zero.
-    std::vector<int32_t> arrivals(size_t(cuda::activation_groups(512)));
-    cuda::cuda_check(cudaMemcpy(arrivals.data(), ok.arrivals, arrivals.size() * sizeof(int32_t), cudaMemcpyDeviceToHost),
-                     "download arrivals");
-    for (size_t g = 0; g < arrivals.size(); ++g) EXPECT_EQ(arrivals[g], 0) << "arrival counter " << g;
+    EXPECT_TRUE(arrivals_zero(ok, cuda::activation_groups(512)));
 }
 
 #else
