@@ -8,13 +8,13 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <string>
 #include <utility>
 
+#include "core/env_switch.h"
 #include "core/error.h"
 #include "models/kv_cache.h"
 #include "models/sequence_state.h"
@@ -327,8 +327,7 @@ bool DeviceArena::begin_call() {
 
 CudaModel::CudaModel(const Model& model, const UploadProgress& progress) : config_(model.config()) {
     // An experiment switch for measuring what the fold saves (docs/bench.md): DELTABIT_SEAM_FOLD=0.
-    if (const char* fold = std::getenv("DELTABIT_SEAM_FOLD"); fold != nullptr && std::string(fold) == "0")
-        seam_folding_ = false;
+    seam_folding_ = env_switch("DELTABIT_SEAM_FOLD", true);
     // A blocking stream: it orders after the synchronous uploads and memsets of the legacy stream.
     check(cudaStreamCreate(&stream_), "create stream");
     const ModelParts& parts = model.parts();

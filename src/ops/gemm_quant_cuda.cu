@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <string>
 
+#include "ops/async_copy.cuh"
 #include "ops/cuda_launch.h"
 #include "ops/tensor_core.cuh"
 
@@ -104,25 +105,6 @@ struct Codec<DType::Q8_0> {
 template <DType T>
 constexpr int b_stride() {
     return Codec<T>::kTileBytes + (Codec<T>::kTileBytes > 16 ? 16 : 0);
-}
-
-__device__ __forceinline__ void cp_async_16(void* smem, const void* global, bool valid) {
-    const unsigned dst = unsigned(__cvta_generic_to_shared(smem));
-    const int src_bytes = valid ? 16 : 0;  // 0: the 16 bytes are zero-filled, nothing is read
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-__device__ __forceinline__ void mma_s8(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 struct GemmArgs {
@@ -216,7 +198,7 @@ __global__ void __launch_bounds__(WM* WN* KS * 32, min_blocks<WM * WN * KS * 32>
                     const int row = c >> 3, ch = c & 7;
                     const bool ok = m0 + row < a.m;
                     const int8_t* src = a.xq + (ok ? (m0 + row) * x_row_bytes + int64_t(kt) * kKTile + ch * 16 : 0);
-                    cp_async_16(as + row * kAStride + ch * 16, src, ok);
+                    cp_async16(as + row * kAStride + ch * 16, src, !ok);
                 }
                 uint8_t* bs = b_smem + (kt % kStages) * kBStage;
                 for (int c = tid; c < kBN * kBChunks; c += kThreads) {
@@ -224,10 +206,10 @@ __global__ void __launch_bounds__(WM* WN* KS * 32, min_blocks<WM * WN * KS * 32>
                     const int64_t byte = int64_t(kt) * C::kTileBytes + ch * 16;
                     const bool ok = n0 + row < a.n && byte < a.code_row_bytes;  // a last partial k-tile reads zeros
                     const uint8_t* src = a.codes + (ok ? (n0 + row) * a.code_row_bytes + byte : 0);
-                    cp_async_16(bs + row * kBStride + ch * 16, src, ok);
+                    cp_async16(bs + row * kBStride + ch * 16, src, !ok);
                 }
             }
-            cp_async_commit();
+            cp_async_commit_group();
         };
 
         // This thread's token rows (2 per m16 tile) and first weight row (+ 8·j + {0, 1}).
@@ -286,16 +268,16 @@ __global__ void __launch_bounds__(WM* WN* KS * 32, min_blocks<WM * WN * KS * 32>
 #pragma unroll
         for (int r = 0; r < kRounds - 1; ++r) {
             if (r < rounds) load_round(r);
-            else cp_async_commit();
+            else cp_async_commit_group();
         }
         TileScales scales;
         load_scales(k_part, scales);  // prefetched one k-tile ahead from here on
 
         for (int r = 0; r < rounds; ++r) {
-            cp_async_wait<kRounds - 2>();
+            cp_async_wait_group<kRounds - 2>();
             __syncthreads();  // round r is visible; everyone is done with round r − 1, refilled next
             if (r + kRounds - 1 < rounds) load_round(r + kRounds - 1);
-            else cp_async_commit();
+            else cp_async_commit_group();
             const int kt = r * KS + k_part;
             if (kt >= a.k_tiles) continue;  // (no barrier below: the loop's next barrier is shared)
             const TileScales cur = scales;
@@ -334,7 +316,7 @@ __global__ void __launch_bounds__(WM* WN* KS * 32, min_blocks<WM * WN * KS * 32>
                             C::fragment(b_row, ks, quad, b0, b1);
                         }
 #pragma unroll
-                        for (int i = 0; i < MT; ++i) mma_s8(dot[i], a_frag[ks][i], b0, b1);
+                        for (int i = 0; i < MT; ++i) mma_s8_s32(dot[i], a_frag[ks][i], b0, b1);
                     }
                     // The GEMV's term: float(dot) · (d_w · scale_x), one fmaf.
                     float w_scale[2];
@@ -356,7 +338,7 @@ __global__ void __launch_bounds__(WM* WN* KS * 32, min_blocks<WM * WN * KS * 32>
                 }
             }
         }
-        cp_async_wait<0>();
+        cp_async_wait_group<0>();
         __syncthreads();  // the stages are free: reused below for the k-part reduction, then refilled
 
         if constexpr (KS > 1) {

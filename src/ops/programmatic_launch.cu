@@ -2,17 +2,14 @@
 #include "ops/programmatic_launch.cuh"
 
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
+
+#include "core/env_switch.h"
 
 namespace deltabit::cuda {
 
 namespace {
 std::atomic<bool>& enabled_flag() {
-    static std::atomic<bool> flag{[] {
-        const char* v = std::getenv("DELTABIT_PROGRAMMATIC_LAUNCH");
-        return v == nullptr || std::strcmp(v, "0") != 0;
-    }()};
+    static std::atomic<bool> flag{env_switch("DELTABIT_PROGRAMMATIC_LAUNCH", true)};
     return flag;
 }
 }  // namespace

@@ -1,6 +1,6 @@
 // Warp-level tensor-core primitives (sm_80+): ldmatrix loads of 8×8 b16 tiles from shared memory into the
-// fragment layout mma.sync expects, and the f16 · f16 → f32 mma. Fragment layouts (PTX ISA, "Matrix
-// fragments for mma.m16n8k16"), with g = lane / 4 and t = lane % 4:
+// fragment layout mma.sync expects, the f16 · f16 → f32 mma and the s8 · s8 → s32 one. Fragment layouts
+// (PTX ISA, "Matrix fragments for mma.m16n8k16"), with g = lane / 4 and t = lane % 4:
 //   A (16×16, row major) a[0]: (g, 2t..2t+1)  a[1]: (g+8, 2t..)  a[2]: (g, 2t+8..)  a[3]: (g+8, 2t+8..)
 //   B (16×8, column major) b[0]: rows 2t..2t+1 of column g   b[1]: rows 2t+8..2t+9 of column g
 //   C (16×8) c[0], c[1]: (g, 2t), (g, 2t+1)   c[2], c[3]: (g+8, 2t), (g+8, 2t+1)
@@ -36,6 +36,16 @@ __device__ __forceinline__ void mma_f16_f32(float (&c)[4], const uint32_t (&a)[4
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// d += a · b, s8 inputs, s32 accumulators, exact (m16n8k32: the layout above with four 8-bit k per
+// register where f16 has two 16-bit ones).
+__device__ __forceinline__ void mma_s8_s32(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
