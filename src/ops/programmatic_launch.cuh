@@ -41,46 +41,52 @@ __device__ __forceinline__ void allow_dependents() {
 bool programmatic_launch_enabled();
 void set_programmatic_launch(bool enabled);
 
-// kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-serialisation attribute when
-// enabled. The kernel must follow the rules above. Throws deltabit::Error naming `name` on a launch error.
+// kernel<<<grid, block, smem, stream>>>(args...) through cudaLaunchKernelEx with the cluster attribute
+// when cluster_dims.x != 0 and the programmatic-serialisation attribute when enabled: the one launch the
+// two helpers below make. Throws deltabit::Error naming `name` on a launch error.
 template <typename... KernelArgs, typename... Args>
-void launch_programmatic(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                         const char* name, Args&&... args) {
-    cudaLaunchConfig_t config{};
-    config.gridDim = grid;
-    config.blockDim = block;
-    config.dynamicSmemBytes = smem;
-    config.stream = stream;
-    cudaLaunchAttribute attribute[1];
-    attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attribute[0].val.programmaticStreamSerializationAllowed = 1;
-    config.attrs = attribute;
-    config.numAttrs = programmatic_launch_enabled() ? 1 : 0;
-    cuda_check(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), name);
-}
-
-// launch_programmatic for a kernel of thread-block clusters (sm_90): cluster_dims blocks per cluster, grid a
-// multiple of it in every dimension, at most 8 blocks per cluster (the portable size; more needs a kernel
-// attribute this helper does not set). The cluster attribute is always set, the programmatic one when
-// enabled; the kernel follows the rules above, the cluster's blocks all calling them.
-template <typename... KernelArgs, typename... Args>
-void launch_programmatic_cluster(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, dim3 cluster_dims, size_t smem,
-                                 cudaStream_t stream, const char* name, Args&&... args) {
+void launch_with_attributes(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, dim3 cluster_dims, size_t smem,
+                            cudaStream_t stream, const char* name, Args&&... args) {
     cudaLaunchConfig_t config{};
     config.gridDim = grid;
     config.blockDim = block;
     config.dynamicSmemBytes = smem;
     config.stream = stream;
     cudaLaunchAttribute attributes[2];
-    attributes[0].id = cudaLaunchAttributeClusterDimension;
-    attributes[0].val.clusterDim.x = cluster_dims.x;
-    attributes[0].val.clusterDim.y = cluster_dims.y;
-    attributes[0].val.clusterDim.z = cluster_dims.z;
-    attributes[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attributes[1].val.programmaticStreamSerializationAllowed = 1;
+    unsigned n_attributes = 0;
+    if (cluster_dims.x != 0) {
+        cudaLaunchAttribute& cluster = attributes[n_attributes++];
+        cluster.id = cudaLaunchAttributeClusterDimension;
+        cluster.val.clusterDim.x = cluster_dims.x;
+        cluster.val.clusterDim.y = cluster_dims.y;
+        cluster.val.clusterDim.z = cluster_dims.z;
+    }
+    if (programmatic_launch_enabled()) {
+        cudaLaunchAttribute& programmatic = attributes[n_attributes++];
+        programmatic.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        programmatic.val.programmaticStreamSerializationAllowed = 1;
+    }
     config.attrs = attributes;
-    config.numAttrs = programmatic_launch_enabled() ? 2 : 1;
+    config.numAttrs = n_attributes;
     cuda_check(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), name);
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...), with the programmatic-serialisation attribute when
+// enabled. The kernel must follow the rules above. Throws deltabit::Error naming `name` on a launch error.
+template <typename... KernelArgs, typename... Args>
+void launch_programmatic(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                         const char* name, Args&&... args) {
+    launch_with_attributes(kernel, grid, block, dim3(0, 0, 0), smem, stream, name, std::forward<Args>(args)...);
+}
+
+// launch_programmatic for a kernel of thread-block clusters (sm_90): cluster_dims blocks per cluster (x >= 1),
+// grid a multiple of it in every dimension, at most 8 blocks per cluster (the portable size; more needs a kernel
+// attribute this helper does not set). The cluster attribute is always set, the programmatic one when
+// enabled; the kernel follows the rules above, the cluster's blocks all calling them.
+template <typename... KernelArgs, typename... Args>
+void launch_programmatic_cluster(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, dim3 cluster_dims, size_t smem,
+                                 cudaStream_t stream, const char* name, Args&&... args) {
+    launch_with_attributes(kernel, grid, block, cluster_dims, smem, stream, name, std::forward<Args>(args)...);
 }
 
 }  // namespace deltabit::cuda
