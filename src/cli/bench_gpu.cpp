@@ -367,6 +367,8 @@ GpuProbe probe_gpu() {
         }
         probe.copy_gb_s = 2.0 * double(bytes) * kCopies / (median(ms) * 1e-3) / 1e9;  // read + write
     }
+    probe.stream_floor = cuda::measure_stream_floor(size_t(12) << 20, 9, stream);
+    probe.dependent_launch_us = cuda::measure_dependent_launch_us(256, 9, stream);
     cudaEventDestroy(start);
     cudaEventDestroy(stop);
     cudaStreamDestroy(stream);
@@ -386,6 +388,7 @@ std::vector<BenchMeasurement> run_gpu_bench(CudaModel& model, const InferenceCos
     decode_path = fmt::format("{} graph replays, {} captures, {} eager steps, {} prompt chunks over the run; seams {}",
                               s.graph_replays, s.graph_captures, s.eager_steps, s.prompt_chunks,
                               s.folded_seams ? "folded into the GEMVs" : "as kernels");
+    if (s.step_kernels > 0) decode_path += fmt::format("; {} kernels a step", s.step_kernels);
     return bench.take();
 }
 

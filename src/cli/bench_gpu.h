@@ -31,6 +31,7 @@
 
 #if DELTABIT_HAVE_CUDA
 #include "models/model_cuda.h"
+#include "ops/decode_floor_cuda.h"
 #endif
 
 namespace deltabit::cli {
@@ -68,9 +69,14 @@ struct GpuProbe {
     std::string summary;  // "NVIDIA H200, sm_90, 132 SMs, 139.8 GiB"
     double copy_gb_s = 0; // device-to-device copy, bytes read + written per second
     double bf16_peak_tflop_s = 0;  // 0 when this GPU's peak is not known here
+    // The decode floors (ops/decode_floor_cuda.h): one kernel alone streaming a Bonsai-27B-FFN-sized matrix,
+    // and a dependent launch in a graph.
+    cuda::StreamFloor stream_floor;
+    double dependent_launch_us = 0;
 };
 
-// Error when no CUDA device is usable. Measures the copy bandwidth (1 GiB copied 10 times, median of 5).
+// Error when no CUDA device is usable. Measures the copy bandwidth (1 GiB copied 10 times, median of 5)
+// and the decode floors (12 MiB streamed, median of 9; a chain of 256 launches, median of 9 replays).
 GpuProbe probe_gpu();
 
 // Runs the plan on `model` (whose weights `cost` was computed from) and returns its measurements; skipped

@@ -95,6 +95,13 @@ void print_report(const BenchReport& r) {
     if (!r.model_description.empty()) fmt::print("  {}\n", r.model_description);
     fmt::print("device: {}; copy bandwidth {:.0f} GB/s (read + write)", r.device_summary, r.copy_gb_s);
     if (r.bf16_peak_tflop_s > 0) fmt::print("; bf16 tensor peak {:.0f} TFLOP/s", r.bf16_peak_tflop_s);
+    if (r.stream_floor_us > 0) {
+        const double gb_s = r.stream_floor_bytes / (r.stream_floor_us * 1e3);
+        fmt::print("\nfloors: one kernel alone streams {:.0f} MiB from HBM in {:.2f} µs ({:.0f} GB/s, {:.0f}% of copy); "
+                   "a dependent launch in a graph takes {:.2f} µs",
+                   r.stream_floor_bytes / 1048576.0, r.stream_floor_us, gb_s, 100.0 * gb_s / r.copy_gb_s,
+                   r.dependent_launch_us);
+    }
     fmt::print("\nbuilt in {:.1f} s, uploaded in {:.1f} s; decode path: {}\n\n", r.build_seconds, r.upload_seconds,
                r.decode_path);
     fmt::print("{:<7} {:>6} {:>6} {:>10} {:>9} {:>8} {:>6} {:>9} {:>6} {:>6} {:>8}  {}\n", "test", "depth", "tokens",
@@ -134,6 +141,9 @@ nlohmann::json report_to_json(const BenchReport& r) {
             {"device", r.device_summary},
             {"copy_gb_s", r.copy_gb_s},
             {"bf16_peak_tflop_s", r.bf16_peak_tflop_s > 0 ? json(r.bf16_peak_tflop_s) : json()},
+            {"stream_floor", r.stream_floor_us > 0 ? json{{"bytes", r.stream_floor_bytes}, {"us", r.stream_floor_us}}
+                                                   : json()},
+            {"dependent_launch_us", r.dependent_launch_us > 0 ? json(r.dependent_launch_us) : json()},
             {"model", r.model},
             {"model_description", r.model_description},
             {"weight_type", r.weight_type},

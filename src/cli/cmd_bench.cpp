@@ -187,6 +187,9 @@ void run_bench(const BenchArgs& args) {
     report.device_summary = gpu.summary;
     report.copy_gb_s = gpu.copy_gb_s;
     report.bf16_peak_tflop_s = gpu.bf16_peak_tflop_s;
+    report.stream_floor_bytes = double(gpu.stream_floor.bytes);
+    report.stream_floor_us = gpu.stream_floor.microseconds;
+    report.dependent_launch_us = gpu.dependent_launch_us;
     report.kv_format = std::string(kv_format_name(plan.kv));
 
     std::unique_ptr<Model> model = build_model(args, report);

@@ -13,6 +13,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/env_switch.h"
 #include "core/error.h"
@@ -891,6 +892,24 @@ const float* CudaModel::enqueue_decode_step(CudaSequenceState& state) {
     return logits;
 }
 
+namespace {
+
+// Kernel nodes of a captured graph (its memcpy/memset nodes, if any, not counted); 0 when it cannot be read.
+int64_t kernel_nodes(cudaGraph_t graph) {
+    size_t count = 0;
+    if (cudaGraphGetNodes(graph, nullptr, &count) != cudaSuccess) return 0;
+    std::vector<cudaGraphNode_t> nodes(count);
+    if (cudaGraphGetNodes(graph, nodes.data(), &count) != cudaSuccess) return 0;
+    int64_t kernels = 0;
+    for (cudaGraphNode_t node : nodes) {
+        cudaGraphNodeType type{};
+        if (cudaGraphNodeGetType(node, &type) == cudaSuccess && type == cudaGraphNodeTypeKernel) ++kernels;
+    }
+    return kernels;
+}
+
+}  // namespace
+
 bool CudaModel::capture_decode_graph(CudaSequenceState& state) {
     if (graph_state_id_ != state.id()) release_graph();
     DecodeGraph& slot = graphs_[state.parity()];
@@ -914,6 +933,7 @@ bool CudaModel::capture_decode_graph(CudaSequenceState& state) {
         arena_->rewind(0);
         return false;
     }
+    stats_.step_kernels = kernel_nodes(graph);
     cudaGraphExec_t exec = nullptr;
     const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
     cudaGraphDestroy(graph);

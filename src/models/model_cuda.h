@@ -196,6 +196,7 @@ struct CudaDecodeStats {
     int64_t prompt_chunks = 0;    // T > 1 calls are cut into chunks of at most kPromptChunk tokens
     int64_t arena_allocations = 0;  // cudaMalloc calls of the scratch arenas, ever
     bool folded_seams = false;      // the last T = 1 step enqueued folded its seams (set_seam_folding)
+    int64_t step_kernels = 0;       // kernels in the last captured decode graph (one step's launch chain)
 };
 
 class CudaModel {

@@ -28,6 +28,11 @@ TEST(BenchCliCuda, TinyGeometryReportsEveryTestFromTheFastPath) {
         ASSERT_EQ(r.exit_code, 0) << r.output;
         const nlohmann::json report = nlohmann::json::parse(r.output);
         EXPECT_GT(report["copy_gb_s"].get<double>(), 100.0);
+        EXPECT_GT(report["stream_floor"]["us"].get<double>(), 0.0);
+        EXPECT_EQ(report["stream_floor"]["bytes"].get<double>(), double(12 << 20));
+        EXPECT_GT(report["dependent_launch_us"].get<double>(), 0.0);
+        const std::string path = report["decode_path"].get<std::string>();
+        EXPECT_NE(path.find("kernels a step"), std::string::npos) << path;
         std::vector<std::string> tests;
         for (const auto& m : report["measurements"]) {
             tests.push_back(m["test"].get<std::string>());
