@@ -26,6 +26,13 @@
 // L2 prefetch of a block's later tiles, cp.async for the copy of x into shared memory. At IPC ≈ 1.4 per SM,
 // 0.6 instructions per weight predict the FFN shapes' 8–9 µs, so next: fewer instructions per weight
 // (binary tensor cores: mma.m16n8k128.b1.and.popc with x's eight bit planes as the eight columns).
+// 2026-11-29, session 13: built and measured, not kept. The b1 mma is native on sm_90 (479 T weights/s in
+// a register loop, 6.6× the s8 mma), and a b1 GEMV (16-row tiles, k-split warps, every decode epilogue) was
+// 1.07–1.4× this kernel on the shapes above — but no faster in the model (Bonsai-27B 255 vs 263 tok/s,
+// 4B +3% at best over k-split sweeps) for twice the 1-bit weight memory. Nor was an L2 prefetch of the next
+// GEMV's weights issued by the one before (−1…−2%). What the figures here cannot show: a kernel alone
+// streams 12 MiB in no less than ~5.9 µs (deltabit bench's "floors" line), and in the replayed step these
+// GEMVs overlap their neighbours (docs/bench.md, "A kernel timeline of the decode step").
 #include <algorithm>
 #include <cstdio>
 #include <cstring>

@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""tools/timeline_summary.py on hand-made timelines whose answers are known: the exposed times of a step add
+up to its span with overlapping kernels, replays are cut where the graph changes and outside graphs, the
+first replay is dropped, and kernel names lose their namespaces and casts but keep template arguments."""
+import importlib.util
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPT = os.path.join(HERE, "..", "..", "tools", "timeline_summary.py")
+spec = importlib.util.spec_from_file_location("timeline_summary", SCRIPT)
+summary = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(summary)
+
+GEMV = "void (anonymous namespace)::gemv_kernel<(deltabit::DType)5, 16, 2, false>(KernelArgs, long, long)"
+EMBED = "(anonymous namespace)::embedding_kernel(const unsigned char*, long)"
+
+
+def write_timeline(rows):
+    f = tempfile.NamedTemporaryFile("w", suffix=".tsv", delete=False)
+    f.write("start_ns\tend_ns\tgrid_x\tblock_x\tgraph_id\tname\n")
+    for start, end, graph, name in rows:
+        f.write(f"{start}\t{end}\t320\t128\t{graph}\t{name}\n")
+    f.close()
+    return f.name
+
+
+class TimelineSummaryTest(unittest.TestCase):
+    def test_kind_keeps_template_arguments_and_grid(self):
+        self.assertEqual(summary.kind_of(GEMV, "320"), "gemv_kernel<5, 16, 2, false> g320")
+        self.assertEqual(summary.kind_of(EMBED, "20"), "embedding_kernel g20")
+
+    def test_replays_split_on_graph_change_and_drop_the_first(self):
+        records = [(0, 1, 7, "a"), (1, 2, 7, "b"), (3, 4, 8, "a"), (5, 6, 0, "eager"), (7, 8, 8, "a"), (9, 10, 7, "a")]
+        runs = summary.replays(records)
+        self.assertEqual([len(r) for r in runs], [1, 1, 1])  # [7,7] dropped; 8 | eager cut | 8 | 7
+        self.assertEqual([r[0][2] for r in runs], [8, 8, 7])
+
+    def test_exposed_times_add_up_to_the_span(self):
+        # Each step: a GEMV 0..5000, the embedding overlapping it 4000..7000 (exposed 2000), 2 µs between steps.
+        rows, t = [], 0
+        for step in range(4):
+            graph = 7 if step % 2 == 0 else 8
+            rows.append((t, t + 5000, graph, GEMV))
+            rows.append((t + 4000, t + 7000, graph, EMBED))
+            t += 9000
+        path = write_timeline(rows)
+        try:
+            out = subprocess.run([sys.executable, SCRIPT, path, "--steps", "5"], capture_output=True, text=True,
+                                 check=True).stdout
+        finally:
+            os.unlink(path)
+        self.assertIn("3 replays: step span median 7.0 µs, 2 kernels a step", out)
+        self.assertIn("summed kernel time 8.0 µs", out)
+        self.assertIn("gap between steps median 2.0 µs", out)
+        lines = {line.split("  ")[-1].strip(): line for line in out.splitlines()[2:]}
+        self.assertRegex(lines["gemv_kernel<5, 16, 2, false> g320"], r"1\.0\s+5\.00\s+5\.0\s+71\.4%")
+        self.assertRegex(lines["embedding_kernel g320"], r"1\.0\s+3\.00\s+2\.0\s+28\.6%")
+
+    def test_refuses_a_file_that_is_not_a_timeline(self):
+        f = tempfile.NamedTemporaryFile("w", suffix=".tsv", delete=False)
+        f.write("a\tb\n1\t2\n")
+        f.close()
+        try:
+            result = subprocess.run([sys.executable, SCRIPT, f.name], capture_output=True, text=True)
+        finally:
+            os.unlink(f.name)
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("not a timeline TSV", result.stderr)
+
+
+if __name__ == "__main__":
+    unittest.main()

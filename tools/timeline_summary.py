@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""Where a replayed decode step's time goes, from a kernel timeline (tools/cuda_timeline).
+
+Reads the TSV the timeline library writes (start_ns, end_ns, grid_x, block_x, graph_id, name), cuts it into
+graph replays (maximal runs of consecutive kernels with one graph_id), drops the first (it may be cut off),
+and for the last --steps replays prints: the step's span, its kernels, and per kind of kernel (name + grid)
+the count per step, the mean duration as it ran (overlaps included), and the EXPOSED time — how far the
+step's end moved while that kernel was the last to finish (the exposed times add up to the span exactly,
+so they say what a kernel costs the step, not what it costs alone). Usage and an example: docs/bench.md,
+"A kernel timeline of the decode step".
+
+    python3 tools/timeline_summary.py step.tsv [--steps 20]
+"""
+import argparse
+import collections
+import csv
+import re
+import statistics
+import sys
+
+
+def kind_of(name, grid):
+    """'void (anonymous namespace)::gemv_kernel<(deltabit::DType)5, 16, 2, false>(Args, long)' -> 'gemv_kernel<5, 16, 2, false> g320'."""
+    base = re.sub(r"^void ", "", name).replace("(anonymous namespace)::", "").replace("deltabit::cuda::", "")
+    base = re.sub(r"\(([A-Za-z_:]+)\)(?=-?\d)", "", base)  # casts of template arguments: (DType)5 -> 5
+    return f"{base.split('(', 1)[0]} g{grid}"
+
+
+def read(path):
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f, delimiter="\t"))
+    if not rows or "start_ns" not in rows[0]:
+        sys.exit(f"{path}: not a timeline TSV (expected a start_ns column; see tools/cuda_timeline)")
+    return [(int(r["start_ns"]), int(r["end_ns"]), int(r["graph_id"]), kind_of(r["name"], r["grid_x"])) for r in rows]
+
+
+def replays(records):
+    runs, current = [], []
+    for rec in records:
+        if rec[2] == 0:
+            if current:
+                runs.append(current)
+            current = []
+            continue
+        if current and current[-1][2] != rec[2]:
+            runs.append(current)
+            current = []
+        current.append(rec)
+    if current:
+        runs.append(current)
+    return runs[1:]  # the first may have begun before the kept records
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("timeline")
+    parser.add_argument("--steps", type=int, default=20, help="how many of the last replays to analyse")
+    args = parser.parse_args()
+    steps = replays(read(args.timeline))[-args.steps:]
+    if not steps:
+        sys.exit(f"{args.timeline}: no graph replays in the timeline")
+    spans, gaps = [], []
+    per_kind = collections.defaultdict(lambda: [0, 0.0, 0.0])  # launches, duration ns, exposed ns
+    previous_end = None
+    for step in steps:
+        start = min(r[0] for r in step)
+        frontier = start
+        for s, e, _, kind in step:
+            exposed = max(0, e - frontier)
+            frontier = max(frontier, e)
+            k = per_kind[kind]
+            k[0] += 1
+            k[1] += e - s
+            k[2] += exposed
+        spans.append(frontier - start)
+        if previous_end is not None:
+            gaps.append(start - previous_end)
+        previous_end = frontier
+    n = len(steps)
+    span_us = statistics.median(spans) / 1e3
+    kernels = sum(k[0] for k in per_kind.values()) / n
+    busy = sum(k[1] for k in per_kind.values()) / n / 1e3
+    print(f"{n} replays: step span median {span_us:.1f} µs, {kernels:.0f} kernels a step, "
+          f"summed kernel time {busy:.1f} µs ({busy / span_us:.2f}× the span: overlap)"
+          + (f", gap between steps median {statistics.median(gaps) / 1e3:.1f} µs" if gaps else ""))
+    print(f"{'per step':>8} {'mean µs':>8} {'exposed µs':>10} {'share':>6}  kernel")
+    total_exposed = sum(k[2] for k in per_kind.values())
+    for kind, (count, duration, exposed) in sorted(per_kind.items(), key=lambda kv: -kv[1][2]):
+        print(f"{count / n:8.1f} {duration / count / 1e3:8.2f} {exposed / n / 1e3:10.1f} "
+              f"{100 * exposed / total_exposed:5.1f}%  {kind}")
+
+
+if __name__ == "__main__":
+    main()
