@@ -6,10 +6,12 @@ graph replays (maximal runs of consecutive kernels with one graph_id), drops the
 and for the last --steps replays prints: the step's span, its kernels, and per kind of kernel (name + grid)
 the count per step, the mean duration as it ran (overlaps included), and the EXPOSED time — how far the
 step's end moved while that kernel was the last to finish (the exposed times add up to the span exactly,
-so they say what a kernel costs the step, not what it costs alone). Usage and an example: docs/bench.md,
-"A kernel timeline of the decode step".
+so they say what a kernel costs the step, not what it costs alone). With --eager, the same for the kernels
+launched outside graphs (prompt chunks), cut into calls where the GPU idled for --gap-us. Usage and an
+example: docs/bench.md, "A kernel timeline of the decode step".
 
     python3 tools/timeline_summary.py step.tsv [--steps 20]
+    python3 tools/timeline_summary.py step.tsv --eager [--gap-us 200] [--longest --steps 3]   # prompt chunks
 """
 import argparse
 import collections
@@ -51,14 +53,41 @@ def replays(records):
     return runs[1:]  # the first may have begun before the kept records
 
 
+def eager_calls(records, gap_ns):
+    """Kernels outside graphs (prompt chunks, eager steps), cut where the GPU idled for gap_ns or more."""
+    calls, current, frontier = [], [], None
+    for rec in records:
+        if rec[2] != 0:
+            continue
+        if current and rec[0] - frontier >= gap_ns:
+            calls.append(current)
+            current = []
+        frontier = rec[1] if not current else max(frontier, rec[1])
+        current.append(rec)
+    if current:
+        calls.append(current)
+    return calls[1:]  # the first may have begun before the kept records
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("timeline")
-    parser.add_argument("--steps", type=int, default=20, help="how many of the last replays to analyse")
+    parser.add_argument("--steps", type=int, default=20, help="how many of the last replays (or calls) to analyse")
+    parser.add_argument("--eager", action="store_true",
+                        help="analyse the kernels launched outside graphs (prompt chunks) instead of the replays")
+    parser.add_argument("--gap-us", type=float, default=200.0,
+                        help="with --eager: an idle gap this long ends one call (default 200 µs)")
+    parser.add_argument("--longest", action="store_true",
+                        help="with --eager: the longest calls (a bench's pp512 prompts), not the last ones")
     args = parser.parse_args()
-    steps = replays(read(args.timeline))[-args.steps:]
+    records = read(args.timeline)
+    what = "calls" if args.eager else "replays"
+    steps = eager_calls(records, args.gap_us * 1e3) if args.eager else replays(records)
+    if args.eager and args.longest:
+        steps = sorted(steps, key=lambda c: max(r[1] for r in c) - c[0][0])
+    steps = steps[-args.steps:]
     if not steps:
-        sys.exit(f"{args.timeline}: no graph replays in the timeline")
+        sys.exit(f"{args.timeline}: no {'eager calls' if args.eager else 'graph replays'} in the timeline")
     spans, gaps = [], []
     per_kind = collections.defaultdict(lambda: [0, 0.0, 0.0])  # launches, duration ns, exposed ns
     previous_end = None
@@ -80,10 +109,10 @@ def main():
     span_us = statistics.median(spans) / 1e3
     kernels = sum(k[0] for k in per_kind.values()) / n
     busy = sum(k[1] for k in per_kind.values()) / n / 1e3
-    print(f"{n} replays: step span median {span_us:.1f} µs, {kernels:.0f} kernels a step, "
+    print(f"{n} {what}: span median {span_us:.1f} µs, {kernels:.0f} kernels each, "
           f"summed kernel time {busy:.1f} µs ({busy / span_us:.2f}× the span: overlap)"
-          + (f", gap between steps median {statistics.median(gaps) / 1e3:.1f} µs" if gaps else ""))
-    print(f"{'per step':>8} {'mean µs':>8} {'exposed µs':>10} {'share':>6}  kernel")
+          + (f", gap between them median {statistics.median(gaps) / 1e3:.1f} µs" if gaps else ""))
+    print(f"{'per each':>8} {'mean µs':>8} {'exposed µs':>10} {'share':>6}  kernel")
     total_exposed = sum(k[2] for k in per_kind.values())
     for kind, (count, duration, exposed) in sorted(per_kind.items(), key=lambda kv: -kv[1][2]):
         print(f"{count / n:8.1f} {duration / count / 1e3:8.2f} {exposed / n / 1e3:10.1f} "

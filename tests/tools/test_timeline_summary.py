@@ -53,12 +53,32 @@ class TimelineSummaryTest(unittest.TestCase):
                                  check=True).stdout
         finally:
             os.unlink(path)
-        self.assertIn("3 replays: step span median 7.0 µs, 2 kernels a step", out)
+        self.assertIn("3 replays: span median 7.0 µs, 2 kernels each", out)
         self.assertIn("summed kernel time 8.0 µs", out)
-        self.assertIn("gap between steps median 2.0 µs", out)
+        self.assertIn("gap between them median 2.0 µs", out)
         lines = {line.split("  ")[-1].strip(): line for line in out.splitlines()[2:]}
         self.assertRegex(lines["gemv_kernel<5, 16, 2, false> g320"], r"1\.0\s+5\.00\s+5\.0\s+71\.4%")
         self.assertRegex(lines["embedding_kernel g320"], r"1\.0\s+3\.00\s+2\.0\s+28\.6%")
+
+    def test_eager_calls_are_cut_at_idle_gaps_outside_graphs(self):
+        # Graph kernels are ignored; eager kernels 0..10 and 5..20 overlap (one call), then 300 µs idle.
+        records = [(0, 10_000, 0, "a"), (5_000, 20_000, 0, "b"), (21_000, 22_000, 9, "graph"),
+                   (320_000, 330_000, 0, "a"), (330_000, 340_000, 0, "b"), (700_000, 701_000, 0, "a")]
+        calls = summary.eager_calls(records, 200_000)
+        self.assertEqual([[r[3] for r in c] for c in calls], [["a", "b"], ["a"]])  # the first call dropped
+
+    def test_longest_eager_calls(self):
+        # Three calls after the dropped first: 20 µs, 100 µs, 10 µs long; --longest --steps 1 takes the 100 µs one.
+        rows = [(0, 1000, 0, EMBED), (500_000, 520_000, 0, EMBED), (1_000_000, 1_100_000, 0, GEMV),
+                (1_500_000, 1_510_000, 0, EMBED)]
+        path = write_timeline(rows)
+        try:
+            out = subprocess.run([sys.executable, SCRIPT, path, "--eager", "--longest", "--steps", "1"],
+                                 capture_output=True, text=True, check=True).stdout
+        finally:
+            os.unlink(path)
+        self.assertIn("1 calls: span median 100.0 µs, 1 kernels each", out)
+        self.assertIn("gemv_kernel<5, 16, 2, false> g320", out)
 
     def test_refuses_a_file_that_is_not_a_timeline(self):
         f = tempfile.NamedTemporaryFile("w", suffix=".tsv", delete=False)
