@@ -29,8 +29,12 @@ def kind_of(name, grid):
 
 
 def read(path):
-    with open(path, newline="") as f:
-        rows = list(csv.DictReader(f, delimiter="\t"))
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(f, delimiter="\t"))
+    except OSError as e:
+        sys.exit(f"{path}: cannot read the timeline ({e.strerror}); write one with tools/cuda_timeline "
+                 "(CUDA_INJECTION64_PATH, DELTABIT_TIMELINE_OUT)")
     if not rows or "start_ns" not in rows[0]:
         sys.exit(f"{path}: not a timeline TSV (expected a start_ns column; see tools/cuda_timeline)")
     return [(int(r["start_ns"]), int(r["end_ns"]), int(r["graph_id"]), kind_of(r["name"], r["grid_x"])) for r in rows]

@@ -92,5 +92,14 @@ class TimelineSummaryTest(unittest.TestCase):
         self.assertIn("not a timeline TSV", result.stderr)
 
 
+class MissingFileTest(unittest.TestCase):
+    def test_a_missing_file_is_an_error_that_says_how_to_make_one(self):
+        result = subprocess.run([sys.executable, SCRIPT, "/nonexistent/step.tsv"], capture_output=True, text=True)
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("cannot read the timeline", result.stderr)
+        self.assertIn("CUDA_INJECTION64_PATH", result.stderr)
+        self.assertNotIn("Traceback", result.stderr)
+
+
 if __name__ == "__main__":
     unittest.main()
