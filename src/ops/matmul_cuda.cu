@@ -307,16 +307,67 @@ __device__ void quantize_completed_groups(const KernelArgs& a, int64_t tile_row0
     __syncthreads();  // s_complete is rewritten by the next tile
 }
 
-// A deferred-norm input's r = 1/sqrt(Σ/cols + eps) (ops/matmul_cuda.h), the same float in every warp of
-// every block: lane l adds the group sums l, l + 32, ... in order, then a butterfly over the lanes. All 32
-// lanes must call it.
-__device__ __forceinline__ float deferred_norm_scale(const KernelArgs& a) {
-    const int lane = int(threadIdx.x) & 31;
-    float sum = 0.0f;
-    for (int g = lane; g < a.x_groups; g += 32) sum += __ldg(a.x_sum_sq + g);
+// The activations the kernel before wrote, into shared memory: x one group per kSmemGroupStride bytes, the
+// group meta with a deferred-norm input's r = 1/sqrt(Σ/cols + eps) (ops/matmul_cuda.h) multiplied into the
+// scales. It runs after wait_for_predecessor with nothing left to overlap it, so it is latency: every load of
+// a batch is issued before the first store, and the first batches of x, meta and the group sums together —
+// one L2 round trip for K ≤ 4096·blockDim/256 (K = 17408, 128 threads: 3 instead of 9 + 1 + 2). r is the same
+// float in every warp of every block: lane l adds the group sums l, l + 32, ... in order, then a butterfly.
+// kCopyBatch, kMetaBatch, kSumBatch: the x vectors, meta entries and group sums a thread loads at once (the
+// kernel's weight registers are live meanwhile: wide batches only where they cost no spills, see gemv_kernel).
+template <int kCopyBatch, int kMetaBatch, int kSumBatch>
+__device__ __forceinline__ void copy_activations(const KernelArgs& a, uint8_t* x_smem, int2* meta_smem) {
+    const int tid = int(threadIdx.x), threads = int(blockDim.x), lane = tid & 31;
+    const int4* x_src = reinterpret_cast<const int4*>(a.xq);
+    const int2* meta_src = reinterpret_cast<const int2*>(a.x_meta);
+    const int x_vectors = a.x_groups * 8;
+    const bool deferred = a.x_sum_sq != nullptr;
+
+    float sums[kSumBatch];
+    if (deferred) {
 #pragma unroll
-    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(kFullMask, sum, offset);
-    return 1.0f / sqrtf(sum / float(a.x_cols) + a.x_norm_eps);
+        for (int j = 0; j < kSumBatch; ++j) {
+            const int g = lane + 32 * j;
+            sums[j] = g < a.x_groups ? __ldg(a.x_sum_sq + g) : 0.0f;
+        }
+    }
+    int2 meta[kMetaBatch];
+#pragma unroll
+    for (int j = 0; j < kMetaBatch; ++j) {
+        const int g = tid + j * threads;
+        if (g < a.x_groups) meta[j] = __ldg(meta_src + g);
+    }
+    for (int base = tid; base < x_vectors; base += kCopyBatch * threads) {
+        int4 v[kCopyBatch];
+#pragma unroll
+        for (int j = 0; j < kCopyBatch; ++j)
+            if (base + j * threads < x_vectors) v[j] = __ldg(x_src + base + j * threads);
+#pragma unroll
+        for (int j = 0; j < kCopyBatch; ++j) {
+            const int i = base + j * threads;
+            if (i < x_vectors) *reinterpret_cast<int4*>(x_smem + (i / 8) * kSmemGroupStride + (i % 8) * 16) = v[j];
+        }
+    }
+
+    float norm_scale = 1.0f;
+    if (deferred) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kSumBatch; ++j)
+            if (lane + 32 * j < a.x_groups) sum += sums[j];
+        for (int g = lane + 32 * kSumBatch; g < a.x_groups; g += 32) sum += __ldg(a.x_sum_sq + g);
+#pragma unroll
+        for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(kFullMask, sum, offset);
+        norm_scale = 1.0f / sqrtf(sum / float(a.x_cols) + a.x_norm_eps);
+    }
+    auto store_meta = [&](int g, int2 m) {
+        if (deferred) m.x = __float_as_int(__int_as_float(m.x) * norm_scale);
+        meta_smem[g] = m;
+    };
+#pragma unroll
+    for (int j = 0; j < kMetaBatch; ++j)
+        if (tid + j * threads < a.x_groups) store_meta(tid + j * threads, meta[j]);
+    for (int g = tid + kMetaBatch * threads; g < a.x_groups; g += threads) store_meta(g, __ldg(meta_src + g));
 }
 
 // KT threads per row, R rows per thread (SwiGLU: the gate row and the up row of one output); tiles
@@ -351,23 +402,10 @@ __global__ void __launch_bounds__(kMaxThreadsPerBlock) gemv_kernel(KernelArgs a,
 
     wait_for_predecessor();
     allow_dependents();
-    {
-        const int4* src = reinterpret_cast<const int4*>(a.xq);
-        for (int i = int(threadIdx.x); i < a.x_groups * 8; i += int(blockDim.x)) {
-            *reinterpret_cast<int4*>(x_smem + (i / 8) * kSmemGroupStride + (i % 8) * 16) = __ldg(src + i);
-        }
-        const int2* meta_src = reinterpret_cast<const int2*>(a.x_meta);
-        if (a.x_sum_sq == nullptr) {
-            for (int g = int(threadIdx.x); g < a.x_groups; g += int(blockDim.x)) meta_smem[g] = __ldg(meta_src + g);
-        } else {
-            const float norm_scale = deferred_norm_scale(a);
-            for (int g = int(threadIdx.x); g < a.x_groups; g += int(blockDim.x)) {
-                int2 meta = __ldg(meta_src + g);
-                meta.x = __float_as_int(__int_as_float(meta.x) * norm_scale);
-                meta_smem[g] = meta;
-            }
-        }
-    }
+    // Q1_0, whose small GEMVs are the latency-bound ones, takes wide batches; the other types' SwiGLU kernels
+    // would spill with them (ptxas -v, CUDA 13.0, sm_90) and load as before, one vector after another.
+    constexpr bool kWideCopy = T == DType::Q1_0;
+    copy_activations<kWideCopy ? 4 : 1, kWideCopy ? 2 : 1, kWideCopy ? 8 : 1>(a, x_smem, meta_smem);
     __syncthreads();
 
     for (int64_t tile = first; tile < tiles; tile += gridDim.x) {
