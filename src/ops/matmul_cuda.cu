@@ -310,9 +310,10 @@ __device__ void quantize_completed_groups(const KernelArgs& a, int64_t tile_row0
 // The activations the kernel before wrote, into shared memory: x one group per kSmemGroupStride bytes, the
 // group meta with a deferred-norm input's r = 1/sqrt(Σ/cols + eps) (ops/matmul_cuda.h) multiplied into the
 // scales. It runs after wait_for_predecessor with nothing left to overlap it, so it is latency: every load of
-// a batch is issued before the first store, and the first batches of x, meta and the group sums together —
-// one L2 round trip for K ≤ 4096·blockDim/256 (K = 17408, 128 threads: 3 instead of 9 + 1 + 2). r is the same
-// float in every warp of every block: lane l adds the group sums l, l + 32, ... in order, then a butterfly.
+// a batch is issued before the first store, and the first batches of x, meta and the group sums together:
+// with Q1_0's batches and 128 threads, one L2 round trip for K ≤ 8192 (K = 17408: 3 instead of 9 + 1 + 2). r
+// is the same float in every warp of every block: lane l adds the group sums l, l + 32, ... in order, then a
+// butterfly — the order of the loop this replaced, so the values are bit for bit those of before.
 // kCopyBatch, kMetaBatch, kSumBatch: the x vectors, meta entries and group sums a thread loads at once (the
 // kernel's weight registers are live meanwhile: wide batches only where they cost no spills, see gemv_kernel).
 template <int kCopyBatch, int kMetaBatch, int kSumBatch>
