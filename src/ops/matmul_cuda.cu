@@ -410,13 +410,14 @@ __global__ void __launch_bounds__(kMaxThreadsPerBlock) gemv_kernel(KernelArgs a,
     __syncthreads();
 
     for (int64_t tile = first; tile < tiles; tile += gridDim.x) {
-        if (tile != first) rows = thread_rows<T, R, kSwiglu>(a, first_tile + tile, rows_per_tile, row_in_tile);
         float acc[R];
 #pragma unroll
         for (int r = 0; r < R; ++r) acc[r] = 0.0f;
 
         for (int u0 = k_lane; u0 < a.units_per_row; u0 += KT * kUnroll) {
-            if (tile != first || u0 != k_lane) load_units<T, KT, R, kUnroll>(rows, u0, a.units_per_row, codes, d);
+            // A tile's first batch was requested before: the first tile's before the wait, the others' at the
+            // end of the tile before them.
+            if (u0 != k_lane) load_units<T, KT, R, kUnroll>(rows, u0, a.units_per_row, codes, d);
 #pragma unroll
             for (int j = 0; j < kUnroll; ++j) {
                 const int u = u0 + j * KT;
@@ -443,6 +444,15 @@ __global__ void __launch_bounds__(kMaxThreadsPerBlock) gemv_kernel(KernelArgs a,
             }
         }
 
+        // The next tile's first batch of codes, requested now (the registers are free once the last batch is
+        // multiplied): its loads fly during this tile's reduction, stores and quantised-output epilogue.
+        const int64_t next = tile + gridDim.x;
+        ThreadRows<R> next_rows = rows;
+        if (next < tiles) {
+            next_rows = thread_rows<T, R, kSwiglu>(a, first_tile + next, rows_per_tile, row_in_tile);
+            load_units<T, KT, R, kUnroll>(next_rows, k_lane, a.units_per_row, codes, d);
+        }
+
 #pragma unroll
         for (int r = 0; r < R; ++r) {
 #pragma unroll
@@ -460,6 +470,7 @@ __global__ void __launch_bounds__(kMaxThreadsPerBlock) gemv_kernel(KernelArgs a,
             }
         }
         if (a.yq != nullptr) quantize_completed_groups(a, rows.tile_row0, rows_per_tile, rows.rows);
+        rows = next_rows;
     }
 }
 
