@@ -175,18 +175,24 @@ __global__ void __launch_bounds__(kRecurrentThreads) gdn_recurrent_kernel(Recurr
     load_state(0, s);
     wait_for_predecessor();
     allow_dependents();
+    // What gdn_prepare wrote, requested together before the first use: the gates and the first pass's v
+    // with q and k, so the wait costs one L2 round trip, not three (later passes load their v as before:
+    // carrying the next pass's v spilled past the 128 registers 512 threads allow).
+    const float g_h = a.g[h], beta = a.beta[h];
+    const float v_first = col_in_pass < n_cols ? a.v[h * dv + j_begin + col_in_pass] : 0.0f;
     for (int i = tid; i < kRows; i += threads) {
         q_s[i] = i < dk ? a.q[kh * dk + i] : 0.0f;  // rows past key_dim stay zero: they touch nothing
         k_s[i] = i < dk ? a.k[kh * dk + i] : 0.0f;
     }
     __syncthreads();
-    const float decay = expf(a.g[h]), beta = a.beta[h];
+    const float decay = expf(g_h);
 
     float sum_sq = 0.0f;
     for (int64_t col0 = 0; col0 < n_cols; col0 += cols_per_pass) {
         const int64_t jl = col0 + col_in_pass, j = j_begin + jl;
         const bool valid = jl < n_cols;
         if (col0 != 0) load_state(col0, s);
+        const float v_j = col0 == 0 ? v_first : valid ? a.v[h * dv + j] : 0.0f;
         // The step of delta_rule_cuda.cu for one token: decay, read Sᵀk, write k δᵀ, read Sᵀq.
         float read4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
@@ -197,7 +203,7 @@ __global__ void __launch_bounds__(kRecurrentThreads) gdn_recurrent_kernel(Recurr
         float read = (read4[0] + read4[1]) + (read4[2] + read4[3]);
 #pragma unroll
         for (int offset = L / 2; offset > 0; offset >>= 1) read += __shfl_xor_sync(kFullWarpMask, read, offset);
-        const float delta = beta * ((valid ? a.v[h * dv + j] : 0.0f) - read);
+        const float delta = beta * (v_j - read);
         float o4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
         for (int r = 0; r < kRowsPerThread; ++r) {
