@@ -619,13 +619,16 @@ __device__ __forceinline__ void store_kv(const KvCacheView& cache, int64_t p, in
 
 // Block b: query head b (b < H), key head b − H, or value head b − H − H_kv.
 __global__ void __launch_bounds__(kPrologueThreads) attention_prologue_kernel(PrologueArgs a) {
+    const int64_t b = blockIdx.x, d = a.head_dim, i = threadIdx.x;
+    const bool is_q = b < a.n_head, is_k = !is_q && b < a.n_head + a.n_kv_head;
+    // The norm weight is the model's, written by no kernel of the step: requested before the wait, so the
+    // norm does not wait for it after the block sum.
+    const float norm_w = (is_q || is_k) && i < d ? (is_q ? a.q_norm : a.k_norm)[i] : 0.0f;
     wait_for_predecessor();  // ops/programmatic_launch.cuh: nothing of the step is read before this
     allow_dependents();
     __shared__ float row[kAttentionDecodeMaxHeadDim];
     __shared__ float scratch[32];
-    const int64_t b = blockIdx.x, d = a.head_dim, i = threadIdx.x;
     const int64_t position = *a.position;
-    const bool is_q = b < a.n_head, is_k = !is_q && b < a.n_head + a.n_kv_head;
     const float* src = is_q ? a.q_full + b * a.q_head_stride
                             : is_k ? a.k_raw + (b - a.n_head) * d : a.v_raw + (b - a.n_head - a.n_kv_head) * d;
     const float x = i < d ? src[i] : 0.0f;
@@ -635,7 +638,7 @@ __global__ void __launch_bounds__(kPrologueThreads) attention_prologue_kernel(Pr
     }
     // rms_norm (as cuda::rms_norm: fp32 sum of squares, 1/sqrt(mean + eps), x·scale·w).
     const float scale = 1.0f / sqrtf(block_sum(x * x, scratch) / float(d) + a.rms_eps);
-    const float y = i < d ? x * scale * (is_q ? a.q_norm : a.k_norm)[i] : 0.0f;
+    const float y = i < d ? x * scale * norm_w : 0.0f;
     if (i < d) row[i] = y;
     __syncthreads();
     // rope_neox (as cuda::rope_neox: fp32 angle, cos/sin and the rotation in double, no contraction).
