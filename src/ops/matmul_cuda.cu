@@ -261,9 +261,12 @@ static_assert(kMaxThreadsPerBlock / 8 * 4 <= kActivationGroup, "a GEMV tile must
 __device__ void quantize_completed_groups(const KernelArgs& a, int64_t tile_row0, int64_t tile_rows, int64_t rows) {
     __shared__ int64_t s_complete[2];
     const int64_t end = tile_row0 + tile_rows < rows ? tile_row0 + tile_rows : rows;
-    __threadfence();
+    // One fence, by the counting thread, after the barrier: the barrier orders every thread's stores before
+    // it and the fence is cumulative over what thread 0 has thus observed (the PTX memory model; cooperative
+    // groups' grid sync relies on the same). A fence by every thread cost each warp a membar wait per tile.
     __syncthreads();
     if (threadIdx.x == 0) {
+        __threadfence();
         s_complete[0] = s_complete[1] = -1;
         int found = 0;
         for (int64_t g = tile_row0 / kActivationGroup; g * kActivationGroup < end; ++g) {
