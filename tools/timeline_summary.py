@@ -17,6 +17,7 @@ import argparse
 import collections
 import csv
 import re
+import signal
 import statistics
 import sys
 
@@ -124,4 +125,5 @@ def main():
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `... | head` ends the output quietly, as other tools do
     main()
