@@ -29,6 +29,11 @@
 //      was 30–50% slower than m64 everywhere. Whole model's matmuls at pp512: 152.7 ms, 172 TFLOP/s
 //      (21.7% of 790) with m64 on every matrix; ~147 ms with m16 on the 48- and 1024-row ones, as the
 //      automatic choice now does (per-matrix times above; not re-measured as one figure).
+//      2026-11-30, the wgmma column (Q1_0 warpgroup tile, ops/gemm_wgmma_cuda.h), µs, m64 beside: ssm_qkv
+//      252 (266), ssm_gate 172 (172), ssm_out 213 (211), attn_q+gate 255 (289), attn_out 212 (212),
+//      ffn_gate/up 413 (456), ffn_down 538 (569), lm_head 4733 (5544); whole model 138.6 ms, 189 TFLOP/s
+//      (24.0%) with the automatic choice (was 146.9). ncu: 8 warps an SM (255 registers), 6 cycles between a
+//      warp's instructions, ~600 instructions a warp per k-tile: latency-bound, the tensor cores mostly idle.
 //   2. GEMM faster than T decode GEMVs from T = 6 (10240 × 5120), 8 (17408 × 5120), 12 (5120 × 17408);
 //      the m16 tile costs 34 / 57 / 86 µs at any T ≤ 16 for these, the GEMV 6.7 / 8.7 / 10.6 µs a token.
 //   3. Delta rule T = 512: recurrent 428 µs (94 GB/s, 2.2% of copy), chunked 321 µs (125 GB/s, 2.9%),
@@ -212,8 +217,8 @@ void bench_gemm(cudaStream_t stream, Timer& timer) {
     const int64_t T = 512;
     std::printf("\n== 1. Q1_0 GEMM, T = %lld (pp%lld); TFLOP/s = 2·T·N·K / time; %% of %.0f TFLOP/s dense bf16\n",
                 (long long)T, (long long)T, kBf16PeakTflops);
-    std::printf("%-15s %7s %6s | %9s %9s %9s | %-10s %9s %7s %5s | %9s\n", "matrix", "N", "K", "m16 us", "m64 us",
-                "m128 us", "auto", "us", "TFLOP/s", "%", "+quant us");
+    std::printf("%-15s %7s %6s | %9s %9s %9s %9s | %-15s %9s %7s %5s | %9s\n", "matrix", "N", "K", "m16 us", "m64 us",
+                "m128 us", "wgmma us", "auto", "us", "TFLOP/s", "%", "+quant us");
     double model_flops = 0, model_us = 0;
     for (const MatrixShape& s : kModelShapes) {
         RotatingWeights w(DType::Q1_0, s.n, s.k, 0, false);
@@ -229,13 +234,16 @@ void bench_gemm(cudaStream_t stream, Timer& timer) {
         };
         const double us16 = time_tile(GemmTile::m16_n64), us64 = time_tile(GemmTile::m64_n128),
                      us128 = time_tile(GemmTile::m128_n128), us_auto = time_tile(GemmTile::automatic);
+        const double us_wgmma = gemm_tile_supported(GemmTile::wgmma_m128_n128, DType::Q1_0)
+                                    ? time_tile(GemmTile::wgmma_m128_n128)
+                                    : std::nan("");
         const GemmLaunchReport chosen = gemm_quantized(xq, w.view(0), y.get<float>(), stream);
         const double us_full = timer.graph_us(stream, calls, [&](int) {
             matmul_prefill(x.get<float>(), w.view(0), T, y.get<float>(), scratch, stream);
         });
         const double tflops = flops / us_auto / 1e6;
-        std::printf("%-15s %7lld %6lld | %9.1f %9.1f %9.1f | %-10s %9.1f %7.0f %5.1f | %9.1f\n", s.name,
-                    (long long)s.n, (long long)s.k, us16, us64, us128, gemm_tile_name(chosen.tile), us_auto, tflops,
+        std::printf("%-15s %7lld %6lld | %9.1f %9.1f %9.1f %9.1f | %-15s %9.1f %7.0f %5.1f | %9.1f\n", s.name,
+                    (long long)s.n, (long long)s.k, us16, us64, us128, us_wgmma, gemm_tile_name(chosen.tile), us_auto, tflops,
                     100 * tflops / kBf16PeakTflops, us_full);
         model_flops += flops * s.per_model;
         model_us += us_full * s.per_model;

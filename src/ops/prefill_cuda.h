@@ -31,7 +31,8 @@ namespace deltabit::cuda {
 //
 // Numerics: per output, per weight-scale group (128 weights for Q1_0 and Q2_0, 64 for Q2_0_G64, 32
 // for Q4_0 and Q8_0) one exact int32 dot from the tensor cores (mma.sync m16n8k32 s8·s8→s32, weight
-// levels expanded to int8 in registers: Q1_0 signs become ±1), then y += float(dot) · (d_w · scale_x)
+// levels expanded to int8 in registers; or, the wgmma tile, wgmma m64n128k32 on Q1_0 bits expanded to
+// bytes in shared memory), then y += float(dot) · (d_w · scale_x)
 // by fmaf in fp32, in k order. Each term is bit for bit the GEMV's term for the same weights (the
 // GEMV forms the same product d_w · scale_x and an exact integer dot), so y equals the GEMV's y up to
 // fp32 summation order, and cpu::matmul_int8_activations's up to fp32 rounding of that last sum.
@@ -58,9 +59,13 @@ QuantizedActivationRows activation_rows_view(void* buffer, int64_t rows, int64_t
 void quantize_activation_rows(const float* x, const QuantizedActivationRows& out, cudaStream_t stream);
 
 // Block tiles: tokens × weight rows. m16 serves short prompts without paying for 64 idle token rows
-// (its 4 warps split K, so that few tiles still fill the GPU).
-enum class GemmTile : uint8_t { automatic, m16_n64, m64_n128, m128_n128 };
+// (its 4 warps split K, so that few tiles still fill the GPU). wgmma_m128_n128: Hopper's warpgroup tensor
+// cores (ops/gemm_wgmma_cuda.h), Q1_0 only, in an sm_90a build on a compute capability 9.0 device — its
+// y is the mma.sync tiles' bit for bit.
+enum class GemmTile : uint8_t { automatic, m16_n64, m64_n128, m128_n128, wgmma_m128_n128 };
 const char* gemm_tile_name(GemmTile t);
+// Whether gemm_quantized can run `tile` for weights of type t here (automatic: always).
+bool gemm_tile_supported(GemmTile tile, DType t);
 
 struct GemmLaunchReport {
     GemmTile tile = GemmTile::automatic;  // the tile that ran

@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -255,14 +256,25 @@ void check_case(const Case& c, uint32_t seed) {
     cuda::quantize_activation_rows(d.x.get(), xq, nullptr);
     const std::string shape = describe(c);
 
+    std::vector<float> y_m64;
     for (cuda::GemmTile tile : {cuda::GemmTile::automatic, cuda::GemmTile::m16_n64, cuda::GemmTile::m64_n128,
-                                cuda::GemmTile::m128_n128}) {
+                                cuda::GemmTile::m128_n128, cuda::GemmTile::wgmma_m128_n128}) {
+        if (!cuda::gemm_tile_supported(tile, c.dtype)) continue;
         GuardedDeviceArray<float> y(size_t(c.tokens * c.rows));
         const cuda::GemmLaunchReport report = cuda::gemm_quantized(xq, d.w.view(), y.get(), nullptr, tile);
         const std::string what = shape + " tile " + cuda::gemm_tile_name(report.tile) +
                                  (tile == cuda::GemmTile::automatic ? " (automatic)" : "");
         if (tile != cuda::GemmTile::automatic) EXPECT_EQ(report.tile, tile) << what;
-        const double worst = check_against_reference(f, y.download(what), what);
+        const std::vector<float> got = y.download(what);
+        const double worst = check_against_reference(f, got, what);
+        // The same terms in the same k order (prefill_cuda.h): the warpgroup tile's y is the m64 tile's.
+        if (tile == cuda::GemmTile::m64_n128) y_m64 = got;
+        if (tile == cuda::GemmTile::wgmma_m128_n128) {
+            ASSERT_EQ(got.size(), y_m64.size()) << what;
+            for (size_t i = 0; i < got.size(); ++i)
+                ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(y_m64[i]))
+                    << what << ": output " << i << " differs from the m64 tile's";
+        }
         std::printf("[prefill gemm] %-52s tiles %7lld  worst %.3f of bound\n", what.c_str(), (long long)report.tiles, worst);
         if (::testing::Test::HasFailure()) return;
     }
@@ -325,7 +337,9 @@ TEST(PrefillGemm, SmallGridWalksEveryTile) {
     DeviceFixture d(f);
     const cuda::QuantizedActivationRows xq = d.scratch.view(c.tokens, c.cols);
     cuda::quantize_activation_rows(d.x.get(), xq, nullptr);
-    for (cuda::GemmTile tile : {cuda::GemmTile::m16_n64, cuda::GemmTile::m64_n128, cuda::GemmTile::m128_n128}) {
+    for (cuda::GemmTile tile : {cuda::GemmTile::m16_n64, cuda::GemmTile::m64_n128, cuda::GemmTile::m128_n128,
+                                cuda::GemmTile::wgmma_m128_n128}) {
+        if (!cuda::gemm_tile_supported(tile, c.dtype)) continue;
         GuardedDeviceArray<float> y(size_t(c.tokens * c.rows));
         const cuda::GemmLaunchReport report = cuda::gemm_quantized(xq, d.w.view(), y.get(), nullptr, tile, 7);
         EXPECT_EQ(report.blocks, 7);
@@ -365,6 +379,12 @@ TEST(PrefillGemm, RefusesMismatchedShapes) {
     EXPECT_THROW(scratch.view(9, 256), Error);
     GuardedDeviceArray<float> y(64);
     EXPECT_THROW(cuda::gemm_quantized(scratch.view(8, 128), w.view(), y.get(), nullptr), Error);
+    // The warpgroup tile is Q1_0 only: asked for other weights, a clear error instead of another tile.
+    const std::vector<uint8_t> q4 = random_weights(DType::Q4_0, 4, 256, rng);
+    const cuda::GemvWeights w4 = cuda::upload_gemv_weights(WeightView{q4.data(), DType::Q4_0, 4, 256}, "t4");
+    EXPECT_FALSE(cuda::gemm_tile_supported(cuda::GemmTile::wgmma_m128_n128, DType::Q4_0));
+    EXPECT_THROW(cuda::gemm_quantized(scratch.view(8, 256), w4.view(), y.get(), nullptr, cuda::GemmTile::wgmma_m128_n128),
+                 Error);
 }
 
 #else

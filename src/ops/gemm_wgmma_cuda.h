@@ -1,0 +1,27 @@
+// The Q1_0 prefill GEMM on Hopper's warpgroup tensor cores (wgmma, sm_90a): the tile
+// GemmTile::wgmma_m128_n128 of gemm_quantized (ops/prefill_cuda.h), reached only through it. Same contract
+// and the same fp32 terms, added in the same k order, as the mma.sync tiles of gemm_quant_cuda.cu: its y is
+// theirs bit for bit.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "ops/prefill_cuda.h"
+
+namespace deltabit::cuda::detail {
+
+// True when this build holds sm_90a machine code (CMAKE_CUDA_ARCHITECTURES with 90a, the default) and the
+// current device runs it (compute capability 9.0).
+bool wgmma_gemm_available();
+
+struct WgmmaGemmLaunch {
+    int64_t tiles = 0, blocks = 0;
+};
+// y = x · Wᵀ for Q1_0 weights; the caller has checked the shapes and wgmma_gemm_available().
+// max_blocks as gemm_quantized's (0: one block per SM, each walking tiles grid-stride).
+WgmmaGemmLaunch gemm_q1_0_wgmma(const QuantizedActivationRows& x, const GemvWeightView& w, float* y,
+                                cudaStream_t stream, int64_t max_blocks);
+
+}  // namespace deltabit::cuda::detail
