@@ -21,6 +21,7 @@
 
 #include "ops/activation_quant.cuh"
 #include "ops/cuda_math.cuh"
+#include "ops/gemv_device.cuh"
 #include "ops/programmatic_launch.cuh"
 
 #include <algorithm>
@@ -31,162 +32,7 @@ namespace deltabit::cuda {
 
 namespace {
 
-constexpr unsigned kFullMask = 0xffffffffu;
-#ifndef DELTABIT_GEMV_LOADS_IN_FLIGHT
-#define DELTABIT_GEMV_LOADS_IN_FLIGHT 16
-#endif
-constexpr int kLoadsInFlight = DELTABIT_GEMV_LOADS_IN_FLIGHT;
-constexpr int kMaxThreadsPerBlock = 256;
-
-// Weights per 16-byte unit of codes and weights per fp16 scale, per dtype.
-template <DType T>
-struct Layout;
-template <>
-struct Layout<DType::Q1_0> {
-    static constexpr int unit = 128, group = 128;
-};
-template <>
-struct Layout<DType::Q2_0> {
-    static constexpr int unit = 64, group = 128;
-};
-template <>
-struct Layout<DType::Q2_0_G64> {
-    static constexpr int unit = 64, group = 64;
-};
-template <>
-struct Layout<DType::Q4_0> {
-    static constexpr int unit = 32, group = 32;
-};
-template <>
-struct Layout<DType::Q8_0> {
-    static constexpr int unit = 16, group = 32;
-};
-
-// Weight codes are read exactly once: keep them out of L1 so the activations stay there.
-__device__ __forceinline__ uint4 load_streaming(const uint4* p) {
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-}
-
-// Integer dot of one unit of codes with its activation words x (4 int8 each, natural order).
-// `group_sum` is Σq over the unit's 128-input activation group (only Q1_0 needs it).
-template <DType T>
-__device__ __forceinline__ int unit_dot(const uint4& codes, const int* x, int group_sum);
-
-template <>
-__device__ __forceinline__ int unit_dot<DType::Q1_0>(const uint4& codes, const int* x, int group_sum) {
-    const unsigned words[4] = {codes.x, codes.y, codes.z, codes.w};
-    int a0 = 0, a1 = 0, a2 = 0, a3 = 0;  // a_s = Σ 2^s·bit·x over the bit planes s and s + 4
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int lo = int(words[i]);
-        const int hi = int(words[i] >> 4);
-        const int* xi = x + 8 * i;  // word i covers weights 32·i .. 32·i+31; bit plane j ↔ x word j
-        a0 = __dp4a(lo & 0x01010101, xi[0], a0);
-        a1 = __dp4a(lo & 0x02020202, xi[1], a1);
-        a2 = __dp4a(lo & 0x04040404, xi[2], a2);
-        a3 = __dp4a(lo & 0x08080808, xi[3], a3);
-        a0 = __dp4a(hi & 0x01010101, xi[4], a0);
-        a1 = __dp4a(hi & 0x02020202, xi[5], a1);
-        a2 = __dp4a(hi & 0x04040404, xi[6], a2);
-        a3 = __dp4a(hi & 0x08080808, xi[7], a3);
-    }
-    const int positive_sum = a0 + (a1 >> 1) + (a2 >> 2) + (a3 >> 3);
-    return 2 * positive_sum - group_sum;  // Σ sign·x = Σ_{bit=1} x − Σ_{bit=0} x
-}
-
-template <DType T>
-__device__ __forceinline__ int unit_dot_q2(const uint4& codes, const int* x) {
-    const unsigned words[4] = {codes.x, codes.y, codes.z, codes.w};
-    int acc = 0, x_sum = 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-#pragma unroll
-        for (int p = 0; p < 4; ++p) acc = __dp4a(int((words[i] >> (2 * p)) & 0x03030303u), x[4 * i + p], acc);
-    }
-#pragma unroll
-    for (int i = 0; i < 16; ++i) x_sum = __dp4a(x[i], 0x01010101, x_sum);
-    return acc - x_sum;  // level = code − 1
-}
-template <>
-__device__ __forceinline__ int unit_dot<DType::Q2_0>(const uint4& codes, const int* x, int) {
-    return unit_dot_q2<DType::Q2_0>(codes, x);
-}
-template <>
-__device__ __forceinline__ int unit_dot<DType::Q2_0_G64>(const uint4& codes, const int* x, int) {
-    return unit_dot_q2<DType::Q2_0_G64>(codes, x);
-}
-
-template <>
-__device__ __forceinline__ int unit_dot<DType::Q4_0>(const uint4& codes, const int* x, int) {
-    const unsigned words[4] = {codes.x, codes.y, codes.z, codes.w};
-    int acc = 0, x_sum = 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        acc = __dp4a(int(words[i] & 0x0f0f0f0fu), x[i], acc);             // weights 4i .. 4i+3
-        acc = __dp4a(int((words[i] >> 4) & 0x0f0f0f0fu), x[4 + i], acc);  // weights 16+4i ..
-    }
-#pragma unroll
-    for (int i = 0; i < 8; ++i) x_sum = __dp4a(x[i], 0x01010101, x_sum);
-    return acc - 8 * x_sum;  // level = code − 8
-}
-
-template <>
-__device__ __forceinline__ int unit_dot<DType::Q8_0>(const uint4& codes, const int* x, int) {
-    int acc = __dp4a(int(codes.x), x[0], 0);
-    acc = __dp4a(int(codes.y), x[1], acc);
-    acc = __dp4a(int(codes.z), x[2], acc);
-    return __dp4a(int(codes.w), x[3], acc);
-}
-
-// One matrix of a launch: its rows are the tiles [first_tile, first_tile + ceil(rows / rows per tile)).
-struct Segment {
-    const uint4* codes;
-    const uint16_t* scales;
-    float* y;
-    int64_t rows;
-    int64_t first_tile;
-};
-
-struct KernelArgs {
-    Segment seg[kMaxGemvGroup];  // in tile order; a launch of one matrix uses seg[0]
-    int n_segments;
-    // SwiGLU pairs: seg[0] is the gate, these the up matrix's planes (same shape); y = silu(gate) · up.
-    const uint4* up_codes;
-    const uint16_t* up_scales;
-    const int8_t* xq;
-    const ActivationGroupMeta* x_meta;
-    // SwiGLU with a quantised output, or gemv_quantized_add_norm: y's int8 groups, and their arrival
-    // counters (zero between launches).
-    int8_t* yq;
-    ActivationGroupMeta* yq_meta;
-    int32_t* arrivals;
-    // gemv_quantized_add_norm: y is the residual stream (y[n] += W·x); a completed group's codes are of
-    // y ⊙ norm_w and its Σy² goes to yq_sum_sq (a deferred-norm view, ops/matmul_cuda.h).
-    bool add_to_y;
-    const float* norm_w;
-    float* yq_sum_sq;
-    // A deferred-norm input (QuantizedActivationsView::norm_sum_sq): its group sums, row length and eps.
-    const float* x_sum_sq;
-    int x_cols;
-    float x_norm_eps;
-    int units_per_row;
-    int scales_per_row;
-    int x_groups;
-};
-
-// Activations live in shared memory, one 128-byte group every kSmemGroupStride bytes: the 16 bytes of
-// padding put the 16-byte reads of neighbouring lanes (units 128, 64, 32 or 16 bytes apart) in
-// different bank quads, so a warp's 128-bit loads do not conflict. Measured first with the
-// activations read through L1 instead: the weight stream evicted them and every unit re-read its
-// activations from L2 (Q1_0 LM head: 100 µs with 4 rows per thread, 170 µs with 2).
-constexpr int kSmemGroupStride = kActivationGroup + 16;
-inline size_t activation_smem_bytes(int x_groups) {
-    return size_t(x_groups) * (kSmemGroupStride + sizeof(ActivationGroupMeta));
-}
+using namespace gemv_detail;
 
 // The R rows one thread walks in one tile (rows past the end are clamped for loading, so every lane
 // joins the shuffles, and never stored).
@@ -249,129 +95,6 @@ __device__ __forceinline__ void load_units(const ThreadRows<R>& rows, int u0, in
             }
         }
     }
-}
-
-// A quantised output (SwiGLU's y_quantized, gemv_quantized_add_norm's out): after a tile's outputs are
-// stored, count them into their groups of 128; the block whose tile completes a group quantises it
-// (ops/activation_quant.cuh; its fence-then-count and count-then-fence make the other blocks' outputs
-// visible; they are read past L1) and zeroes the group's counter for the next launch. Called by every
-// thread of the block. A tile holds at most kMaxThreadsPerBlock / 8 · 4 outputs (8 lanes per row and 4
-// rows per thread at the most; a SwiGLU tile a quarter of that), so it touches at most two groups of 128.
-static_assert(kMaxThreadsPerBlock / 8 * 4 <= kActivationGroup, "a GEMV tile must span at most two activation groups");
-__device__ void quantize_completed_groups(const KernelArgs& a, int64_t tile_row0, int64_t tile_rows, int64_t rows) {
-    __shared__ int64_t s_complete[2];
-    const int64_t end = tile_row0 + tile_rows < rows ? tile_row0 + tile_rows : rows;
-    // One fence, by the counting thread, after the barrier: the barrier orders every thread's stores before
-    // it and the fence is cumulative over what thread 0 has thus observed (the PTX memory model; cooperative
-    // groups' grid sync relies on the same). A fence by every thread cost each warp a membar wait per tile.
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        s_complete[0] = s_complete[1] = -1;
-        int found = 0;
-        for (int64_t g = tile_row0 / kActivationGroup; g * kActivationGroup < end; ++g) {
-            const int64_t g_begin = g * kActivationGroup;
-            const int64_t g_end = g_begin + kActivationGroup < rows ? g_begin + kActivationGroup : rows;
-            const int64_t mine = (end < g_end ? end : g_end) - (tile_row0 > g_begin ? tile_row0 : g_begin);
-            const int before = atomicAdd(a.arrivals + g, int(mine));
-            if (before + mine == g_end - g_begin && found < 2) s_complete[found++] = g;
-        }
-        __threadfence();
-    }
-    __syncthreads();
-    const int lane = int(threadIdx.x) & 31;
-    if (threadIdx.x < 32) {
-#pragma unroll
-        for (int c = 0; c < 2; ++c) {
-            const int64_t g = s_complete[c];
-            if (g < 0) continue;
-            float y[4], v[4];
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int64_t k = g * kActivationGroup + lane * 4 + i;
-                y[i] = k < rows ? __ldcg(a.seg[0].y + k) : 0.0f;
-                v[i] = a.norm_w != nullptr && k < rows ? y[i] * __ldg(a.norm_w + k) : y[i];
-            }
-            const ActivationGroupMeta meta = quantize_group_by_warp(v, lane, a.yq + g * kActivationGroup);
-            float sum_sq = 0.0f;  // the order ops/matmul_cuda.h promises: in-lane fmaf, then the butterfly
-            if (a.yq_sum_sq != nullptr) {
-#pragma unroll
-                for (int i = 0; i < 4; ++i) sum_sq = fmaf(y[i], y[i], sum_sq);
-#pragma unroll
-                for (int offset = 16; offset > 0; offset /= 2) sum_sq += __shfl_xor_sync(kFullMask, sum_sq, offset);
-            }
-            if (lane == 0) {
-                a.yq_meta[g] = meta;
-                if (a.yq_sum_sq != nullptr) a.yq_sum_sq[g] = sum_sq;
-                a.arrivals[g] = 0;
-            }
-        }
-    }
-    __syncthreads();  // s_complete is rewritten by the next tile
-}
-
-// The activations the kernel before wrote, into shared memory: x one group per kSmemGroupStride bytes, the
-// group meta with a deferred-norm input's r = 1/sqrt(Σ/cols + eps) (ops/matmul_cuda.h) multiplied into the
-// scales. It runs after wait_for_predecessor with nothing left to overlap it, so it is latency: every load of
-// a batch is issued before the first store, and the first batches of x, meta and the group sums together:
-// with Q1_0's batches and 128 threads, one L2 round trip for K ≤ 8192 (K = 17408: 3 instead of 9 + 1 + 2). r
-// is the same float in every warp of every block: lane l adds the group sums l, l + 32, ... in order, then a
-// butterfly — the order of the loop this replaced, so the values are bit for bit those of before.
-// kCopyBatch, kMetaBatch, kSumBatch: the x vectors, meta entries and group sums a thread loads at once (the
-// kernel's weight registers are live meanwhile: wide batches only where they cost no spills, see gemv_kernel).
-template <int kCopyBatch, int kMetaBatch, int kSumBatch>
-__device__ __forceinline__ void copy_activations(const KernelArgs& a, uint8_t* x_smem, int2* meta_smem) {
-    const int tid = int(threadIdx.x), threads = int(blockDim.x), lane = tid & 31;
-    const int4* x_src = reinterpret_cast<const int4*>(a.xq);
-    const int2* meta_src = reinterpret_cast<const int2*>(a.x_meta);
-    const int x_vectors = a.x_groups * 8;
-    const bool deferred = a.x_sum_sq != nullptr;
-
-    float sums[kSumBatch];
-    if (deferred) {
-#pragma unroll
-        for (int j = 0; j < kSumBatch; ++j) {
-            const int g = lane + 32 * j;
-            sums[j] = g < a.x_groups ? __ldg(a.x_sum_sq + g) : 0.0f;
-        }
-    }
-    int2 meta[kMetaBatch];
-#pragma unroll
-    for (int j = 0; j < kMetaBatch; ++j) {
-        const int g = tid + j * threads;
-        if (g < a.x_groups) meta[j] = __ldg(meta_src + g);
-    }
-    for (int base = tid; base < x_vectors; base += kCopyBatch * threads) {
-        int4 v[kCopyBatch];
-#pragma unroll
-        for (int j = 0; j < kCopyBatch; ++j)
-            if (base + j * threads < x_vectors) v[j] = __ldg(x_src + base + j * threads);
-#pragma unroll
-        for (int j = 0; j < kCopyBatch; ++j) {
-            const int i = base + j * threads;
-            if (i < x_vectors) *reinterpret_cast<int4*>(x_smem + (i / 8) * kSmemGroupStride + (i % 8) * 16) = v[j];
-        }
-    }
-
-    float norm_scale = 1.0f;
-    if (deferred) {
-        float sum = 0.0f;
-#pragma unroll
-        for (int j = 0; j < kSumBatch; ++j)
-            if (lane + 32 * j < a.x_groups) sum += sums[j];
-        for (int g = lane + 32 * kSumBatch; g < a.x_groups; g += 32) sum += __ldg(a.x_sum_sq + g);
-#pragma unroll
-        for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(kFullMask, sum, offset);
-        norm_scale = 1.0f / sqrtf(sum / float(a.x_cols) + a.x_norm_eps);
-    }
-    auto store_meta = [&](int g, int2 m) {
-        if (deferred) m.x = __float_as_int(__int_as_float(m.x) * norm_scale);
-        meta_smem[g] = m;
-    };
-#pragma unroll
-    for (int j = 0; j < kMetaBatch; ++j)
-        if (tid + j * threads < a.x_groups) store_meta(tid + j * threads, meta[j]);
-    for (int g = tid + kMetaBatch * threads; g < a.x_groups; g += threads) store_meta(g, __ldg(meta_src + g));
 }
 
 // KT threads per row, R rows per thread (SwiGLU: the gate row and the up row of one output); tiles
@@ -472,6 +195,10 @@ __global__ void __launch_bounds__(kMaxThreadsPerBlock) gemv_kernel(KernelArgs a,
                 }
             }
         }
+        // A tile holds at most kMaxThreadsPerBlock / 8 · 4 outputs (8 lanes per row, 4 rows per thread at the
+        // most; a SwiGLU tile a quarter of that), so it touches at most two groups of 128.
+        static_assert(kMaxThreadsPerBlock / 8 * 4 <= kActivationGroup && 2 <= kMaxCompletedGroups,
+                      "a GEMV tile must span at most two activation groups");
         if (a.yq != nullptr) quantize_completed_groups(a, rows.tile_row0, rows_per_tile, rows.rows);
         rows = next_rows;
     }
@@ -589,12 +316,15 @@ GemvLaunchConfig plan_gemv(DType t, int64_t rows, int64_t cols) {
     // fewer (less shuffle and idle-lane waste); 2 rows per thread was best or within 1% everywhere
     // once the activations moved to shared memory (Q1_0: lanes 8 at N ≥ 16384, 16 below; e.g.
     // attn_qkv 5.3 µs vs 7.0 µs for lanes8/rows4).
-    (void)t;
-    (void)cols;
     GemvLaunchConfig c;
     c.lanes_per_row = rows >= 16384 ? 8 : rows >= 4096 ? 16 : 32;
     c.rows_per_thread = 2;
     c.warps_per_block = 4;
+    // Staged (when switched on) for the 1-bit weights, whose GEMVs are short enough that a kernel's ramp and
+    // drain dominate; the same lanes and rows, so the same y bit for bit. Both uses of the planned shape must
+    // fit (a SwiGLU pair stages two matrices' rows).
+    c.staged = t == DType::Q1_0 && staged_gemv_planned() && staged_gemv_fits(t, cols, rows, c, false) &&
+               staged_gemv_fits(t, cols, rows, c, true);
     return c;
 }
 
@@ -744,6 +474,11 @@ GemvLaunchReport launch_group(const QuantizedActivationsView& x, std::span<const
         args.yq_sum_sq = epilogue.norm_w != nullptr ? yq->norm_sum_sq : nullptr;
     }
     if (report.blocks == 0) return report;
+    if (config.staged) {
+        report.blocks = launch_staged_gemv(args, first.dtype, config, kSwiglu, stream);
+        report.launches = 1;
+        return report;
+    }
     const int64_t max_blocks = config.max_blocks > 0 ? config.max_blocks : device_max_grid_x();
     for (int64_t first_tile = 0; first_tile < report.blocks; first_tile += max_blocks) {
         fn(std::min(max_blocks, report.blocks - first_tile), config.warps_per_block * 32, stream, args, first_tile);
@@ -834,8 +569,15 @@ GemvWeights upload_gemv_weights(const GemvRepacked& packed) {
     out.cols = packed.cols;
     out.codes = DeviceBuffer(packed.codes.size());
     out.codes.upload(packed.codes.data(), packed.codes.size());
-    out.scales = DeviceBuffer(packed.scales.size() * sizeof(uint16_t));
-    out.scales.upload(packed.scales.data(), packed.scales.size() * sizeof(uint16_t));
+    // Padded to whole 16-byte words with zeros (GemvWeightView::scales: the staged kernel copies whole words).
+    const size_t scale_bytes = packed.scales.size() * sizeof(uint16_t);
+    const size_t padded = (scale_bytes + 15) / 16 * 16;
+    out.scales = DeviceBuffer(padded);
+    if (padded != scale_bytes) {
+        const uint8_t zeros[16] = {};
+        out.scales.upload(zeros, padded - scale_bytes, scale_bytes);
+    }
+    out.scales.upload(packed.scales.data(), scale_bytes);
     return out;
 }
 

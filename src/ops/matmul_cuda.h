@@ -39,7 +39,9 @@ inline constexpr int kActivationGroup = 128;
 // Weights in the GEMV layout on the device (non-owning).
 struct GemvWeightView {
     const uint8_t* codes = nullptr;    // rows × gemv_code_row_bytes(dtype, cols), 16-byte aligned rows
-    const uint16_t* scales = nullptr;  // rows × cols / block_elems fp16 bits
+    // rows × cols / block_elems fp16 bits. The staged kernel copies whole 16-byte words, so up to 14 bytes
+    // past the last scale must be readable: upload_gemv_weights pads the plane to a multiple of 16 bytes.
+    const uint16_t* scales = nullptr;
     DType dtype = DType::Q1_0;
     int64_t rows = 0;  // N
     int64_t cols = 0;  // K
@@ -98,19 +100,45 @@ void require_plain_view(const QuantizedActivationsView& view, const char* who);
 void quantize_activations(const float* x, const QuantizedActivationsView& out, cudaStream_t stream);
 
 // How a GEMV launch is shaped; chosen by plan_gemv, overridable for tests and the benchmark.
+//
+// Two kernels share the arithmetic (for one lanes_per_row and rows_per_thread a row's terms are the same
+// terms summed in the same order, so their y agree bit for bit):
+//   classic  each thread streams its rows' codes into registers, a grid of as many blocks as stay resident
+//            walking row tiles; it can request only its first batch of codes before the kernel before it
+//            has finished (ops/programmatic_launch.cuh).
+//   staged   (sm_90) one block of 8 warps per SM owns a contiguous run of row tiles and has the copy
+//            engine bring them into a ring of shared-memory slots (ops/bulk_copy.cuh) — most of a
+//            Bonsai-27B matrix's share (~90 KB of ~100 KB a block) is requested BEFORE the wait for the
+//            kernel before, and a block takes under half an SM, so the next GEMV's block is resident and
+//            streaming while this one computes: weights stream across kernel boundaries.
+//            warps_per_block and max_blocks do not apply.
 struct GemvLaunchConfig {
     int lanes_per_row = 8;      // threads splitting one row's K (8, 16 or 32)
     int rows_per_thread = 2;    // rows sharing each activation load in registers (2 or 4)
     int warps_per_block = 4;    // 1..8
     int64_t max_blocks = 0;     // row tiles per launch; 0 = the device's grid limit (tests lower it to force splits)
+    bool staged = false;        // the staged kernel (needs staged_gemv_supported())
+    int64_t staged_ring_bytes = 0;  // staged: the shared-memory ring's bytes; 0 = what two blocks per SM leave
 };
+// The planned shape: lanes per row from the row count, 2 rows per thread; staged for Q1_0 where
+// staged_gemv_planned() and the shape fits in shared memory.
 GemvLaunchConfig plan_gemv(DType t, int64_t rows, int64_t cols);
+// The staged kernel can run here: a device of compute capability 9.0 or above.
+bool staged_gemv_supported();
+// The planner chooses it: supported and DELTABIT_GEMV_STAGED=1 in the environment. Off by default: in the
+// Bonsai-27B decode step it is still slower than the classic kernel (docs/bench.md, "The staged GEMV").
+bool staged_gemv_planned();
+// Whether the staged kernel's ring holds two slots at least for matrices of K = cols with at most max_rows
+// rows in this launch shape (a SwiGLU pair stages two rows an output). Where it does not, asking for it
+// (config.staged) is refused with a message; Q1_0's rows are small enough for every shape of the geometries.
+bool staged_gemv_fits(DType t, int64_t cols, int64_t max_rows, const GemvLaunchConfig& config, bool swiglu);
 
 // What a call did, so callers and tests can see which path ran and how it was split.
 struct GemvLaunchReport {
     GemvLaunchConfig config;
     // Row tiles of warps_per_block·(32/lanes_per_row)·rows_per_thread rows (SwiGLU: of that many
     // outputs / rows_per_thread); a group counts each matrix's tiles, each matrix starting a new tile.
+    // Staged: the blocks of the grid (one per SM at most), each owning a run of tiles.
     int64_t blocks = 0;
     int launches = 0;      // kernel launches after splitting along N
 };
