@@ -18,11 +18,6 @@
 namespace deltabit::cuda::gemv_detail {
 
 constexpr unsigned kFullMask = 0xffffffffu;
-#ifndef DELTABIT_GEMV_LOADS_IN_FLIGHT
-#define DELTABIT_GEMV_LOADS_IN_FLIGHT 16
-#endif
-constexpr int kLoadsInFlight = DELTABIT_GEMV_LOADS_IN_FLIGHT;
-constexpr int kMaxThreadsPerBlock = 256;
 
 // Weights per 16-byte unit of codes and weights per fp16 scale, per dtype.
 template <DType T>
@@ -47,15 +42,6 @@ template <>
 struct Layout<DType::Q8_0> {
     static constexpr int unit = 16, group = 32;
 };
-
-// Weight codes are read exactly once: keep them out of L1 so the activations stay there.
-__device__ __forceinline__ uint4 load_streaming(const uint4* p) {
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-}
 
 // Integer dot of one unit of codes with its activation words x (4 int8 each, natural order).
 // `group_sum` is Σq over the unit's 128-input activation group (only Q1_0 needs it).
@@ -174,6 +160,60 @@ __host__ __device__ inline size_t activation_smem_bytes(int x_groups) {
     return size_t(x_groups) * (kSmemGroupStride + sizeof(ActivationGroupMeta));
 }
 
+
+// One unit of codes for each of a thread's R rows against the unit's activations in shared memory (x one group
+// per kSmemGroupStride bytes, meta with the group scale and Σq), added into acc: code_of(r) and scale_of(r)
+// give row r's 16 bytes of codes and its fp16 scale of this unit. The arithmetic of both GEMV kernels, in
+// this one place: a row's terms in the same order is what makes their y equal bit for bit.
+template <DType T, int R, typename CodeOf, typename ScaleOf>
+__device__ __forceinline__ void accumulate_unit(const uint8_t* x_smem, const int2* meta_smem, int u, const CodeOf& code_of,
+                                                const ScaleOf& scale_of, float (&acc)[R]) {
+    using L = Layout<T>;
+    constexpr int kXWords = L::unit / 4;
+    const int group = u * L::unit / kActivationGroup;
+    const int4* xs = reinterpret_cast<const int4*>(x_smem + group * kSmemGroupStride + (u * L::unit) % kActivationGroup);
+    int x[kXWords];
+#pragma unroll
+    for (int v = 0; v < kXWords / 4; ++v) {
+        const int4 t = xs[v];
+        x[4 * v + 0] = t.x;
+        x[4 * v + 1] = t.y;
+        x[4 * v + 2] = t.z;
+        x[4 * v + 3] = t.w;
+    }
+    const int2 meta = meta_smem[group];
+    const float x_scale = __int_as_float(meta.x);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        const int dot = unit_dot<T>(code_of(r), x, meta.y);
+        acc[r] = fmaf(float(dot), __half2float(__ushort_as_half(scale_of(r))) * x_scale, acc[r]);
+    }
+}
+
+// The KT lanes of a row group sum their partial dots (a butterfly), and the outputs are stored: the group's
+// first output is y[row0], the matrix has `rows` (rows past the end were computed, clamped, and are not
+// stored). SwiGLU: one output, silu(gate) · up; otherwise R rows, lane r storing row row0 + r (added to y for
+// gemv_quantized_add_norm).
+template <int KT, int R, bool kSwiglu>
+__device__ __forceinline__ void reduce_and_store(const KernelArgs& a, float (&acc)[R], int k_lane, float* y, int64_t row0,
+                                                 int64_t rows) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int offset = KT / 2; offset > 0; offset /= 2) acc[r] += __shfl_xor_sync(kFullMask, acc[r], offset);
+    }
+    if constexpr (kSwiglu) {
+        if (k_lane == 0 && row0 < rows) y[row0] = silu_f(acc[0]) * acc[1];
+    } else {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            if (k_lane == r && row0 + r < rows) {
+                float* out = y + row0 + r;
+                *out = a.add_to_y ? *out + acc[r] : acc[r];
+            }
+        }
+    }
+}
 
 // A quantised output (SwiGLU's y_quantized, gemv_quantized_add_norm's out): after a block has stored the
 // outputs [row_begin, row_begin + n_rows) of a matrix of `rows` rows, count them into their groups of 128;
@@ -298,8 +338,13 @@ __device__ __forceinline__ void copy_activations(const KernelArgs& a, uint8_t* x
 
 
 // The staged kernel's launch (ops/gemv_staged_cuda.cu): one launch over args' segments (their first_tile is
-// recomputed in staged tiles), the grid's block count returned; throws deltabit::Error naming what does not
-// fit (staged_gemv_fits, ops/matmul_cuda.h) or is missing.
-int64_t launch_staged_gemv(KernelArgs args, DType t, const GemvLaunchConfig& config, bool swiglu, cudaStream_t stream);
+// recomputed in staged tiles); throws deltabit::Error naming what does not fit (staged_gemv_fits,
+// ops/matmul_cuda.h) or is missing.
+struct StagedLaunch {
+    int64_t blocks = 0;  // the grid
+    int64_t tiles = 0;   // the row tiles its blocks share
+};
+StagedLaunch launch_staged_gemv(KernelArgs args, DType t, const GemvLaunchConfig& config, bool swiglu,
+                                cudaStream_t stream);
 
 }  // namespace deltabit::cuda::gemv_detail

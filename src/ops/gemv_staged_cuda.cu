@@ -34,6 +34,7 @@
 
 #include "core/env_switch.h"
 #include "ops/bulk_copy.cuh"
+#include "ops/gemv_shapes.h"
 #include "ops/programmatic_launch.cuh"
 
 namespace deltabit::cuda {
@@ -48,8 +49,6 @@ constexpr int kStagedThreads = kStagedWarps * 32;
 // the epilogue's static shared memory.
 constexpr size_t kStagedSmemBudget = 112 * 1024;
 constexpr int kMaxSlots = 16;
-// A tile of at least this many bytes (whole warp items): small enough that a block owns ~10 tiles of a
-// Bonsai-27B matrix (its share is ~100 KB), so the ring turns and the blocks' shares differ by under a tile.
 // Tiles of at least this many bytes (whole warp items). Measured on the H200 (bench_gemv_cuda, chains of
 // GEMVs with the copies cycled past L2): 6 KB tiles streamed the LM head at 1.97 TB/s and ffn_down in
 // 8.29 µs, 24 KB tiles at 2.82 TB/s and in 7.02 µs (the classic kernel: 3.26 TB/s, 8.40 µs) — each tile
@@ -143,7 +142,6 @@ __global__ void __launch_bounds__(kStagedThreads, 2) gemv_staged_kernel(KernelAr
     constexpr int kRowGroupsPerWarp = 32 / KT;
     constexpr int kRowsPerGroup = kSwiglu ? 1 : R;  // outputs per group of KT lanes
     constexpr int kItemRows = kRowGroupsPerWarp * kRowsPerGroup;
-    constexpr int kXWords = L::unit / 4;
     constexpr int kMatrices = kSwiglu ? 2 : 1;
 
     extern __shared__ __align__(128) uint8_t smem[];
@@ -217,44 +215,11 @@ __global__ void __launch_bounds__(kStagedThreads, 2) gemv_staged_kernel(KernelAr
             for (int r = 0; r < R; ++r) acc[r] = 0.0f;
 #pragma unroll 2
             for (int u = k_lane; u < a.units_per_row; u += KT) {
-                const int group = u * L::unit / kActivationGroup;
-                const int4* xs =
-                    reinterpret_cast<const int4*>(x_smem + group * kSmemGroupStride + (u * L::unit) % kActivationGroup);
-                int x[kXWords];
-#pragma unroll
-                for (int v = 0; v < kXWords / 4; ++v) {
-                    const int4 w = xs[v];
-                    x[4 * v + 0] = w.x;
-                    x[4 * v + 1] = w.y;
-                    x[4 * v + 2] = w.z;
-                    x[4 * v + 3] = w.w;
-                }
-                const int2 meta = meta_smem[group];
-                const float x_scale = __int_as_float(meta.x);
-#pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    const int dot = unit_dot<T>(codes[r][u], x, meta.y);
-                    const uint16_t d = scales[r][u * L::unit / L::group];
-                    acc[r] = fmaf(float(dot), __half2float(__ushort_as_half(d)) * x_scale, acc[r]);
-                }
+                accumulate_unit<T, R>(
+                    x_smem, meta_smem, u, [&](int r) -> const uint4& { return codes[r][u]; },
+                    [&](int r) { return scales[r][u * L::unit / L::group]; }, acc);
             }
-#pragma unroll
-            for (int r = 0; r < R; ++r) {
-#pragma unroll
-                for (int offset = KT / 2; offset > 0; offset /= 2) acc[r] += __shfl_xor_sync(kFullMask, acc[r], offset);
-            }
-            const int64_t out_row = t.row0 + row;
-            if constexpr (kSwiglu) {
-                if (k_lane == 0 && row < t.rows) seg.y[out_row] = silu_f(acc[0]) * acc[1];
-            } else {
-#pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    if (k_lane == r && row + r < t.rows) {
-                        float* y = seg.y + out_row + r;
-                        *y = a.add_to_y ? *y + acc[r] : acc[r];
-                    }
-                }
-            }
+            reduce_and_store<KT, R, kSwiglu>(a, acc, k_lane, seg.y + t.row0, row, t.rows);
         }
 
         // The last warp done with this tile hands its slot to the tile `slots` later.
@@ -284,36 +249,15 @@ __global__ void __launch_bounds__(kStagedThreads, 2) gemv_staged_kernel(KernelAr
 
 using StagedKernel = void (*)(KernelArgs, StagedArgs);
 
-template <DType T, int KT, bool kSwiglu>
-StagedKernel pick_rows(int rows_per_thread) {
-    if constexpr (kSwiglu) return rows_per_thread == 2 ? gemv_staged_kernel<T, KT, 2, true> : nullptr;
-    switch (rows_per_thread) {
-        case 2: return gemv_staged_kernel<T, KT, 2, false>;
-        case 4: return gemv_staged_kernel<T, KT, 4, false>;
-        default: return nullptr;
-    }
-}
-
-template <DType T, bool kSwiglu>
-StagedKernel pick_lanes(int lanes_per_row, int rows_per_thread) {
-    switch (lanes_per_row) {
-        case 8: return pick_rows<T, 8, kSwiglu>(rows_per_thread);
-        case 16: return pick_rows<T, 16, kSwiglu>(rows_per_thread);
-        case 32: return pick_rows<T, 32, kSwiglu>(rows_per_thread);
-        default: return nullptr;
-    }
-}
-
 template <bool kSwiglu>
 StagedKernel pick_staged(DType t, const GemvLaunchConfig& c) {
-    switch (t) {
-        case DType::Q1_0: return pick_lanes<DType::Q1_0, kSwiglu>(c.lanes_per_row, c.rows_per_thread);
-        case DType::Q2_0: return pick_lanes<DType::Q2_0, kSwiglu>(c.lanes_per_row, c.rows_per_thread);
-        case DType::Q2_0_G64: return pick_lanes<DType::Q2_0_G64, kSwiglu>(c.lanes_per_row, c.rows_per_thread);
-        case DType::Q4_0: return pick_lanes<DType::Q4_0, kSwiglu>(c.lanes_per_row, c.rows_per_thread);
-        case DType::Q8_0: return pick_lanes<DType::Q8_0, kSwiglu>(c.lanes_per_row, c.rows_per_thread);
-        default: return nullptr;
-    }
+    return pick_gemv_shape<kSwiglu>(
+        t, c.lanes_per_row, c.rows_per_thread,
+        [](auto shape) -> StagedKernel {
+            using S = decltype(shape);
+            return gemv_staged_kernel<S::type, S::lanes, S::rows, kSwiglu>;
+        },
+        StagedKernel(nullptr));
 }
 
 int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
@@ -359,10 +303,13 @@ int device_attribute(cudaDeviceAttr attribute, const char* what) {
     return value;
 }
 
+int smem_limit() { return device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, "smem limit"); }
+bool fits_device(const StagedShape& shape) { return shape.fits && shape.smem <= size_t(smem_limit()); }
+
 }  // namespace
 
-int64_t launch_staged_gemv(KernelArgs args, DType t, const GemvLaunchConfig& config, bool swiglu,
-                           cudaStream_t stream) {
+StagedLaunch launch_staged_gemv(KernelArgs args, DType t, const GemvLaunchConfig& config, bool swiglu,
+                                cudaStream_t stream) {
     const std::string what = std::string("cuda gemv (staged") + (swiglu ? ", swiglu)" : ")");
     if (!staged_gemv_supported()) fail_message(what + ": needs a GPU of compute capability 9.0 or above");
     const StagedKernel kernel = swiglu ? pick_staged<true>(t, config) : pick_staged<false>(t, config);
@@ -372,10 +319,9 @@ int64_t launch_staged_gemv(KernelArgs args, DType t, const GemvLaunchConfig& con
     int64_t max_rows = 0;
     for (int i = 0; i < args.n_segments; ++i) max_rows = std::max(max_rows, args.seg[i].rows);
     const StagedShape shape = staged_shape(t, args.x_cols, max_rows, config, swiglu);
-    const int smem_limit = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, "smem limit");
-    if (!shape.fits || shape.smem > size_t(smem_limit))
+    if (!fits_device(shape))
         fail_message(what + ": K = " + std::to_string(args.x_cols) + " does not fit two ring slots in shared memory (" +
-                     std::to_string(shape.smem) + " bytes, the device has " + std::to_string(smem_limit) + ")");
+                     std::to_string(shape.smem) + " bytes, the device has " + std::to_string(smem_limit()) + ")");
     StagedArgs s = shape.args;
     s.tiles = 0;
     for (int i = 0; i < args.n_segments; ++i) {
@@ -391,15 +337,14 @@ int64_t launch_staged_gemv(KernelArgs args, DType t, const GemvLaunchConfig& con
     }
     cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shape.smem)),
                "staged gemv shared memory");
-    // All shared memory, no L1 carve-out to agree on: blocks of consecutive GEMVs can share an SM.
-    static const bool carveout = env_switch("DELTABIT_STAGED_CARVEOUT", true);  // EXPERIMENT
-    if (carveout)
-        cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                        int(cudaSharedmemCarveoutMaxShared)),
-                   "staged gemv carve-out");
+    // All shared memory: two blocks' 2 × 112 KB need the largest carve-out (leaving it to the driver measured
+    // the same, 227.3 vs 227.2 tok/s, but then nothing guarantees it).
+    cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                    int(cudaSharedmemCarveoutMaxShared)),
+               "staged gemv carve-out");
     launch_programmatic(kernel, dim3(unsigned(grid)), dim3(kStagedThreads), shape.smem, stream, "gemv_staged_kernel",
                         args, s);
-    return grid;
+    return {grid, s.tiles};
 }
 
 }  // namespace gemv_detail
@@ -407,8 +352,7 @@ int64_t launch_staged_gemv(KernelArgs args, DType t, const GemvLaunchConfig& con
 bool staged_gemv_fits(DType t, int64_t cols, int64_t max_rows, const GemvLaunchConfig& config, bool swiglu) {
     using namespace gemv_detail;
     if (!gemv_layout_supports(t) || cols <= 0 || !row_fits_blocks(t, uint64_t(cols))) return false;
-    const StagedShape shape = staged_shape(t, cols, max_rows, config, swiglu);
-    return shape.fits && shape.smem <= size_t(device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, "smem limit"));
+    return fits_device(staged_shape(t, cols, max_rows, config, swiglu));
 }
 
 bool staged_gemv_planned() {

@@ -22,6 +22,7 @@
 #include "ops/activation_quant.cuh"
 #include "ops/cuda_math.cuh"
 #include "ops/gemv_device.cuh"
+#include "ops/gemv_shapes.h"
 #include "ops/programmatic_launch.cuh"
 
 #include <algorithm>
@@ -33,6 +34,21 @@ namespace deltabit::cuda {
 namespace {
 
 using namespace gemv_detail;
+
+#ifndef DELTABIT_GEMV_LOADS_IN_FLIGHT
+#define DELTABIT_GEMV_LOADS_IN_FLIGHT 16
+#endif
+constexpr int kLoadsInFlight = DELTABIT_GEMV_LOADS_IN_FLIGHT;
+constexpr int kMaxThreadsPerBlock = 256;
+
+// Weight codes are read exactly once: keep them out of L1 so the activations stay there.
+__device__ __forceinline__ uint4 load_streaming(const uint4* p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
 
 // The R rows one thread walks in one tile (rows past the end are clamped for loading, so every lane
 // joins the shuffles, and never stored).
@@ -109,7 +125,6 @@ __global__ void __launch_bounds__(kMaxThreadsPerBlock) gemv_kernel(KernelArgs a,
     using L = Layout<T>;
     constexpr int kRowGroupsPerWarp = 32 / KT;
     constexpr int kUnroll = kLoadsInFlight / R;  // code loads in flight per thread, whatever R
-    constexpr int kXWords = L::unit / 4;
     constexpr int kRowsPerThreadGroup = kSwiglu ? 1 : R;  // outputs per group of KT lanes
 
     extern __shared__ __align__(16) uint8_t smem[];
@@ -148,25 +163,8 @@ __global__ void __launch_bounds__(kMaxThreadsPerBlock) gemv_kernel(KernelArgs a,
             for (int j = 0; j < kUnroll; ++j) {
                 const int u = u0 + j * KT;
                 if (u >= a.units_per_row) break;
-                const int group = u * L::unit / kActivationGroup;
-                const int4* xs = reinterpret_cast<const int4*>(x_smem + group * kSmemGroupStride +
-                                                               (u * L::unit) % kActivationGroup);
-                int x[kXWords];
-#pragma unroll
-                for (int v = 0; v < kXWords / 4; ++v) {
-                    const int4 t = xs[v];
-                    x[4 * v + 0] = t.x;
-                    x[4 * v + 1] = t.y;
-                    x[4 * v + 2] = t.z;
-                    x[4 * v + 3] = t.w;
-                }
-                const int2 meta = meta_smem[group];
-                const float x_scale = __int_as_float(meta.x);
-#pragma unroll
-                for (int r = 0; r < R; ++r) {
-                    const int dot = unit_dot<T>(codes[j][r], x, meta.y);
-                    acc[r] = fmaf(float(dot), __half2float(__ushort_as_half(d[j][r])) * x_scale, acc[r]);
-                }
+                accumulate_unit<T, R>(
+                    x_smem, meta_smem, u, [&](int r) { return codes[j][r]; }, [&](int r) { return d[j][r]; }, acc);
             }
         }
 
@@ -179,22 +177,7 @@ __global__ void __launch_bounds__(kMaxThreadsPerBlock) gemv_kernel(KernelArgs a,
             load_units<T, KT, R, kUnroll>(next_rows, k_lane, a.units_per_row, codes, d);
         }
 
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-#pragma unroll
-            for (int offset = KT / 2; offset > 0; offset /= 2) acc[r] += __shfl_xor_sync(kFullMask, acc[r], offset);
-        }
-        if constexpr (kSwiglu) {
-            if (k_lane == 0 && rows.row0 < rows.rows) rows.y[rows.row0] = silu_f(acc[0]) * acc[1];
-        } else {
-#pragma unroll
-            for (int r = 0; r < R; ++r) {
-                if (k_lane == r && rows.row0 + r < rows.rows) {
-                    float* y = rows.y + rows.row0 + r;
-                    *y = a.add_to_y ? *y + acc[r] : acc[r];
-                }
-            }
-        }
+        reduce_and_store<KT, R, kSwiglu>(a, acc, k_lane, rows.y, rows.row0, rows.rows);
         // A tile holds at most kMaxThreadsPerBlock / 8 · 4 outputs (8 lanes per row, 4 rows per thread at the
         // most; a SwiGLU tile a quarter of that), so it touches at most two groups of 128.
         static_assert(kMaxThreadsPerBlock / 8 * 4 <= kActivationGroup && 2 <= kMaxCompletedGroups,
@@ -264,36 +247,15 @@ void launch(int64_t tiles, int threads, cudaStream_t stream, const KernelArgs& a
                         first_tile, tiles);
 }
 
-template <DType T, int KT, bool kSwiglu>
-LaunchFn pick_rows(int rows_per_thread) {
-    if constexpr (kSwiglu) return rows_per_thread == 2 ? launch<T, KT, 2, true> : nullptr;
-    switch (rows_per_thread) {
-        case 2: return launch<T, KT, 2, false>;
-        case 4: return launch<T, KT, 4, false>;
-        default: return nullptr;
-    }
-}
-
-template <DType T, bool kSwiglu>
-LaunchFn pick_lanes(int lanes_per_row, int rows_per_thread) {
-    switch (lanes_per_row) {
-        case 8: return pick_rows<T, 8, kSwiglu>(rows_per_thread);
-        case 16: return pick_rows<T, 16, kSwiglu>(rows_per_thread);
-        case 32: return pick_rows<T, 32, kSwiglu>(rows_per_thread);
-        default: return nullptr;
-    }
-}
-
 template <bool kSwiglu>
 LaunchFn pick_kernel(DType t, const GemvLaunchConfig& c) {
-    switch (t) {
-        case DType::Q1_0: return pick_lanes<DType::Q1_0, kSwiglu>(c.lanes_per_row, c.rows_per_thread);
-        case DType::Q2_0: return pick_lanes<DType::Q2_0, kSwiglu>(c.lanes_per_row, c.rows_per_thread);
-        case DType::Q2_0_G64: return pick_lanes<DType::Q2_0_G64, kSwiglu>(c.lanes_per_row, c.rows_per_thread);
-        case DType::Q4_0: return pick_lanes<DType::Q4_0, kSwiglu>(c.lanes_per_row, c.rows_per_thread);
-        case DType::Q8_0: return pick_lanes<DType::Q8_0, kSwiglu>(c.lanes_per_row, c.rows_per_thread);
-        default: return nullptr;
-    }
+    return pick_gemv_shape<kSwiglu>(
+        t, c.lanes_per_row, c.rows_per_thread,
+        [](auto shape) -> LaunchFn {
+            using S = decltype(shape);
+            return launch<S::type, S::lanes, S::rows, kSwiglu>;
+        },
+        LaunchFn(nullptr));
 }
 
 int64_t device_max_grid_x() {
@@ -475,7 +437,9 @@ GemvLaunchReport launch_group(const QuantizedActivationsView& x, std::span<const
     }
     if (report.blocks == 0) return report;
     if (config.staged) {
-        report.blocks = launch_staged_gemv(args, first.dtype, config, kSwiglu, stream);
+        const StagedLaunch staged = launch_staged_gemv(args, first.dtype, config, kSwiglu, stream);
+        report.blocks = staged.blocks;
+        report.staged_tiles = staged.tiles;
         report.launches = 1;
         return report;
     }

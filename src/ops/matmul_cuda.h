@@ -141,6 +141,8 @@ struct GemvLaunchReport {
     // Staged: the blocks of the grid (one per SM at most), each owning a run of tiles.
     int64_t blocks = 0;
     int launches = 0;      // kernel launches after splitting along N
+    // Set by the staged launcher only (0 when the classic kernel ran): the row tiles its blocks shared.
+    int64_t staged_tiles = 0;
 };
 
 // y = W·x for already quantised activations.
