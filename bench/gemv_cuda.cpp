@@ -1,8 +1,13 @@
 // Micro-benchmark of the CUDA decode GEMV (ops/matmul_cuda.h) on the Bonsai-27B decode shapes, read
 // against the card's measured device-to-device copy bandwidth.
 //
-//   bench_gemv_cuda [--tsv FILE] [--type q1_0|q2_0|q4_0|q8_0]
-//   (FILE gets every launch shape tried, one row each; --type measures one weight type only)
+//   bench_gemv_cuda [--tsv FILE] [--type q1_0|q2_0|q4_0|q8_0] [--l2-resident] [--planned-only] [--shape NAME]
+//                   [--prefetch MIB]
+//   (FILE gets every launch shape tried, one row each; --type measures one weight type only;
+//   --l2-resident reuses one copy of the weights, so a matrix that fits in L2 is read from it: the time a
+//   GEMV would take if something had already brought its weights into L2; --planned-only skips the sweep; --shape measures one shape, e.g. ffn_down;
+//   --prefetch runs the L2 prefetcher of ops/l2_prefetch_cuda.h beside the chain, MIB ahead of the GEMV
+//   running; DELTABIT_L2_PREFETCH_BLOCKS / _CHUNK_KB set its blocks and chunk size)
 //
 // Bytes counted per GEMV: the weights in their ORIGINAL GGUF size (Q1_0 1.125 bits per weight, ...)
 // plus x (K f32) and y (N f32). Time: a CUDA graph of many back-to-back GEMVs, each reading a
@@ -36,6 +41,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -46,6 +52,7 @@
 #include "backend/cuda_buffer.h"
 #include "backend/cuda_probe.h"
 #include "core/half.h"
+#include "ops/l2_prefetch_cuda.h"
 #include "ops/matmul_cuda.h"
 #endif
 
@@ -137,13 +144,19 @@ double copy_bandwidth_gbs(cudaStream_t stream, Timer& timer) {
     return 2.0 * double(bytes) * reps / (ms * 1e-3) / 1e9;
 }
 
-// Runs `launches` calls of `body(i)` captured in one graph; returns µs per call (median replay).
+// Runs `launches` calls of `body(i)` captured in one graph; returns µs per call (median replay). With
+// `prefetch`, its L2 prefetcher runs beside the calls (a branch of the graph on `side`).
 template <typename F>
-double graph_us(cudaStream_t stream, Timer& timer, int launches, F&& body) {
+double graph_us(cudaStream_t stream, Timer& timer, int launches, F&& body, L2StreamSchedule* prefetch = nullptr,
+                cudaStream_t side = nullptr) {
     cudaGraph_t graph{};
+    if (prefetch != nullptr) prefetch->begin_recording();
     cuda_check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), "begin capture");
+    if (prefetch != nullptr) prefetch->fork(stream, side);
     for (int i = 0; i < launches; ++i) body(i);
+    if (prefetch != nullptr) prefetch->join(stream, side);
     cuda_check(cudaStreamEndCapture(stream, &graph), "end capture");
+    if (prefetch != nullptr) prefetch->end_recording();
     cudaGraphExec_t exec{};
     cuda_check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
     const double ms = timer.median_ms(stream, 7, [&] { cuda_check(cudaGraphLaunch(exec, stream), "replay"); });
@@ -167,9 +180,16 @@ std::string config_text(const GemvLaunchConfig& c) {
 int main(int argc, char** argv) {
     const char* tsv_path = nullptr;
     const char* only_type = nullptr;
-    for (int i = 1; i + 1 < argc; ++i) {
-        if (std::strcmp(argv[i], "--tsv") == 0) tsv_path = argv[i + 1];
-        if (std::strcmp(argv[i], "--type") == 0) only_type = argv[i + 1];
+    const char* only_shape = nullptr;
+    bool l2_resident = false, planned_only = false;
+    int64_t prefetch_mib = 0;
+    for (int i = 1; i < argc; ++i) {
+        if (i + 1 < argc && std::strcmp(argv[i], "--tsv") == 0) tsv_path = argv[i + 1];
+        if (i + 1 < argc && std::strcmp(argv[i], "--type") == 0) only_type = argv[i + 1];
+        if (i + 1 < argc && std::strcmp(argv[i], "--shape") == 0) only_shape = argv[i + 1];
+        if (i + 1 < argc && std::strcmp(argv[i], "--prefetch") == 0) prefetch_mib = std::atoll(argv[i + 1]);
+        if (std::strcmp(argv[i], "--l2-resident") == 0) l2_resident = true;
+        if (std::strcmp(argv[i], "--planned-only") == 0) planned_only = true;
     }
     if (device_count() == 0) {
         std::puts("bench_gemv_cuda: no CUDA device");
@@ -181,9 +201,20 @@ int main(int argc, char** argv) {
         cudaStream_t stream{};
         cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
         Timer timer;
+        cudaStream_t side{};
+        cuda_check(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), "stream");
+        std::unique_ptr<L2StreamSchedule> prefetch;
+        if (prefetch_mib > 0) {
+            L2PrefetchSettings settings = l2_prefetch_plan_from_environment().settings;
+            settings.window_bytes = prefetch_mib << 20;
+            prefetch = std::make_unique<L2StreamSchedule>(settings);
+            std::printf("--prefetch: L2 prefetcher %lld MiB ahead, %d blocks, %lld KiB chunks\n", (long long)prefetch_mib,
+                        settings.blocks, (long long)(settings.chunk_bytes >> 10));
+        }
         const double copy_gbs = copy_bandwidth_gbs(stream, timer);
         std::printf("device: %s, L2 %.0f MiB; measured D2D copy bandwidth %.0f GB/s (read + write)\n",
                     device_summary().c_str(), prop.l2CacheSize / 1048576.0, copy_gbs);
+        if (l2_resident) std::puts("--l2-resident: every launch reads the same copy of the weights (L2 hits where it fits)");
         FILE* tsv = tsv_path != nullptr ? std::fopen(tsv_path, "w") : nullptr;
         if (tsv != nullptr) std::fprintf(tsv, "dtype\tshape\tN\tK\tconfig\tus\tGBps\tpct_copy\n");
 
@@ -205,10 +236,13 @@ int main(int argc, char** argv) {
                 }
             }
             for (const Shape& s : kShapes) {
+                if (only_shape != nullptr && std::strcmp(s.name, only_shape) != 0) continue;
                 const std::vector<uint8_t> host = random_weights(t, s.n, s.k, uint64_t(s.n * 31 + s.k) | 1);
                 const GemvWeights w = upload_gemv_weights(WeightView{host.data(), t, s.n, s.k}, s.name);
                 const size_t code_bytes = w.codes.bytes(), scale_bytes = w.scales.bytes();
-                const int copies = int(std::max<size_t>(2, (3 * size_t(prop.l2CacheSize)) / (code_bytes + scale_bytes) + 1));
+                const int copies = l2_resident ? 1
+                                               : int(std::max<size_t>(2, (3 * size_t(prop.l2CacheSize)) /
+                                                                              (code_bytes + scale_bytes) + 1));
                 DeviceBuffer codes(code_bytes * copies), scales(scale_bytes * copies);
                 for (int c = 0; c < copies; ++c) {
                     cuda_check(cudaMemcpy(codes.get<uint8_t>() + c * code_bytes, w.codes.get(), code_bytes, cudaMemcpyDeviceToDevice), "copy");
@@ -233,14 +267,16 @@ int main(int argc, char** argv) {
                 // About 2 ms of work per replay, at least 20 launches (so the copies are all cycled).
                 const int launches = int(std::clamp(2e-3 / (bytes / 3e12), 20.0, 400.0));
                 auto time_config = [&](const GemvLaunchConfig& c) {
-                    return graph_us(stream, timer, launches,
-                                    [&](int i) { gemv_quantized(xq, view(i), y.get<float>(), stream, c); });
+                    return graph_us(
+                        stream, timer, launches, [&](int i) { gemv_quantized(xq, view(i), y.get<float>(), stream, c); },
+                        prefetch.get(), side);
                 };
                 Row row{std::string(dtype_name(t)), s.name, "", "", s.n, s.k, bytes, 0, 1e30, 0, 0};
                 const GemvLaunchConfig plan = plan_gemv(t, s.n, s.k);
                 row.plan = config_text(plan);
                 row.plan_us = time_config(plan);
                 for (const auto& c : sweep) {
+                    if (planned_only) break;
                     const double us = time_config(c);
                     if (us < row.best_us) {
                         row.best_us = us;
@@ -251,6 +287,10 @@ int main(int argc, char** argv) {
                                      (long long)s.n, (long long)s.k, config_text(c).c_str(), us, bytes / us / 1e3,
                                      100.0 * bytes / us / 1e3 / copy_gbs);
                     }
+                }
+                if (planned_only) {
+                    row.best_us = row.plan_us;
+                    row.best_config = row.plan;
                 }
                 row.quantize_us = graph_us(stream, timer, launches, [&](int) { quantize_activations(x.get<float>(), xq, stream); });
                 row.matmul_us = graph_us(stream, timer, launches, [&](int i) {
@@ -272,6 +312,7 @@ int main(int argc, char** argv) {
                         gbs(r.plan_us), 100 * gbs(r.plan_us) / copy_gbs, r.best_config.c_str(), r.best_us,
                         gbs(r.best_us), 100 * gbs(r.best_us) / copy_gbs, r.quantize_us, r.matmul_us);
         }
+        cudaStreamDestroy(side);
         cudaStreamDestroy(stream);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "bench_gemv_cuda: %s\n", e.what());
