@@ -1,13 +1,13 @@
 // Micro-benchmark of the CUDA decode GEMV (ops/matmul_cuda.h) on the Bonsai-27B decode shapes, read
 // against the card's measured device-to-device copy bandwidth.
 //
-//   bench_gemv_cuda [--tsv FILE] [--type q1_0|q2_0|q4_0|q8_0] [--l2-resident] [--planned-only] [--shape NAME]
-//                   [--prefetch MIB]
-//   (FILE gets every launch shape tried, one row each; --type measures one weight type only;
-//   --l2-resident reuses one copy of the weights, so a matrix that fits in L2 is read from it: the time a
-//   GEMV would take if something had already brought its weights into L2; --planned-only skips the sweep; --shape measures one shape, e.g. ffn_down;
-//   --prefetch runs the L2 prefetcher of ops/l2_prefetch_cuda.h beside the chain, MIB ahead of the GEMV
-//   running; DELTABIT_L2_PREFETCH_BLOCKS / _CHUNK_KB set its blocks and chunk size)
+//   bench_gemv_cuda [--tsv FILE] [--type q1_0|q2_0|q4_0|q8_0] [--shape NAME] [--planned-only]
+//                   [--l2-resident] [--b1]
+//   FILE gets every launch shape tried, one row each; --type measures one weight type only, --shape one
+//   shape (e.g. ffn_down); --planned-only skips the sweep of launch shapes; --l2-resident reuses one copy
+//   of the weights, so a matrix that fits in L2 is read from it (the time a GEMV would take if something
+//   had already brought its weights there); --b1 also times the binary tensor-core GEMV of
+//   ops/gemv_b1_cuda.h on the Q1_0 shapes, one line per launch shape.
 //
 // Bytes counted per GEMV: the weights in their ORIGINAL GGUF size (Q1_0 1.125 bits per weight, ...)
 // plus x (K f32) and y (N f32). Time: a CUDA graph of many back-to-back GEMVs, each reading a
@@ -38,10 +38,16 @@
 // GEMV's weights issued by the one before (−1…−2%). What the figures here cannot show: a kernel alone
 // streams 12 MiB in no less than ~5.9 µs (deltabit bench's "floors" line), and in the replayed step these
 // GEMVs overlap their neighbours (docs/bench.md, "A kernel timeline of the decode step").
+// 2026-12-01, session 16 (Q1_0, planned shape, % of copy, DRAM chain / --l2-resident chain): attn_qkv
+// 31.3 / 37.1, attn_gate 29.9 / 34.9, ffn_gate/up 38.0 / 45.7, ffn_down 33.5 / 42.4, k6144 28.6 / 33.8,
+// lm_head 76.5 / 77.5 (does not fit). Weights already in L2 make these kernels only 15–21% faster: from L2 a
+// GEMV costs ~1.3 µs + bytes / 2.6 TB/s, so the kernel, not DRAM, sets the pace. ncu (ffn_gate/up): 12 warps
+// per SM (158 registers), 2.4 active and 0.7 eligible per scheduler, issue slots 32% busy, ALU the busiest
+// pipe — the dp4a dot spends ~0.34 ALU instructions per weight on a half-rate pipe. An L2 prefetcher running
+// beside the chain (commit 2132db5, removed) gained 0–3 points here and lost 6% (27B) / 10% (4B) in the model.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -52,7 +58,7 @@
 #include "backend/cuda_buffer.h"
 #include "backend/cuda_probe.h"
 #include "core/half.h"
-#include "ops/l2_prefetch_cuda.h"
+#include "ops/gemv_b1_cuda.h"
 #include "ops/matmul_cuda.h"
 #endif
 
@@ -144,19 +150,13 @@ double copy_bandwidth_gbs(cudaStream_t stream, Timer& timer) {
     return 2.0 * double(bytes) * reps / (ms * 1e-3) / 1e9;
 }
 
-// Runs `launches` calls of `body(i)` captured in one graph; returns µs per call (median replay). With
-// `prefetch`, its L2 prefetcher runs beside the calls (a branch of the graph on `side`).
+// Runs `launches` calls of `body(i)` captured in one graph; returns µs per call (median replay).
 template <typename F>
-double graph_us(cudaStream_t stream, Timer& timer, int launches, F&& body, L2StreamSchedule* prefetch = nullptr,
-                cudaStream_t side = nullptr) {
+double graph_us(cudaStream_t stream, Timer& timer, int launches, F&& body) {
     cudaGraph_t graph{};
-    if (prefetch != nullptr) prefetch->begin_recording();
     cuda_check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeRelaxed), "begin capture");
-    if (prefetch != nullptr) prefetch->fork(stream, side);
     for (int i = 0; i < launches; ++i) body(i);
-    if (prefetch != nullptr) prefetch->join(stream, side);
     cuda_check(cudaStreamEndCapture(stream, &graph), "end capture");
-    if (prefetch != nullptr) prefetch->end_recording();
     cudaGraphExec_t exec{};
     cuda_check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
     const double ms = timer.median_ms(stream, 7, [&] { cuda_check(cudaGraphLaunch(exec, stream), "replay"); });
@@ -181,13 +181,12 @@ int main(int argc, char** argv) {
     const char* tsv_path = nullptr;
     const char* only_type = nullptr;
     const char* only_shape = nullptr;
-    bool l2_resident = false, planned_only = false;
-    int64_t prefetch_mib = 0;
+    bool l2_resident = false, planned_only = false, b1 = false;
     for (int i = 1; i < argc; ++i) {
         if (i + 1 < argc && std::strcmp(argv[i], "--tsv") == 0) tsv_path = argv[i + 1];
         if (i + 1 < argc && std::strcmp(argv[i], "--type") == 0) only_type = argv[i + 1];
         if (i + 1 < argc && std::strcmp(argv[i], "--shape") == 0) only_shape = argv[i + 1];
-        if (i + 1 < argc && std::strcmp(argv[i], "--prefetch") == 0) prefetch_mib = std::atoll(argv[i + 1]);
+        if (std::strcmp(argv[i], "--b1") == 0) b1 = true;
         if (std::strcmp(argv[i], "--l2-resident") == 0) l2_resident = true;
         if (std::strcmp(argv[i], "--planned-only") == 0) planned_only = true;
     }
@@ -201,16 +200,6 @@ int main(int argc, char** argv) {
         cudaStream_t stream{};
         cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
         Timer timer;
-        cudaStream_t side{};
-        cuda_check(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking), "stream");
-        std::unique_ptr<L2StreamSchedule> prefetch;
-        if (prefetch_mib > 0) {
-            L2PrefetchSettings settings = l2_prefetch_plan_from_environment().settings;
-            settings.window_bytes = prefetch_mib << 20;
-            prefetch = std::make_unique<L2StreamSchedule>(settings);
-            std::printf("--prefetch: L2 prefetcher %lld MiB ahead, %d blocks, %lld KiB chunks\n", (long long)prefetch_mib,
-                        settings.blocks, (long long)(settings.chunk_bytes >> 10));
-        }
         const double copy_gbs = copy_bandwidth_gbs(stream, timer);
         std::printf("device: %s, L2 %.0f MiB; measured D2D copy bandwidth %.0f GB/s (read + write)\n",
                     device_summary().c_str(), prop.l2CacheSize / 1048576.0, copy_gbs);
@@ -267,9 +256,8 @@ int main(int argc, char** argv) {
                 // About 2 ms of work per replay, at least 20 launches (so the copies are all cycled).
                 const int launches = int(std::clamp(2e-3 / (bytes / 3e12), 20.0, 400.0));
                 auto time_config = [&](const GemvLaunchConfig& c) {
-                    return graph_us(
-                        stream, timer, launches, [&](int i) { gemv_quantized(xq, view(i), y.get<float>(), stream, c); },
-                        prefetch.get(), side);
+                    return graph_us(stream, timer, launches,
+                                    [&](int i) { gemv_quantized(xq, view(i), y.get<float>(), stream, c); });
                 };
                 Row row{std::string(dtype_name(t)), s.name, "", "", s.n, s.k, bytes, 0, 1e30, 0, 0};
                 const GemvLaunchConfig plan = plan_gemv(t, s.n, s.k);
@@ -292,6 +280,21 @@ int main(int argc, char** argv) {
                     row.best_us = row.plan_us;
                     row.best_config = row.plan;
                 }
+                if (b1 && t == DType::Q1_0 && gemv_b1_supported()) {
+                    const ActivationBitPlanes planes(s.k);
+                    build_activation_bit_planes(xq, planes, stream);
+                    for (const GemvB1Config& c : {GemvB1Config{4, 4, 1}, GemvB1Config{8, 4, 2}, GemvB1Config{8, 4, 4},
+                                                  GemvB1Config{8, 4, 8}, GemvB1Config{8, 2, 4}, GemvB1Config{8, 2, 8},
+                                                  GemvB1Config{4, 4, 4}, GemvB1Config{4, 2, 2}}) {
+                        const double us = graph_us(stream, timer, launches, [&](int i) {
+                            gemv_q1_0_b1(xq, planes, view(i), y.get<float>(), stream, c);
+                        });
+                        std::printf("b1    %-12s warps %d batch %d splits %d: %8.2f us %7.0f GB/s %5.1f%% (classic planned "
+                                    "%.2f us)\n",
+                                    s.name, c.warps_per_block, c.batch, c.splits, us, bytes / us / 1e3,
+                                    100 * bytes / us / 1e3 / copy_gbs, row.plan_us);
+                    }
+                }
                 row.quantize_us = graph_us(stream, timer, launches, [&](int) { quantize_activations(x.get<float>(), xq, stream); });
                 row.matmul_us = graph_us(stream, timer, launches, [&](int i) {
                     matmul(x.get<float>(), view(i), 1, y.get<float>(), scratch, stream);
@@ -312,7 +315,6 @@ int main(int argc, char** argv) {
                         gbs(r.plan_us), 100 * gbs(r.plan_us) / copy_gbs, r.best_config.c_str(), r.best_us,
                         gbs(r.best_us), 100 * gbs(r.best_us) / copy_gbs, r.quantize_us, r.matmul_us);
         }
-        cudaStreamDestroy(side);
         cudaStreamDestroy(stream);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "bench_gemv_cuda: %s\n", e.what());

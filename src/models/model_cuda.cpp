@@ -22,7 +22,6 @@
 #include "ops/activations.h"
 #include "ops/decode_cuda.h"
 #include "ops/dense_cuda.h"
-#include "ops/l2_prefetch_cuda.h"
 #include "ops/ops_cuda.h"
 #include "ops/prefill_cuda.h"
 #include "ops/weight_repack.h"
@@ -332,10 +331,6 @@ CudaModel::CudaModel(const Model& model, const UploadProgress& progress) : confi
     seam_folding_ = env_switch("DELTABIT_SEAM_FOLD", true);
     // A blocking stream: it orders after the synchronous uploads and memsets of the legacy stream.
     check(cudaStreamCreate(&stream_), "create stream");
-    if (const cuda::L2PrefetchPlan plan = cuda::l2_prefetch_plan_from_environment(); plan.enabled) {
-        check(cudaStreamCreateWithFlags(&prefetch_stream_, cudaStreamNonBlocking), "create prefetch stream");
-        for (auto& schedule : l2_prefetch_) schedule = std::make_unique<cuda::L2StreamSchedule>(plan.settings);
-    }
     const ModelParts& parts = model.parts();
     const ModelConfig& c = config_;
     int64_t max_cols = 0;
@@ -422,7 +417,6 @@ CudaModel::~CudaModel() {
     if (step_host_ != nullptr) cudaFreeHost(step_host_);
     if (token_ready_ != nullptr) cudaEventDestroy(token_ready_);
     if (token_host_ != nullptr) cudaFreeHost(token_host_);
-    if (prefetch_stream_ != nullptr) cudaStreamDestroy(prefetch_stream_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -921,22 +915,16 @@ bool CudaModel::capture_decode_graph(CudaSequenceState& state) {
     DecodeGraph& slot = graphs_[state.parity()];
     cudaGraph_t graph = nullptr;
     // Relaxed: the GEMV launcher queries the device (attributes, occupancy) while it is being recorded.
-    cuda::L2StreamSchedule* prefetch = l2_prefetch_[state.parity()].get();
-    if (prefetch != nullptr) prefetch->begin_recording();
     check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed), "begin decode graph capture");
     const float* logits = nullptr;
     try {
-        if (prefetch != nullptr) prefetch->fork(stream_, prefetch_stream_);
         logits = enqueue_decode_step(state);
-        if (prefetch != nullptr) prefetch->join(stream_, prefetch_stream_);
     } catch (...) {
         cudaStreamEndCapture(stream_, &graph);
         if (graph != nullptr) cudaGraphDestroy(graph);
-        if (prefetch != nullptr) prefetch->end_recording();
         throw;
     }
     check(cudaStreamEndCapture(stream_, &graph), "end decode graph capture");
-    if (prefetch != nullptr) prefetch->end_recording();
     if (arena_->overflowed()) {
         // The step needs more scratch than the eager step that sized the arena (not expected: its size
         // does not depend on the sequence). Run this step eagerly; the next call grows the arena and

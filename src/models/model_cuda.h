@@ -56,9 +56,6 @@
 #include "ops/matmul_cuda.h"
 
 namespace deltabit {
-namespace cuda {
-class L2StreamSchedule;
-}
 
 // A matrix on the device in whichever form its dtype runs in.
 struct CudaMatrix {
@@ -354,10 +351,6 @@ private:
         const float* logits = nullptr;  // where the graph leaves the logits (decode_arena_)
     };
     DecodeGraph graphs_[2];
-    // DELTABIT_L2_PREFETCH=n (an experiment, ops/l2_prefetch_cuda.h): each graph gets an L2 prefetcher beside
-    // its step, n MiB ahead of the running GEMV, on its own stream.
-    std::unique_ptr<cuda::L2StreamSchedule> l2_prefetch_[2];
-    cudaStream_t prefetch_stream_ = nullptr;
     uint64_t graph_state_id_ = 0;        // the state whose buffers the graphs were captured with
     int32_t* token_host_ = nullptr;      // pinned: the run-ahead argmax's id, copied back
     cudaEvent_t token_ready_ = nullptr;

@@ -19,6 +19,15 @@ namespace deltabit::cuda::gemv_detail {
 
 constexpr unsigned kFullMask = 0xffffffffu;
 
+// Weight codes are read exactly once: keep them out of L1 so the activations stay there.
+__device__ __forceinline__ uint4 load_streaming(const uint4* p) {
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+}
+
 // Weights per 16-byte unit of codes and weights per fp16 scale, per dtype.
 template <DType T>
 struct Layout;
@@ -148,15 +157,7 @@ struct KernelArgs {
     int units_per_row;
     int scales_per_row;
     int x_groups;
-    // An L2 prefetcher's progress word and this launch's mark in its schedule (ops/l2_prefetch_cuda.h), or null.
-    int* progress;
-    int progress_mark;
 };
-
-// Tells the L2 prefetcher, if one runs beside the step, that this launch has started reading its weights.
-__device__ __forceinline__ void report_progress(const KernelArgs& a) {
-    if (a.progress != nullptr && blockIdx.x == 0 && threadIdx.x == 0) atomicMax(a.progress, a.progress_mark);
-}
 
 // Activations live in shared memory, one 128-byte group every kSmemGroupStride bytes: the 16 bytes of
 // padding put the 16-byte reads of neighbouring lanes (units 128, 64, 32 or 16 bytes apart) in

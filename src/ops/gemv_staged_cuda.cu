@@ -138,7 +138,6 @@ __device__ void issue_tile(const KernelArgs& a, const StagedArgs& s, int64_t til
 template <DType T, int KT, int R, bool kSwiglu>
 __global__ void __launch_bounds__(kStagedThreads, 2) gemv_staged_kernel(KernelArgs a, StagedArgs s) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    report_progress(a);
     using L = Layout<T>;
     constexpr int kRowGroupsPerWarp = 32 / KT;
     constexpr int kRowsPerGroup = kSwiglu ? 1 : R;  // outputs per group of KT lanes

@@ -23,7 +23,6 @@
 #include "ops/cuda_math.cuh"
 #include "ops/gemv_device.cuh"
 #include "ops/gemv_shapes.h"
-#include "ops/l2_prefetch_cuda.h"
 #include "ops/programmatic_launch.cuh"
 
 #include <algorithm>
@@ -41,15 +40,6 @@ using namespace gemv_detail;
 #endif
 constexpr int kLoadsInFlight = DELTABIT_GEMV_LOADS_IN_FLIGHT;
 constexpr int kMaxThreadsPerBlock = 256;
-
-// Weight codes are read exactly once: keep them out of L1 so the activations stay there.
-__device__ __forceinline__ uint4 load_streaming(const uint4* p) {
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(p));
-    return v;
-}
 
 // The R rows one thread walks in one tile (rows past the end are clamped for loading, so every lane
 // joins the shuffles, and never stored).
@@ -137,7 +127,6 @@ __global__ void __launch_bounds__(kMaxThreadsPerBlock) gemv_kernel(KernelArgs a,
     const int64_t rows_per_tile = int64_t(blockDim.x / 32) * kRowGroupsPerWarp * kRowsPerThreadGroup;
     const int64_t row_in_tile = (int64_t(threadIdx.x / 32) * kRowGroupsPerWarp + lane / KT) * kRowsPerThreadGroup;
 
-    report_progress(a);
     const int64_t first = blockIdx.x;  // the grid never exceeds the tiles: every block has this one
     ThreadRows<R> rows = thread_rows<T, R, kSwiglu>(a, first_tile + first, rows_per_tile, row_in_tile);
     uint4 codes[kUnroll][R];
@@ -438,22 +427,6 @@ GemvLaunchReport launch_group(const QuantizedActivationsView& x, std::span<const
         args.yq_sum_sq = epilogue.norm_w != nullptr ? yq->norm_sum_sq : nullptr;
     }
     if (report.blocks == 0) return report;
-    if (L2StreamSchedule* schedule = L2StreamSchedule::recording(); schedule != nullptr) {
-        std::vector<std::pair<const void*, int64_t>> ranges;
-        const int64_t code_row = int64_t(args.units_per_row) * 16, scale_row = int64_t(args.scales_per_row) * 2;
-        for (const GemvOutput& o : outputs) {
-            if (o.w.rows == 0) continue;
-            ranges.emplace_back(o.w.codes, o.w.rows * code_row);
-            if (up != nullptr) ranges.emplace_back(up->codes, up->rows * code_row);
-            ranges.emplace_back(o.w.scales, o.w.rows * scale_row);
-            if (up != nullptr) ranges.emplace_back(up->scales, up->rows * scale_row);
-        }
-        const int mark = schedule->record_launch(ranges);
-        if (mark >= 0) {
-            args.progress = schedule->progress();
-            args.progress_mark = mark;
-        }
-    }
     if (config.staged) {
         const StagedLaunch staged = launch_staged_gemv(args, first.dtype, config, kSwiglu, stream);
         report.blocks = staged.blocks;

@@ -17,10 +17,12 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "core/half.h"
 #include "core/quant.h"
 #include "core/tensor.h"
@@ -28,6 +30,7 @@
 #ifdef DELTABIT_HAVE_CUDA
 #include "backend/cuda_probe.h"
 #include "cuda/gemv_test_data.h"
+#include "ops/gemv_b1_cuda.h"
 #include "ops/matmul_cuda.h"
 #endif
 
@@ -113,12 +116,14 @@ Fixture make_fixture(DType t, int64_t rows, int64_t cols, uint32_t seed) {
 // d·scale and the fma each round once (and the reference's x' = q·scale once more), a thread accumulates ceil(units / lanes) terms in sequence,
 // then log2(lanes) shuffle additions: a term passes through at most that many + 3 roundings, so
 // |y − Σ w·x'| ≤ (passes + log2(lanes) + 2) · u · Σ|w·x'|; the reference adds one rounding of its own.
+double rounding_bound_of_depth(const Fixture& f, int64_t depth, int64_t r) {
+    return double(depth) * kUnitRoundoff * f.abs_products[size_t(r)] +
+           kUnitRoundoff * std::fabs(double(f.ref_quantized[size_t(r)]));
+}
 double rounding_bound(const Fixture& f, int lanes_per_row, int64_t r) {
     const int64_t units = int64_t(gemv_code_row_bytes(f.dtype, f.cols) / 16);
     const int64_t passes = (units + lanes_per_row - 1) / lanes_per_row;
-    const int64_t depth = passes + int64_t(std::log2(lanes_per_row)) + 3;
-    return double(depth) * kUnitRoundoff * f.abs_products[size_t(r)] +
-           kUnitRoundoff * std::fabs(double(f.ref_quantized[size_t(r)]));
+    return rounding_bound_of_depth(f, passes + int64_t(std::log2(lanes_per_row)) + 3, r);
 }
 
 struct DeviceRun {
@@ -127,15 +132,15 @@ struct DeviceRun {
     cuda::GemvLaunchReport report;
 };
 
-DeviceRun run_gemv(const cuda::QuantizedActivationsView& xq, const cuda::GemvWeightView& w, int64_t rows,
-                   const cuda::GemvLaunchConfig* config) {
+// `launch(y)` writes `rows` floats into a NaN-poisoned buffer followed by guard bytes.
+template <typename Launch>
+DeviceRun run_guarded(int64_t rows, Launch&& launch) {
     const size_t out_bytes = size_t(rows) * sizeof(float);
     cuda::DeviceBuffer y(out_bytes + kGuardBytes);
     cuda::cuda_check(cudaMemset(y.get(), 0xFF, out_bytes), "poison y");  // 0xFFFFFFFF is a NaN
     cuda::cuda_check(cudaMemset(y.get<uint8_t>() + out_bytes, kGuardByte, kGuardBytes), "guard");
     DeviceRun run;
-    run.report = config != nullptr ? cuda::gemv_quantized(xq, w, y.get<float>(), nullptr, *config)
-                                   : cuda::gemv_quantized(xq, w, y.get<float>(), nullptr);
+    run.report = launch(y.get<float>());
     cuda::cuda_check(cudaDeviceSynchronize(), "gemv");
     std::vector<uint8_t> host(out_bytes + kGuardBytes);
     y.download(host.data(), host.size());
@@ -145,18 +150,28 @@ DeviceRun run_gemv(const cuda::QuantizedActivationsView& xq, const cuda::GemvWei
     return run;
 }
 
+DeviceRun run_gemv(const cuda::QuantizedActivationsView& xq, const cuda::GemvWeightView& w, int64_t rows,
+                   const cuda::GemvLaunchConfig* config) {
+    return run_guarded(rows, [&](float* y) {
+        return config != nullptr ? cuda::gemv_quantized(xq, w, y, nullptr, *config) : cuda::gemv_quantized(xq, w, y, nullptr);
+    });
+}
+
 struct Check {
     double max_error_vs_f32 = 0.0;  // max |y − ref_f32| / max|ref_f32|
 };
 
-void expect_matches(const Fixture& f, const DeviceRun& run, int lanes_per_row, const std::string& what, Check& check) {
+// `depth`: the roundings a term passes through on its way to y (see rounding_bound), or 0 for the classic
+// kernel's with lanes_per_row lanes.
+void expect_matches(const Fixture& f, const DeviceRun& run, int lanes_per_row, const std::string& what, Check& check,
+                    int64_t depth = 0) {
     ASSERT_TRUE(run.guard_intact) << what << ": bytes after the output were written";
     double max_ref = 0.0;
     for (float v : f.ref_f32) max_ref = std::max(max_ref, double(std::fabs(v)));
     for (int64_t r = 0; r < f.rows; ++r) {
         const double y = run.y[size_t(r)];
         ASSERT_FALSE(std::isnan(y)) << what << ": row " << r << " never written";
-        const double tol = rounding_bound(f, lanes_per_row, r);
+        const double tol = depth > 0 ? rounding_bound_of_depth(f, depth, r) : rounding_bound(f, lanes_per_row, r);
         ASSERT_LE(std::fabs(y - f.ref_quantized[size_t(r)]), tol)
             << what << ": row " << r << " y " << y << " reference on quantised x " << f.ref_quantized[size_t(r)];
         // Quantisation bound, with the two fp32 rounding bounds of the two sides on top.
@@ -235,6 +250,66 @@ TEST_P(GemvCuda, MatchesCpuReferenceOnHostileShapes) {
 INSTANTIATE_TEST_SUITE_P(AllTypes, GemvCuda,
                          ::testing::Values(DType::Q1_0, DType::Q2_0, DType::Q2_0_G64, DType::Q4_0, DType::Q8_0),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// The binary tensor-core GEMV (ops/gemv_b1_cuda.h): a lane quad splits a row's units four ways, S warps
+// split the unit groups S ways; a thread adds its terms in sequence, the quad with two shuffles, the slices
+// one after another — ceil(groups / S) + 2 + (S − 1) roundings, + 3 as in rounding_bound. Ragged tiles
+// (N not a multiple of 16), partial unit groups (K = 128, 640), empty slices, every batch, 1 to 8 warps.
+TEST(GemvB1Cuda, MatchesCpuReferenceOnHostileShapes) {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device on this machine";
+    if (!cuda::gemv_b1_supported()) GTEST_SKIP() << "the binary mma needs compute capability 8.0";
+    const std::vector<cuda::GemvB1Config> configs = {{4, 4, 1}, {1, 2, 1}, {3, 8, 3}, {8, 4, 8}, {8, 4, 2}, {6, 2, 3}};
+    Check check;
+    uint32_t seed = 500;
+    for (int64_t k : {128, 640, 5120, 17408}) {
+        for (int64_t n : {1, 15, 16, 17, 63, 129, 1000, 5120}) {
+            const Fixture f = make_fixture(DType::Q1_0, n, k, seed++);
+            const std::string shape = "b1 N=" + std::to_string(n) + " K=" + std::to_string(k);
+            const cuda::GemvWeights w = cuda::upload_gemv_weights(WeightView{f.weights.data(), DType::Q1_0, n, k}, "test");
+            cuda::DeviceBuffer x(size_t(k) * sizeof(float));
+            x.upload(f.x.data(), x.bytes());
+            const cuda::ActivationScratch scratch(k);
+            const cuda::QuantizedActivationsView xq = scratch.view(k);
+            cuda::quantize_activations(x.get<float>(), xq, nullptr);
+            const cuda::ActivationBitPlanes planes(k);
+            cuda::build_activation_bit_planes(xq, planes, nullptr);
+            for (const cuda::GemvB1Config& c : configs) {
+                const DeviceRun run = run_guarded(n, [&](float* y) {
+                    cuda::gemv_q1_0_b1(xq, planes, w.view(), y, nullptr, c);
+                    return cuda::GemvLaunchReport{};
+                });
+                const int64_t groups = (k / 128 + 3) / 4;
+                const int64_t depth = (groups + c.splits - 1) / c.splits + 2 + (c.splits - 1) + 3;
+                expect_matches(f, run, 4,
+                               shape + " warps " + std::to_string(c.warps_per_block) + " batch " + std::to_string(c.batch) +
+                                   " splits " + std::to_string(c.splits),
+                               check, depth);
+                if (HasFatalFailure()) return;
+            }
+        }
+    }
+    std::printf("[ gemv b1 ] max |y − f32 reference| / max|reference| = %.3g\n", check.max_error_vs_f32);
+}
+
+TEST(GemvB1Cuda, RefusesWhatItCannotRun) {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device on this machine";
+    std::mt19937 rng(3);
+    const std::vector<uint8_t> q4 = random_weights(DType::Q4_0, 16, 256, rng);
+    const cuda::GemvWeights w4 = cuda::upload_gemv_weights(WeightView{q4.data(), DType::Q4_0, 16, 256}, "q4");
+    const std::vector<uint8_t> q1 = random_weights(DType::Q1_0, 16, 256, rng);
+    const cuda::GemvWeights w1 = cuda::upload_gemv_weights(WeightView{q1.data(), DType::Q1_0, 16, 256}, "q1");
+    const cuda::ActivationScratch scratch(512);
+    const cuda::ActivationBitPlanes planes(256);
+    cuda::DeviceBuffer y(16 * sizeof(float));
+    EXPECT_THROW(cuda::gemv_q1_0_b1(scratch.view(256), planes, w4.view(), y.get<float>(), nullptr), Error);
+    EXPECT_THROW(cuda::gemv_q1_0_b1(scratch.view(384), planes, w1.view(), y.get<float>(), nullptr), Error);  // K differs
+    EXPECT_THROW(cuda::gemv_q1_0_b1(scratch.deferred_norm_view(256, 1e-6f), planes, w1.view(), y.get<float>(), nullptr),
+                 Error);
+    EXPECT_THROW(cuda::gemv_q1_0_b1(scratch.view(256), planes, w1.view(), y.get<float>(), nullptr, {9, 4}), Error);
+    EXPECT_THROW(cuda::gemv_q1_0_b1(scratch.view(256), planes, w1.view(), y.get<float>(), nullptr, {4, 3}), Error);
+    EXPECT_THROW(cuda::gemv_q1_0_b1(scratch.view(256), planes, w1.view(), y.get<float>(), nullptr, {4, 4, 3}), Error);
+    EXPECT_THROW(cuda::build_activation_bit_planes(scratch.view(512), planes, nullptr), Error);  // planes too small
+}
 
 TEST(GemvCudaLaunch, LargeNIsSplitAcrossLaunchesAndCoversEveryRow) {
     if (!have_gpu()) GTEST_SKIP() << "no CUDA device on this machine";
