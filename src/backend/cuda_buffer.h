@@ -1,6 +1,6 @@
-// The two CUDA helpers every piece of device code needs: `cuda_check`, which turns a failed runtime
-// call into a deltabit::Error naming what was being done, and `DeviceBuffer`, a move-only owner of
-// one cudaMalloc allocation. Header-only on purpose: ops/ (which backend/ depends on) uses it too, and
+// The CUDA helpers every piece of device code needs: `cuda_check`, which turns a failed runtime call
+// into a deltabit::Error naming what was being done, `device_attribute`, and `DeviceBuffer`, a move-only
+// owner of one cudaMalloc allocation. Header-only on purpose: ops/ (which backend/ depends on) uses it too, and
 // plain C++ translation units (tests, benchmarks) include it without nvcc.
 #pragma once
 
@@ -20,6 +20,15 @@ inline void cuda_check(cudaError_t status, const char* what) {
 
 // After a kernel launch: launch-configuration errors surface here, not at the <<<>>> line.
 inline void cuda_check_launch(const char* kernel) { cuda_check(cudaGetLastError(), kernel); }
+
+// An attribute of the current device (SM count, compute capability, shared-memory limit, ...).
+inline int device_attribute(cudaDeviceAttr attribute, const char* what) {
+    int device = 0;
+    cuda_check(cudaGetDevice(&device), "cudaGetDevice");
+    int value = 0;
+    cuda_check(cudaDeviceGetAttribute(&value, attribute, device), what);
+    return value;
+}
 
 class DeviceBuffer {
 public:

@@ -199,9 +199,8 @@ __global__ void __launch_bounds__(32 * kMaxWarps) gemv_b1_kernel(B1Args a, int s
 template <int kBatch>
 void launch(const B1Args& args, int warps, int splits, cudaStream_t stream) {
     const auto kernel = gemv_b1_kernel<kBatch>;
-    int device = 0, sms = 0, per_sm = 0;
-    cuda_check(cudaGetDevice(&device), "cudaGetDevice");
-    cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SM count");
+    const int sms = device_attribute(cudaDevAttrMultiProcessorCount, "SM count");
+    int per_sm = 0;
     cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 32 * warps, 0), "occupancy");
     const int64_t tiles = (args.rows + 15) / 16, tiles_per_block = warps / splits;
     const int64_t blocks = std::min<int64_t>((tiles + tiles_per_block - 1) / tiles_per_block,
@@ -213,11 +212,9 @@ void launch(const B1Args& args, int warps, int splits, cudaStream_t stream) {
 }  // namespace
 
 bool gemv_b1_supported() {
-    if (device_count() == 0) return false;
-    int device = 0, major = 0;
-    cuda_check(cudaGetDevice(&device), "cudaGetDevice");
-    cuda_check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "compute capability");
-    return major >= 8;
+    static const bool supported =
+        device_count() > 0 && device_attribute(cudaDevAttrComputeCapabilityMajor, "compute capability") >= 8;
+    return supported;
 }
 
 ActivationBitPlanes::ActivationBitPlanes(int64_t cols)

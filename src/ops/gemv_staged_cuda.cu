@@ -32,6 +32,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "backend/cuda_probe.h"
 #include "core/env_switch.h"
 #include "ops/bulk_copy.cuh"
 #include "ops/gemv_shapes.h"
@@ -295,13 +296,6 @@ StagedShape staged_shape(DType t, int64_t cols, int64_t max_rows, const GemvLaun
     return shape;
 }
 
-int device_attribute(cudaDeviceAttr attribute, const char* what) {
-    int device = 0;
-    cuda_check(cudaGetDevice(&device), "cudaGetDevice");
-    int value = 0;
-    cuda_check(cudaDeviceGetAttribute(&value, attribute, device), what);
-    return value;
-}
 
 int smem_limit() { return device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, "smem limit"); }
 bool fits_device(const StagedShape& shape) { return shape.fits && shape.smem <= size_t(smem_limit()); }
@@ -361,13 +355,8 @@ bool staged_gemv_planned() {
 }
 
 bool staged_gemv_supported() {
-    static const bool supported = [] {
-        int device = 0;
-        if (cudaGetDevice(&device) != cudaSuccess) return false;
-        int major = 0;
-        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess) return false;
-        return major >= 9;
-    }();
+    static const bool supported =
+        device_count() > 0 && device_attribute(cudaDevAttrComputeCapabilityMajor, "compute capability") >= 9;
     return supported;
 }
 

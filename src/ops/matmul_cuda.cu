@@ -216,11 +216,8 @@ template <DType T, int KT, int R, bool kSwiglu>
 void launch(int64_t tiles, int threads, cudaStream_t stream, const KernelArgs& args, int64_t first_tile) {
     const auto kernel = gemv_kernel<T, KT, R, kSwiglu>;
     const size_t smem = activation_smem_bytes(args.x_groups);
-    int device = 0;
-    cuda_check(cudaGetDevice(&device), "cudaGetDevice");
-    int sms = 0, smem_limit = 0;
-    cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SM count");
-    cuda_check(cudaDeviceGetAttribute(&smem_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "smem limit");
+    const int sms = device_attribute(cudaDevAttrMultiProcessorCount, "SM count");
+    const int smem_limit = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, "smem limit");
     if (smem > size_t(smem_limit)) {
         fail_message("cuda gemv: " + std::to_string(args.x_groups * kActivationGroup) +
                      " inputs need " + std::to_string(smem) + " bytes of shared memory, the device has " +

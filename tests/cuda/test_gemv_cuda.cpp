@@ -113,17 +113,18 @@ Fixture make_fixture(DType t, int64_t rows, int64_t cols, uint32_t seed) {
 }
 
 // The kernel's fp32 error bound. Each unit's integer dot is exact (|dot| < 2^24); the product
-// d·scale and the fma each round once (and the reference's x' = q·scale once more), a thread accumulates ceil(units / lanes) terms in sequence,
-// then log2(lanes) shuffle additions: a term passes through at most that many + 3 roundings, so
-// |y − Σ w·x'| ≤ (passes + log2(lanes) + 2) · u · Σ|w·x'|; the reference adds one rounding of its own.
-double rounding_bound_of_depth(const Fixture& f, int64_t depth, int64_t r) {
-    return double(depth) * kUnitRoundoff * f.abs_products[size_t(r)] +
-           kUnitRoundoff * std::fabs(double(f.ref_quantized[size_t(r)]));
-}
-double rounding_bound(const Fixture& f, int lanes_per_row, int64_t r) {
+// d·scale and the fma each round once (and the reference's x' = q·scale once more), a thread accumulates
+// ceil(units / lanes) terms in sequence, then log2(lanes) shuffle additions: a term passes through at most
+// depth = that many + 3 roundings, so |y − Σ w·x'| ≤ depth · u · Σ|w·x'|; the reference adds one rounding
+// of its own.
+int64_t classic_depth(const Fixture& f, int lanes_per_row) {
     const int64_t units = int64_t(gemv_code_row_bytes(f.dtype, f.cols) / 16);
     const int64_t passes = (units + lanes_per_row - 1) / lanes_per_row;
-    return rounding_bound_of_depth(f, passes + int64_t(std::log2(lanes_per_row)) + 3, r);
+    return passes + int64_t(std::log2(lanes_per_row)) + 3;
+}
+double rounding_bound(const Fixture& f, int64_t depth, int64_t r) {
+    return double(depth) * kUnitRoundoff * f.abs_products[size_t(r)] +
+           kUnitRoundoff * std::fabs(double(f.ref_quantized[size_t(r)]));
 }
 
 struct DeviceRun {
@@ -161,17 +162,15 @@ struct Check {
     double max_error_vs_f32 = 0.0;  // max |y − ref_f32| / max|ref_f32|
 };
 
-// `depth`: the roundings a term passes through on its way to y (see rounding_bound), or 0 for the classic
-// kernel's with lanes_per_row lanes.
-void expect_matches(const Fixture& f, const DeviceRun& run, int lanes_per_row, const std::string& what, Check& check,
-                    int64_t depth = 0) {
+// `depth`: the roundings a term passes through on its way to y (see rounding_bound).
+void expect_matches(const Fixture& f, const DeviceRun& run, int64_t depth, const std::string& what, Check& check) {
     ASSERT_TRUE(run.guard_intact) << what << ": bytes after the output were written";
     double max_ref = 0.0;
     for (float v : f.ref_f32) max_ref = std::max(max_ref, double(std::fabs(v)));
     for (int64_t r = 0; r < f.rows; ++r) {
         const double y = run.y[size_t(r)];
         ASSERT_FALSE(std::isnan(y)) << what << ": row " << r << " never written";
-        const double tol = depth > 0 ? rounding_bound_of_depth(f, depth, r) : rounding_bound(f, lanes_per_row, r);
+        const double tol = rounding_bound(f, depth, r);
         ASSERT_LE(std::fabs(y - f.ref_quantized[size_t(r)]), tol)
             << what << ": row " << r << " y " << y << " reference on quantised x " << f.ref_quantized[size_t(r)];
         // Quantisation bound, with the two fp32 rounding bounds of the two sides on top.
@@ -225,11 +224,11 @@ TEST_P(GemvCuda, MatchesCpuReferenceOnHostileShapes) {
             }
 
             const DeviceRun planned = run_gemv(xq, w.view(), n, nullptr);
-            expect_matches(f, planned, planned.report.config.lanes_per_row, shape + " (planned)", check);
+            expect_matches(f, planned, classic_depth(f, planned.report.config.lanes_per_row), shape + " (planned)", check);
             EXPECT_EQ(planned.report.launches, 1) << shape;
             for (const auto& c : configs) {
                 const DeviceRun run = run_gemv(xq, w.view(), n, &c);
-                expect_matches(f, run, c.lanes_per_row,
+                expect_matches(f, run, classic_depth(f, c.lanes_per_row),
                                shape + " lanes " + std::to_string(c.lanes_per_row) + " rows/thread " +
                                    std::to_string(c.rows_per_thread) + " warps " + std::to_string(c.warps_per_block),
                                check);
@@ -253,7 +252,7 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, GemvCuda,
 
 // The binary tensor-core GEMV (ops/gemv_b1_cuda.h): a lane quad splits a row's units four ways, S warps
 // split the unit groups S ways; a thread adds its terms in sequence, the quad with two shuffles, the slices
-// one after another — ceil(groups / S) + 2 + (S − 1) roundings, + 3 as in rounding_bound. Ragged tiles
+// one after another — ceil(groups / S) + 2 + (S − 1) roundings, + 3 as in classic_depth. Ragged tiles
 // (N not a multiple of 16), partial unit groups (K = 128, 640), empty slices, every batch, 1 to 8 warps.
 TEST(GemvB1Cuda, MatchesCpuReferenceOnHostileShapes) {
     if (!have_gpu()) GTEST_SKIP() << "no CUDA device on this machine";
@@ -280,10 +279,10 @@ TEST(GemvB1Cuda, MatchesCpuReferenceOnHostileShapes) {
                 });
                 const int64_t groups = (k / 128 + 3) / 4;
                 const int64_t depth = (groups + c.splits - 1) / c.splits + 2 + (c.splits - 1) + 3;
-                expect_matches(f, run, 4,
+                expect_matches(f, run, depth,
                                shape + " warps " + std::to_string(c.warps_per_block) + " batch " + std::to_string(c.batch) +
                                    " splits " + std::to_string(c.splits),
-                               check, depth);
+                               check);
                 if (HasFatalFailure()) return;
             }
         }
@@ -328,7 +327,7 @@ TEST(GemvCudaLaunch, LargeNIsSplitAcrossLaunchesAndCoversEveryRow) {
     EXPECT_EQ(run.report.launches, (run.report.blocks + 999) / 1000);
     EXPECT_GT(run.report.launches, 1);
     Check check;
-    expect_matches(f, run, 8, "split launch", check);
+    expect_matches(f, run, classic_depth(f, 8), "split launch", check);
 }
 
 TEST(GemvCudaLaunch, RefusesMismatchedShapesAndTokenCounts) {
