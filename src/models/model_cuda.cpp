@@ -329,8 +329,6 @@ bool DeviceArena::begin_call() {
 CudaModel::CudaModel(const Model& model, const UploadProgress& progress) : config_(model.config()) {
     // An experiment switch for measuring what the fold saves (docs/bench.md): DELTABIT_SEAM_FOLD=0.
     seam_folding_ = env_switch("DELTABIT_SEAM_FOLD", true);
-    // Likewise for the attention prologue and output quantisation folded into attention_cached's launches.
-    attention_folding_ = env_switch("DELTABIT_ATTENTION_FOLD", true);
     // A blocking stream: it orders after the synchronous uploads and memsets of the legacy stream.
     check(cudaStreamCreate(&stream_), "create stream");
     const ModelParts& parts = model.parts();
@@ -521,7 +519,7 @@ bool CudaModel::seams_foldable() const {
 
 void CudaModel::attention_block(const Layer& L, const float* x, const cuda::QuantizedActivationsView* xq, int64_t T,
                                 int64_t n_past, const int32_t* d_positions, CudaLayerState& state, float* out,
-                                const SeamFold* fold, const double* rope_table) {
+                                const SeamFold* fold) {
     const ModelConfig& c = config_;
     const int64_t H = c.n_head, H_kv = c.n_head_kv, dh = c.head_dim;
     const bool gated = c.attn_output_gate;
@@ -534,13 +532,10 @@ void CudaModel::attention_block(const Layer& L, const float* x, const cuda::Quan
         float* k_raw = temp(H_kv * dh);
         float* v_raw = temp(H_kv * dh);
         matmul_shared_input(x, xq, {{&L.q, q_full}, {&L.k, k_raw}, {&L.v, v_raw}});
-        const cuda::AttentionPrologueInputs prologue{q_full,
-                                                     k_raw,
-                                                     v_raw,
-                                                     L.q_norm,
-                                                     L.k_norm,
-                                                     {H, H_kv, dh, per_head, c.rope_dim, c.rope_theta, c.rms_eps},
-                                                     rope_table};
+        float* q = temp(H * dh);
+        const cuda::AttentionPrologueDims prologue{H, H_kv, dh, per_head, c.rope_dim, c.rope_theta, c.rms_eps};
+        cuda::attention_decode_prologue(q_full, k_raw, v_raw, L.q_norm, L.k_norm, d_positions, prologue, state.k.view,
+                                        state.v.view, q, stream_);
         const cuda::CachedAttentionDims dims{1, H, H_kv, dh, call_capacity_, per_head};
         // Scratch for the most splits any capacity plans, so the decode arena (and a graph captured in
         // it) suits every sequence whatever its capacity.
@@ -548,23 +543,10 @@ void CudaModel::attention_block(const Layer& L, const float* x, const cuda::Quan
         largest.max_keys = std::numeric_limits<int32_t>::max();
         float* scratch = temp(int64_t(cuda::attention_decode_scratch_floats(largest)));
         float* attended = temp(H * dh);
-        const float* gate = gated ? q_full + dh : nullptr;
-        // The prologue folded into the split kernels and the output's quantisation into the combine (two
-        // launches, not four), unless DELTABIT_ATTENTION_FOLD=0 asks for the separate kernels.
-        const bool quantize_out = attention_folding_ && dh % cuda::kActivationGroup == 0 &&
-                                  all_quantized({&L.attn_output}, H * dh);
-        const cuda::QuantizedActivationsView attended_q = block_out_activations_->view(H * dh);
-        if (attention_folding_) {
-            cuda::attention_cached(nullptr, state.k.view, state.v.view, gate, d_positions, dims, scratch, attended,
-                                   stream_, {&prologue, quantize_out ? &attended_q : nullptr});
-        } else {
-            float* q = temp(H * dh);
-            cuda::attention_decode_prologue(q_full, k_raw, v_raw, L.q_norm, L.k_norm, d_positions, prologue.dims,
-                                            state.k.view, state.v.view, q, stream_, rope_table);
-            cuda::attention_cached(q, state.k.view, state.v.view, gate, d_positions, dims, scratch, attended, stream_);
-        }
+        cuda::attention_cached(q, state.k.view, state.v.view, gated ? q_full + dh : nullptr, d_positions, dims, scratch,
+                               attended, stream_);
         compress_kv(state, d_positions, 1);
-        block_output_matmul(attended, quantize_out ? &attended_q : nullptr, L.attn_output, out, fold);
+        block_output_matmul(attended, nullptr, L.attn_output, out, fold);
         return;
     }
 
@@ -847,15 +829,6 @@ void CudaModel::decode_layers(CudaSequenceState& state, const int32_t* d_token, 
     float* h = temp(D);
     float* m = temp(D);
     cuda::embedding_lookup(token_embd_view_, d_token, 1, x, stream_);
-    // The step's rotation, once for all its attention layers (their prologues read it).
-    const bool attends = std::any_of(layers_.begin(), layers_.end(), [](const Layer& L) {
-        return L.kind != LayerKind::linear_attention;
-    });
-    double* rope_table = nullptr;
-    if (attends && c.rope_dim > 0) {
-        rope_table = reinterpret_cast<double*>(temp(2 * cuda::rope_decode_table_doubles(c.rope_dim)));
-        cuda::rope_decode_table(d_position, c.rope_dim, c.rope_theta, rope_table, stream_);
-    }
     // Each seam adds the previous block's output m to x, norms x into h and quantises h once for every
     // matrix that reads it (ops/decode_cuda.h add_rms_norm_quantize). hq lives in the shared activation
     // scratch: the block's first matmuls read it before anything else quantises there.
@@ -881,7 +854,7 @@ void CudaModel::decode_layers(CudaSequenceState& state, const int32_t* d_token, 
             deltanet_block(L, h, block_in, 1, state.parity(), state.layer(l), m, fold ? &into_ffn : nullptr);
         else
             attention_block(L, h, block_in, 1, state.position(), d_position, state.layer(l), m,
-                            fold ? &into_ffn : nullptr, rope_table);
+                            fold ? &into_ffn : nullptr);
 
         arena_->rewind(block_mark);
         if (fold) {

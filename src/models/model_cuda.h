@@ -281,7 +281,7 @@ private:
     // decode seam made it (else nullptr).
     void attention_block(const Layer& L, const float* x, const cuda::QuantizedActivationsView* xq, int64_t T,
                          int64_t n_past, const int32_t* d_positions, CudaLayerState& state, float* out,
-                         const SeamFold* fold = nullptr, const double* rope_table = nullptr);
+                         const SeamFold* fold = nullptr);
     // kivi4: quantises what the call's T tokens (after position *d_n_past) pushed out of the window.
     void compress_kv(CudaLayerState& state, const int32_t* d_n_past, int64_t T);
     void deltanet_block(const Layer& L, const float* x, const cuda::QuantizedActivationsView* xq, int64_t T, int parity,
@@ -342,7 +342,6 @@ private:
     cuda::DeviceBuffer argmax_scratch_;  // partials, then the 4-byte result at the end
     bool graphs_enabled_ = true;
     bool seam_folding_ = true;           // set_seam_folding
-    bool attention_folding_ = true;      // DELTABIT_ATTENTION_FOLD (attention_block's decode step)
     bool graphable_ = true;              // false with MoE layers: their router syncs with the host
     bool decode_sized_ = false;          // an eager step has sized the decode arena
     // The decode step of one state, captured once per parity of its DeltaNet copies (each reads one copy

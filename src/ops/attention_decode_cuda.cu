@@ -25,7 +25,6 @@
 #include <string>
 
 #include "backend/cuda_buffer.h"
-#include "ops/activation_quant.cuh"
 #include "ops/attention_split.cuh"
 #include "ops/cuda_math.cuh"
 #include "ops/decode_cuda.h"
@@ -116,10 +115,8 @@ __device__ __forceinline__ void prefetch_row_l2(const KvT* row, int64_t d) {
 // P = dims per lane (head_dim <= 32·P), G >= query heads per kv head.
 template <typename Rows, int P, int G>
 __global__ void __launch_bounds__(kThreads) attention_split_kernel(SplitArgs a) {
-    const FoldedNorms norms = load_folded_norms(a);
     wait_for_predecessor();  // ops/programmatic_launch.cuh: nothing of the step is read before this
     allow_dependents();
-    extern __shared__ __align__(16) float fold_rows[];  // folded_prologue_bytes, with a folded prologue
     __shared__ float s_m[kWarps][G], s_l[kWarps][G];
     __shared__ float s_acc[kWarps][G][32 * P];
     const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
@@ -130,9 +127,6 @@ __global__ void __launch_bounds__(kThreads) attention_split_kernel(SplitArgs a) 
     const int64_t per_split = keys_per_split(n_past + a.n_tokens, a.splits);
     const int64_t p_begin = split * per_split;
     if (p_begin >= n_past + a.n_tokens) return;  // past the end of the cache: this split has no keys
-    const float* folded = a.prologue.q_full == nullptr
-                              ? nullptr
-                              : fold_prologue(a, kh, group, SplitSpan{n_past, per_split, p_begin}, norms, fold_rows);
     const Rows keys(a.k, kh, d, row_stride, n_past), values(a.v, kh, d, row_stride, n_past);
 
     for (int64_t t = blockIdx.z; t < a.n_tokens; t += gridDim.z) {
@@ -141,7 +135,7 @@ __global__ void __launch_bounds__(kThreads) attention_split_kernel(SplitArgs a) 
         float q[G][P], acc[G][P], m[G], l[G];
 #pragma unroll
         for (int g = 0; g < G; ++g) {
-            if (g < group) load_row<P>(query_row(a, folded, t, kh, group, g), lane, d, full, q[g]);
+            if (g < group) load_row<P>(a.q + (t * a.n_head + kh * group + g) * d, lane, d, full, q[g]);
 #pragma unroll
             for (int r = 0; r < P; ++r) {
                 q[g][r] = g < group ? q[g][r] * a.score_scale : 0.0f;
@@ -377,10 +371,8 @@ struct KiviRows {
 // end), then lanes go back to owning dims [lane·P, lane·P + P) for the weighted sum of the tile's V rows.
 template <typename Rows, int P, int G>
 __global__ void __launch_bounds__(kThreads) attention_split_keys_kernel(SplitArgs a) {
-    const FoldedNorms norms = load_folded_norms(a);
     wait_for_predecessor();  // ops/programmatic_launch.cuh: nothing of the step is read before this
     allow_dependents();
-    extern __shared__ __align__(16) float fold_rows[];  // folded_prologue_bytes, with a folded prologue
     constexpr int kDims = 32 * P;
     __shared__ __align__(16) float s_q[G][kDims];
     __shared__ float s_m[kWarps][G], s_l[kWarps][G];
@@ -394,9 +386,6 @@ __global__ void __launch_bounds__(kThreads) attention_split_keys_kernel(SplitArg
     const int64_t per_split = keys_per_split(n_past + a.n_tokens, a.splits);
     const int64_t p_begin = split * per_split;
     if (p_begin >= n_past + a.n_tokens) return;
-    const float* folded = a.prologue.q_full == nullptr
-                              ? nullptr
-                              : fold_prologue(a, kh, group, SplitSpan{n_past, per_split, p_begin}, norms, fold_rows);
     const Rows keys(a.k, kh, d, row_stride, n_past), values(a.v, kh, d, row_stride, n_past);
 
     for (int64_t t = blockIdx.z; t < a.n_tokens; t += gridDim.z) {
@@ -404,7 +393,7 @@ __global__ void __launch_bounds__(kThreads) attention_split_keys_kernel(SplitArg
         const int64_t p_end = p_begin + per_split < visible ? p_begin + per_split : visible;
         for (int idx = int(threadIdx.x); idx < G * kDims; idx += kThreads) {
             const int g = idx / kDims, i = idx % kDims;
-            s_q[g][i] = g < group && i < d ? query_row(a, folded, t, kh, group, g)[i] * a.score_scale : 0.0f;
+            s_q[g][i] = g < group && i < d ? a.q[(t * a.n_head + kh * group + g) * d + i] * a.score_scale : 0.0f;
         }
         __syncthreads();
 
@@ -515,34 +504,25 @@ struct CombineArgs {
     const float* gate;
     const int32_t* n_past;
     float* out;
-    int8_t* out_q;  // with AttentionDecodeFolds::out_quantized: out's int8 codes and their group meta
-    ActivationGroupMeta* out_meta;
     int64_t n_tokens, n_head, head_dim, splits, gate_head_stride;
 };
 
-// Block (query head, Chunks·32 dims, token): lane = dim within each chunk of 32, warp w sums splits w,
-// w + 8, ... (loads of several splits in flight per thread), then warp 0 adds the 8 warp sums in order —
-// deterministic, and each dim's arithmetic the same for any Chunks. One thread per dim walking all splits
-// was latency-bound: 128 dependent-looking L2 round trips per thread. Chunks = 4 (a group of 128, inside
-// one head) when the block also quantises its dims for the output matmul: quantize_group_by_warp on the
-// values it stores, so the codes are quantize_activations(out)'s bit for bit.
+// Block (query head, 32 dims, token): lane = dim, warp w sums splits w, w + 8, ... (loads of several
+// splits in flight per thread), then warp 0 adds the 8 warp sums in order — deterministic. One thread
+// per dim walking all splits was latency-bound: 128 dependent-looking L2 round trips per thread.
 constexpr int kCombineWarps = 8;
 constexpr int kCombineThreads = 32 * kCombineWarps;
-constexpr int kQuantizingChunks = int(kActivationGroup / 32);
 
-template <int Chunks>
 __global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(CombineArgs a) {
     wait_for_predecessor();  // ops/programmatic_launch.cuh: nothing of the step is read before this
     allow_dependents();
     __shared__ float s_weight[kMaxSplits];
-    __shared__ float s_part[kCombineWarps][Chunks][32];
-    __shared__ __align__(16) float s_out[Chunks * 32];
+    __shared__ float s_part[kCombineWarps][32];
     __shared__ float s_inv_l;
-    constexpr int64_t kSpan = 32 * Chunks;
-    const int64_t per_head = (a.head_dim + kSpan - 1) / kSpan;
-    const int64_t h = blockIdx.x / per_head, d = a.head_dim;
+    const int64_t chunks = (a.head_dim + 31) / 32;
+    const int64_t h = blockIdx.x / chunks, d = a.head_dim;
     const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
-    const int64_t first = (blockIdx.x % per_head) * kSpan;
+    const int64_t i = (blockIdx.x % chunks) * 32 + lane;
     const int64_t n_past = *a.n_past;
     const int64_t total = n_past + a.n_tokens;
     const int64_t per_split = keys_per_split(total, a.splits);
@@ -567,63 +547,31 @@ __global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(Comb
         }
         __syncthreads();
         const float* acc = a.part_acc + (t * a.n_head + h) * a.splits * d;
-        float o[Chunks];
-#pragma unroll
-        for (int c = 0; c < Chunks; ++c) o[c] = 0.0f;
+        float o = 0.0f;
+        if (i < d) {
 #pragma unroll 4
-        for (int64_t s = warp; s < active; s += kCombineWarps) {
-#pragma unroll
-            for (int c = 0; c < Chunks; ++c) {
-                const int64_t i = first + 32 * c + lane;
-                if (i < d) o[c] = fmaf(acc[s * d + i], s_weight[s], o[c]);
-            }
+            for (int64_t s = warp; s < active; s += kCombineWarps) o = fmaf(acc[s * d + i], s_weight[s], o);
         }
-#pragma unroll
-        for (int c = 0; c < Chunks; ++c) s_part[warp][c][lane] = o[c];
+        s_part[warp][lane] = o;
         __syncthreads();
-        if (warp == 0) {
+        if (warp == 0 && i < d) {
+            o = 0.0f;
 #pragma unroll
-            for (int c = 0; c < Chunks; ++c) {
-                const int64_t i = first + 32 * c + lane;
-                if (i >= d) continue;
-                float y = 0.0f;
-#pragma unroll
-                for (int w = 0; w < kCombineWarps; ++w) y += s_part[w][c][lane];
-                y *= s_inv_l;
-                if (a.gate != nullptr) y *= sigmoid_f(a.gate[(t * a.n_head + h) * a.gate_head_stride + i]);
-                a.out[(t * a.n_head + h) * d + i] = y;
-                s_out[32 * c + lane] = y;
-            }
-            if (a.out_q != nullptr) {  // Chunks == kQuantizingChunks, one token, head_dim a multiple of 128
-                __syncwarp();
-                const float4 f = reinterpret_cast<const float4*>(s_out)[lane];
-                const float v[4] = {f.x, f.y, f.z, f.w};
-                const int64_t g = (h * d + first) / kActivationGroup;
-                const ActivationGroupMeta meta = quantize_group_by_warp(v, lane, a.out_q + g * kActivationGroup);
-                if (lane == 0) a.out_meta[g] = meta;
-            }
+            for (int w = 0; w < kCombineWarps; ++w) o += s_part[w][lane];
+            o *= s_inv_l;
+            if (a.gate != nullptr) o *= sigmoid_f(a.gate[(t * a.n_head + h) * a.gate_head_stride + i]);
+            a.out[(t * a.n_head + h) * d + i] = o;
         }
         __syncthreads();
     }
 }
 
-// The dynamic shared memory is the folded prologue's rows (none without one); the kernel's limit is set
-// for G heads of 32·P dims whether or not this launch folds (as launch_split_kernel does for the staged
-// kernels: a prompt-path launch must not lower it under a captured decode graph's).
-template <typename Kernel>
-void launch_register_split(Kernel kernel, dim3 grid, int64_t G, int64_t P, const SplitArgs& args, cudaStream_t stream) {
-    const size_t smem =
-        args.prologue.q_full == nullptr ? 0 : folded_prologue_bytes(args.n_head / args.n_kv_head, args.head_dim);
-    cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    int(folded_prologue_bytes(G, 32 * P))),
-               "attention_split shared memory");
-    launch_programmatic(kernel, grid, dim3(kThreads), smem, stream, "attention_split", args);
-}
-
 template <typename Rows, int P, int G>
 void launch_split(dim3 grid, const SplitArgs& args, bool keys_across_lanes, cudaStream_t stream) {
-    if (keys_across_lanes) launch_register_split(attention_split_keys_kernel<Rows, P, G>, grid, G, P, args, stream);
-    else launch_register_split(attention_split_kernel<Rows, P, G>, grid, G, P, args, stream);
+    if (keys_across_lanes)
+        launch_programmatic(attention_split_keys_kernel<Rows, P, G>, grid, dim3(kThreads), 0, stream, "attention_split", args);
+    else
+        launch_programmatic(attention_split_kernel<Rows, P, G>, grid, dim3(kThreads), 0, stream, "attention_split", args);
 }
 
 template <typename Rows, int P>
@@ -645,6 +593,8 @@ void launch_split(dim3 grid, const SplitArgs& args, int64_t group, bool keys, cu
 
 // ---- prologue and cache stores ----
 
+constexpr int kPrologueThreads = 256;  // >= kAttentionDecodeMaxHeadDim: one thread per dim
+
 struct PrologueArgs {
     const float* q_full;
     const float* k_raw;
@@ -655,42 +605,59 @@ struct PrologueArgs {
     KvCacheView k_cache;
     KvCacheView v_cache;
     float* q_out;
-    int64_t n_head, n_kv_head, q_head_stride;
-    PrologueShape shape;
+    int64_t n_head, n_kv_head, head_dim, q_head_stride, rope_dim;
+    float rope_theta, rms_eps;
 };
 
-// Block b of one warp: query head b (b < H), key head b − H, or value head b − H − H_kv.
-__global__ void __launch_bounds__(32) attention_prologue_kernel(PrologueArgs a) {
-    const int64_t b = blockIdx.x, d = a.shape.head_dim;
-    const int lane = int(threadIdx.x);
+// Element `index` of position p's row (kivi4: its exact row; quantisation comes later, kivi_compress).
+__device__ __forceinline__ void store_kv(const KvCacheView& cache, int64_t p, int64_t row_elems, int64_t index,
+                                         float value) {
+    const int64_t at = kv_data_row(cache, p) * row_elems + index;
+    if (cache.element == KvElement::f16) static_cast<__half*>(cache.data)[at] = __float2half_rn(value);
+    else static_cast<float*>(cache.data)[at] = value;
+}
+
+// Block b: query head b (b < H), key head b − H, or value head b − H − H_kv.
+__global__ void __launch_bounds__(kPrologueThreads) attention_prologue_kernel(PrologueArgs a) {
+    const int64_t b = blockIdx.x, d = a.head_dim, i = threadIdx.x;
     const bool is_q = b < a.n_head, is_k = !is_q && b < a.n_head + a.n_kv_head;
-    // The norm weights are the model's, written by no kernel of the step: requested before the wait, so the
-    // norm does not wait for them after its sum.
-    const PrologueNormLanes norm_w = load_norm_lanes(is_q ? a.q_norm : is_k ? a.k_norm : nullptr, d, lane);
+    // The norm weight is the model's, written by no kernel of the step: requested before the wait, so the
+    // norm does not wait for it after the block sum.
+    const float norm_w = (is_q || is_k) && i < d ? (is_q ? a.q_norm : a.k_norm)[i] : 0.0f;
     wait_for_predecessor();  // ops/programmatic_launch.cuh: nothing of the step is read before this
     allow_dependents();
     __shared__ float row[kAttentionDecodeMaxHeadDim];
-    const int64_t position = *a.position, row_elems = a.n_kv_head * d;
+    __shared__ float scratch[32];
+    const int64_t position = *a.position;
+    const float* src = is_q ? a.q_full + b * a.q_head_stride
+                            : is_k ? a.k_raw + (b - a.n_head) * d : a.v_raw + (b - a.n_head - a.n_kv_head) * d;
+    const float x = i < d ? src[i] : 0.0f;
     if (!is_q && !is_k) {
-        const int64_t h = b - a.n_head - a.n_kv_head;
-        for (int64_t i = lane; i < d; i += 32) store_kv(a.v_cache, position, row_elems, h * d + i, a.v_raw[h * d + i]);
+        if (i < d) store_kv(a.v_cache, position, a.n_kv_head * d, (b - a.n_head - a.n_kv_head) * d + i, x);
         return;
     }
-    const float* src = is_q ? a.q_full + b * a.q_head_stride : a.k_raw + (b - a.n_head) * d;
-    norm_rope_head(src, norm_w, a.shape, position, row, lane);
-    for (int64_t i = lane; i < d; i += 32) {
-        if (is_q) a.q_out[b * d + i] = row[i];
-        else store_kv(a.k_cache, position, row_elems, (b - a.n_head) * d + i, row[i]);
+    // rms_norm (as cuda::rms_norm: fp32 sum of squares, 1/sqrt(mean + eps), x·scale·w).
+    const float scale = 1.0f / sqrtf(block_sum(x * x, scratch) / float(d) + a.rms_eps);
+    const float y = i < d ? x * scale * norm_w : 0.0f;
+    if (i < d) row[i] = y;
+    __syncthreads();
+    // rope_neox (as cuda::rope_neox: fp32 angle, cos/sin and the rotation in double, no contraction).
+    float out = y;
+    const int64_t half = a.rope_dim / 2;
+    if (i < a.rope_dim) {
+        const int64_t j = i < half ? i : i - half;
+        const float exponent = float(2 * j) / float(a.rope_dim);
+        const float inv_freq = 1.0f / float(pow(double(a.rope_theta), double(exponent)));
+        const float angle = float(int32_t(position)) * inv_freq;
+        double s, c;
+        sincos(double(angle), &s, &c);
+        const double x0 = row[j], x1 = row[j + half];
+        out = i < half ? float(__dsub_rn(__dmul_rn(x0, c), __dmul_rn(x1, s)))
+                       : float(__dadd_rn(__dmul_rn(x1, c), __dmul_rn(x0, s)));
     }
-}
-
-// Thread j: dim pair j's cos and sin at *position (rope_decode_table).
-__global__ void rope_table_kernel(const int32_t* position, int64_t pairs, int64_t rope_dim, float rope_theta,
-                                  double2* table) {
-    wait_for_predecessor();  // ops/programmatic_launch.cuh: the previous step's readers are done
-    allow_dependents();
-    const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (j < pairs) table[j] = rope_angle(j, rope_dim, rope_theta, *position);
+    if (i >= d) return;
+    if (is_q) a.q_out[b * d + i] = out;
+    else store_kv(a.k_cache, position, a.n_kv_head * d, (b - a.n_head) * d + i, out);
 }
 
 __global__ void kv_store_kernel(const float* rows, int64_t n, int64_t row_elems, const int32_t* n_past,
@@ -709,49 +676,6 @@ void check_dims(const CachedAttentionDims& d) {
                      std::to_string(d.n_kv_head) + " (at most " + std::to_string(kAttentionDecodeMaxGroup) +
                      " per kv head), " + std::to_string(d.n_tokens) + " tokens, max_keys " +
                      std::to_string(d.max_keys) + " is not a supported shape");
-    }
-}
-
-void check_prologue_dims(const AttentionPrologueDims& dims, const char* who) {
-    if (dims.head_dim <= 0 || dims.head_dim > kAttentionDecodeMaxHeadDim || dims.rope_dim % 2 != 0 ||
-        dims.rope_dim > dims.head_dim || dims.rope_dim < 0 || dims.q_head_stride < dims.head_dim) {
-        fail_message(std::string(who) + " (cuda): head_dim " + std::to_string(dims.head_dim) + ", rope_dim " +
-                     std::to_string(dims.rope_dim) + ", q head stride " + std::to_string(dims.q_head_stride) +
-                     " is not a supported shape");
-    }
-}
-
-PrologueShape prologue_shape(const AttentionPrologueDims& dims, const double* rope_table) {
-    return {dims.head_dim, dims.rope_dim, dims.rope_theta, dims.rms_eps, rope_table};
-}
-
-// The folds' requirements (ops/decode_cuda.h, AttentionDecodeFolds), before anything is launched.
-void check_folds(const float* q, const CachedAttentionDims& dims, const AttentionDecodeFolds& folds) {
-    const std::string who = "attention_cached (cuda): ";
-    if (folds.prologue != nullptr) {
-        const AttentionPrologueDims& p = folds.prologue->dims;
-        check_prologue_dims(p, "attention_cached with a folded prologue");
-        if (dims.n_tokens != 1 || q != nullptr || p.n_head != dims.n_head || p.n_kv_head != dims.n_kv_head ||
-            p.head_dim != dims.head_dim) {
-            fail_message(who + "a folded prologue needs one token (got " + std::to_string(dims.n_tokens) +
-                         "), q = nullptr (the split kernels make it) and prologue dims equal to the attention's (" +
-                         std::to_string(p.n_head) + "/" + std::to_string(p.n_kv_head) + " heads of " +
-                         std::to_string(p.head_dim) + " vs " + std::to_string(dims.n_head) + "/" +
-                         std::to_string(dims.n_kv_head) + " of " + std::to_string(dims.head_dim) + ")");
-        }
-    } else if (q == nullptr) {
-        fail_message(who + "q is nullptr and no prologue is folded in to make it");
-    }
-    if (folds.out_quantized != nullptr) {
-        require_plain_view(*folds.out_quantized, "attention_cached (cuda)");
-        if (dims.n_tokens != 1 || dims.head_dim % kActivationGroup != 0 ||
-            folds.out_quantized->cols != dims.n_head * dims.head_dim) {
-            fail_message(who + "a quantised output needs one token (got " + std::to_string(dims.n_tokens) +
-                         "), head_dim a multiple of " + std::to_string(kActivationGroup) + " (got " +
-                         std::to_string(dims.head_dim) + ") and a view of " +
-                         std::to_string(dims.n_head * dims.head_dim) + " inputs (got " +
-                         std::to_string(folds.out_quantized->cols) + ")");
-        }
     }
 }
 
@@ -781,14 +705,7 @@ size_t attention_decode_scratch_floats(const CachedAttentionDims& dims) {
 void attention_cached(const float* q, const KvCacheView& k_cache, const KvCacheView& v_cache, const float* gate,
                       const int32_t* n_past, const CachedAttentionDims& dims, float* scratch, float* out,
                       cudaStream_t stream) {
-    attention_cached(q, k_cache, v_cache, gate, n_past, dims, scratch, out, stream, AttentionDecodeFolds{});
-}
-
-void attention_cached(const float* q, const KvCacheView& k_cache, const KvCacheView& v_cache, const float* gate,
-                      const int32_t* n_past, const CachedAttentionDims& dims, float* scratch, float* out,
-                      cudaStream_t stream, const AttentionDecodeFolds& folds) {
     check_dims(dims);
-    check_folds(q, dims, folds);
     if (k_cache.element != v_cache.element)
         fail_message("attention_cached (cuda): keys and values are stored in different formats");
     if (k_cache.element == KvElement::kivi4 && (dims.head_dim % 8 != 0 || k_cache.kivi.ring_rows <= 0))
@@ -808,10 +725,6 @@ void attention_cached(const float* q, const KvCacheView& k_cache, const KvCacheV
     args.head_dim = dims.head_dim;
     args.splits = splits;
     args.score_scale = float(double(kLog2e) / std::sqrt(double(dims.head_dim)));
-    if (const AttentionPrologueInputs* p = folds.prologue) {
-        args.prologue = FoldedPrologue{p->q_full,           p->k_raw, p->v_raw, p->q_norm, p->k_norm,
-                                       p->dims.q_head_stride, prologue_shape(p->dims, p->rope_table)};
-    }
     const dim3 grid(unsigned(splits), unsigned(dims.n_kv_head), unsigned(std::min(dims.n_tokens, kMaxGridZ)));
     const int64_t group = dims.n_head / dims.n_kv_head;
     // staged_tiles where it supports the format and head_dim, else keys_across_lanes (ops/decode_cuda.h).
@@ -825,28 +738,12 @@ void attention_cached(const float* q, const KvCacheView& k_cache, const KvCacheV
     }
     cuda_check_launch("attention_split");
 
-    const QuantizedActivationsView* yq = folds.out_quantized;
-    const CombineArgs combine{args.part_acc,
-                              args.part_ml,
-                              gate,
-                              n_past,
-                              out,
-                              yq != nullptr ? yq->q : nullptr,
-                              yq != nullptr ? yq->meta : nullptr,
-                              dims.n_tokens,
-                              dims.n_head,
-                              dims.head_dim,
-                              splits,
-                              dims.gate_head_stride};
-    const int64_t chunks = yq != nullptr ? kQuantizingChunks : 1;
-    const dim3 combine_grid(unsigned(dims.n_head * ((dims.head_dim + 32 * chunks - 1) / (32 * chunks))),
+    const CombineArgs combine{args.part_acc, args.part_ml, gate,           n_past, out, dims.n_tokens,
+                              dims.n_head,   dims.head_dim, splits, dims.gate_head_stride};
+    const dim3 combine_grid(unsigned(dims.n_head * ((dims.head_dim + 31) / 32)),
                             unsigned(std::min(dims.n_tokens, kMaxGridZ)));
-    if (yq != nullptr)
-        launch_programmatic(attention_combine_kernel<kQuantizingChunks>, combine_grid, dim3(kCombineThreads), 0, stream,
-                            "attention_combine", combine);
-    else
-        launch_programmatic(attention_combine_kernel<1>, combine_grid, dim3(kCombineThreads), 0, stream,
-                            "attention_combine", combine);
+    launch_programmatic(attention_combine_kernel, combine_grid, dim3(kCombineThreads), 0, stream, "attention_combine",
+                        combine);
 }
 
 void attention_cached(const float* q, const void* k_cache, const void* v_cache, KvElement kv, const float* gate,
@@ -868,25 +765,21 @@ void attention_decode_prologue(const float* q_full, const float* k_raw, const fl
 void attention_decode_prologue(const float* q_full, const float* k_raw, const float* v_raw, const float* q_norm,
                                const float* k_norm, const int32_t* position, const AttentionPrologueDims& dims,
                                const KvCacheView& k_cache, const KvCacheView& v_cache, float* q_out,
-                               cudaStream_t stream, const double* rope_table) {
-    check_prologue_dims(dims, "attention_decode_prologue");
-    const PrologueArgs args{q_full,  k_raw,   v_raw, q_norm, k_norm, position, k_cache, v_cache, q_out, dims.n_head,
-                            dims.n_kv_head, dims.q_head_stride, prologue_shape(dims, rope_table)};
+                               cudaStream_t stream) {
+    if (dims.head_dim <= 0 || dims.head_dim > kAttentionDecodeMaxHeadDim || dims.rope_dim % 2 != 0 ||
+        dims.rope_dim > dims.head_dim || dims.rope_dim < 0) {
+        fail_message("attention_decode_prologue (cuda): head_dim " + std::to_string(dims.head_dim) + ", rope_dim " +
+                     std::to_string(dims.rope_dim) + " is not a supported shape");
+    }
+    const PrologueArgs args{q_full,       k_raw,          v_raw,          q_norm,         k_norm,
+                            position,     k_cache,        v_cache,        q_out,          dims.n_head,
+                            dims.n_kv_head, dims.head_dim, dims.q_head_stride, dims.rope_dim, dims.rope_theta,
+                            dims.rms_eps};
     const int64_t blocks = dims.n_head + 2 * dims.n_kv_head;
     if (blocks <= 0) return;
-    launch_programmatic(attention_prologue_kernel, dim3(unsigned(blocks)), dim3(32), 0, stream, "attention_prologue",
-                        args);
+    launch_programmatic(attention_prologue_kernel, dim3(unsigned(blocks)), dim3(kPrologueThreads), 0, stream,
+                        "attention_prologue", args);
     cuda_check_launch("attention_decode_prologue");
-}
-
-void rope_decode_table(const int32_t* position, int64_t rope_dim, float rope_theta, double* table, cudaStream_t stream) {
-    if (rope_dim < 0 || rope_dim % 2 != 0 || rope_dim > kAttentionDecodeMaxHeadDim)
-        fail_message("rope_decode_table (cuda): rope_dim " + std::to_string(rope_dim) + " is not a supported shape");
-    const int64_t pairs = rope_dim / 2;
-    if (pairs == 0) return;
-    launch_programmatic(rope_table_kernel, dim3(1), dim3(unsigned(pairs)), 0, stream, "rope_table", position, pairs,
-                        rope_dim, rope_theta, reinterpret_cast<double2*>(table));
-    cuda_check_launch("rope_decode_table");
 }
 
 void kv_store(const float* rows, int64_t n_tokens, int64_t row_elems, const int32_t* n_past, KvElement kv, void* cache,

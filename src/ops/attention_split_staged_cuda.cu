@@ -67,12 +67,6 @@ struct StagedLayout {
     }
 };
 
-// Where the folded prologue's rows start after a layout of `layout_bytes` (16-byte aligned).
-__host__ __device__ inline size_t fold_rows_offset(size_t layout_bytes) { return (layout_bytes + 15) / 16 * 16; }
-__device__ __forceinline__ float* fold_rows_at(unsigned char* smem, size_t layout_bytes) {
-    return reinterpret_cast<float*>(smem + fold_rows_offset(layout_bytes));
-}
-
 __device__ __forceinline__ void load8_shared(const float* p, float (&out)[8]) {
     const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
     out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w, out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
@@ -157,7 +151,6 @@ __global__ void __launch_bounds__(kStagedThreads) attention_split_f32_kernel(Spl
     constexpr int kKeys = kF32Keys, kParts = kF32Parts;
     static_assert(G * kKeys <= kStagedThreads, "one softmax thread per (head, key) of a tile");
     extern __shared__ __align__(16) unsigned char smem[];
-    const FoldedNorms norms = load_folded_norms(a);
     wait_for_predecessor();  // ops/programmatic_launch.cuh: nothing of the step is read before this
     allow_dependents();
     const int tid = int(threadIdx.x);
@@ -169,9 +162,6 @@ __global__ void __launch_bounds__(kStagedThreads) attention_split_f32_kernel(Spl
     const int64_t n_past = span.n_past, per_split = span.per_split, p_begin = span.begin;
 
     const StagedLayout layout(d, G);
-    const float* folded = a.prologue.q_full == nullptr
-                              ? nullptr
-                              : fold_prologue(a, kh, group, span, norms, fold_rows_at(smem, layout.total));
     const int row_bytes = layout.row_bytes;
     float* s_q = reinterpret_cast<float*>(smem + layout.q);
     float* s_part = reinterpret_cast<float*>(smem + layout.part);
@@ -188,7 +178,7 @@ __global__ void __launch_bounds__(kStagedThreads) attention_split_f32_kernel(Spl
         if (n_tiles > 0) ring.issue(0, p_begin, p_end);
         for (int idx = tid; idx < G * d; idx += kStagedThreads) {
             const int g = idx / d, i = idx % d;
-            s_q[idx] = g < group ? query_row(a, folded, t, kh, group, g)[i] * a.score_scale : 0.0f;
+            s_q[idx] = g < group ? a.q[(t * a.n_head + kh * group + g) * a.head_dim + i] * a.score_scale : 0.0f;
         }
         float m = -INFINITY, l = 0.0f;  // softmax threads: head row_group's running max, this lane's share of l
         float acc[G];
@@ -323,7 +313,6 @@ template <int G>
 __global__ void __launch_bounds__(kStagedThreads) attention_split_mma_kernel(SplitArgs a) {
     static_assert(G <= kMmaHeads && G * kMmaKeys <= kStagedThreads, "a warp per head for the softmax");
     extern __shared__ __align__(16) unsigned char smem[];
-    const FoldedNorms norms = load_folded_norms(a);
     wait_for_predecessor();  // ops/programmatic_launch.cuh: nothing of the step is read before this
     allow_dependents();
     const int tid = int(threadIdx.x), warp = tid >> 5, lane = tid & 31, row = lane >> 2, col = lane & 3;
@@ -335,9 +324,6 @@ __global__ void __launch_bounds__(kStagedThreads) attention_split_mma_kernel(Spl
     const int64_t n_past = span.n_past, per_split = span.per_split, p_begin = span.begin;
 
     const MmaLayout layout(d);
-    const float* folded = a.prologue.q_full == nullptr
-                              ? nullptr
-                              : fold_prologue(a, kh, group, span, norms, fold_rows_at(smem, layout.total));
     __half* s_q_hi = reinterpret_cast<__half*>(smem + layout.q_hi);  // [kMmaHeads][d]
     __half* s_q_lo = reinterpret_cast<__half*>(smem + layout.q_lo);
     float* s_q_unscale = reinterpret_cast<float*>(smem + layout.q_unscale);  // 2^−e per head
@@ -356,7 +342,7 @@ __global__ void __launch_bounds__(kStagedThreads) attention_split_mma_kernel(Spl
         if (n_tiles > 0) ring.issue(0, p_begin, p_end);
         {  // q of head `warp` (zero past the group) as hi and lo f16 terms
             const int g = warp;
-            const float* q = query_row(a, folded, t, kh, group, g);
+            const float* q = a.q + (t * a.n_head + kh * group + g) * a.head_dim;
             float largest = 0.0f;
             for (int i = lane; i < d; i += 32) largest = fmaxf(largest, g < group ? fabsf(q[i] * a.score_scale) : 0.0f);
 #pragma unroll
@@ -474,19 +460,10 @@ __global__ void __launch_bounds__(kStagedThreads) attention_split_mma_kernel(Spl
     }
 }
 
-// kernel<<<grid, 256 threads, smem>>>(args), programmatic (ops/programmatic_launch.cuh); smem is the
-// kernel's layout, the folded prologue's rows after it when there is one. The kernel's shared-memory
-// limit is set for the rows of G heads whether or not this launch folds, so that a launch without them
-// (the prompt path) never lowers it below what a captured decode graph's launch needs.
+// kernel<<<grid, 256 threads, smem>>>(args), programmatic (ops/programmatic_launch.cuh).
 template <typename Kernel>
-void launch_split_kernel(Kernel kernel, dim3 grid, size_t layout_bytes, int64_t G, const SplitArgs& args,
-                         cudaStream_t stream) {
-    const size_t most = fold_rows_offset(layout_bytes) + folded_prologue_bytes(G, args.head_dim);
-    const size_t smem = args.prologue.q_full == nullptr
-                            ? layout_bytes
-                            : fold_rows_offset(layout_bytes) +
-                                  folded_prologue_bytes(args.n_head / args.n_kv_head, args.head_dim);
-    cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(most)),
+void launch_split_kernel(Kernel kernel, dim3 grid, size_t smem, const SplitArgs& args, cudaStream_t stream) {
+    cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                "attention_split_staged shared memory");
     launch_programmatic(kernel, grid, dim3(kStagedThreads), smem, stream, "attention_split_staged", args);
 }
@@ -521,9 +498,9 @@ bool launch_attention_split_staged(dim3 grid, const SplitArgs& args, KvElement e
     with_heads(group, [&](auto heads) {
         constexpr int G = decltype(heads)::value;
         if (element == KvElement::f16)
-            launch_split_kernel(attention_split_mma_kernel<G>, grid, MmaLayout(d).total, G, args, stream);
+            launch_split_kernel(attention_split_mma_kernel<G>, grid, MmaLayout(d).total, args, stream);
         else
-            launch_split_kernel(attention_split_f32_kernel<G>, grid, StagedLayout(d, G).total, G, args, stream);
+            launch_split_kernel(attention_split_f32_kernel<G>, grid, StagedLayout(d, G).total, args, stream);
     });
     return true;
 }

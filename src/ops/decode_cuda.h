@@ -77,13 +77,9 @@ AttentionDecodeVariant attention_decode_variant_run(const CachedAttentionDims& d
 int64_t attention_decode_splits(const CachedAttentionDims& dims);
 size_t attention_decode_scratch_floats(const CachedAttentionDims& dims);
 
-struct AttentionDecodeFolds;  // below: what the decode step folds into the two launches
 void attention_cached(const float* q, const KvCacheView& k_cache, const KvCacheView& v_cache, const float* gate,
                       const int32_t* n_past, const CachedAttentionDims& dims, float* scratch, float* out,
                       cudaStream_t stream);
-void attention_cached(const float* q, const KvCacheView& k_cache, const KvCacheView& v_cache, const float* gate,
-                      const int32_t* n_past, const CachedAttentionDims& dims, float* scratch, float* out,
-                      cudaStream_t stream, const AttentionDecodeFolds& folds);
 // A plain cache (f32 or f16) by pointer.
 void attention_cached(const float* q, const void* k_cache, const void* v_cache, KvElement kv, const float* gate,
                       const int32_t* n_past, const CachedAttentionDims& dims, float* scratch, float* out,
@@ -102,47 +98,14 @@ struct AttentionPrologueDims {
     float rope_theta = 0.0f;
     float rms_eps = 0.0f;
 };
-// rope_table: rope_decode_table's for *position (the same bits), or nullptr to compute the angles per head.
 void attention_decode_prologue(const float* q_full, const float* k_raw, const float* v_raw, const float* q_norm,
                                const float* k_norm, const int32_t* position, const AttentionPrologueDims& dims,
                                const KvCacheView& k_cache, const KvCacheView& v_cache, float* q_out,
-                               cudaStream_t stream, const double* rope_table = nullptr);
+                               cudaStream_t stream);
 // A plain cache (f32 or f16) by pointer.
 void attention_decode_prologue(const float* q_full, const float* k_raw, const float* v_raw, const float* q_norm,
                                const float* k_norm, const int32_t* position, const AttentionPrologueDims& dims,
                                KvElement kv, void* k_cache, void* v_cache, float* q_out, cudaStream_t stream);
-
-// The decode step's attention in two launches instead of four (prologue, split, combine, quantise): what
-// attention_decode_prologue does before attention_cached and quantize_activations does after it, done by
-// attention_cached's own kernels, with the same bits as those three calls (tests/cuda/test_decode_kernels.cpp).
-//   prologue       the split kernels norm and rope their group's q heads from q_full themselves (q must be
-//                  nullptr), and the block whose keys include position *n_past (the new token's: the
-//                  prologue's position) stores that position's key and value first; no other block's keys
-//                  reach it. One token (dims.n_tokens = 1); prologue->dims must agree with dims.
-//   out_quantized  the combine also writes out's int8 activations for the output matmul (a plain view of
-//                  n_head·head_dim inputs; one token; head_dim a multiple of 128, so a group of 128 lies
-//                  inside one head and one combine block holds it).
-struct AttentionPrologueInputs {
-    const float* q_full = nullptr;
-    const float* k_raw = nullptr;
-    const float* v_raw = nullptr;
-    const float* q_norm = nullptr;
-    const float* k_norm = nullptr;
-    AttentionPrologueDims dims;
-    const double* rope_table = nullptr;  // rope_decode_table's for this position, or nullptr (computed per head)
-};
-struct AttentionDecodeFolds {
-    const AttentionPrologueInputs* prologue = nullptr;
-    const QuantizedActivationsView* out_quantized = nullptr;
-};
-
-// The rotation of the decode step's position, once for every attention layer of the step: table[2j] and
-// table[2j + 1] = cos and sin of float(*position) · inv_freq_j, j < rope_dim / 2, exactly as
-// cuda::rope_neox and the prologue form them (inv_freq in fp32 from a double pow, the angle in fp32, cos
-// and sin in double) — the prologue's double pow and sincos per head and dim were most of its time.
-// `table` holds rope_decode_table_doubles(rope_dim) doubles (8-byte aligned).
-inline int64_t rope_decode_table_doubles(int64_t rope_dim) { return rope_dim / 2 * 2; }
-void rope_decode_table(const int32_t* position, int64_t rope_dim, float rope_theta, double* table, cudaStream_t stream);
 
 // kv_store (ops/kv_cuda.h) for a plain cache by pointer.
 void kv_store(const float* rows, int64_t n_tokens, int64_t row_elems, const int32_t* n_past, KvElement kv,

@@ -3,9 +3,6 @@
 //   attention_cached   vs cpu::attention on f32 and on f16-rounded caches, T = 1 and T > 1, hostile head
 //                      dims and GQA groups, positions at split edges, large scores, Bonsai-27B geometry
 //   attention prologue vs cpu::rms_norm + cpu::rope_neox, the cache rows stored at the device position
-//   attention folds    the prologue folded into the split kernels and the output quantised by the combine,
-//                      bit for bit the separate launches (output, both caches, codes), with the step's rope
-//                      table on one side and the angles computed per head on the other; refusals
 //   kv_store           exact f32 → RNE half (core/half.h)
 //   kivi4              kv_store + kivi_compress byte for byte against KvStore (models/kv_cache.h), and
 //                      attention_cached over the mixed cache vs cpu::attention over KvStore::read()
@@ -24,7 +21,6 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -507,213 +503,6 @@ TEST(DecodeKernels, AttentionPrologue) {
     check_prologue(24, 4, 256, 64, true, true, 4095, 5);
 }
 
-// Outputs bit for bit; the reference must be all finite, so that an unwritten (NaN-poisoned) output
-// cannot match an unwritten reference.
-::testing::AssertionResult same_bits(const std::vector<float>& got, const std::vector<float>& want) {
-    if (got.size() != want.size())
-        return ::testing::AssertionFailure() << got.size() << " values, want " << want.size();
-    for (size_t i = 0; i < want.size(); ++i) {
-        if (!std::isfinite(want[i])) return ::testing::AssertionFailure() << "reference [" << i << "] is " << want[i];
-        if (std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(want[i]))
-            return ::testing::AssertionFailure() << "[" << i << "] is " << got[i] << ", want " << want[i];
-    }
-    return ::testing::AssertionSuccess();
-}
-
-// ---- the decode step's folds: prologue into the split kernels, quantisation into the combine ----
-
-// A KV cache of either kind the folds run on, the same bytes in two copies: the plain f32/f16 rows (or a
-// kivi4 side settled at n_past from the same rows), every byte not written poison.
-struct FoldCache {
-    std::vector<uint8_t> plain_bytes;  // plain: the host image uploaded to both copies
-    std::unique_ptr<GuardedDeviceArray<uint8_t>> plain;
-    std::unique_ptr<DeviceKiviSide> kivi;
-    cuda::KvCacheView view;
-
-    std::vector<std::vector<uint8_t>> download(const std::string& what) const {
-        if (plain) return {plain->download(what)};
-        auto raw = [&](const auto& a) {
-            const auto v = a.download(what);
-            std::vector<uint8_t> b(v.size() * sizeof(v[0]));
-            std::memcpy(b.data(), v.data(), b.size());
-            return b;
-        };
-        return {raw(kivi->exact), raw(kivi->codes), raw(kivi->min), raw(kivi->scale)};
-    }
-};
-
-enum class FoldKv { f32, f16, kivi4 };
-
-// n_past rows of keys or values (uniform in [-1, 1]) from rng, into a cache of `capacity` positions.
-FoldCache make_fold_cache(FoldKv kv, KvSide side, int64_t n_past, int64_t capacity, int64_t row, uint32_t seed) {
-    std::mt19937 rng(seed);
-    const std::vector<float> rows = uniform(size_t(n_past * row), rng, -1.0f, 1.0f);
-    FoldCache c;
-    if (kv != FoldKv::kivi4) {
-        const size_t elem = kv == FoldKv::f16 ? 2 : 4;
-        c.plain_bytes.assign(size_t(capacity * row) * elem, 0xFF);
-        if (kv == FoldKv::f16) {
-            const std::vector<uint16_t> h = to_half(rows);
-            std::memcpy(c.plain_bytes.data(), h.data(), h.size() * 2);
-        } else {
-            std::memcpy(c.plain_bytes.data(), rows.data(), rows.size() * 4);
-        }
-        c.plain = std::make_unique<GuardedDeviceArray<uint8_t>>(c.plain_bytes);
-        c.view = cuda::plain_kv_view(kv == FoldKv::f16 ? cuda::KvElement::f16 : cuda::KvElement::f32, c.plain->get());
-        return c;
-    }
-    const int64_t max_call = 64;
-    c.kivi = std::make_unique<DeviceKiviSide>(side, capacity + kKiviGroup, row, max_call);
-    for (int64_t n = 0; n < n_past;) {
-        const int64_t T = std::min<int64_t>(max_call, n_past - n);
-        GuardedDeviceArray<float> drows(std::vector<float>(rows.begin() + n * row, rows.begin() + (n + T) * row));
-        GuardedDeviceArray<int32_t> dpast(std::vector<int32_t>{int32_t(n)});
-        cuda::kv_store(drows.get(), T, row, dpast.get(), c.kivi->view, nullptr);
-        cuda::kivi_compress(c.kivi->view, row, dpast.get(), T, nullptr);
-        cuda::cuda_check(cudaDeviceSynchronize(), "kivi fill");
-        n += T;
-    }
-    c.view = c.kivi->view;
-    return c;
-}
-
-struct FoldCase {
-    int64_t n_past, n_head, n_kv_head, head_dim, rope_dim, capacity;
-    bool gated;
-    FoldKv kv;
-};
-
-// attention_cached with the prologue folded in (and the quantised output where head_dim allows) against
-// the three launches it replaces — attention_decode_prologue, attention_cached, quantize_activations'
-// definition — bit for bit: the output, every byte of both caches (the new position's key and value
-// stored once, by the right block, nothing else touched) and the int8 codes. Each of those launches has
-// its own parity test against the CPU reference above.
-void check_attention_folds(const FoldCase& c, cuda::AttentionDecodeVariant variant, uint32_t seed) {
-    std::mt19937 rng(seed);
-    const int64_t H = c.n_head, H_kv = c.n_kv_head, d = c.head_dim, per_head = c.gated ? 2 * d : d;
-    const int64_t row = H_kv * d;
-    const std::vector<float> q_full = uniform(size_t(H * per_head), rng, -3.0f, 3.0f);
-    const std::vector<float> k_raw = uniform(size_t(row), rng, -3.0f, 3.0f), v_raw = uniform(size_t(row), rng, -3.0f, 3.0f);
-    const std::vector<float> q_norm = uniform(size_t(d), rng, 0.5f, 1.5f), k_norm = uniform(size_t(d), rng, 0.5f, 1.5f);
-    GuardedDeviceArray<float> dq_full(q_full), dk_raw(k_raw), dv_raw(v_raw), dqn(q_norm), dkn(k_norm);
-    GuardedDeviceArray<int32_t> dpast(std::vector<int32_t>{int32_t(c.n_past)});
-    // The step's rope table on one side, the angles computed per head on the other (the same bits either way).
-    GuardedDeviceArray<double> table(size_t(std::max<int64_t>(cuda::rope_decode_table_doubles(c.rope_dim), 1)));
-    cuda::rope_decode_table(dpast.get(), c.rope_dim, 1e7f, table.get(), nullptr);
-    const bool table_folded = seed % 2 == 0;
-    cuda::AttentionPrologueInputs prologue{dq_full.get(), dk_raw.get(), dv_raw.get(), dqn.get(), dkn.get(),
-                                           {H, H_kv, d, per_head, c.rope_dim, 1e7f, 1e-6f}};
-    const cuda::CachedAttentionDims dims{1, H, H_kv, d, c.capacity, per_head, variant};
-    const float* gate = c.gated ? dq_full.get() + d : nullptr;
-    const bool quantize = d % cuda::kActivationGroup == 0;
-
-    // The separate launches.
-    FoldCache k_sep = make_fold_cache(c.kv, KvSide::keys, c.n_past, c.capacity, row, seed + 1);
-    FoldCache v_sep = make_fold_cache(c.kv, KvSide::values, c.n_past, c.capacity, row, seed + 2);
-    GuardedDeviceArray<float> dq(size_t(H * d)), sep_out(size_t(H * d));
-    GuardedDeviceArray<float> sep_scratch(cuda::attention_decode_scratch_floats(dims));
-    cuda::attention_decode_prologue(dq_full.get(), dk_raw.get(), dv_raw.get(), dqn.get(), dkn.get(), dpast.get(),
-                                    prologue.dims, k_sep.view, v_sep.view, dq.get(), nullptr,
-                                    table_folded ? nullptr : table.get());
-    cuda::attention_cached(dq.get(), k_sep.view, v_sep.view, gate, dpast.get(), dims, sep_scratch.get(), sep_out.get(),
-                           nullptr);
-
-    // The folded launches, on a second copy of the caches.
-    FoldCache k_fold = make_fold_cache(c.kv, KvSide::keys, c.n_past, c.capacity, row, seed + 1);
-    FoldCache v_fold = make_fold_cache(c.kv, KvSide::values, c.n_past, c.capacity, row, seed + 2);
-    GuardedDeviceArray<float> fold_out(size_t(H * d)), fold_scratch(cuda::attention_decode_scratch_floats(dims));
-    GuardedQuantizedOutput out_q(H * d);
-    const cuda::QuantizedActivationsView view = out_q.view();
-    prologue.rope_table = table_folded ? table.get() : nullptr;
-    cuda::attention_cached(nullptr, k_fold.view, v_fold.view, gate, dpast.get(), dims, fold_scratch.get(),
-                           fold_out.get(), nullptr, {&prologue, quantize ? &view : nullptr});
-
-    const char* kv_name = c.kv == FoldKv::f32 ? "f32" : c.kv == FoldKv::f16 ? "f16" : "kivi4";
-    const cuda::AttentionDecodeVariant ran = c.kv == FoldKv::kivi4 && variant == cuda::AttentionDecodeVariant::staged_tiles
-                                                 ? cuda::AttentionDecodeVariant::keys_across_lanes
-                                                 : cuda::attention_decode_variant_run(dims, k_fold.view.element);
-    const std::string what = std::string("attention folds ") + kv_name + " " +
-                             (ran == cuda::AttentionDecodeVariant::staged_tiles        ? "staged"
-                              : ran == cuda::AttentionDecodeVariant::keys_across_lanes ? "keys"
-                                                                                       : "dims") +
-                             " past=" + std::to_string(c.n_past) + " cap=" + std::to_string(c.capacity) + " H=" +
-                             std::to_string(H) + "/" + std::to_string(H_kv) + " d=" + std::to_string(d) + " rope=" +
-                             std::to_string(c.rope_dim) + (c.gated ? " gated" : "") +
-                             (table_folded ? " (rope table folded)" : " (rope table separate)") + " S=" +
-                             std::to_string(cuda::attention_decode_splits(dims));
-    const std::vector<float> want = sep_out.download(what + " separate"), got = fold_out.download(what + " folded");
-    ASSERT_FALSE(::testing::Test::HasFailure()) << what;  // guard bytes
-    ASSERT_TRUE(same_bits(got, want)) << what << ": out";
-    const auto k_want = k_sep.download(what), k_got = k_fold.download(what);
-    const auto v_want = v_sep.download(what), v_got = v_fold.download(what);
-    for (size_t i = 0; i < k_want.size(); ++i) {
-        ASSERT_TRUE(k_got[i] == k_want[i]) << what << ": key cache buffer " << i << " differs";
-        ASSERT_TRUE(v_got[i] == v_want[i]) << what << ": value cache buffer " << i << " differs";
-    }
-    if (quantize) {
-        ASSERT_TRUE(out_q.matches_host_quantizer(got)) << what;
-    }
-}
-
-TEST(DecodeKernels, AttentionFoldsMatchSeparateLaunches) {
-    DELTABIT_REQUIRE_GPU();
-    uint32_t seed = 900;
-    const std::vector<FoldCase> cases = {
-        // the first token; a head of one dim; odd heads; groups of 1..8; partial and no rope
-        {0, 1, 1, 1, 0, 1, false, FoldKv::f32},      {0, 4, 2, 64, 64, 4096, true, FoldKv::f16},
-        {5, 4, 2, 63, 62, 64, true, FoldKv::f32},     {63, 6, 1, 65, 64, 4096, false, FoldKv::f16},
-        // the new position first of a split, last of one, inside one; most splits empty; many active
-        {64, 8, 1, 128, 128, 4096, true, FoldKv::f32}, {127, 16, 2, 128, 64, 32768, true, FoldKv::f16},
-        {1000, 8, 8, 256, 64, 8192, false, FoldKv::f16}, {4095, 24, 4, 256, 64, 4096, true, FoldKv::f16},
-        {2999, 24, 4, 256, 64, 32768, true, FoldKv::f32},  // Bonsai-27B, 47 of 128 splits active
-        {3000, 32, 8, 128, 128, 40960, false, FoldKv::f16},  // Bonsai-4B
-        {1000, 6, 2, 128, 128, 2048, true, FoldKv::kivi4},   {200, 24, 4, 256, 64, 4096, true, FoldKv::kivi4},
-    };
-    for (const FoldCase& c : cases)
-        for (const auto variant : {cuda::AttentionDecodeVariant::dims_across_lanes,
-                                   cuda::AttentionDecodeVariant::keys_across_lanes,
-                                   cuda::AttentionDecodeVariant::staged_tiles}) {
-            check_attention_folds(c, variant, seed);
-            seed += 3;  // odd and even in turn: the rope table on either side
-            if (HasFailure()) return;
-        }
-}
-
-TEST(DecodeKernels, AttentionFoldsRefuseWhatTheyCannotDo) {
-    DELTABIT_REQUIRE_GPU();
-    const int64_t H = 4, H_kv = 2, d = 128, capacity = 256;
-    const GuardedDeviceArray<float> zeros(std::vector<float>(size_t(2 * H * 2 * d), 0.0f));
-    const GuardedDeviceArray<float> cache_k(std::vector<float>(size_t(capacity * H_kv * d), 0.0f)),
-        cache_v(std::vector<float>(size_t(capacity * H_kv * d), 0.0f));
-    const GuardedDeviceArray<int32_t> past(std::vector<int32_t>{3});
-    const cuda::KvCacheView kv = cuda::plain_kv_view(cuda::KvElement::f32, cache_k.get());
-    const cuda::KvCacheView vv = cuda::plain_kv_view(cuda::KvElement::f32, cache_v.get());
-    const cuda::AttentionPrologueInputs prologue{zeros.get(), zeros.get(), zeros.get(), zeros.get(), zeros.get(),
-                                                 {H, H_kv, d, d, d, 1e7f, 1e-6f}};
-    auto run = [&](const float* q, int64_t tokens, int64_t head_dim, const cuda::AttentionPrologueInputs* p,
-                   int64_t view_cols) {
-        const cuda::CachedAttentionDims dims{tokens, H, H_kv, head_dim, capacity, head_dim};
-        const GuardedDeviceArray<float> scratch(cuda::attention_decode_scratch_floats(dims)),
-            out(size_t(tokens * H * head_dim));
-        const cuda::ActivationScratch activations(std::max<int64_t>(view_cols, 1));
-        const cuda::QuantizedActivationsView view = activations.view(view_cols);
-        cuda::attention_cached(q, kv, vv, nullptr, past.get(), dims, scratch.get(), out.get(), nullptr,
-                               {p, view_cols > 0 ? &view : nullptr});
-        cuda::cuda_check(cudaDeviceSynchronize(), "attention folds");
-    };
-    // Controls: each fold alone and both together run.
-    EXPECT_NO_THROW(run(nullptr, 1, d, &prologue, 0));
-    EXPECT_NO_THROW(run(zeros.get(), 1, d, nullptr, H * d));
-    EXPECT_NO_THROW(run(nullptr, 1, d, &prologue, H * d));
-    EXPECT_THROW(run(nullptr, 2, d, &prologue, 0), Error) << "a folded prologue for two tokens";
-    EXPECT_THROW(run(zeros.get(), 1, d, &prologue, 0), Error) << "q given as well as a folded prologue";
-    EXPECT_THROW(run(nullptr, 1, d, nullptr, 0), Error) << "no q and no prologue";
-    EXPECT_THROW(run(nullptr, 1, 64, &prologue, 0), Error) << "prologue dims unlike the attention's";
-    EXPECT_THROW(run(zeros.get(), 2, d, nullptr, H * d), Error) << "a quantised output for two tokens";
-    EXPECT_THROW(run(zeros.get(), 1, 64, nullptr, H * 64), Error) << "a quantised output with head_dim 64";
-    EXPECT_THROW(run(zeros.get(), 1, d, nullptr, H * d - 1), Error) << "a view of another width";
-}
-
 TEST(DecodeKernels, KvStoreRoundsToNearestEven) {
     DELTABIT_REQUIRE_GPU();
     std::mt19937 rng(7);
@@ -916,6 +705,19 @@ TEST(DecodeKernels, GdnDecodeStep) {
 }
 
 // ---- gated DeltaNet decode with a quantised output ----
+
+// out and state bit for bit; the reference must be all finite, so that an unwritten (NaN-poisoned) output
+// cannot match an unwritten reference.
+::testing::AssertionResult same_bits(const std::vector<float>& got, const std::vector<float>& want) {
+    if (got.size() != want.size())
+        return ::testing::AssertionFailure() << got.size() << " values, want " << want.size();
+    for (size_t i = 0; i < want.size(); ++i) {
+        if (!std::isfinite(want[i])) return ::testing::AssertionFailure() << "reference [" << i << "] is " << want[i];
+        if (std::bit_cast<uint32_t>(got[i]) != std::bit_cast<uint32_t>(want[i]))
+            return ::testing::AssertionFailure() << "[" << i << "] is " << got[i] << ", want " << want[i];
+    }
+    return ::testing::AssertionSuccess();
+}
 
 // One prepared step through gdn_decode_recurrent twice, from the same inputs and state (out of place):
 // without out_quantized, then with it in its own guarded scratch. The second call's out and state must be
