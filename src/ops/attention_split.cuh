@@ -1,6 +1,7 @@
 // What the split-K attention kernels of the decode step share (ops/decode_cuda.h, attention_cached):
-// how a kv head's keys are cut into splits, the arguments of a split launch, and the staged kernel's
-// entry point. Internal to src/ops (attention_decode_cuda.cu, attention_split_staged_cuda.cu).
+// how a kv head's keys are cut into splits, the arguments of a split launch, and the entry points of the
+// register and staged kernels. Internal to src/ops (attention_decode_cuda.cu, attention_split_register.cuh
+// and its instantiations attention_split_{f32,f16,kivi4}_cuda.cu, attention_split_staged_cuda.cu).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -62,6 +63,13 @@ __device__ __forceinline__ SplitSpan split_span(const SplitArgs& a, int64_t spli
     const int64_t per_split = keys_per_split(n_past + a.n_tokens, a.splits);
     return {n_past, per_split, split * per_split};
 }
+
+// Launches the register split kernels (ops/attention_split_register.cuh) over a cache of f32, f16 or kivi4
+// rows: keys_across_lanes when `keys`, else dims_across_lanes; `group` query heads per kv head. Each is
+// defined in its own translation unit (attention_split_{f32,f16,kivi4}_cuda.cu), so they compile in parallel.
+void launch_register_split_f32(dim3 grid, const SplitArgs& args, int64_t group, bool keys, cudaStream_t stream);
+void launch_register_split_f16(dim3 grid, const SplitArgs& args, int64_t group, bool keys, cudaStream_t stream);
+void launch_register_split_kivi4(dim3 grid, const SplitArgs& args, int64_t group, bool keys, cudaStream_t stream);
 
 // Launches the staged kernel (attention_split_staged_cuda.cu) for a plain f16 or f32 cache whose
 // head_dim it supports (staged_attention_supports); returns false, launching nothing, otherwise.

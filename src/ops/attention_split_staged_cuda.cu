@@ -2,10 +2,10 @@
 // streams its split's K and V rows through shared memory in tiles, two tiles in flight (cp.async), and
 // computes from shared memory.
 //
-// Why: the register kernels (attention_decode_cuda.cu) load a row, wait for it, use it — each warp a chain
-// of DRAM round trips. At depth 32K they reach ~40% of the copy bandwidth; at a shallow depth a split of
-// 64 keys is ~20 round trips end to end (26 µs per layer of Bonsai-27B). Here the loads of the next tile
-// are in flight while this one is computed, and a split's first two tiles are requested together.
+// Why: the register kernels (ops/attention_split_register.cuh) load a row, wait for it, use it — each warp
+// a chain of DRAM round trips. At depth 32K they reach ~40% of the copy bandwidth; at a shallow depth a
+// split of 64 keys is ~20 round trips end to end (26 µs per layer of Bonsai-27B). Here the loads of the next
+// tile are in flight while this one is computed, and a split's first two tiles are requested together.
 //
 // f32 rows: tiles of 16 keys (K and V: 2 × 16 KB a stage at head_dim 256), 256 threads in three phases separated by
 // __syncthreads:

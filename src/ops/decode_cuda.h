@@ -21,7 +21,8 @@
 namespace deltabit::cuda {
 
 
-// ---- attention over a KV cache (attention_decode_cuda.cu) ----
+// ---- attention over a KV cache (attention_decode_cuda.cu; the register split kernels in
+//      attention_split_register.cuh, the staged ones in attention_split_staged_cuda.cu) ----
 //
 //   q      [T][n_head][head_dim]        normed and roped
 //   k, v   the caches (ops/kv_cuda.h: f32, f16 or kivi4), positions 0 .. n_past+T−1 filled (kivi4: settled

@@ -73,7 +73,7 @@ struct AttnCase {
     bool spread_heads = false;
 };
 
-// Error bound per output element, from the kernels' arithmetic (attention_decode_cuda.cu and
+// Error bound per output element, from the kernels' arithmetic (attention_split_register.cuh and
 // attention_split_staged_cuda.cu), as test_op_parity_attention.cpp derives it for the older kernel:
 //   score: q·scale rounded (u), then dims_across_lanes: P = ceil(d/32) fmaf terms per lane and 5
 //     butterfly levels, |δs| ≤ (P + 6)·u·A; keys_across_lanes: one sequential fmaf chain over the d dims,
