@@ -40,8 +40,9 @@ struct BenchArgs {
     std::string geometry;
     std::string type = "q1_0";
     bool json = false;
-    std::string depths = "0,4096,32768";
-    std::string prompts = "512,4096";
+    // Each as given: one comma-separated list or several values (`--depths 0 32768`), joined before parsing.
+    std::vector<std::string> depths{"0,4096,32768"};
+    std::vector<std::string> prompts{"512,4096"};
     std::string kv = "f32";
     std::string fill = "auto";
     bool no_history = false;
@@ -51,15 +52,18 @@ struct BenchArgs {
     double prompt_budget = 60.0, fill_budget = 45.0, max_seconds = 240.0;
 };
 
-// "0,4096,32768" → {0, 4096, 32768}; every value ≥ `minimum`.
-std::vector<int64_t> parse_counts(const std::string& text, const char* option, int64_t minimum) {
+// {"0,4096", "32768"} → {0, 4096, 32768}; every value ≥ `minimum`.
+std::vector<int64_t> parse_counts(const std::vector<std::string>& given, const char* option, int64_t minimum) {
+    std::string text;
+    for (const std::string& g : given) text += (text.empty() ? "" : ",") + g;
     std::vector<int64_t> values;
     size_t start = 0;
     while (start <= text.size()) {
         const size_t comma = std::min(text.find(',', start), text.size());
         const std::string item = text.substr(start, comma - start);
         if (item.empty() || item.size() > 9 || item.find_first_not_of("0123456789") != std::string::npos)
-            fail("bench: {} {:?}: expected comma-separated whole numbers, found {:?}", option, text, item);
+            fail("bench: {} {:?}: expected whole numbers (comma- or space-separated), found {:?}", option, text,
+                 item);
         values.push_back(std::stoll(item));
         if (values.back() < minimum) fail("bench: {} {:?}: {} is below the minimum {}", option, text, item, minimum);
         start = comma + 1;
@@ -236,8 +240,10 @@ void add_bench_command(CLI::App& app) {
     cmd->add_option("--type", args->type, "Matrix type of a --geometry model: q1_0, q2_0, q4_0, q8_0")
         ->default_str("q1_0");
     cmd->add_flag("--json", args->json, "Print one JSON object instead of the table");
-    cmd->add_option("--depths", args->depths, "Context depths of the decode tests")->default_str("0,4096,32768");
-    cmd->add_option("--prompts", args->prompts, "Prompt lengths of the prefill tests")->default_str("512,4096");
+    cmd->add_option("--depths", args->depths, "Context depths of the decode tests (0,4096 or 0 4096)")
+        ->default_str("0,4096,32768");
+    cmd->add_option("--prompts", args->prompts, "Prompt lengths of the prefill tests (512,4096 or 512 4096)")
+        ->default_str("512,4096");
     cmd->add_option("--kv", args->kv, "KV cache format: f32, f16 or kivi4")->default_str("f32");
     cmd->add_option("--fill", args->fill,
                     "How a decode test reaches its depth: prefill, synthetic (random KV, no model run), or auto "

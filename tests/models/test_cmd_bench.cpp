@@ -53,6 +53,21 @@ TEST(BenchCli, BadListsAndFormatsAreRefusedBeforeAnyWork) {
     EXPECT_NE(kv.output.find("expected f32, f16 or kivi4"), std::string::npos) << kv.output;
 }
 
+TEST(BenchCli, ListsMayBeSpaceSeparated) {
+    // Several values after the option are one list, as the comma-separated form is: a bad one is named
+    // within the whole list, and a good list gets past the checks (without a GPU, to the GPU check).
+    const auto bad = run_deltabit("bench --geometry tiny-qwen3 --depths 0 x 8 --no-history");
+    EXPECT_EQ(bad.exit_code, 1);
+    EXPECT_NE(bad.output.find("--depths \"0,x,8\""), std::string::npos) << bad.output;
+    const auto below = run_deltabit("bench --geometry tiny-qwen3 --prompts 512 1 --no-history");
+    EXPECT_EQ(below.exit_code, 1);
+    EXPECT_NE(below.output.find("--prompts \"512,1\": 1 is below the minimum 2"), std::string::npos) << below.output;
+    if (gpu_present()) return;  // the bench would run
+    const auto good = run_deltabit("bench --geometry tiny-qwen3 --depths 0 8 --prompts 2,16 64 --no-history");
+    EXPECT_EQ(good.exit_code, 1);
+    EXPECT_NE(good.output.find("there is no CPU bench"), std::string::npos) << good.output;
+}
+
 TEST(BenchCli, WithoutAGpuItSaysSoAndFails) {
     if (gpu_present()) GTEST_SKIP() << "this machine has a GPU: the bench would run";
     const auto r = run_deltabit("bench --geometry tiny-qwen3 --no-history");
