@@ -64,12 +64,7 @@ __global__ void chain_kernel(const float* in, float* out) {
     if (threadIdx.x == 0) out[blockIdx.x] = in[blockIdx.x] + 1.0f;
 }
 
-int sm_count() {
-    int device = 0, sms = 0;
-    cuda_check(cudaGetDevice(&device), "cudaGetDevice");
-    cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SM count");
-    return sms;
-}
+int sm_count() { return device_attribute(cudaDevAttrMultiProcessorCount, "SM count"); }
 
 double median_of(std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -91,9 +86,7 @@ StreamFloor measure_stream_floor(size_t bytes, int runs, cudaStream_t stream) {
     }
     DeviceBuffer data(bytes);
     data.upload(host.data(), bytes);
-    int device = 0, l2 = 0;
-    cuda_check(cudaGetDevice(&device), "cudaGetDevice");
-    cuda_check(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device), "L2 size");
+    const int l2 = device_attribute(cudaDevAttrL2CacheSize, "L2 size");
     DeviceBuffer flush(std::max<size_t>(size_t(4) * size_t(l2), size_t(64) << 20));
     DeviceBuffer out_buffer(sizeof(StreamOut));
     const int blocks = sm_count() * kStreamBlocksPerSm;

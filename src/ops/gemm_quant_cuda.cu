@@ -18,6 +18,7 @@
 // float(dot) · (d_w · scale_x), added by fmaf — the GEMV's arithmetic. The int → float conversion uses
 // the 1.5·2^23 bias trick (an integer add and a float subtract, exact below 2^22) instead of I2F, which
 // runs at a quarter of the FP32 rate; for Q1_0 the same add also applies the −Σq correction.
+#include "backend/cuda_buffer.h"
 #include "ops/prefill_cuda.h"
 
 #include <cuda_fp16.h>
@@ -394,11 +395,9 @@ struct DeviceLimits {
     int sms = 0, smem_optin = 0;
 };
 DeviceLimits device_limits() {
-    int device = 0;
-    cuda_check(cudaGetDevice(&device), "cudaGetDevice");
     DeviceLimits d;
-    cuda_check(cudaDeviceGetAttribute(&d.sms, cudaDevAttrMultiProcessorCount, device), "SM count");
-    cuda_check(cudaDeviceGetAttribute(&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "smem limit");
+    d.sms = device_attribute(cudaDevAttrMultiProcessorCount, "SM count");
+    d.smem_optin = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, "smem limit");
     return d;
 }
 

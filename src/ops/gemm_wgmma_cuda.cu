@@ -17,6 +17,7 @@
 // Numerics: per output and k-tile, y = fmaf(float(2·Σbit·q − Σq), d_w · scale_x, y) in k order — the
 // mma.sync tiles' term (the same bias trick for the int → float and the −Σq correction), so y is theirs
 // bit for bit (KS = 1: k order).
+#include "backend/cuda_buffer.h"
 #include "ops/gemm_wgmma_cuda.h"
 
 #include <cuda_fp16.h>
@@ -241,10 +242,8 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_q1_0_wgmma_kernel(Args a) {
 bool wgmma_gemm_available() {
 #if defined(DELTABIT_CUDA_SM90A)
     static const bool available = [] {
-        int device = 0, major = 0, minor = 0;
-        cuda_check(cudaGetDevice(&device), "cudaGetDevice");
-        cuda_check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "compute capability");
-        cuda_check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "compute capability");
+        const int major = device_attribute(cudaDevAttrComputeCapabilityMajor, "compute capability");
+        const int minor = device_attribute(cudaDevAttrComputeCapabilityMinor, "compute capability");
         if (major != 9 || minor != 0) return false;
         cuda_check(cudaFuncSetAttribute(gemm_q1_0_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                         int(kSmemBytes)),
@@ -272,9 +271,7 @@ WgmmaGemmLaunch gemm_q1_0_wgmma(const QuantizedActivationRows& x, const GemvWeig
     a.scales_per_row = int(w.cols / dtype_info(w.dtype).block_elems);
     a.m_tiles = (x.rows + kBM - 1) / kBM;
     a.tiles = a.m_tiles * ((w.rows + kBN - 1) / kBN);
-    int device = 0, sms = 0;
-    cuda_check(cudaGetDevice(&device), "cudaGetDevice");
-    cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SM count");
+    const int sms = device_attribute(cudaDevAttrMultiProcessorCount, "SM count");
     // One block per SM (its 107 KB of shared memory and ~200 registers a thread allow one), walking tiles.
     const int64_t blocks = std::min<int64_t>(a.tiles, max_blocks > 0 ? max_blocks : sms);
     gemm_q1_0_wgmma_kernel<<<unsigned(blocks), kThreads, kSmemBytes, stream>>>(a);

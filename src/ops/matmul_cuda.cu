@@ -247,11 +247,7 @@ LaunchFn pick_kernel(DType t, const GemvLaunchConfig& c) {
 }
 
 int64_t device_max_grid_x() {
-    int device = 0;
-    cuda_check(cudaGetDevice(&device), "cudaGetDevice");
-    int value = 0;
-    cuda_check(cudaDeviceGetAttribute(&value, cudaDevAttrMaxGridDimX, device), "max grid dim x");
-    return value;
+    return device_attribute(cudaDevAttrMaxGridDimX, "max grid dim x");
 }
 
 std::string shape_text(const GemvWeightView& w) {

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
 #ifdef DELTABIT_HAVE_CUDA
 #include "backend/cuda_probe.h"
 #endif
@@ -37,42 +39,34 @@ TEST(BenchCli, NeedsExactlyOneOfModelAndGeometry) {
     }
 }
 
+// `deltabit <args>` exits 1 with `message` in its output.
+void expect_refused(const std::string& args, const std::string& message) {
+    const auto r = run_deltabit(args);
+    EXPECT_EQ(r.exit_code, 1) << args;
+    EXPECT_NE(r.output.find(message), std::string::npos) << args << "\n" << r.output;
+}
+
 TEST(BenchCli, BadListsAndFormatsAreRefusedBeforeAnyWork) {
-    const auto depths = run_deltabit("bench --geometry tiny-qwen3 --depths 0,,8 --no-history");
-    EXPECT_EQ(depths.exit_code, 1);
-    EXPECT_NE(depths.output.find("--depths \"0,,8\""), std::string::npos) << depths.output;
-    const auto prompts = run_deltabit("bench --geometry tiny-qwen3 --prompts 1 --no-history");
-    EXPECT_EQ(prompts.exit_code, 1);
-    EXPECT_NE(prompts.output.find("below the minimum 2"), std::string::npos) << prompts.output;
-    const auto budget = run_deltabit("bench --geometry tiny-qwen3 --max-seconds 0 --no-history");
-    EXPECT_EQ(budget.exit_code, 1);
-    EXPECT_NE(budget.output.find("--max-seconds 0: must be a positive number of seconds"), std::string::npos)
-        << budget.output;
-    const auto kv = run_deltabit("bench --geometry tiny-qwen3 --kv q8 --no-history");
-    EXPECT_EQ(kv.exit_code, 1);
-    EXPECT_NE(kv.output.find("expected f32, f16 or kivi4"), std::string::npos) << kv.output;
+    expect_refused("bench --geometry tiny-qwen3 --depths 0,,8 --no-history", "--depths \"0,,8\"");
+    expect_refused("bench --geometry tiny-qwen3 --prompts 1 --no-history", "below the minimum 2");
+    expect_refused("bench --geometry tiny-qwen3 --max-seconds 0 --no-history",
+                   "--max-seconds 0: must be a positive number of seconds");
+    expect_refused("bench --geometry tiny-qwen3 --kv q8 --no-history", "expected f32, f16 or kivi4");
 }
 
 TEST(BenchCli, ListsMayBeSpaceSeparated) {
     // Several values after the option are one list, as the comma-separated form is: a bad one is named
     // within the whole list, and a good list gets past the checks (without a GPU, to the GPU check).
-    const auto bad = run_deltabit("bench --geometry tiny-qwen3 --depths 0 x 8 --no-history");
-    EXPECT_EQ(bad.exit_code, 1);
-    EXPECT_NE(bad.output.find("--depths \"0,x,8\""), std::string::npos) << bad.output;
-    const auto below = run_deltabit("bench --geometry tiny-qwen3 --prompts 512 1 --no-history");
-    EXPECT_EQ(below.exit_code, 1);
-    EXPECT_NE(below.output.find("--prompts \"512,1\": 1 is below the minimum 2"), std::string::npos) << below.output;
+    expect_refused("bench --geometry tiny-qwen3 --depths 0 x 8 --no-history", "--depths \"0,x,8\"");
+    expect_refused("bench --geometry tiny-qwen3 --prompts 512 1 --no-history",
+                   "--prompts \"512,1\": 1 is below the minimum 2");
     if (gpu_present()) return;  // the bench would run
-    const auto good = run_deltabit("bench --geometry tiny-qwen3 --depths 0 8 --prompts 2,16 64 --no-history");
-    EXPECT_EQ(good.exit_code, 1);
-    EXPECT_NE(good.output.find("there is no CPU bench"), std::string::npos) << good.output;
+    expect_refused("bench --geometry tiny-qwen3 --depths 0 8 --prompts 2,16 64 --no-history", "there is no CPU bench");
 }
 
 TEST(BenchCli, WithoutAGpuItSaysSoAndFails) {
     if (gpu_present()) GTEST_SKIP() << "this machine has a GPU: the bench would run";
-    const auto r = run_deltabit("bench --geometry tiny-qwen3 --no-history");
-    EXPECT_EQ(r.exit_code, 1);
-    EXPECT_NE(r.output.find("there is no CPU bench"), std::string::npos) << r.output;
+    expect_refused("bench --geometry tiny-qwen3 --no-history", "there is no CPU bench");
 }
 
 }  // namespace
