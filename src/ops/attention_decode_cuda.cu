@@ -19,6 +19,7 @@
 #include <string>
 
 #include "backend/cuda_buffer.h"
+#include "core/env_switch.h"
 #include "ops/attention_split.cuh"
 #include "ops/cuda_math.cuh"
 #include "ops/decode_cuda.h"
@@ -209,6 +210,17 @@ int64_t attention_decode_splits(const CachedAttentionDims& dims) {
     return splits;
 }
 
+int64_t attention_decode_splits_run(const CachedAttentionDims& dims, KvElement element) {
+    const int64_t splits = attention_decode_splits(dims);
+    // An experiment switch for measuring what the cap gains (docs/bench.md): DELTABIT_ATTENTION_ONE_WAVE=0.
+    static const bool one_wave = env_switch("DELTABIT_ATTENTION_ONE_WAVE", true);
+    if (dims.n_tokens != 1 || !one_wave ||
+        attention_decode_variant_run(dims, element) != AttentionDecodeVariant::staged_tiles)
+        return splits;
+    const int64_t resident = staged_attention_resident_blocks(element, dims.head_dim, dims.n_head / dims.n_kv_head);
+    return std::min(splits, std::max<int64_t>(1, resident / dims.n_kv_head));
+}
+
 size_t attention_decode_scratch_floats(const CachedAttentionDims& dims) {
     return size_t(dims.n_tokens * dims.n_head * attention_decode_splits(dims) * (dims.head_dim + 2));
 }
@@ -222,7 +234,7 @@ void attention_cached(const float* q, const KvCacheView& k_cache, const KvCacheV
     if (k_cache.element == KvElement::kivi4 && (dims.head_dim % 8 != 0 || k_cache.kivi.ring_rows <= 0))
         fail_message("attention_cached (cuda): a kivi4 cache needs head_dim a multiple of 8 and a ring of exact rows");
     if (dims.n_tokens == 0) return;
-    const int64_t splits = attention_decode_splits(dims);
+    const int64_t splits = attention_decode_splits_run(dims, k_cache.element);
     SplitArgs args{};
     args.q = q;
     args.k = k_cache;

@@ -460,14 +460,6 @@ __global__ void __launch_bounds__(kStagedThreads) attention_split_mma_kernel(Spl
     }
 }
 
-// kernel<<<grid, 256 threads, smem>>>(args), programmatic (ops/programmatic_launch.cuh).
-template <typename Kernel>
-void launch_split_kernel(Kernel kernel, dim3 grid, size_t smem, const SplitArgs& args, cudaStream_t stream) {
-    cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
-               "attention_split_staged shared memory");
-    launch_programmatic(kernel, grid, dim3(kStagedThreads), smem, stream, "attention_split_staged", args);
-}
-
 // f(std::integral_constant<int, G>) with G the kernels' head count for `group` query heads per kv head.
 template <typename F>
 void with_heads(int64_t group, F&& f) {
@@ -476,6 +468,24 @@ void with_heads(int64_t group, F&& f) {
     else if (group <= 4) f(std::integral_constant<int, 4>{});
     else if (group <= 6) f(std::integral_constant<int, 6>{});
     else f(std::integral_constant<int, 8>{});
+}
+
+// The kernel a launch over `element` rows runs (a shape staged_attention_supports) and its dynamic shared
+// memory, allowed above the 48 KB default.
+struct StagedKernel {
+    void (*kernel)(SplitArgs) = nullptr;
+    size_t smem = 0;
+};
+StagedKernel staged_kernel(KvElement element, int d, int64_t group) {
+    StagedKernel k;
+    with_heads(group, [&](auto heads) {
+        constexpr int G = decltype(heads)::value;
+        if (element == KvElement::f16) k = {attention_split_mma_kernel<G>, MmaLayout(d).total};
+        else k = {attention_split_f32_kernel<G>, StagedLayout(d, G).total};
+    });
+    cuda_check(cudaFuncSetAttribute(k.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(k.smem)),
+               "attention_split_staged shared memory");
+    return k;
 }
 
 }  // namespace
@@ -491,17 +501,20 @@ bool staged_attention_supports(KvElement element, int64_t head_dim, int64_t grou
     return head_dim % slice == 0 && kStagedThreads % pieces == 0;
 }
 
+int64_t staged_attention_resident_blocks(KvElement element, int64_t head_dim, int64_t group) {
+    if (!staged_attention_supports(element, head_dim, group)) return 0;
+    const StagedKernel k = staged_kernel(element, int(head_dim), group);
+    int per_sm = 0;
+    cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k.kernel, kStagedThreads, k.smem),
+               "attention_split_staged occupancy");
+    return int64_t(per_sm) * device_attribute(cudaDevAttrMultiProcessorCount, "SM count");
+}
+
 bool launch_attention_split_staged(dim3 grid, const SplitArgs& args, KvElement element, cudaStream_t stream) {
     const int64_t group = args.n_head / args.n_kv_head;
     if (!staged_attention_supports(element, args.head_dim, group)) return false;
-    const int d = int(args.head_dim);
-    with_heads(group, [&](auto heads) {
-        constexpr int G = decltype(heads)::value;
-        if (element == KvElement::f16)
-            launch_split_kernel(attention_split_mma_kernel<G>, grid, MmaLayout(d).total, args, stream);
-        else
-            launch_split_kernel(attention_split_f32_kernel<G>, grid, StagedLayout(d, G).total, args, stream);
-    });
+    const StagedKernel k = staged_kernel(element, int(args.head_dim), group);
+    launch_programmatic(k.kernel, grid, dim3(kStagedThreads), k.smem, stream, "attention_split_staged", args);
     return true;
 }
 

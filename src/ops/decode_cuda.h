@@ -57,6 +57,8 @@ inline constexpr int64_t kAttentionDecodeMaxGroup = 8;
 // roofline on the K and V bytes):
 //   depth 32K  f16: staged 59.5 µs (53%), keys 98, dims 218;  f32: staged 85 µs (74%), keys 139, dims 181
 //   depth 4K   f16: staged 15.3 µs, keys 37, dims 38;         f32: staged 19.5 µs, keys 45, dims 31
+// and since the one-wave cap on the staged kernel's decode splits (attention_decode_splits_run, 2026-12-02):
+//   depth 32K  f16: staged 55.3 µs (57%); f32: staged 81.6 µs (77%); Bonsai-4B heads f16 67.7 (47%), f32 76.0 (83%)
 // (staged over f16 rows with fp32 CUDA-core arithmetic, before the tensor cores: 70 µs and 17 µs.)
 enum class AttentionDecodeVariant : uint8_t { dims_across_lanes, keys_across_lanes, staged_tiles };
 
@@ -74,9 +76,18 @@ struct CachedAttentionDims {
 // keys_across_lanes where it does not apply).
 AttentionDecodeVariant attention_decode_variant_run(const CachedAttentionDims& dims, KvElement element);
 
-// Splits per (token, kv head) the launch uses, and the scratch (floats) it needs for the partial results.
+// Splits per (token, kv head) a launch may use (at most kMaxSplits, a split at least 64 keys of max_keys),
+// and the scratch (floats) the partial results need for that many.
 int64_t attention_decode_splits(const CachedAttentionDims& dims);
 size_t attention_decode_scratch_floats(const CachedAttentionDims& dims);
+// The splits attention_cached launches over a cache of `element`s: attention_decode_splits, except that a
+// decode launch (one token) of the staged kernel takes no more than fill one wave of its resident blocks —
+// each block then streams its keys as one pipeline instead of a second wave starting cold (Bonsai-27B:
+// 128 splits × 4 kv heads were 512 blocks for 264 slots).
+int64_t attention_decode_splits_run(const CachedAttentionDims& dims, KvElement element);
+// Blocks of the staged_tiles kernel over `element` rows resident at once on the current device (0 where
+// that kernel does not apply to the shape): a launch of no more blocks runs in one wave.
+int64_t staged_attention_resident_blocks(KvElement element, int64_t head_dim, int64_t group);
 
 void attention_cached(const float* q, const KvCacheView& k_cache, const KvCacheView& v_cache, const float* gate,
                       const int32_t* n_past, const CachedAttentionDims& dims, float* scratch, float* out,

@@ -22,6 +22,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/error.h"
@@ -183,7 +184,8 @@ void check_attention_cached(AttnCase c, uint32_t seed) {
     GuardedDeviceArray<float> scratch(cuda::attention_decode_scratch_floats(dims));
     cuda::attention_cached(dq.get(), dk.get(), dv.get(), c.half ? cuda::KvElement::f16 : cuda::KvElement::f32,
                            c.gate ? dgate.get() : nullptr, dpast.get(), dims, scratch.get(), dout.get(), nullptr);
-    const int64_t splits = cuda::attention_decode_splits(dims);
+    const int64_t splits =
+        cuda::attention_decode_splits_run(dims, c.half ? cuda::KvElement::f16 : cuda::KvElement::f32);
     // The tolerance follows the kernel that ran (staged_tiles falls back to keys_across_lanes).
     c.variant = cuda::attention_decode_variant_run(dims, c.half ? cuda::KvElement::f16 : cuda::KvElement::f32);
     const char* kernel = c.variant == cuda::AttentionDecodeVariant::staged_tiles        ? "staged "
@@ -240,6 +242,39 @@ TEST(DecodeKernels, AttentionCachedBonsai27B) {
                                cuda::AttentionDecodeVariant::staged_tiles}) {
         check_attention_cached({1, 2999, 24, 4, 256, 32768, true, false, 1, variant}, 200);
         check_attention_cached({1, 2999, 24, 4, 256, 32768, true, true, 1, variant}, 201);
+    }
+    // Deep enough that the one-wave cap on the staged kernel's splits (attention_decode_splits_run) makes each
+    // split several ring turns with a ragged last tile; Bonsai-4B's 8 kv heads of 128 beside it.
+    for (const bool half : {false, true})
+        for (const auto variant :
+             {cuda::AttentionDecodeVariant::keys_across_lanes, cuda::AttentionDecodeVariant::staged_tiles}) {
+            check_attention_cached({1, 20000, 24, 4, 256, 32768, true, half, 1, variant}, 202);
+            check_attention_cached({1, 16383, 32, 8, 128, 16384, false, half, 1, variant}, 203);
+        }
+}
+
+TEST(DecodeKernels, AttentionDecodeSplitsFillOneWave) {
+    DELTABIT_REQUIRE_GPU();
+    using cuda::KvElement;
+    for (const KvElement e : {KvElement::f16, KvElement::f32}) {
+        for (const auto& [n_head, n_kv_head, head_dim] :
+             std::vector<std::tuple<int64_t, int64_t, int64_t>>{{24, 4, 256}, {32, 8, 128}}) {
+            const cuda::CachedAttentionDims decode{1, n_head, n_kv_head, head_dim, 131072, head_dim};
+            const int64_t resident = cuda::staged_attention_resident_blocks(e, head_dim, n_head / n_kv_head);
+            const int64_t splits = cuda::attention_decode_splits_run(decode, e);
+            const std::string what = std::string(e == KvElement::f16 ? "f16 " : "f32 ") + std::to_string(n_head) +
+                                     "/" + std::to_string(n_kv_head) + "x" + std::to_string(head_dim);
+            ASSERT_GT(resident, 0) << what;
+            EXPECT_LE(splits * n_kv_head, resident) << what << ": a decode launch of more than one wave";
+            EXPECT_EQ(splits, std::min(cuda::attention_decode_splits(decode), resident / n_kv_head)) << what;
+            // The prompt path's tokens fill the grid, and the register kernels keep their splits.
+            cuda::CachedAttentionDims prompt = decode;
+            prompt.n_tokens = 2;
+            EXPECT_EQ(cuda::attention_decode_splits_run(prompt, e), cuda::attention_decode_splits(prompt)) << what;
+            cuda::CachedAttentionDims keys = decode;
+            keys.variant = cuda::AttentionDecodeVariant::keys_across_lanes;
+            EXPECT_EQ(cuda::attention_decode_splits_run(keys, e), cuda::attention_decode_splits(keys)) << what;
+        }
     }
 }
 
@@ -392,7 +427,8 @@ void check_attention_kivi(AttnCase c, uint32_t seed) {
                              std::to_string(c.n_tokens) + " past=" + std::to_string(c.n_past) + " H=" +
                              std::to_string(c.n_head) + "/" + std::to_string(c.n_kv_head) + " d=" + std::to_string(c.head_dim);
     const std::vector<double> want_d = to_double(want);
-    const std::vector<double> tol = attention_tolerance(c, cuda::attention_decode_splits(dims), q, k, v, want_d);
+    const std::vector<double> tol =
+        attention_tolerance(c, cuda::attention_decode_splits_run(dims, cuda::KvElement::kivi4), q, k, v, want_d);
     expect_within(dout.download(what), want_d, [&](size_t i) { return tol[i]; }, what);
     EXPECT_GT(kivi_split(c.n_past).quantised, 0) << what << ": nothing quantised, the case tests nothing";
 }

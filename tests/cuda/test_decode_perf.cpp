@@ -1,7 +1,8 @@
 // Perf mode for the decode path (STYLE habit 9), with DELTABIT_OPS_PERF=1 (skips otherwise):
 //   - attention at batch 1 on Bonsai-27B's geometry (24 q heads, 4 kv heads of 256, gate on) at depths
 //     4K and 32K: split-K attention_cached (f32 and f16 cache, split + combine launches) against the
-//     older one-block-per-head cuda::attention; µs and GB/s of K+V read against the copy bandwidth.
+//     older one-block-per-head cuda::attention; µs and GB/s of K+V read against the copy bandwidth; and
+//     the staged kernel over Bonsai-4B's heads at 32K.
 //     Several caches are cycled so the KV comes from HBM, not L2 (50 MB), as in a real 16-layer step.
 //   - the gated DeltaNet decode step (2 launches) against the op chain it replaces (7 launches + 3
 //     copies), Bonsai-27B heads.
@@ -17,6 +18,10 @@
 //                        dims f16 217.7, f32 180.5; before f32 3572. A grid planned for 131072 keys costs
 //                        < 1 µs more.
 //   gdn decode step: fused 8.4 (18% on the state's read + write) vs op chain 38.7
+// 2026-12-02, stop 18, decode splits capped at one wave of the staged kernel's resident blocks (S=66):
+//   attention depth 32K: staged f16 55.3 (57%), f32 81.6 (77%); depth 4K unchanged (S=64 either way)
+//   Bonsai-4B heads (32/8 x 128) at 32K: staged f16 67.7 (47%, S=33), f32 76.0 (83%, S=49); uncapped
+//   (S=128) 75.1 and 85.4. DELTABIT_ATTENTION_ONE_WAVE=0 gives the uncapped figures in the same build.
 // Older (stop 9): qwen3_5_binary as Q1_0 (tiny, launch-bound): graph replay 149.5 µs/token, eager 374.4
 // µs/token, each including the argmax's 4-byte round trip. Whole-model figures: bench/history.tsv.
 #include "models/fixture.h"
@@ -151,7 +156,9 @@ TEST(DecodePerf, AttentionAndDeltaNetKernels) {
                                      : variant == cuda::AttentionDecodeVariant::keys_across_lanes ? "keys "
                                                                                                  : "dims ";
                 row(std::string("attention_cached ") + kernel + (half ? "f16" : "f32") + " depth " + std::to_string(depth) +
-                        " grid for " + std::to_string(capacity) + " S=" + std::to_string(cuda::attention_decode_splits(dims)),
+                        " grid for " + std::to_string(capacity) + " S=" +
+                        std::to_string(cuda::attention_decode_splits_run(
+                            dims, half ? cuda::KvElement::f16 : cuda::KvElement::f32)),
                     us, 2.0 * double(kv_bytes));
             }
             if (!half) {
@@ -165,6 +172,33 @@ TEST(DecodePerf, AttentionAndDeltaNetKernels) {
                     depth <= 4096 ? 6 : 2);
                 row("attention (one block per head, before) f32 depth " + std::to_string(depth), us, 2.0 * double(kv_bytes));
             }
+        }
+    }
+
+    // The staged kernel (split + combine) over Bonsai-4B's heads (32 query / 8 kv heads of 128) at 32K.
+    {
+        constexpr int64_t Hq = 32, Hkv = 8, hd = 128, depth = 32768;
+        for (const bool half : {false, true}) {
+            const cuda::KvElement e = half ? cuda::KvElement::f16 : cuda::KvElement::f32;
+            const size_t kv_bytes = size_t(depth * Hkv * hd) * (half ? 2 : 4);
+            DeviceBuffer src = random_floats(size_t(depth * Hkv * hd), -1, 1, 30), k(kv_bytes), v(kv_bytes);
+            DeviceBuffer zero(sizeof(int32_t)), past(sizeof(int32_t));
+            cuda_check(cudaMemset(zero.get(), 0, sizeof(int32_t)), "zero");
+            cuda::kv_store(src.get<float>(), depth, Hkv * hd, zero.get<int32_t>(), e, k.get(), nullptr);
+            cuda::kv_store(src.get<float>(), depth, Hkv * hd, zero.get<int32_t>(), e, v.get(), nullptr);
+            const int32_t n_past = int32_t(depth - 1);
+            past.upload(&n_past, sizeof n_past);
+            const cuda::CachedAttentionDims dims{1, Hq, Hkv, hd, depth, hd, cuda::AttentionDecodeVariant::staged_tiles};
+            DeviceBuffer scratch(cuda::attention_decode_scratch_floats(dims) * 4);
+            const double us = time_us(
+                [&](int) {
+                    cuda::attention_cached(q.get<float>(), k.get(), v.get(), e, gate.get<float>(), past.get<int32_t>(),
+                                           dims, scratch.get<float>(), out.get<float>(), nullptr);
+                },
+                20);
+            row(std::string("attention_cached staged ") + (half ? "f16" : "f32") + " Bonsai-4B heads depth " +
+                    std::to_string(depth) + " S=" + std::to_string(cuda::attention_decode_splits_run(dims, e)),
+                us, 2.0 * double(kv_bytes));
         }
     }
 
