@@ -116,6 +116,19 @@ void print_report(const BenchReport& r) {
     for (const std::string& note : r.notes) fmt::print("note: {}\n", note);
 }
 
+void relate_decode_depths(std::vector<BenchMeasurement>& measurements) {
+    for (BenchMeasurement& m : measurements) {
+        if (m.depth <= 0 || !m.tokens_per_s || m.pct_of_depth0) continue;
+        for (const BenchMeasurement& base : measurements) {
+            if (base.depth != 0 || base.test != m.test || !base.tokens_per_s || *base.tokens_per_s <= 0) continue;
+            m.pct_of_depth0 = 100.0 * *m.tokens_per_s / *base.tokens_per_s;
+            const std::string ratio = fmt::format("{:.1f}% of depth 0's tok/s", *m.pct_of_depth0);
+            m.note = m.note.empty() ? ratio : ratio + "; " + m.note;
+            break;
+        }
+    }
+}
+
 nlohmann::json report_to_json(const BenchReport& r) {
     using nlohmann::json;
     auto optional = [](const std::optional<double>& v) { return v ? json(*v) : json(); };
@@ -132,6 +145,7 @@ nlohmann::json report_to_json(const BenchReport& r) {
                                 {"bytes_per_token", optional(m.bytes_per_token)},
                                 {"gb_s", optional(m.gb_s)},
                                 {"pct_of_copy_bandwidth", optional(m.pct_of_copy_bandwidth)},
+                                {"pct_of_depth0", optional(m.pct_of_depth0)},
                                 {"peak_memory_gib", m.peak_memory_gib},
                                 {"note", m.note}});
     }

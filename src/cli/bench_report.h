@@ -27,6 +27,8 @@ struct BenchMeasurement {
     std::optional<double> tokens_per_s;
     std::optional<double> tflop_s, pct_of_bf16_peak;                    // prefill
     std::optional<double> bytes_per_token, gb_s, pct_of_copy_bandwidth;  // decode
+    // Decode at a depth > 0 of a run that also measured depth 0: tok/s as % of depth 0's (relate_decode_depths).
+    std::optional<double> pct_of_depth0;
     double peak_memory_gib = 0;  // device-wide, during this measurement (and the filling before it)
     std::string note;
 };
@@ -52,6 +54,11 @@ struct BenchReport {
     std::vector<BenchMeasurement> measurements;
     std::vector<std::string> notes;  // tests skipped and why (printed and in JSON; not history rows)
 };
+
+// Sets pct_of_depth0 of every decode row at a depth > 0 whose test (tg128) was also measured at depth 0,
+// and starts its note with it ("82.3% of depth 0's tok/s"): how much a deep context costs, read in one
+// place (issue 5 asks for 80% at 32K). Rows without a depth-0 partner are left as they are.
+void relate_decode_depths(std::vector<BenchMeasurement>& measurements);
 
 void print_report(const BenchReport& report);
 nlohmann::json report_to_json(const BenchReport& report);

@@ -208,6 +208,7 @@ void run_bench(const BenchArgs& args) {
     progress(fmt::format("  {:.1f} s", report.upload_seconds));
 
     report.measurements = run_gpu_bench(cuda_model, cost, plan, gpu, report.notes, report.decode_path);
+    relate_decode_depths(report.measurements);
     if (args.json)
         fmt::print("{}\n", report_to_json(report).dump(2));
     else
