@@ -329,6 +329,7 @@ bool DeviceArena::begin_call() {
 CudaModel::CudaModel(const Model& model, const UploadProgress& progress) : config_(model.config()) {
     // An experiment switch for measuring what the fold saves (docs/bench.md): DELTABIT_SEAM_FOLD=0.
     seam_folding_ = env_switch("DELTABIT_SEAM_FOLD", true);
+    rope_table_ = env_switch("DELTABIT_ROPE_TABLE", false);
     // A blocking stream: it orders after the synchronous uploads and memsets of the legacy stream.
     check(cudaStreamCreate(&stream_), "create stream");
     const ModelParts& parts = model.parts();
@@ -519,7 +520,7 @@ bool CudaModel::seams_foldable() const {
 
 void CudaModel::attention_block(const Layer& L, const float* x, const cuda::QuantizedActivationsView* xq, int64_t T,
                                 int64_t n_past, const int32_t* d_positions, CudaLayerState& state, float* out,
-                                const SeamFold* fold) {
+                                const SeamFold* fold, const double* rope_table) {
     const ModelConfig& c = config_;
     const int64_t H = c.n_head, H_kv = c.n_head_kv, dh = c.head_dim;
     const bool gated = c.attn_output_gate;
@@ -535,7 +536,7 @@ void CudaModel::attention_block(const Layer& L, const float* x, const cuda::Quan
         float* q = temp(H * dh);
         const cuda::AttentionPrologueDims prologue{H, H_kv, dh, per_head, c.rope_dim, c.rope_theta, c.rms_eps};
         cuda::attention_decode_prologue(q_full, k_raw, v_raw, L.q_norm, L.k_norm, d_positions, prologue, state.k.view,
-                                        state.v.view, q, stream_);
+                                        state.v.view, q, stream_, rope_table);
         const cuda::CachedAttentionDims dims{1, H, H_kv, dh, call_capacity_, per_head};
         // Scratch for the most splits any capacity plans, so the decode arena (and a graph captured in
         // it) suits every sequence whatever its capacity.
@@ -828,6 +829,16 @@ void CudaModel::decode_layers(CudaSequenceState& state, const int32_t* d_token, 
     float* x = temp(D);
     float* h = temp(D);
     float* m = temp(D);
+    // The step's rotation, once for all its attention layers, launched first: every prologue is two or more
+    // launches later, so it may read the table before its wait (cuda::attention_decode_prologue).
+    const double* rope_table = nullptr;
+    const bool attends = std::any_of(layers_.begin(), layers_.end(),
+                                     [](const Layer& L) { return L.kind != LayerKind::linear_attention; });
+    if (rope_table_ && attends && c.rope_dim > 0) {
+        double* table = reinterpret_cast<double*>(temp(2 * cuda::rope_decode_table_doubles(c.rope_dim)));
+        cuda::rope_decode_table(d_position, c.rope_dim, c.rope_theta, table, stream_);
+        rope_table = table;
+    }
     cuda::embedding_lookup(token_embd_view_, d_token, 1, x, stream_);
     // Each seam adds the previous block's output m to x, norms x into h and quantises h once for every
     // matrix that reads it (ops/decode_cuda.h add_rms_norm_quantize). hq lives in the shared activation
@@ -854,7 +865,7 @@ void CudaModel::decode_layers(CudaSequenceState& state, const int32_t* d_token, 
             deltanet_block(L, h, block_in, 1, state.parity(), state.layer(l), m, fold ? &into_ffn : nullptr);
         else
             attention_block(L, h, block_in, 1, state.position(), d_position, state.layer(l), m,
-                            fold ? &into_ffn : nullptr);
+                            fold ? &into_ffn : nullptr, rope_table);
 
         arena_->rewind(block_mark);
         if (fold) {
@@ -1059,6 +1070,13 @@ void CudaModel::set_seam_folding(bool enabled) {
     check(cudaStreamSynchronize(stream_), "drain before changing the decode step");
     release_graph();
     seam_folding_ = enabled;
+}
+
+void CudaModel::set_rope_table(bool enabled) {
+    // As set_seam_folding: the captured steps read (or do not read) the table.
+    check(cudaStreamSynchronize(stream_), "drain before changing the decode step");
+    release_graph();
+    rope_table_ = enabled;
 }
 
 CudaDecodeStats CudaModel::decode_stats() const {

@@ -252,6 +252,11 @@ public:
     // (default on; DELTABIT_SEAM_FOLD=0 in the environment starts it off), or one seam kernel each. Drops
     // captured graphs. Whether the last step folded: decode_stats().folded_seams.
     void set_seam_folding(bool enabled);
+    // EXPERIMENT (not yet run on a GPU when it landed): the decode step computes its rope angles once
+    // (cuda::rope_decode_table) for every attention prologue to read, instead of each prologue thread forming
+    // its own — the same bits. Default off; DELTABIT_ROPE_TABLE=1 in the environment starts it on. Drops
+    // captured graphs.
+    void set_rope_table(bool enabled);
     CudaDecodeStats decode_stats() const;
 
     cudaStream_t stream() const { return stream_; }
@@ -281,7 +286,7 @@ private:
     // decode seam made it (else nullptr).
     void attention_block(const Layer& L, const float* x, const cuda::QuantizedActivationsView* xq, int64_t T,
                          int64_t n_past, const int32_t* d_positions, CudaLayerState& state, float* out,
-                         const SeamFold* fold = nullptr);
+                         const SeamFold* fold = nullptr, const double* rope_table = nullptr);
     // kivi4: quantises what the call's T tokens (after position *d_n_past) pushed out of the window.
     void compress_kv(CudaLayerState& state, const int32_t* d_n_past, int64_t T);
     void deltanet_block(const Layer& L, const float* x, const cuda::QuantizedActivationsView* xq, int64_t T, int parity,
@@ -342,6 +347,7 @@ private:
     cuda::DeviceBuffer argmax_scratch_;  // partials, then the 4-byte result at the end
     bool graphs_enabled_ = true;
     bool seam_folding_ = true;           // set_seam_folding
+    bool rope_table_ = false;            // set_rope_table
     bool graphable_ = true;              // false with MoE layers: their router syncs with the host
     bool decode_sized_ = false;          // an eager step has sized the decode arena
     // The decode step of one state, captured once per parity of its DeltaNet copies (each reads one copy

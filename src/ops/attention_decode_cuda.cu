@@ -119,7 +119,18 @@ struct PrologueArgs {
     float* q_out;
     int64_t n_head, n_kv_head, head_dim, q_head_stride, rope_dim;
     float rope_theta, rms_eps;
+    const double* rope_table;  // rope_decode_table's for *position, or nullptr
 };
+
+// cos and sin of dim pair j's angle at `position` (as cuda::rope_neox: the fp32 angle, sincos in double): the one
+// formula of the prologue and of rope_decode_table, so that a prologue reading the table gets the same bits.
+__device__ __forceinline__ void rope_cos_sin(int64_t j, int64_t rope_dim, float rope_theta, int64_t position,
+                                             double& c, double& s) {
+    const float exponent = float(2 * j) / float(rope_dim);
+    const float inv_freq = 1.0f / float(pow(double(rope_theta), double(exponent)));
+    const float angle = float(int32_t(position)) * inv_freq;
+    sincos(double(angle), &s, &c);
+}
 
 // Element `index` of position p's row (kivi4: its exact row; quantisation comes later, kivi_compress).
 __device__ __forceinline__ void store_kv(const KvCacheView& cache, int64_t p, int64_t row_elems, int64_t index,
@@ -129,14 +140,25 @@ __device__ __forceinline__ void store_kv(const KvCacheView& cache, int64_t p, in
     else static_cast<float*>(cache.data)[at] = value;
 }
 
-// Block b: query head b (b < H), key head b − H, or value head b − H − H_kv.
+// Block b: query head b (b < H), key head b − H, or value head b − H − H_kv. kTable: the angles' cos and sin
+// come from a.rope_table (rope_decode_table), else each thread forms its own.
+template <bool kTable>
 __global__ void __launch_bounds__(kPrologueThreads) attention_prologue_kernel(PrologueArgs a) {
     const int64_t b = blockIdx.x, d = a.head_dim, i = threadIdx.x;
     const bool is_q = b < a.n_head, is_k = !is_q && b < a.n_head + a.n_kv_head;
     // The norm weight is the model's, written by no kernel of the step: requested before the wait, so the
     // norm does not wait for it after the block sum.
     const float norm_w = (is_q || is_k) && i < d ? (is_q ? a.q_norm : a.k_norm)[i] : 0.0f;
-    wait_for_predecessor();  // ops/programmatic_launch.cuh: nothing of the step is read before this
+    double c = 0.0, s = 0.0;  // the cos and sin thread i rotates by (i < rope_dim)
+    // So is the step's rope table: written two or more launches before (attention_decode_prologue's contract).
+    if constexpr (kTable) {
+        const int64_t half = a.rope_dim / 2, j = i < half ? i : i - half;
+        if ((is_q || is_k) && i < a.rope_dim) {
+            c = a.rope_table[2 * j];
+            s = a.rope_table[2 * j + 1];
+        }
+    }
+    wait_for_predecessor();  // ops/programmatic_launch.cuh: nothing else of the step is read before this
     allow_dependents();
     __shared__ float row[kAttentionDecodeMaxHeadDim];
     __shared__ float scratch[32];
@@ -158,11 +180,7 @@ __global__ void __launch_bounds__(kPrologueThreads) attention_prologue_kernel(Pr
     const int64_t half = a.rope_dim / 2;
     if (i < a.rope_dim) {
         const int64_t j = i < half ? i : i - half;
-        const float exponent = float(2 * j) / float(a.rope_dim);
-        const float inv_freq = 1.0f / float(pow(double(a.rope_theta), double(exponent)));
-        const float angle = float(int32_t(position)) * inv_freq;
-        double s, c;
-        sincos(double(angle), &s, &c);
+        if constexpr (!kTable) rope_cos_sin(j, a.rope_dim, a.rope_theta, position, c, s);
         const double x0 = row[j], x1 = row[j + half];
         out = i < half ? float(__dsub_rn(__dmul_rn(x0, c), __dmul_rn(x1, s)))
                        : float(__dadd_rn(__dmul_rn(x1, c), __dmul_rn(x0, s)));
@@ -177,6 +195,18 @@ __global__ void kv_store_kernel(const float* rows, int64_t n, int64_t row_elems,
     const int64_t first = *n_past;
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
         store_kv(cache, first + i / row_elems, row_elems, i % row_elems, rows[i]);
+}
+
+// Thread j: dim pair j's cos and sin at *position.
+__global__ void rope_decode_table_kernel(const int32_t* position, int64_t rope_dim, float rope_theta, double* table) {
+    wait_for_predecessor();  // ops/programmatic_launch.cuh: the position may be the kernel before's
+    allow_dependents();
+    const int64_t j = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (j >= rope_dim / 2) return;
+    double c, s;
+    rope_cos_sin(j, rope_dim, rope_theta, *position, c, s);
+    table[2 * j] = c;
+    table[2 * j + 1] = s;
 }
 
 void check_dims(const CachedAttentionDims& d) {
@@ -279,16 +309,17 @@ void attention_cached(const float* q, const void* k_cache, const void* v_cache, 
 
 void attention_decode_prologue(const float* q_full, const float* k_raw, const float* v_raw, const float* q_norm,
                                const float* k_norm, const int32_t* position, const AttentionPrologueDims& dims,
-                               KvElement kv, void* k_cache, void* v_cache, float* q_out, cudaStream_t stream) {
+                               KvElement kv, void* k_cache, void* v_cache, float* q_out, cudaStream_t stream,
+                               const double* rope_table) {
     if (kv == KvElement::kivi4) fail_message("attention_decode_prologue (cuda): a kivi4 cache needs a KvCacheView");
     attention_decode_prologue(q_full, k_raw, v_raw, q_norm, k_norm, position, dims, plain_kv_view(kv, k_cache),
-                              plain_kv_view(kv, v_cache), q_out, stream);
+                              plain_kv_view(kv, v_cache), q_out, stream, rope_table);
 }
 
 void attention_decode_prologue(const float* q_full, const float* k_raw, const float* v_raw, const float* q_norm,
                                const float* k_norm, const int32_t* position, const AttentionPrologueDims& dims,
                                const KvCacheView& k_cache, const KvCacheView& v_cache, float* q_out,
-                               cudaStream_t stream) {
+                               cudaStream_t stream, const double* rope_table) {
     if (dims.head_dim <= 0 || dims.head_dim > kAttentionDecodeMaxHeadDim || dims.rope_dim % 2 != 0 ||
         dims.rope_dim > dims.head_dim || dims.rope_dim < 0) {
         fail_message("attention_decode_prologue (cuda): head_dim " + std::to_string(dims.head_dim) + ", rope_dim " +
@@ -297,12 +328,21 @@ void attention_decode_prologue(const float* q_full, const float* k_raw, const fl
     const PrologueArgs args{q_full,       k_raw,          v_raw,          q_norm,         k_norm,
                             position,     k_cache,        v_cache,        q_out,          dims.n_head,
                             dims.n_kv_head, dims.head_dim, dims.q_head_stride, dims.rope_dim, dims.rope_theta,
-                            dims.rms_eps};
+                            dims.rms_eps,   rope_table};
     const int64_t blocks = dims.n_head + 2 * dims.n_kv_head;
     if (blocks <= 0) return;
-    launch_programmatic(attention_prologue_kernel, dim3(unsigned(blocks)), dim3(kPrologueThreads), 0, stream,
-                        "attention_prologue", args);
+    launch_programmatic(rope_table != nullptr ? attention_prologue_kernel<true> : attention_prologue_kernel<false>,
+                        dim3(unsigned(blocks)), dim3(kPrologueThreads), 0, stream, "attention_prologue", args);
     cuda_check_launch("attention_decode_prologue");
+}
+
+void rope_decode_table(const int32_t* position, int64_t rope_dim, float rope_theta, double* table, cudaStream_t stream) {
+    if (rope_dim <= 0 || rope_dim % 2 != 0 || rope_dim > kAttentionDecodeMaxHeadDim)
+        fail_message("rope_decode_table (cuda): rope_dim " + std::to_string(rope_dim) +
+                     " is not a supported shape (even, 2 to " + std::to_string(kAttentionDecodeMaxHeadDim) + ")");
+    launch_programmatic(rope_decode_table_kernel, dim3(1), dim3(unsigned(rope_dim / 2)), 0, stream, "rope_decode_table",
+                        position, rope_dim, rope_theta, table);
+    cuda_check_launch("rope_decode_table");
 }
 
 void kv_store(const float* rows, int64_t n_tokens, int64_t row_elems, const int32_t* n_past, KvElement kv, void* cache,

@@ -110,14 +110,26 @@ struct AttentionPrologueDims {
     float rope_theta = 0.0f;
     float rms_eps = 0.0f;
 };
+// rope_table: nullptr (each thread forms its dim's angle, a double pow and sincos), or rope_decode_table's for
+// *position — the same bits, read before the wait for the kernel before (ops/programmatic_launch.cuh), so the
+// table must have been written two or more launches earlier on the stream, or before a synchronisation.
 void attention_decode_prologue(const float* q_full, const float* k_raw, const float* v_raw, const float* q_norm,
                                const float* k_norm, const int32_t* position, const AttentionPrologueDims& dims,
                                const KvCacheView& k_cache, const KvCacheView& v_cache, float* q_out,
-                               cudaStream_t stream);
+                               cudaStream_t stream, const double* rope_table = nullptr);
 // A plain cache (f32 or f16) by pointer.
 void attention_decode_prologue(const float* q_full, const float* k_raw, const float* v_raw, const float* q_norm,
                                const float* k_norm, const int32_t* position, const AttentionPrologueDims& dims,
-                               KvElement kv, void* k_cache, void* v_cache, float* q_out, cudaStream_t stream);
+                               KvElement kv, void* k_cache, void* v_cache, float* q_out, cudaStream_t stream,
+                               const double* rope_table = nullptr);
+
+// The decode step's rotation, once for all its attention layers: for each dim pair j < rope_dim / 2,
+// table[2j] = cos and table[2j + 1] = sin of the angle attention_decode_prologue forms for *position (its fp32
+// angle, its double sincos), so a prologue reading the table gives the bits it would compute. `table` holds
+// rope_decode_table_doubles(rope_dim) doubles; rope_dim even, at most kAttentionDecodeMaxHeadDim.
+// EXPERIMENT (CudaModel's DELTABIT_ROPE_TABLE=1; not yet run on a GPU when it landed, docs/bench.md).
+inline int64_t rope_decode_table_doubles(int64_t rope_dim) { return rope_dim; }
+void rope_decode_table(const int32_t* position, int64_t rope_dim, float rope_theta, double* table, cudaStream_t stream);
 
 // kv_store (ops/kv_cuda.h) for a plain cache by pointer.
 void kv_store(const float* rows, int64_t n_tokens, int64_t row_elems, const int32_t* n_past, KvElement kv,

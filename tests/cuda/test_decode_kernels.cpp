@@ -528,6 +528,30 @@ void check_prologue(int64_t H, int64_t H_kv, int64_t d, int64_t rope_dim, bool g
     expect_within(k_got, to_double(k),
                   [&](size_t i) { return k_tol[i] + (half ? std::ldexp(std::fabs(double(k[i])), -11) : 0.0); },
                   what + " k");
+
+    // With the step's rope table (cuda::rope_decode_table, written before a synchronisation as the prologue's
+    // contract asks): the same bits in q and in both caches, every other cache byte untouched.
+    if (rope_dim == 0) return;
+    GuardedDeviceArray<double> table(size_t(cuda::rope_decode_table_doubles(rope_dim)));
+    cuda::rope_decode_table(dpos.get(), rope_dim, theta, table.get(), nullptr);
+    cuda::cuda_check(cudaStreamSynchronize(nullptr), "rope table");
+    GuardedDeviceArray<float> dq_t(static_cast<size_t>(H * d));
+    GuardedDeviceArray<uint8_t> dk_t(static_cast<size_t>(capacity) * row_bytes), dv_t(static_cast<size_t>(capacity) * row_bytes);
+    cuda::attention_decode_prologue(dq_full.get(), dk_raw.get(), dv_raw.get(), dqn.get(), dkn.get(), dpos.get(), dims,
+                                    half ? cuda::KvElement::f16 : cuda::KvElement::f32, dk_t.get(), dv_t.get(),
+                                    dq_t.get(), nullptr, table.get());
+    const std::vector<float> q_table = dq_t.download(what + " q (table)"), q_own = dq.download(what + " q");
+    EXPECT_EQ(std::memcmp(q_table.data(), q_own.data(), q_own.size() * sizeof(float)), 0) << what << ": q with the table";
+    EXPECT_EQ(dk_t.download(what + " k (table)"), k_bytes) << what << ": k cache with the table";
+    EXPECT_EQ(dv_t.download(what + " v (table)"), v_bytes) << what << ": v cache with the table";
+    // The table itself: cos and sin of the angle the CPU reference forms (its fp32 angle, then double).
+    const std::vector<double> got = table.download(what + " table");
+    for (int64_t j = 0; j < rope_dim / 2; ++j) {
+        const float inv_freq = 1.0f / float(std::pow(double(theta), double(float(2 * j) / float(rope_dim))));
+        const double angle = double(float(position) * inv_freq);
+        EXPECT_NEAR(got[size_t(2 * j)], std::cos(angle), 4e-16) << what << ": cos of pair " << j;
+        EXPECT_NEAR(got[size_t(2 * j + 1)], std::sin(angle), 4e-16) << what << ": sin of pair " << j;
+    }
 }
 
 TEST(DecodeKernels, AttentionPrologue) {
@@ -537,6 +561,25 @@ TEST(DecodeKernels, AttentionPrologue) {
     check_prologue(8, 2, 128, 128, false, true, 1000, 3);
     check_prologue(24, 4, 256, 64, true, false, 31999, 4);  // Bonsai-27B: partial rope, gate interleaved
     check_prologue(24, 4, 256, 64, true, true, 4095, 5);
+    check_prologue(32, 8, 128, 128, false, true, 131071, 6);  // Bonsai-4B at a deep position
+}
+
+TEST(DecodeKernels, RopeDecodeTableRefusesBadShapes) {
+    DELTABIT_REQUIRE_GPU();
+    GuardedDeviceArray<double> table(512);
+    GuardedDeviceArray<int32_t> dpos(std::vector<int32_t>{3});
+    for (const int64_t rope_dim : {int64_t(0), int64_t(63), int64_t(258)}) {
+        try {
+            cuda::rope_decode_table(dpos.get(), rope_dim, 1e4f, table.get(), nullptr);
+            ADD_FAILURE() << "rope_dim " << rope_dim << " was accepted";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find("rope_dim " + std::to_string(rope_dim)), std::string::npos) << e.what();
+        }
+    }
+    const std::vector<double> after = table.download("the refused table");
+    std::vector<uint8_t> bytes(after.size() * sizeof(double));
+    std::memcpy(bytes.data(), after.data(), bytes.size());
+    EXPECT_EQ(bytes, std::vector<uint8_t>(bytes.size(), kPoisonByte)) << "a refused call wrote the table";
 }
 
 TEST(DecodeKernels, KvStoreRoundsToNearestEven) {

@@ -56,27 +56,35 @@ std::string param_fixture(const std::string& p) { return p.ends_with("+q1") ? p.
 
 bool has_moe(const ModelConfig& c) { return std::find(c.layer_is_moe.begin(), c.layer_is_moe.end(), true) != c.layer_is_moe.end(); }
 
+// Greedy decoding after `prompt` on two models in lock step (sequence sa of model a, sb of b), `steps` tokens:
+// the logits after the prompt and after every token byte-identical, each GPU argmax the sampler's rule.
+void expect_lockstep_greedy(CudaModel& a, CudaSequenceState& sa, CudaModel& b, CudaSequenceState& sb,
+                            const std::vector<int32_t>& prompt, int64_t steps) {
+    const int64_t V = a.config().n_vocab;
+    const float* pa = a.forward_last(sa, prompt);
+    const float* pb = b.forward_last(sb, prompt);
+    for (int64_t step = 0;; ++step) {
+        const std::vector<float> la = download(pa, V), lb = download(pb, V);
+        ASSERT_TRUE(same_bytes(la, lb)) << "logits differ after greedy step " << step;
+        const int32_t ia = a.argmax(pa), ib = b.argmax(pb);
+        ASSERT_EQ(ia, argmax_lowest_id(la)) << "GPU argmax vs the sampler's rule at step " << step;
+        ASSERT_EQ(ia, ib) << step;
+        if (step == steps) break;
+        pa = a.forward_last(sa, std::span(&ia, 1));
+        pb = b.forward_last(sb, std::span(&ib, 1));
+    }
+}
+
 TEST_P(DecodeModel, GraphReplayIsByteIdenticalToEagerOver256GreedyTokens) {
     DELTABIT_REQUIRE_GPU();
     const Model cpu = param_model(GetParam());
     const test::Fixture f = test::load_fixture(param_fixture(GetParam()));
-    const int64_t V = cpu.config().n_vocab;
     CudaModel graphed(cpu), eager(cpu);
     eager.set_decode_graphs(false);
     CudaSequenceState a = graphed.new_sequence(512), b = eager.new_sequence(512);
     const std::vector<int32_t>& prompt = f.cases.at(1).tokens;
-    const float* pa = graphed.forward_last(a, prompt);
-    const float* pb = eager.forward_last(b, prompt);
-    for (int64_t step = 0;; ++step) {
-        const std::vector<float> la = download(pa, V), lb = download(pb, V);
-        ASSERT_TRUE(same_bytes(la, lb)) << "logits differ after greedy step " << step;
-        const int32_t ia = graphed.argmax(pa), ib = eager.argmax(pb);
-        ASSERT_EQ(ia, argmax_lowest_id(la)) << "GPU argmax vs the sampler's rule at step " << step;
-        ASSERT_EQ(ia, ib) << step;
-        if (step == kGreedy) break;
-        pa = graphed.forward_last(a, std::span(&ia, 1));
-        pb = eager.forward_last(b, std::span(&ib, 1));
-    }
+    expect_lockstep_greedy(graphed, a, eager, b, prompt, kGreedy);
+    if (HasFatalFailure()) return;
     const CudaDecodeStats g = graphed.decode_stats(), e = eager.decode_stats();
     std::printf("[ decode ] %-22s graphed: %lld captures, %lld replays, %lld eager; eager model: %lld eager steps\n",
                 GetParam().c_str(), (long long)g.graph_captures, (long long)g.graph_replays, (long long)g.eager_steps,
@@ -103,6 +111,20 @@ TEST_P(DecodeModel, GraphReplayIsByteIdenticalToEagerOver256GreedyTokens) {
         EXPECT_EQ(graphed.decode_stats().graph_replays, kGreedy - 1 + 3);
         EXPECT_EQ(graphed.decode_stats().eager_steps, 1);
     }
+}
+
+// EXPERIMENT (CudaModel::set_rope_table): the step's rope angles computed once and read by every attention
+// prologue give the logits of each prologue thread forming its own, byte for byte, graph replays included.
+TEST_P(DecodeModel, RopeTableIsByteIdenticalToPerThreadAngles) {
+    DELTABIT_REQUIRE_GPU();
+    const Model cpu = param_model(GetParam());
+    const test::Fixture f = test::load_fixture(param_fixture(GetParam()));
+    CudaModel own(cpu), tabled(cpu);
+    tabled.set_rope_table(true);
+    CudaSequenceState a = own.new_sequence(512), b = tabled.new_sequence(512);
+    constexpr int64_t kSteps = 64;
+    expect_lockstep_greedy(own, a, tabled, b, f.cases.at(1).tokens, kSteps);
+    if (!has_moe(cpu.config())) EXPECT_EQ(tabled.decode_stats().graph_replays, kSteps - 1);
 }
 
 // Feeds `tokens` one at a time; the logits after each.
