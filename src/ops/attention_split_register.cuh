@@ -103,6 +103,37 @@ __device__ __forceinline__ void prefetch_row_l2(const KvT* row, int64_t d) {
     for (int64_t b = 0; b < d * int64_t(sizeof(KvT)); b += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(bytes + b));
 }
 
+// The split's partial (m, l, acc) of each query head from its kWarps warps' partials in shared memory, after
+// a barrier: M = max m_w, acc = Σ 2^(m_w − M)·acc_w, l likewise, warps in order. A warp (or the whole split,
+// for an early token of a prompt chunk) that saw no key has m = −inf and weighs 0. Both register kernels.
+template <int P, int G>
+__device__ __forceinline__ void merge_warp_partials(const SplitArgs& a, const float (&s_m)[kWarps][G],
+                                                    const float (&s_l)[kWarps][G],
+                                                    const float (&s_acc)[kWarps][G][32 * P], int64_t t, int64_t kh,
+                                                    int64_t group, int64_t split, int64_t d) {
+    for (int64_t idx = threadIdx.x; idx < int64_t(G) * 32 * P; idx += kThreads) {
+        const int g = int(idx / (32 * P));
+        const int64_t i = idx % (32 * P);
+        if (g >= group || i >= d) continue;
+        float m_all = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, s_m[w][g]);
+        float o = 0.0f, l_all = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) {
+            const float weight = m_all == -INFINITY ? 0.0f : exp2f(s_m[w][g] - m_all);
+            o = fmaf(s_acc[w][g][i], weight, o);
+            l_all = fmaf(s_l[w][g], weight, l_all);
+        }
+        const int64_t part = (t * a.n_head + kh * group + g) * a.splits + split;
+        a.part_acc[part * d + i] = o;
+        if (i == 0) {
+            a.part_ml[2 * part] = m_all;
+            a.part_ml[2 * part + 1] = l_all;
+        }
+    }
+}
+
 // P = dims per lane (head_dim <= 32·P), G >= query heads per kv head.
 template <typename Rows, int P, int G>
 __global__ void __launch_bounds__(kThreads) attention_split_kernel(SplitArgs a) {
@@ -186,29 +217,7 @@ __global__ void __launch_bounds__(kThreads) attention_split_kernel(SplitArgs a) 
             for (int r = 0; r < P; ++r) s_acc[warp][g][lane * P + r] = acc[g][r];
         }
         __syncthreads();
-        // Merge the warps: M = max m_w; acc = Σ 2^(m_w − M) acc_w; a warp (or the whole split, for an early
-        // token of a prompt chunk) that saw no key has m = −inf and weighs 0.
-        for (int64_t idx = threadIdx.x; idx < int64_t(G) * 32 * P; idx += kThreads) {
-            const int g = int(idx / (32 * P));
-            const int64_t i = idx % (32 * P);
-            if (g >= group || i >= d) continue;
-            float m_all = -INFINITY;
-#pragma unroll
-            for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, s_m[w][g]);
-            float o = 0.0f, l_all = 0.0f;
-#pragma unroll
-            for (int w = 0; w < kWarps; ++w) {
-                const float weight = m_all == -INFINITY ? 0.0f : exp2f(s_m[w][g] - m_all);
-                o = fmaf(s_acc[w][g][i], weight, o);
-                l_all = fmaf(s_l[w][g], weight, l_all);
-            }
-            const int64_t part = (t * a.n_head + kh * group + g) * a.splits + split;
-            a.part_acc[part * d + i] = o;
-            if (i == 0) {
-                a.part_ml[2 * part] = m_all;
-                a.part_ml[2 * part + 1] = l_all;
-            }
-        }
+        merge_warp_partials<P, G>(a, s_m, s_l, s_acc, t, kh, group, split, d);
         __syncthreads();  // the shared partials are rewritten for the next token
     }
 }
@@ -466,27 +475,7 @@ __global__ void __launch_bounds__(kThreads) attention_split_keys_kernel(SplitArg
             for (int r = 0; r < P; ++r) s_acc[warp][g][lane * P + r] = acc[g][r];
         }
         __syncthreads();
-        for (int64_t idx = threadIdx.x; idx < int64_t(G) * kDims; idx += kThreads) {
-            const int g = int(idx / kDims);
-            const int64_t i = idx % kDims;
-            if (g >= group || i >= d) continue;
-            float m_all = -INFINITY;
-#pragma unroll
-            for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, s_m[w][g]);
-            float o = 0.0f, l_all = 0.0f;
-#pragma unroll
-            for (int w = 0; w < kWarps; ++w) {
-                const float weight = m_all == -INFINITY ? 0.0f : exp2f(s_m[w][g] - m_all);
-                o = fmaf(s_acc[w][g][i], weight, o);
-                l_all = fmaf(s_l[w][g], weight, l_all);
-            }
-            const int64_t part = (t * a.n_head + kh * group + g) * a.splits + split;
-            a.part_acc[part * d + i] = o;
-            if (i == 0) {
-                a.part_ml[2 * part] = m_all;
-                a.part_ml[2 * part + 1] = l_all;
-            }
-        }
+        merge_warp_partials<P, G>(a, s_m, s_l, s_acc, t, kh, group, split, d);
         __syncthreads();  // s_q and the shared partials are rewritten for the next token
     }
 }
