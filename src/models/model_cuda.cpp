@@ -329,7 +329,7 @@ bool DeviceArena::begin_call() {
 CudaModel::CudaModel(const Model& model, const UploadProgress& progress) : config_(model.config()) {
     // An experiment switch for measuring what the fold saves (docs/bench.md): DELTABIT_SEAM_FOLD=0.
     seam_folding_ = env_switch("DELTABIT_SEAM_FOLD", true);
-    rope_table_ = env_switch("DELTABIT_ROPE_TABLE", false);
+    rope_table_ = env_switch("DELTABIT_ROPE_TABLE", true);
     // A blocking stream: it orders after the synchronous uploads and memsets of the legacy stream.
     check(cudaStreamCreate(&stream_), "create stream");
     const ModelParts& parts = model.parts();

@@ -252,9 +252,9 @@ public:
     // (default on; DELTABIT_SEAM_FOLD=0 in the environment starts it off), or one seam kernel each. Drops
     // captured graphs. Whether the last step folded: decode_stats().folded_seams.
     void set_seam_folding(bool enabled);
-    // EXPERIMENT (not yet run on a GPU when it landed): the decode step computes its rope angles once
-    // (cuda::rope_decode_table) for every attention prologue to read, instead of each prologue thread forming
-    // its own — the same bits. Default off; DELTABIT_ROPE_TABLE=1 in the environment starts it on. Drops
+    // The decode step computes its rope angles once (cuda::rope_decode_table) for every attention prologue to
+    // read before its wait, or (off) each prologue thread forms its own after it — the same bits. Default on
+    // (Bonsai-4B tg128 +3%, docs/bench.md); DELTABIT_ROPE_TABLE=0 in the environment starts it off. Drops
     // captured graphs.
     void set_rope_table(bool enabled);
     CudaDecodeStats decode_stats() const;
@@ -347,7 +347,7 @@ private:
     cuda::DeviceBuffer argmax_scratch_;  // partials, then the 4-byte result at the end
     bool graphs_enabled_ = true;
     bool seam_folding_ = true;           // set_seam_folding
-    bool rope_table_ = false;            // set_rope_table
+    bool rope_table_ = true;             // set_rope_table
     bool graphable_ = true;              // false with MoE layers: their router syncs with the host
     bool decode_sized_ = false;          // an eager step has sized the decode arena
     // The decode step of one state, captured once per parity of its DeltaNet copies (each reads one copy

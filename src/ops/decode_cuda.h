@@ -127,7 +127,7 @@ void attention_decode_prologue(const float* q_full, const float* k_raw, const fl
 // table[2j] = cos and table[2j + 1] = sin of the angle attention_decode_prologue forms for *position (its fp32
 // angle, its double sincos), so a prologue reading the table gives the bits it would compute. `table` holds
 // rope_decode_table_doubles(rope_dim) doubles; rope_dim even, at most kAttentionDecodeMaxHeadDim.
-// EXPERIMENT (CudaModel's DELTABIT_ROPE_TABLE=1; not yet run on a GPU when it landed, docs/bench.md).
+// CudaModel's decode step launches it first (DELTABIT_ROPE_TABLE=0 leaves it out, docs/bench.md).
 inline int64_t rope_decode_table_doubles(int64_t rope_dim) { return rope_dim; }
 void rope_decode_table(const int32_t* position, int64_t rope_dim, float rope_theta, double* table, cudaStream_t stream);
 

@@ -113,13 +113,14 @@ TEST_P(DecodeModel, GraphReplayIsByteIdenticalToEagerOver256GreedyTokens) {
     }
 }
 
-// EXPERIMENT (CudaModel::set_rope_table): the step's rope angles computed once and read by every attention
-// prologue give the logits of each prologue thread forming its own, byte for byte, graph replays included.
+// CudaModel::set_rope_table: the step's rope angles computed once and read by every attention prologue (the
+// default) give the logits of each prologue thread forming its own, byte for byte, graph replays included.
 TEST_P(DecodeModel, RopeTableIsByteIdenticalToPerThreadAngles) {
     DELTABIT_REQUIRE_GPU();
     const Model cpu = param_model(GetParam());
     const test::Fixture f = test::load_fixture(param_fixture(GetParam()));
     CudaModel own(cpu), tabled(cpu);
+    own.set_rope_table(false);
     tabled.set_rope_table(true);
     CudaSequenceState a = own.new_sequence(512), b = tabled.new_sequence(512);
     constexpr int64_t kSteps = 64;
