@@ -275,8 +275,9 @@ __global__ void __launch_bounds__(kStagedThreads) attention_split_f32_kernel(Spl
 // bandwidth over f16 rows (twice f32's work per byte). Eight warps; the MMA's 8 columns are the query
 // heads of the group (zero-padded).
 //   scores  warp w takes keys [16·(w % 2), +16) and dims [(w / 2)·d/4, +d/4): A = the K tile rows
-//           (ldmatrix), B = q. q is fp32, so it goes in as two f16 terms: per head, q·2^e (e puts the
-//           head's largest |q| in [2^13, 2^14)) = hi + lo·2^−11 with hi = f16(q·2^e), lo = f16((q·2^e − hi)·2^11);
+//           (ldmatrix), B = q (its fragments loaded into registers once per token). q is fp32, so it goes
+//           in as two f16 terms: per head, q·2^e (e puts the head's largest |q| in [2^13, 2^14))
+//           = hi + lo·2^−11 with hi = f16(q·2^e), lo = f16((q·2^e − hi)·2^11);
 //           the two MMAs accumulate separately and the partial is (c_hi + c_lo·2^−11)·2^−e: each q_j
 //           enters within 2^−22·|q_j| (a lo below f16's normal range loses at most 2^−36 in units of
 //           q·2^e, whose largest element is ≥ 2^13). The four partials of a score are added in order by
@@ -288,6 +289,15 @@ constexpr int kMmaKeys = 32;
 constexpr int kMmaHeads = 8;      // the MMA's n
 constexpr int kMmaScoreParts = 4;  // dim slices per score: 8 warps = 2 key halves × 4 slices
 constexpr float kLoScale = 2048.0f;  // 2^11: lo terms are scaled up by it before rounding to f16
+constexpr int kMaxScoreSteps = kStagedThreads / 16 / kMmaScoreParts;  // 16-dim MMA steps of a slice, head_dim 256
+// Row strides of the per-tile exchange arrays, padded so that an MMA fragment's lanes (row = lane / 4 and
+// col = lane % 4 step through the head and the key) fall in 32 different banks: the score partials
+// [part][head][key] are stored with head = 2·col + r, key = row + …, so a head's row is 36 floats
+// (bank 8·col + row); the weights [head][key] are read as pairs with head = row, key = 2·col + …, so a
+// head's row is 40 halves (bank 20·row + col). Unpadded (32 keys: 32 floats, 32 halves), 4 lanes shared a
+// bank and the shared-memory pipe, not DRAM, set the kernel's pace (Nsight Compute, 2026-12-02).
+constexpr int kPartStride = kMmaKeys + 4;
+constexpr int kWeightStride = kMmaKeys + 8;
 
 struct MmaLayout {
     int row_bytes;
@@ -299,9 +309,9 @@ struct MmaLayout {
         q_lo = q_hi + size_t(kMmaHeads) * d * 2;
         q_unscale = q_lo + size_t(kMmaHeads) * d * 2;
         part = q_unscale + kMmaHeads * sizeof(float);
-        w_hi = part + size_t(kMmaScoreParts) * kMmaHeads * kMmaKeys * sizeof(float);
-        w_lo = w_hi + size_t(kMmaHeads) * kMmaKeys * 2;
-        correction = w_lo + size_t(kMmaHeads) * kMmaKeys * 2;
+        w_hi = part + size_t(kMmaScoreParts) * kMmaHeads * kPartStride * sizeof(float);
+        w_lo = w_hi + size_t(kMmaHeads) * kWeightStride * 2;
+        correction = w_lo + size_t(kMmaHeads) * kWeightStride * 2;
         total = correction + kMmaHeads * sizeof(float);
     }
 };
@@ -309,8 +319,9 @@ struct MmaLayout {
 __device__ __forceinline__ uint32_t half_pair(const __half* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
 // G >= query heads per kv head (<= 8); head_dim 64, 128 or 256.
+// Two blocks an SM (__launch_bounds__: at most 128 registers a thread), as the shared memory allows.
 template <int G>
-__global__ void __launch_bounds__(kStagedThreads) attention_split_mma_kernel(SplitArgs a) {
+__global__ void __launch_bounds__(kStagedThreads, 2) attention_split_mma_kernel(SplitArgs a) {
     static_assert(G <= kMmaHeads && G * kMmaKeys <= kStagedThreads, "a warp per head for the softmax");
     extern __shared__ __align__(16) unsigned char smem[];
     wait_for_predecessor();  // ops/programmatic_launch.cuh: nothing of the step is read before this
@@ -327,8 +338,8 @@ __global__ void __launch_bounds__(kStagedThreads) attention_split_mma_kernel(Spl
     __half* s_q_hi = reinterpret_cast<__half*>(smem + layout.q_hi);  // [kMmaHeads][d]
     __half* s_q_lo = reinterpret_cast<__half*>(smem + layout.q_lo);
     float* s_q_unscale = reinterpret_cast<float*>(smem + layout.q_unscale);  // 2^−e per head
-    float* s_part = reinterpret_cast<float*>(smem + layout.part);            // [part][head][key]
-    __half* s_w_hi = reinterpret_cast<__half*>(smem + layout.w_hi);          // [head][key]
+    float* s_part = reinterpret_cast<float*>(smem + layout.part);            // [part][head][key], kPartStride
+    __half* s_w_hi = reinterpret_cast<__half*>(smem + layout.w_hi);          // [head][key], kWeightStride
     __half* s_w_lo = reinterpret_cast<__half*>(smem + layout.w_lo);
     float* s_correction = reinterpret_cast<float*>(smem + layout.correction);
     const TileRing<__half, kMmaKeys> ring(smem, a, kh, layout.row_bytes);
@@ -358,6 +369,20 @@ __global__ void __launch_bounds__(kStagedThreads) attention_split_mma_kernel(Spl
             }
             if (lane == 0) s_q_unscale[g] = ldexpf(1.0f, -e);
         }
+        __syncthreads();
+        // This warp's B fragments of q for its slice of the scores, in registers for every tile: read from
+        // shared memory per tile, 8 rows of q one bank apart cost the loads 8-way conflicts.
+        const int score_part = warp >> 1, slice = d / kMmaScoreParts;
+        uint32_t q_hi_frag[kMaxScoreSteps][2], q_lo_frag[kMaxScoreSteps][2];
+#pragma unroll
+        for (int s = 0; s < kMaxScoreSteps; ++s) {
+            if (16 * s >= slice) break;
+            const int k0 = score_part * slice + 16 * s;
+            const __half* q_hi = s_q_hi + row * d + k0 + 2 * col;
+            const __half* q_lo = s_q_lo + row * d + k0 + 2 * col;
+            q_hi_frag[s][0] = half_pair(q_hi), q_hi_frag[s][1] = half_pair(q_hi + 8);
+            q_lo_frag[s][0] = half_pair(q_lo), q_lo_frag[s][1] = half_pair(q_lo + 8);
+        }
         float m = -INFINITY, l = 0.0f;  // softmax warps: head `warp`'s running max, this lane's share of l
         float acc_hi[2][4] = {}, acc_lo[2][4] = {};  // values: dim tiles warp and warp + 8
 
@@ -368,21 +393,22 @@ __global__ void __launch_bounds__(kStagedThreads) attention_split_mma_kernel(Spl
             const unsigned char* v_tile = ring.values(i);
 
             {  // scores: keys [16·(warp % 2), +16) × dims of slice warp / 2
-                const int key0 = 16 * (warp & 1), part = warp >> 1, slice = d / kMmaScoreParts;
+                const int key0 = 16 * (warp & 1);
                 float c_hi[4] = {}, c_lo[4] = {};
                 const int a_key = key0 + (lane & 7) + ((lane >> 3) & 1) * 8, a_dim = ((lane >> 4) & 1) * 8;
-                for (int k0 = part * slice; k0 < (part + 1) * slice; k0 += 16) {
+#pragma unroll
+                for (int s = 0; s < kMaxScoreSteps; ++s) {
+                    if (16 * s >= slice) break;
+                    const int k0 = score_part * slice + 16 * s;
                     uint32_t frag[4];
                     ldmatrix_x4(k_tile + a_key * row_bytes + (k0 + a_dim) * 2, frag);
-                    const __half* q_hi = s_q_hi + row * d + k0 + 2 * col;
-                    const __half* q_lo = s_q_lo + row * d + k0 + 2 * col;
-                    mma_f16_f32(c_hi, frag, half_pair(q_hi), half_pair(q_hi + 8));
-                    mma_f16_f32(c_lo, frag, half_pair(q_lo), half_pair(q_lo + 8));
+                    mma_f16_f32(c_hi, frag, q_hi_frag[s][0], q_hi_frag[s][1]);
+                    mma_f16_f32(c_lo, frag, q_lo_frag[s][0], q_lo_frag[s][1]);
                 }
 #pragma unroll
                 for (int r = 0; r < 4; ++r) {
                     const int key = key0 + row + (r >> 1) * 8, head = 2 * col + (r & 1);
-                    s_part[(part * kMmaHeads + head) * kMmaKeys + key] =
+                    s_part[(score_part * kMmaHeads + head) * kPartStride + key] =
                         fmaf(c_lo[r], 1.0f / kLoScale, c_hi[r]) * s_q_unscale[head];
                 }
             }
@@ -390,18 +416,18 @@ __global__ void __launch_bounds__(kStagedThreads) attention_split_mma_kernel(Spl
 
             if (warp < G) {  // softmax: lane = key of head `warp`
                 const int g = warp, key = lane;
-                float score = s_part[g * kMmaKeys + key];
+                float score = s_part[g * kPartStride + key];
 #pragma unroll
-                for (int p = 1; p < kMmaScoreParts; ++p) score += s_part[(p * kMmaHeads + g) * kMmaKeys + key];
+                for (int p = 1; p < kMmaScoreParts; ++p) score += s_part[(p * kMmaHeads + g) * kPartStride + key];
                 float correction;
                 const float weight = online_softmax_step<kMmaKeys>(score, first + key >= p_end, m, l, correction);
                 const __half hi = __float2half_rn(weight);
-                s_w_hi[g * kMmaKeys + key] = hi;
-                s_w_lo[g * kMmaKeys + key] = __float2half_rn((weight - __half2float(hi)) * kLoScale);
+                s_w_hi[g * kWeightStride + key] = hi;
+                s_w_lo[g * kWeightStride + key] = __float2half_rn((weight - __half2float(hi)) * kLoScale);
                 if (key == 0) s_correction[g] = correction;
             } else if (warp < kMmaHeads) {  // padding heads: zero weights (their columns are never stored)
-                s_w_hi[warp * kMmaKeys + lane] = __float2half_rn(0.0f);
-                s_w_lo[warp * kMmaKeys + lane] = __float2half_rn(0.0f);
+                s_w_hi[warp * kWeightStride + lane] = __float2half_rn(0.0f);
+                s_w_lo[warp * kWeightStride + lane] = __float2half_rn(0.0f);
                 if (lane == 0) s_correction[warp] = 0.0f;
             }
             __syncthreads();
@@ -416,8 +442,8 @@ __global__ void __launch_bounds__(kStagedThreads) attention_split_mma_kernel(Spl
                 const int v_key = (lane & 7) + ((lane >> 4) & 1) * 8, v_dim = ((lane >> 3) & 1) * 8;
 #pragma unroll
                 for (int k0 = 0; k0 < kMmaKeys; k0 += 16) {
-                    const __half* w_hi = s_w_hi + row * kMmaKeys + k0 + 2 * col;
-                    const __half* w_lo = s_w_lo + row * kMmaKeys + k0 + 2 * col;
+                    const __half* w_hi = s_w_hi + row * kWeightStride + k0 + 2 * col;
+                    const __half* w_lo = s_w_lo + row * kWeightStride + k0 + 2 * col;
                     const uint32_t bh0 = half_pair(w_hi), bh1 = half_pair(w_hi + 8);
                     const uint32_t bl0 = half_pair(w_lo), bl1 = half_pair(w_lo + 8);
 #pragma unroll
