@@ -22,8 +22,9 @@
 // A tile's rows at or past the end of what the token sees of the split (the split's end, or the token's
 // last visible key) are zero-filled (cp.async zero-fill): their scores are masked to −inf, their weights
 // are 0 and their values 0, so every loop runs the whole tile.
-// Rows in shared memory are padded by 16 bytes so that the rows a warp reads at once sit in different
-// banks (the score phase; ldmatrix).
+// f32 rows in shared memory are padded by 16 bytes so that the rows a warp reads at once sit in different
+// banks (the score phase); f16 rows are swizzled instead (TileRing), for ldmatrix, which reads 8 rows at
+// one column: unpadded rows start on 128-byte lines, so a warp's copy of a row is 4 whole lines.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -76,11 +77,18 @@ __device__ __forceinline__ void load8_shared(const float* p, float (&out)[8]) {
 // its kKeys V rows, row_bytes apart. Thread tid copies 16-byte piece tid % pieces of rows
 // tid / pieces + k·(threads / pieces) (pieces = a row's 16-byte pieces divides the block:
 // staged_attention_supports), so a copy costs no division.
-template <typename KvT, int kKeys>
+// kSwizzled: rows are not padded but their 16-byte chunks permuted, chunk c of row j stored at
+// swizzled_chunk(j, c) — the 8 rows an ldmatrix reads at one column land in 8 different bank groups,
+// and every row starts on a 128-byte line. Needs row_step a multiple of 8 (then a thread's rows share
+// j % 8 and its permuted piece is one number) and at least 8 chunks a row.
+__device__ __forceinline__ int swizzled_chunk(int row, int chunk) { return chunk ^ (row & 7); }
+
+template <typename KvT, int kKeys, bool kSwizzled = false>
 struct TileRing {
     static constexpr int kPerCopy = 16 / int(sizeof(KvT));  // elements per 16-byte copy
     unsigned char* base;
     int row_bytes, piece, first_row, row_step;
+    int stored_piece;  // where piece `piece` of this thread's rows sits in shared memory
     const KvT* k_head;  // this kv head's dims of position 0
     const KvT* v_head;
     int64_t row_stride;  // elements between positions
@@ -89,16 +97,17 @@ struct TileRing {
         : base(smem), row_bytes(rb), k_head(static_cast<const KvT*>(a.k.data) + kh * a.head_dim),
           v_head(static_cast<const KvT*>(a.v.data) + kh * a.head_dim), row_stride(a.n_kv_head * a.head_dim) {
         const int pieces = int(a.head_dim) / kPerCopy, tid = int(threadIdx.x);
-        piece = tid % pieces;
         first_row = tid / pieces;
         row_step = int(blockDim.x) / pieces;
+        piece = tid % pieces;
+        stored_piece = kSwizzled ? swizzled_chunk(first_row, piece) : piece;
     }
     __device__ unsigned char* keys(int64_t i) const { return base + size_t(i % kStages) * 2 * kKeys * row_bytes; }
     __device__ unsigned char* values(int64_t i) const { return keys(i) + kKeys * row_bytes; }
     // Tile i = keys [first, first + kKeys), rows at or past `end` zero-filled (from row `first`'s address);
     // one commit group.
     __device__ void issue(int64_t i, int64_t first, int64_t end) const {
-        unsigned char* k_tile = keys(i) + piece * 16;
+        unsigned char* k_tile = keys(i) + stored_piece * 16;
         unsigned char* v_tile = k_tile + kKeys * row_bytes;
         const KvT* k_rows = k_head + first * row_stride + piece * kPerCopy;
         const KvT* v_rows = v_head + first * row_stride + piece * kPerCopy;
@@ -304,7 +313,7 @@ struct MmaLayout {
     size_t q_hi, q_lo, q_unscale, part, w_hi, w_lo, correction, total;
 
     __host__ __device__ explicit MmaLayout(int d) {
-        row_bytes = d * 2 + kRowPadBytes;
+        row_bytes = d * 2;  // unpadded: TileRing's swizzle spreads the banks
         q_hi = size_t(kStages) * 2 * kMmaKeys * row_bytes;
         q_lo = q_hi + size_t(kMmaHeads) * d * 2;
         q_unscale = q_lo + size_t(kMmaHeads) * d * 2;
@@ -342,9 +351,12 @@ __global__ void __launch_bounds__(kStagedThreads, 2) attention_split_mma_kernel(
     __half* s_w_hi = reinterpret_cast<__half*>(smem + layout.w_hi);          // [head][key], kWeightStride
     __half* s_w_lo = reinterpret_cast<__half*>(smem + layout.w_lo);
     float* s_correction = reinterpret_cast<float*>(smem + layout.correction);
-    const TileRing<__half, kMmaKeys> ring(smem, a, kh, layout.row_bytes);
+    const TileRing<__half, kMmaKeys, true> ring(smem, a, kh, layout.row_bytes);
     const int row_bytes = layout.row_bytes;
     const int m_tiles = d / 16;  // of the values: 16 dims each
+    // The rows this lane addresses in ldmatrix (a_key, k0 + v_key below) are ≡ lane (mod 8), so their
+    // chunks' permutation (TileRing's swizzled_chunk) is this one number.
+    const int row_swizzle = lane & 7;
 
     for (int64_t t = blockIdx.z; t < a.n_tokens; t += gridDim.z) {
         const int64_t visible = n_past + t + 1;
@@ -401,7 +413,7 @@ __global__ void __launch_bounds__(kStagedThreads, 2) attention_split_mma_kernel(
                     if (16 * s >= slice) break;
                     const int k0 = score_part * slice + 16 * s;
                     uint32_t frag[4];
-                    ldmatrix_x4(k_tile + a_key * row_bytes + (k0 + a_dim) * 2, frag);
+                    ldmatrix_x4(k_tile + a_key * row_bytes + (((k0 + a_dim) / 8) ^ row_swizzle) * 16, frag);
                     mma_f16_f32(c_hi, frag, q_hi_frag[s][0], q_hi_frag[s][1]);
                     mma_f16_f32(c_lo, frag, q_lo_frag[s][0], q_lo_frag[s][1]);
                 }
@@ -451,7 +463,8 @@ __global__ void __launch_bounds__(kStagedThreads, 2) attention_split_mma_kernel(
                         const int mt = warp + 8 * k;
                         if (mt >= m_tiles) break;
                         uint32_t frag[4];
-                        ldmatrix_x4_trans(v_tile + (k0 + v_key) * row_bytes + (16 * mt + v_dim) * 2, frag);
+                        ldmatrix_x4_trans(v_tile + (k0 + v_key) * row_bytes + (((16 * mt + v_dim) / 8) ^ row_swizzle) * 16,
+                                          frag);
                         mma_f16_f32(acc_hi[k], frag, bh0, bh1);
                         mma_f16_f32(acc_lo[k], frag, bl0, bl1);
                     }
@@ -520,7 +533,8 @@ bool staged_attention_supports(KvElement element, int64_t head_dim, int64_t grou
     if (element == KvElement::kivi4 || head_dim <= 0 || head_dim > kStagedThreads || group > kAttentionDecodeMaxGroup)
         return false;
     // f32: each of the 16 score partials covers head_dim / 16 dims in steps of 8; f16: each of the 4 dim
-    // slices (8 warps) whole 16-dim MMA steps. And a row's 16-byte pieces must divide the block (TileRing).
+    // slices (8 warps) whole 16-dim MMA steps. And a row's 16-byte pieces must divide the block (TileRing;
+    // for f16 that also makes the swizzle's row step, 256 / pieces with 8 to 32 pieces, a multiple of 8).
     const bool f16 = element == KvElement::f16;
     const int64_t pieces = head_dim * (f16 ? 2 : 4) / 16;
     const int64_t slice = f16 ? 16 * kMmaScoreParts : 8 * kF32Parts;
