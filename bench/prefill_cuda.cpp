@@ -217,8 +217,8 @@ void bench_gemm(cudaStream_t stream, Timer& timer) {
     const int64_t T = 512;
     std::printf("\n== 1. Q1_0 GEMM, T = %lld (pp%lld); TFLOP/s = 2·T·N·K / time; %% of %.0f TFLOP/s dense bf16\n",
                 (long long)T, (long long)T, kBf16PeakTflops);
-    std::printf("%-15s %7s %6s | %9s %9s %9s %9s | %-15s %9s %7s %5s | %9s\n", "matrix", "N", "K", "m16 us", "m64 us",
-                "m128 us", "wgmma us", "auto", "us", "TFLOP/s", "%", "+quant us");
+    std::printf("%-15s %7s %6s | %9s %9s %9s %9s %9s | %-18s %9s %7s %5s | %9s\n", "matrix", "N", "K", "m16 us",
+                "m64 us", "m128 us", "wgmma us", "ws us", "auto", "us", "TFLOP/s", "%", "+quant us");
     double model_flops = 0, model_us = 0;
     for (const MatrixShape& s : kModelShapes) {
         RotatingWeights w(DType::Q1_0, s.n, s.k, 0, false);
@@ -234,17 +234,17 @@ void bench_gemm(cudaStream_t stream, Timer& timer) {
         };
         const double us16 = time_tile(GemmTile::m16_n64), us64 = time_tile(GemmTile::m64_n128),
                      us128 = time_tile(GemmTile::m128_n128), us_auto = time_tile(GemmTile::automatic);
-        const double us_wgmma = gemm_tile_supported(GemmTile::wgmma_m128_n128, DType::Q1_0)
-                                    ? time_tile(GemmTile::wgmma_m128_n128)
-                                    : std::nan("");
+        const bool wgmma = gemm_tile_supported(GemmTile::wgmma_m128_n128, DType::Q1_0);
+        const double us_wgmma = wgmma ? time_tile(GemmTile::wgmma_m128_n128) : std::nan("");
+        const double us_ws = wgmma ? time_tile(GemmTile::wgmma_ws_m128_n128) : std::nan("");
         const GemmLaunchReport chosen = gemm_quantized(xq, w.view(0), y.get<float>(), stream);
         const double us_full = timer.graph_us(stream, calls, [&](int) {
             matmul_prefill(x.get<float>(), w.view(0), T, y.get<float>(), scratch, stream);
         });
         const double tflops = flops / us_auto / 1e6;
-        std::printf("%-15s %7lld %6lld | %9.1f %9.1f %9.1f %9.1f | %-15s %9.1f %7.0f %5.1f | %9.1f\n", s.name,
-                    (long long)s.n, (long long)s.k, us16, us64, us128, us_wgmma, gemm_tile_name(chosen.tile), us_auto, tflops,
-                    100 * tflops / kBf16PeakTflops, us_full);
+        std::printf("%-15s %7lld %6lld | %9.1f %9.1f %9.1f %9.1f %9.1f | %-18s %9.1f %7.0f %5.1f | %9.1f\n", s.name,
+                    (long long)s.n, (long long)s.k, us16, us64, us128, us_wgmma, us_ws, gemm_tile_name(chosen.tile),
+                    us_auto, tflops, 100 * tflops / kBf16PeakTflops, us_full);
         model_flops += flops * s.per_model;
         model_us += us_full * s.per_model;
     }

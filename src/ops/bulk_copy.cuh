@@ -32,6 +32,11 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint64_t* barrier, uin
                  : "memory");
 }
 
+// One arrival (release: this thread's earlier memory accesses are ordered before the phase completes).
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* barrier) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(shared_address(barrier)) : "memory");
+}
+
 // Blocks until the barrier's phase of this parity has completed (its bytes landed and are visible).
 __device__ __forceinline__ void mbarrier_wait_parity(uint64_t* barrier, uint32_t parity) {
     const uint32_t address = shared_address(barrier);
@@ -63,7 +68,8 @@ __device__ __forceinline__ void bulk_copy_to_shared(void* shared, const void* gl
         : "memory");
 }
 
-// Orders this thread's (and, after a barrier, its block's) earlier shared-memory reads before later bulk copies.
+// Orders this thread's (and, after a barrier, its block's) earlier shared-memory accesses through the generic
+// proxy (ordinary loads and stores, cp.async) before later ones through the async proxy (bulk copies, wgmma).
 __device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
 #endif  // __CUDA_ARCH__ >= 900

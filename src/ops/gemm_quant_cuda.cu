@@ -26,8 +26,10 @@
 #include <algorithm>
 #include <string>
 
+#include "core/env_switch.h"
 #include "ops/async_copy.cuh"
 #include "ops/cuda_launch.h"
+#include "ops/gemm_args.h"
 #include "ops/gemm_wgmma_cuda.h"
 #include "ops/tensor_core.cuh"
 
@@ -109,18 +111,7 @@ constexpr int b_stride() {
     return Codec<T>::kTileBytes + (Codec<T>::kTileBytes > 16 ? 16 : 0);
 }
 
-struct GemmArgs {
-    const int8_t* xq;
-    const ActivationGroupMeta* x_meta;
-    const uint8_t* codes;
-    const uint16_t* scales;
-    float* y;
-    int64_t m, n;           // T, N
-    int64_t code_row_bytes;
-    int64_t m_tiles, tiles;
-    int k_tiles;            // = activation groups per row
-    int scales_per_row;
-};
+using detail::GemmArgs;
 
 // A block is WM × WN warp tiles, each computed by KS warps that split the k-tiles between them
 // (warp k-part p takes k-tiles p, p + KS, ...; their fp32 partial sums are added at the end in order
@@ -462,6 +453,12 @@ double wave_efficiency(int64_t tiles, const TilePlan& p, int sms) {
     return double(tiles) / double(ceil_div(tiles, slots) * slots);
 }
 
+// DELTABIT_GEMM_WS=1: the automatic choice takes the warp-specialised warpgroup tile (an experiment).
+bool warp_specialised_gemm() {
+    static const bool on = env_switch("DELTABIT_GEMM_WS", false);
+    return on;
+}
+
 template <DType T>
 GemmLaunchReport run_gemm(const QuantizedActivationRows& x, const GemvWeightView& w, float* y, cudaStream_t stream,
                           GemmTile requested, int64_t max_blocks) {
@@ -487,30 +484,20 @@ GemmLaunchReport run_gemm(const QuantizedActivationRows& x, const GemvWeightView
             // Bonsai-4B (K = 2560) was 11–18% slower with it.
             if (T == DType::Q1_0 && detail::wgmma_gemm_available() && w.cols >= 5120 &&
                 ceil_div(x.rows, 128) * ceil_div(w.rows, 128) >= limits.sms)
-                tile = GemmTile::wgmma_m128_n128;
+                tile = warp_specialised_gemm() ? GemmTile::wgmma_ws_m128_n128 : GemmTile::wgmma_m128_n128;
         }
     }
-    if (tile == GemmTile::wgmma_m128_n128) {
-        const detail::WgmmaGemmLaunch launch = detail::gemm_q1_0_wgmma(x, w, y, stream, max_blocks);
+    if (tile == GemmTile::wgmma_m128_n128 || tile == GemmTile::wgmma_ws_m128_n128) {
+        const detail::WgmmaGemmLaunch launch = tile == GemmTile::wgmma_m128_n128
+                                                   ? detail::gemm_q1_0_wgmma(x, w, y, stream, max_blocks)
+                                                   : detail::gemm_q1_0_wgmma_ws(x, w, y, stream, max_blocks);
         return GemmLaunchReport{tile, launch.tiles, launch.blocks};
     }
     const TilePlan p = TileSet<T>::plan(tile);
     if (p.smem > size_t(limits.smem_optin))
         fail_message("cuda gemm: a tile needs " + std::to_string(p.smem) + " bytes of shared memory, the device has " +
                      std::to_string(limits.smem_optin));
-    GemmArgs a{};
-    a.xq = x.q;
-    a.x_meta = x.meta;
-    a.codes = w.codes;
-    a.scales = w.scales;
-    a.y = y;
-    a.m = x.rows;
-    a.n = w.rows;
-    a.code_row_bytes = int64_t(gemv_code_row_bytes(w.dtype, w.cols));
-    a.k_tiles = int(activation_groups(w.cols));
-    a.scales_per_row = int(w.cols / dtype_info(w.dtype).block_elems);
-    a.m_tiles = ceil_div(x.rows, p.bm);
-    a.tiles = a.m_tiles * ceil_div(w.rows, p.bn);
+    const GemmArgs a = detail::gemm_args(x, w, y, p.bm, p.bn);
     // One block per tile up to the grid cap; past it blocks walk tiles grid-stride, so any T·N runs.
     const int64_t blocks = max_blocks > 0 ? std::min(a.tiles, max_blocks) : int64_t(grid_blocks(a.tiles));
     TileSet<T>::run(tile, p, a, blocks, stream);
@@ -530,12 +517,13 @@ const char* gemm_tile_name(GemmTile t) {
         case GemmTile::m64_n128: return "m64_n128";
         case GemmTile::m128_n128: return "m128_n128";
         case GemmTile::wgmma_m128_n128: return "wgmma_m128_n128";
+        case GemmTile::wgmma_ws_m128_n128: return "wgmma_ws_m128_n128";
         default: return "automatic";
     }
 }
 
 bool gemm_tile_supported(GemmTile tile, DType t) {
-    if (tile != GemmTile::wgmma_m128_n128) return true;
+    if (tile != GemmTile::wgmma_m128_n128 && tile != GemmTile::wgmma_ws_m128_n128) return true;
     return t == DType::Q1_0 && detail::wgmma_gemm_available();
 }
 
@@ -580,8 +568,8 @@ GemmLaunchReport gemm_quantized(const QuantizedActivationRows& x, const GemvWeig
     if (x.cols != w.cols)
         fail_message("cuda gemm: " + std::to_string(x.cols) + " activations per row for weights " + shape_text(w));
     if (x.rows == 0 || w.rows == 0) return {};
-    if (tile == GemmTile::wgmma_m128_n128 && !gemm_tile_supported(tile, w.dtype))
-        fail_message("cuda gemm: the wgmma tile runs Q1_0 weights on a compute capability 9.0 device in an "
+    if (!gemm_tile_supported(tile, w.dtype))
+        fail_message("cuda gemm: the wgmma tiles run Q1_0 weights on a compute capability 9.0 device in an "
                      "sm_90a build (CMAKE_CUDA_ARCHITECTURES with 90a); asked for " + shape_text(w));
     switch (w.dtype) {
         case DType::Q1_0: return run_gemm<DType::Q1_0>(x, w, y, stream, tile, max_blocks);

@@ -26,7 +26,7 @@
 
 #include "ops/async_copy.cuh"
 #include "ops/cuda_launch.h"
-#include "ops/weight_repack.h"
+#include "ops/gemm_args.h"
 #include "ops/wgmma.cuh"
 
 namespace deltabit::cuda::detail {
@@ -41,16 +41,6 @@ constexpr int kStageBytes = kXTileBytes + kCodeTileBytes;
 [[maybe_unused]] constexpr uint32_t kLeadingBytes = 128, kStrideBytes = 1024;
 static_assert(kKTile == kActivationGroup, "a k-tile is one activation group");
 
-struct Args {
-    const int8_t* xq;
-    const ActivationGroupMeta* x_meta;
-    const uint8_t* codes;
-    const uint16_t* scales;
-    float* y;
-    int64_t m, n, code_row_bytes, m_tiles, tiles;
-    int k_tiles, scales_per_row;
-};
-
 struct TileScales {  // one k-tile's, in shared memory
     float w[kBN];
     float x[kBM];
@@ -63,7 +53,7 @@ constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + 2 * size_t(kExpand
 [[maybe_unused]] constexpr int kMagicBits = 0x4B400000;
 [[maybe_unused]] constexpr float kMagic = 12582912.0f;
 
-__global__ void __launch_bounds__(kThreads, 1) gemm_q1_0_wgmma_kernel(Args a) {
+__global__ void __launch_bounds__(kThreads, 1) gemm_q1_0_wgmma_kernel(GemmArgs a) {
 #if defined(DELTABIT_WGMMA_COMPILED)
     extern __shared__ __align__(128) uint8_t smem[];
     uint8_t* stages = smem;
@@ -258,19 +248,7 @@ bool wgmma_gemm_available() {
 
 WgmmaGemmLaunch gemm_q1_0_wgmma(const QuantizedActivationRows& x, const GemvWeightView& w, float* y,
                                 cudaStream_t stream, int64_t max_blocks) {
-    Args a{};
-    a.xq = x.q;
-    a.x_meta = x.meta;
-    a.codes = w.codes;
-    a.scales = w.scales;
-    a.y = y;
-    a.m = x.rows;
-    a.n = w.rows;
-    a.code_row_bytes = int64_t(gemv_code_row_bytes(w.dtype, w.cols));
-    a.k_tiles = int(activation_groups(w.cols));
-    a.scales_per_row = int(w.cols / dtype_info(w.dtype).block_elems);
-    a.m_tiles = (x.rows + kBM - 1) / kBM;
-    a.tiles = a.m_tiles * ((w.rows + kBN - 1) / kBN);
+    const GemmArgs a = gemm_args(x, w, y, kBM, kBN);
     const int sms = device_attribute(cudaDevAttrMultiProcessorCount, "SM count");
     // One block per SM (its 107 KB of shared memory and ~200 registers a thread allow one), walking tiles.
     const int64_t blocks = std::min<int64_t>(a.tiles, max_blocks > 0 ? max_blocks : sms);

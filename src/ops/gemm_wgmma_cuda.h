@@ -24,4 +24,10 @@ struct WgmmaGemmLaunch {
 WgmmaGemmLaunch gemm_q1_0_wgmma(const QuantizedActivationRows& x, const GemvWeightView& w, float* y,
                                 cudaStream_t stream, int64_t max_blocks);
 
+// The same product by the warp-specialised kernel (gemm_wgmma_ws_cuda.cu; GemmTile::wgmma_ws_m128_n128, an
+// experiment): a loading warpgroup and two computing ones, the weights the wgmma's register operand. Same
+// preconditions and the same y, bit for bit.
+WgmmaGemmLaunch gemm_q1_0_wgmma_ws(const QuantizedActivationRows& x, const GemvWeightView& w, float* y,
+                                   cudaStream_t stream, int64_t max_blocks);
+
 }  // namespace deltabit::cuda::detail

@@ -18,6 +18,8 @@
 
 #include <cstdint>
 
+#include "ops/bulk_copy.cuh"
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define DELTABIT_WGMMA_COMPILED 1
 #endif
@@ -43,8 +45,8 @@ template <int N>
 __device__ __forceinline__ void wgmma_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
 }
-// Generic-proxy writes to shared memory (st.shared, cp.async) made visible to the async proxy wgmma reads with.
-__device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// fence_proxy_async_shared (ops/bulk_copy.cuh) makes generic-proxy writes to shared memory (st.shared,
+// cp.async) visible to the async proxy wgmma reads with.
 
 // Keeps the compiler from moving accesses of an accumulator register across the asynchronous wgmma.
 __device__ __forceinline__ void wgmma_fence_operand(int& r) { asm volatile("" : "+r"(r)::"memory"); }
@@ -76,6 +78,34 @@ __device__ __forceinline__ void wgmma_m64n128k32_s8(int (&d)[64], uint64_t a_des
           "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]),
           "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63])
         : "l"(a_desc), "l"(b_desc), "r"(int(accumulate)), "r"(int(run)));
+}
+
+// The same product with a from registers: this thread's four words of the 64 × 32 s8 tile, in the register
+// layout of PTX ISA's "Register Fragments" for k32 (CuTe's ALayout_64x32): a[0] row 16w + g, k 4q .. 4q + 3
+// (lowest k in the lowest byte); a[1] row 16w + g + 8, same k; a[2], a[3] the same rows at k + 16. The
+// wgmma reads a asynchronously too: a must not change before the wait that covers it.
+__device__ __forceinline__ void wgmma_m64n128k32_s8_ra(int (&d)[64], const uint32_t (&a)[4], uint64_t b_desc,
+                                                       bool accumulate) {
+    asm volatile(
+        "{\n"
+        ".reg .pred p;\n"
+        "setp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, {%64, %65, %66, %67}, %68, p;\n"
+        "}\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
+          "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]),
+          "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]),
+          "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]),
+          "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]),
+          "+r"(d[40]), "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]),
+          "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]),
+          "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(int(accumulate)));
 }
 #endif
 
