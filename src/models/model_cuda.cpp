@@ -406,6 +406,8 @@ CudaModel::CudaModel(const Model& model, const UploadProgress& progress) : confi
     check(cudaEventCreateWithFlags(&step_uploaded_, cudaEventDisableTiming), "decode input event");
     check(cudaMallocHost(&token_host_, sizeof(int32_t)), "pinned run-ahead token");
     check(cudaEventCreateWithFlags(&token_ready_, cudaEventDisableTiming), "run-ahead token event");
+    check(cudaMallocHost(&prompt_host_, 2 * size_t(kPromptChunk) * sizeof(int32_t)), "pinned prompt inputs");
+    check(cudaEventCreateWithFlags(&prompt_uploaded_, cudaEventDisableTiming), "prompt input event");
     argmax_scratch_ = cuda::DeviceBuffer(argmax_result_offset(c.n_vocab) + sizeof(int32_t));
 }
 
@@ -418,6 +420,8 @@ CudaModel::~CudaModel() {
     if (step_host_ != nullptr) cudaFreeHost(step_host_);
     if (token_ready_ != nullptr) cudaEventDestroy(token_ready_);
     if (token_host_ != nullptr) cudaFreeHost(token_host_);
+    if (prompt_uploaded_ != nullptr) cudaEventDestroy(prompt_uploaded_);
+    if (prompt_host_ != nullptr) cudaFreeHost(prompt_host_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -805,16 +809,22 @@ void CudaModel::run_layers(CudaSequenceState& state, const int32_t* d_ids, const
 
 const float* CudaModel::prompt_chunk(CudaSequenceState& state, std::span<const int32_t> ids, bool all_logits) {
     const int64_t T = int64_t(ids.size()), n_past = state.position();
+    if (T > kPromptChunk) fail("cuda prompt chunk: {} tokens, at most {}", T, kPromptChunk);
     begin_call(prompt_arena_);
     int32_t* d_ids = temp_ids(T);
     int32_t* d_positions = temp_ids(T);
     float* logits = temp((all_logits ? T : 1) * config_.n_vocab);
-    std::vector<int32_t> positions(static_cast<size_t>(T));
-    for (int64_t t = 0; t < T; ++t) positions[size_t(t)] = int32_t(n_past + t);
-    // Pageable sources: each copy has taken the bytes when the call returns, so the vectors may die.
-    check(cudaMemcpyAsync(d_ids, ids.data(), size_t(T) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_), "upload ids");
-    check(cudaMemcpyAsync(d_positions, positions.data(), size_t(T) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
+    // The pinned inputs (prompt_host_), rewritten once the previous chunk's copy has run: the host stays
+    // at most one chunk ahead of the GPU, and the GPU never waits for the host between chunks.
+    check(cudaEventSynchronize(prompt_uploaded_), "wait for the previous prompt inputs");
+    int32_t* host_ids = prompt_host_;
+    int32_t* host_positions = prompt_host_ + kPromptChunk;
+    std::copy(ids.begin(), ids.end(), host_ids);
+    for (int64_t t = 0; t < T; ++t) host_positions[t] = int32_t(n_past + t);
+    check(cudaMemcpyAsync(d_ids, host_ids, size_t(T) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_), "upload ids");
+    check(cudaMemcpyAsync(d_positions, host_positions, size_t(T) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
           "upload positions");
+    check(cudaEventRecord(prompt_uploaded_, stream_), "record prompt inputs");
     run_layers(state, d_ids, d_positions, T, all_logits ? 0 : T - 1, logits);
     state.advance(T);
     ++stats_.prompt_chunks;

@@ -360,6 +360,11 @@ private:
     uint64_t graph_state_id_ = 0;        // the state whose buffers the graphs were captured with
     int32_t* token_host_ = nullptr;      // pinned: the run-ahead argmax's id, copied back
     cudaEvent_t token_ready_ = nullptr;
+    // A prompt chunk's token ids and positions (kPromptChunk each), pinned: a copy from pageable memory
+    // would first wait for the stream to drain, so each chunk after the first would start on an idle GPU
+    // while the host enqueues its ~1800 kernels. The event says when the last chunk's copy has run.
+    int32_t* prompt_host_ = nullptr;
+    cudaEvent_t prompt_uploaded_ = nullptr;
     // The running call's sequence capacity (the decode grid is planned for it).
     int64_t call_capacity_ = 0;
     CudaDecodeStats stats_;

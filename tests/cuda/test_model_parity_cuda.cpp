@@ -203,6 +203,48 @@ TEST_P(ModelParityCuda, GreedyContinuationMatchesCpu) {
     EXPECT_EQ(gpu.decode_stats().folded_seams, binary && !any_moe);
 }
 
+// A prompt longer than one GPU call: CudaModel runs it in chunks of kCudaMaxCallTokens (512) tokens, each
+// chunk reading the KV cache and the DeltaNet state the chunks before it left — a seam no fixture prompt
+// (≤ 200 tokens) reaches. 1100 tokens are chunks of 512, 512 and 76; every position's logits must match
+// the CPU's, which takes the prompt in one call, by the rules above, and so must a token fed after it.
+TEST_P(ModelParityCuda, PromptAcrossCallChunksMatchesCpu) {
+    DELTABIT_REQUIRE_GPU();
+    const test::Fixture f = test::load_fixture(GetParam());
+    const bool binary = is_binary(f.name);
+    const Model hf = Model::load(f.dir);
+    Model cpu = binary ? with_q1_matrices(hf) : Model::load(f.dir);
+    if (binary) cpu.set_matmul_numerics(MatmulNumerics::int8_activations);
+    CudaModel gpu(cpu);
+    const double tolerance = (binary ? kInt8Tolerance : kFloatTolerance) * f.max_abs_logit;
+
+    constexpr int64_t kLength = 2 * kCudaMaxCallTokens + 76;
+    std::vector<int32_t> tokens(static_cast<size_t>(kLength));
+    uint32_t lcg = 12345;
+    for (int32_t& t : tokens) {
+        lcg = lcg * 1664525u + 1013904223u;
+        t = int32_t((lcg >> 8) % uint32_t(f.vocab));
+    }
+    SequenceState cpu_state = cpu.new_sequence();
+    CudaSequenceState gpu_state = gpu.new_sequence(kLength + 1);
+    Comparison vs_cpu;
+    compare(gpu.forward(gpu_state, tokens), cpu.forward(cpu_state, tokens), f.vocab, 2 * tolerance, vs_cpu);
+    EXPECT_EQ(gpu_state.position(), kLength);
+    EXPECT_GE(gpu.decode_stats().prompt_chunks, 3);
+    const int32_t next = tokens.front();
+    compare(gpu.forward(gpu_state, std::span(&next, 1)), cpu.forward(cpu_state, std::span(&next, 1)), f.vocab,
+            2 * tolerance, vs_cpu);
+    std::printf("[ model cuda ] %-22s %lld-token prompt in %lld-token calls: max|dlogit| vs cpu %.3e (%.2e of max|logit|); "
+                "argmax differs at %lld of %lld decisive positions\n",
+                f.name.c_str(), (long long)kLength, (long long)kCudaMaxCallTokens, vs_cpu.max_diff,
+                vs_cpu.max_diff / f.max_abs_logit, (long long)vs_cpu.argmax_mismatches, (long long)vs_cpu.decisive);
+    EXPECT_EQ(vs_cpu.argmax_mismatches, 0);
+    if (binary) {
+        if (std::getenv("DELTABIT_CHECK_INT8_BOUND") != nullptr) EXPECT_LE(vs_cpu.max_diff, tolerance);
+    } else {
+        EXPECT_LE(vs_cpu.max_diff, tolerance);
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, ModelParityCuda, ::testing::ValuesIn(test::fixture_names()),
                          [](const auto& info) { return info.param; });
 
