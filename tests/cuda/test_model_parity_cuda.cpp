@@ -124,17 +124,34 @@ void compare(const std::vector<float>& gpu, const std::vector<float>& reference,
     }
 }
 
+// The CPU reference of a fixture (for the binary ones: matrices as Q1_0, activations rounded as the GPU's
+// int8 GEMV rounds them), the GPU model built from it, and the tolerance the header sets for the pair.
+Model reference_model(const test::Fixture& f) {
+    if (!is_binary(f.name)) return Model::load(f.dir);
+    Model cpu = with_q1_matrices(Model::load(f.dir));
+    cpu.set_matmul_numerics(MatmulNumerics::int8_activations);
+    return cpu;
+}
+struct Parity {
+    test::Fixture f;
+    bool binary;
+    Model cpu;
+    CudaModel gpu;  // after cpu: built from it
+    double tolerance;
+    explicit Parity(const std::string& name)
+        : f(test::load_fixture(name)),
+          binary(is_binary(f.name)),
+          cpu(reference_model(f)),
+          gpu(cpu),
+          tolerance((binary ? kInt8Tolerance : kFloatTolerance) * f.max_abs_logit) {}
+};
+
 class ModelParityCuda : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ModelParityCuda, LogitsMatchCpuInEveryMode) {
     DELTABIT_REQUIRE_GPU();
-    const test::Fixture f = test::load_fixture(GetParam());
-    const bool binary = is_binary(f.name);
-    const Model hf = Model::load(f.dir);
-    Model cpu = binary ? with_q1_matrices(hf) : Model::load(f.dir);
-    if (binary) cpu.set_matmul_numerics(MatmulNumerics::int8_activations);
-    CudaModel gpu(cpu);
-    const double tolerance = (binary ? kInt8Tolerance : kFloatTolerance) * f.max_abs_logit;
+    Parity p(GetParam());
+    auto& [f, binary, cpu, gpu, tolerance] = p;
 
     for (const std::string mode : {"steps", "prompt", "split"}) {
         Comparison vs_cpu, vs_tf;
@@ -166,13 +183,8 @@ TEST_P(ModelParityCuda, LogitsMatchCpuInEveryMode) {
 
 TEST_P(ModelParityCuda, GreedyContinuationMatchesCpu) {
     DELTABIT_REQUIRE_GPU();
-    const test::Fixture f = test::load_fixture(GetParam());
-    const bool binary = is_binary(f.name);
-    const Model hf = Model::load(f.dir);
-    Model cpu = binary ? with_q1_matrices(hf) : Model::load(f.dir);
-    if (binary) cpu.set_matmul_numerics(MatmulNumerics::int8_activations);
-    CudaModel gpu(cpu);
-    const double tolerance = (binary ? kInt8Tolerance : kFloatTolerance) * f.max_abs_logit;
+    Parity p(GetParam());
+    auto& [f, binary, cpu, gpu, tolerance] = p;
     const int64_t V = f.vocab;
 
     const test::FixtureCase& start = f.cases.at(1);  // a 5-token prompt in every fixture
@@ -209,13 +221,8 @@ TEST_P(ModelParityCuda, GreedyContinuationMatchesCpu) {
 // the CPU's, which takes the prompt in one call, by the rules above, and so must a token fed after it.
 TEST_P(ModelParityCuda, PromptAcrossCallChunksMatchesCpu) {
     DELTABIT_REQUIRE_GPU();
-    const test::Fixture f = test::load_fixture(GetParam());
-    const bool binary = is_binary(f.name);
-    const Model hf = Model::load(f.dir);
-    Model cpu = binary ? with_q1_matrices(hf) : Model::load(f.dir);
-    if (binary) cpu.set_matmul_numerics(MatmulNumerics::int8_activations);
-    CudaModel gpu(cpu);
-    const double tolerance = (binary ? kInt8Tolerance : kFloatTolerance) * f.max_abs_logit;
+    Parity p(GetParam());
+    auto& [f, binary, cpu, gpu, tolerance] = p;
 
     constexpr int64_t kLength = 2 * kCudaMaxCallTokens + 76;
     std::vector<int32_t> tokens(static_cast<size_t>(kLength));
