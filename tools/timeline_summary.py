@@ -6,7 +6,8 @@ graph replays (maximal runs of consecutive kernels with one graph_id), drops the
 and for the last --steps replays prints: the step's span, its kernels, and per kind of kernel (name + grid)
 the count per step, the mean duration as it ran (overlaps included), and the EXPOSED time — how far the
 step's end moved while that kernel was the last to finish (the exposed times add up to the span exactly,
-so they say what a kernel costs the step, not what it costs alone). With --eager, the same for the kernels
+so they say what a kernel costs the step, not what it costs alone), and of that the IDLE time — how long the
+GPU ran nothing before the kernel started (a launch the host had not yet made: a host-bound stretch). With --eager, the same for the kernels
 launched outside graphs (prompt chunks), cut into calls where the GPU idled for --gap-us. Usage and an
 example: docs/bench.md, "A kernel timeline of the decode step".
 
@@ -91,22 +92,28 @@ def main():
     if args.eager and args.longest:
         steps = sorted(steps, key=lambda c: max(r[1] for r in c) - c[0][0])
     steps = steps[-args.steps:]
+    if args.eager and args.longest:
+        steps.sort(key=lambda c: c[0][0])  # back in time order; the gaps between them mean nothing
     if not steps:
         sys.exit(f"{args.timeline}: no {'eager calls' if args.eager else 'graph replays'} in the timeline")
-    spans, gaps = [], []
-    per_kind = collections.defaultdict(lambda: [0, 0.0, 0.0])  # launches, duration ns, exposed ns
+    spans, gaps, idles = [], [], []
+    per_kind = collections.defaultdict(lambda: [0, 0.0, 0.0, 0.0])  # launches, duration, exposed, idle (ns)
     previous_end = None
     for step in steps:
         start = min(r[0] for r in step)
-        frontier = start
+        frontier, idle_total = start, 0
         for s, e, _, kind in step:
             exposed = max(0, e - frontier)
+            idle = max(0, s - frontier)  # part of `exposed`: nothing ran on the GPU before this kernel began
             frontier = max(frontier, e)
             k = per_kind[kind]
             k[0] += 1
             k[1] += e - s
             k[2] += exposed
+            k[3] += idle
+            idle_total += idle
         spans.append(frontier - start)
+        idles.append(idle_total)
         if previous_end is not None:
             gaps.append(start - previous_end)
         previous_end = frontier
@@ -114,14 +121,17 @@ def main():
     span_us = statistics.median(spans) / 1e3
     kernels = sum(k[0] for k in per_kind.values()) / n
     busy = sum(k[1] for k in per_kind.values()) / n / 1e3
+    idle_us = statistics.median(idles) / 1e3
+    in_order = not (args.eager and args.longest)
     print(f"{n} {what}: span median {span_us:.1f} µs, {kernels:.0f} kernels each, "
-          f"summed kernel time {busy:.1f} µs ({busy / span_us:.2f}× the span: overlap)"
-          + (f", gap between them median {statistics.median(gaps) / 1e3:.1f} µs" if gaps else ""))
-    print(f"{'per each':>8} {'mean µs':>8} {'exposed µs':>10} {'share':>6}  kernel")
+          f"summed kernel time {busy:.1f} µs ({busy / span_us:.2f}× the span: overlap), "
+          f"GPU idle within the span median {idle_us:.1f} µs ({100 * idle_us / span_us:.1f}%)"
+          + (f", gap between them median {statistics.median(gaps) / 1e3:.1f} µs" if gaps and in_order else ""))
+    print(f"{'per each':>8} {'mean µs':>8} {'exposed µs':>10} {'share':>6} {'idle µs':>8}  kernel")
     total_exposed = sum(k[2] for k in per_kind.values())
-    for kind, (count, duration, exposed) in sorted(per_kind.items(), key=lambda kv: -kv[1][2]):
+    for kind, (count, duration, exposed, idle) in sorted(per_kind.items(), key=lambda kv: -kv[1][2]):
         print(f"{count / n:8.1f} {duration / count / 1e3:8.2f} {exposed / n / 1e3:10.1f} "
-              f"{100 * exposed / total_exposed:5.1f}%  {kind}")
+              f"{100 * exposed / total_exposed:5.1f}% {idle / n / 1e3:8.1f}  {kind}")
 
 
 if __name__ == "__main__":

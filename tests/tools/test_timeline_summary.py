@@ -60,6 +60,37 @@ class TimelineSummaryTest(unittest.TestCase):
         self.assertRegex(lines["gemv_kernel<5, 16, 2, false> g320"], r"1\.0\s+5\.00\s+5\.0\s+71\.4%")
         self.assertRegex(lines["embedding_kernel g320"], r"1\.0\s+3\.00\s+2\.0\s+28\.6%")
 
+    def test_idle_time_before_a_kernel_is_reported_as_part_of_its_exposed_time(self):
+        # Each step: a GEMV 0..5000, then nothing until the embedding 8000..9000 (3 µs idle), 2 µs between steps.
+        rows, t = [], 0
+        for step in range(3):
+            rows.append((t, t + 5000, 7, GEMV))
+            rows.append((t + 8000, t + 9000, 7, EMBED))
+            rows.append((t + 9500, t + 9600, 0, EMBED))  # an eager kernel ends the replay
+            t += 11000
+        path = write_timeline(rows)
+        try:
+            out = subprocess.run([sys.executable, SCRIPT, path], capture_output=True, text=True, check=True).stdout
+        finally:
+            os.unlink(path)
+        self.assertIn("2 replays: span median 9.0 µs", out)
+        self.assertIn("GPU idle within the span median 3.0 µs (33.3%)", out)
+        lines = {line.split("  ")[-1].strip(): line for line in out.splitlines()[2:]}
+        self.assertRegex(lines["embedding_kernel g320"], r"1\.0\s+1\.00\s+4\.0\s+44\.4%\s+3\.0\s+embedding")
+        self.assertRegex(lines["gemv_kernel<5, 16, 2, false> g320"], r"5\.0\s+55\.6%\s+0\.0\s+gemv")
+
+    def test_longest_calls_print_no_gap_between_them(self):
+        rows = [(0, 1000, 0, EMBED), (500_000, 520_000, 0, EMBED), (1_000_000, 1_100_000, 0, GEMV),
+                (1_500_000, 1_510_000, 0, EMBED)]
+        path = write_timeline(rows)
+        try:
+            out = subprocess.run([sys.executable, SCRIPT, path, "--eager", "--longest", "--steps", "2"],
+                                 capture_output=True, text=True, check=True).stdout
+        finally:
+            os.unlink(path)
+        self.assertIn("2 calls: span median 60.0 µs", out)
+        self.assertNotIn("gap between them", out)
+
     def test_eager_calls_are_cut_at_idle_gaps_outside_graphs(self):
         # Graph kernels are ignored; eager kernels 0..10 and 5..20 overlap (one call), then 300 µs idle.
         records = [(0, 10_000, 0, "a"), (5_000, 20_000, 0, "b"), (21_000, 22_000, 9, "graph"),
