@@ -122,16 +122,6 @@ struct PrologueArgs {
     const double* rope_table;  // rope_decode_table's for *position, or nullptr
 };
 
-// cos and sin of dim pair j's angle at `position` (as cuda::rope_neox: the fp32 angle, sincos in double): the one
-// formula of the prologue and of rope_decode_table, so that a prologue reading the table gets the same bits.
-__device__ __forceinline__ void rope_cos_sin(int64_t j, int64_t rope_dim, float rope_theta, int64_t position,
-                                             double& c, double& s) {
-    const float exponent = float(2 * j) / float(rope_dim);
-    const float inv_freq = 1.0f / float(pow(double(rope_theta), double(exponent)));
-    const float angle = float(int32_t(position)) * inv_freq;
-    sincos(double(angle), &s, &c);
-}
-
 // Element `index` of position p's row (kivi4: its exact row; quantisation comes later, kivi_compress).
 __device__ __forceinline__ void store_kv(const KvCacheView& cache, int64_t p, int64_t row_elems, int64_t index,
                                          float value) {
@@ -180,7 +170,7 @@ __global__ void __launch_bounds__(kPrologueThreads) attention_prologue_kernel(Pr
     const int64_t half = a.rope_dim / 2;
     if (i < a.rope_dim) {
         const int64_t j = i < half ? i : i - half;
-        if constexpr (!kTable) rope_cos_sin(j, a.rope_dim, a.rope_theta, position, c, s);
+        if constexpr (!kTable) rope_cos_sin(j, a.rope_dim, a.rope_theta, int32_t(position), c, s);
         const double x0 = row[j], x1 = row[j + half];
         out = i < half ? float(__dsub_rn(__dmul_rn(x0, c), __dmul_rn(x1, s)))
                        : float(__dadd_rn(__dmul_rn(x1, c), __dmul_rn(x0, s)));

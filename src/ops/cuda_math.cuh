@@ -40,4 +40,16 @@ __device__ __forceinline__ float silu_f(float x) { return x / (1.0f + expf(-x));
 // torch softplus (beta 1, threshold 20), as ops/activations.h.
 __device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
+// cos and sin of rope dim pair j's angle at `position` (rope_dim dims rotated, base theta): the angle formed
+// in fp32 exactly as the CPU reference forms it (ops/rope.h), cos and sin in double. The one formula of
+// rope_neox (prompts) and of the decode step's prologue and rope table, so that all three rotate by the same
+// bits.
+__device__ __forceinline__ void rope_cos_sin(int64_t j, int64_t rope_dim, float theta, int32_t position, double& c,
+                                             double& s) {
+    const float exponent = float(2 * j) / float(rope_dim);
+    const float inv_freq = 1.0f / float(pow(double(theta), double(exponent)));
+    const float angle = float(position) * inv_freq;
+    sincos(double(angle), &s, &c);
+}
+
 }  // namespace deltabit::cuda

@@ -30,6 +30,7 @@
 #include "ops/async_copy.cuh"
 #include "ops/cuda_launch.h"
 #include "ops/gemm_args.h"
+#include "ops/gemm_terms.cuh"
 #include "ops/gemm_wgmma_cuda.h"
 #include "ops/tensor_core.cuh"
 
@@ -136,11 +137,8 @@ constexpr size_t gemm_smem_bytes() {
     return stages > reduce ? stages : reduce;
 }
 
-// float(v) for |v| < 2^22 without the quarter-rate I2F: 1.5·2^23 + v is exact in fp32 (its ulp is 1),
-// so its bit pattern is 0x4B400000 + v, and subtracting 1.5·2^23 leaves exactly v.
-constexpr int kMagicBits = 0x4B400000;
-constexpr float kMagic = 12582912.0f;
-__device__ __forceinline__ float exact_float(int biased) { return __int_as_float(biased) - kMagic; }
+using detail::exact_float;  // ops/gemm_terms.cuh
+using detail::kMagicBits;
 
 // Warp tile: 16·MT tokens × 64 weight rows (8 n8 tiles). Tiles are numbered token-tile fastest, so
 // the blocks running together share weight tiles (weights stream from HBM once; the small int8

@@ -27,6 +27,7 @@
 #include "ops/async_copy.cuh"
 #include "ops/cuda_launch.h"
 #include "ops/gemm_args.h"
+#include "ops/gemm_terms.cuh"
 #include "ops/wgmma.cuh"
 
 namespace deltabit::cuda::detail {
@@ -48,10 +49,6 @@ struct TileScales {  // one k-tile's, in shared memory
 };
 
 constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + 2 * size_t(kExpandedBytes) + 2 * sizeof(TileScales);
-
-// The float bias trick of gemm_quant_cuda.cu: 1.5·2^23 + v is exact for |v| < 2^22.
-[[maybe_unused]] constexpr int kMagicBits = 0x4B400000;
-[[maybe_unused]] constexpr float kMagic = 12582912.0f;
 
 __global__ void __launch_bounds__(kThreads, 1) gemm_q1_0_wgmma_kernel(GemmArgs a) {
 #if defined(DELTABIT_WGMMA_COMPILED)
@@ -132,8 +129,8 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_q1_0_wgmma_kernel(GemmArgs a
                 const int row = (c & 7) + 8 * (c >> 6), chunk = (c >> 3) & 7;
                 const uint32_t word = *reinterpret_cast<const uint32_t*>(codes + row * 16 + (chunk >> 1) * 4);
                 const int j0 = 4 * (chunk & 1);
-                auto twos = [&](int j) { return ((word >> j) & 0x01010101u) << 1; };
-                const uint4 bytes = make_uint4(twos(j0), twos(j0 + 1), twos(j0 + 2), twos(j0 + 3));
+                const uint4 bytes =
+                    make_uint4(q1_twos(word, j0), q1_twos(word, j0 + 1), q1_twos(word, j0 + 2), q1_twos(word, j0 + 3));
                 *reinterpret_cast<uint4*>(out + core_matrix_offset(row, chunk)) = bytes;
             }
         };
@@ -167,7 +164,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_q1_0_wgmma_kernel(GemmArgs a
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const float w_scale = (e & 1) ? w.y : w.x;
-                    const float v = __int_as_float(d[4 * j + e] + bias[e >> 1]) - kMagic;  // d = 2·Σbit·q
+                    const float v = exact_float(d[4 * j + e] + bias[e >> 1]);  // d = 2·Σbit·q
                     acc[4 * j + e] = fmaf(v, w_scale * x_scale[e >> 1], acc[4 * j + e]);
                 }
             }

@@ -31,6 +31,7 @@
 #include "ops/async_copy.cuh"
 #include "ops/bulk_copy.cuh"
 #include "ops/gemm_args.h"
+#include "ops/gemm_terms.cuh"
 #include "ops/wgmma.cuh"
 
 namespace deltabit::cuda::detail {
@@ -57,10 +58,6 @@ constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + 2 * kStages * size
 // The core-matrix layout's strides (ops/wgmma.cuh): next 16 bytes of K, next 8 rows.
 [[maybe_unused]] constexpr uint32_t kLeadingBytes = 128, kStrideBytes = 1024;
 static_assert(kKTile == kActivationGroup, "a k-tile is one activation group");
-
-// The float bias trick of gemm_quant_cuda.cu: 1.5·2^23 + v is exact for |v| < 2^22.
-[[maybe_unused]] constexpr int kMagicBits = 0x4B400000;
-[[maybe_unused]] constexpr float kMagic = 12582912.0f;
 
 #if defined(DELTABIT_WGMMA_COMPILED)
 
@@ -109,10 +106,6 @@ __device__ void produce(const GemmArgs& a, uint8_t* smem, uint64_t* full, uint64
     for (int64_t i = std::max<int64_t>(0, issued - kLag); i < issued; ++i) mbarrier_arrive(&full[i % kStages]);
 }
 
-// Weights 4j .. 4j + 3 of a 32-weight code word as bytes of 0 or 2: bits j, j + 8, j + 16, j + 24 (the GEMV
-// layout, ops/weight_repack.h), so the wgmma's dot is 2·Σbit·q at once.
-__device__ __forceinline__ uint32_t twos(uint32_t word, int j) { return ((word >> j) & 0x01010101u) << 1; }
-
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
 // Warpgroups 1 and 2: consumer c owns weight rows 64c .. 64c + 63 of each tile.
@@ -145,10 +138,10 @@ __device__ void consume(const GemmArgs& a, uint8_t* smem, uint64_t* full, uint64
             uint32_t frag[4][4];
 #pragma unroll
             for (int s = 0; s < 4; ++s) {
-                frag[s][0] = twos(word_of(code_lo, s), q);
-                frag[s][1] = twos(word_of(code_hi, s), q);
-                frag[s][2] = twos(word_of(code_lo, s), q + 4);
-                frag[s][3] = twos(word_of(code_hi, s), q + 4);
+                frag[s][0] = q1_twos(word_of(code_lo, s), q);  // q1_twos: ops/gemm_terms.cuh
+                frag[s][1] = q1_twos(word_of(code_hi, s), q);
+                frag[s][2] = q1_twos(word_of(code_lo, s), q + 4);
+                frag[s][3] = q1_twos(word_of(code_hi, s), q + 4);
             }
             int d[64];
 #pragma unroll
@@ -172,7 +165,7 @@ __device__ void consume(const GemmArgs& a, uint8_t* smem, uint64_t* full, uint64
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const float w_scale = (e >> 1) ? w_hi : w_lo;
-                    const float v = __int_as_float(d[4 * j + e] + bias[e & 1]) - kMagic;  // d = 2·Σbit·q
+                    const float v = exact_float(d[4 * j + e] + bias[e & 1]);  // d = 2·Σbit·q
                     acc[4 * j + e] = fmaf(v, w_scale * x_scale[e & 1], acc[4 * j + e]);
                 }
             }

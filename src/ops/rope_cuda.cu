@@ -7,6 +7,7 @@
 #include "backend/cuda_buffer.h"
 #include "core/error.h"
 #include "ops/cuda_launch.h"
+#include "ops/cuda_math.cuh"
 #include "ops/ops_cuda.h"
 
 #include <string>
@@ -26,10 +27,7 @@ __global__ void rope_neox_kernel(float* x, const int32_t* positions, int64_t n_t
     double* sin_t = table + half;
     for (int64_t t = blockIdx.x; t < n_tokens; t += gridDim.x) {
         for (int64_t j = threadIdx.x; j < half; j += blockDim.x) {
-            const float exponent = float(2 * j) / float(rope_dim);
-            const float inv_freq = 1.0f / float(pow(double(theta), double(exponent)));
-            const float angle = float(positions[t]) * inv_freq;
-            sincos(double(angle), &sin_t[j], &cos_t[j]);
+            rope_cos_sin(j, rope_dim, theta, positions[t], cos_t[j], sin_t[j]);  // ops/cuda_math.cuh
         }
         __syncthreads();
         float* xt = x + t * n_head * head_dim;

@@ -28,6 +28,15 @@ def write_timeline(rows):
     return f.name
 
 
+def summarise(rows, *args):
+    """The summary's output for a timeline of `rows` (start, end, graph, name), run with `args`."""
+    path = write_timeline(rows)
+    try:
+        return subprocess.run([sys.executable, SCRIPT, path, *args], capture_output=True, text=True, check=True).stdout
+    finally:
+        os.unlink(path)
+
+
 class TimelineSummaryTest(unittest.TestCase):
     def test_kind_keeps_template_arguments_and_grid(self):
         self.assertEqual(summary.kind_of(GEMV, "320"), "gemv_kernel<5, 16, 2, false> g320")
@@ -47,12 +56,7 @@ class TimelineSummaryTest(unittest.TestCase):
             rows.append((t, t + 5000, graph, GEMV))
             rows.append((t + 4000, t + 7000, graph, EMBED))
             t += 9000
-        path = write_timeline(rows)
-        try:
-            out = subprocess.run([sys.executable, SCRIPT, path, "--steps", "5"], capture_output=True, text=True,
-                                 check=True).stdout
-        finally:
-            os.unlink(path)
+        out = summarise(rows, "--steps", "5")
         self.assertIn("3 replays: span median 7.0 µs, 2 kernels each", out)
         self.assertIn("summed kernel time 8.0 µs", out)
         self.assertIn("gap between them median 2.0 µs", out)
@@ -68,11 +72,7 @@ class TimelineSummaryTest(unittest.TestCase):
             rows.append((t + 8000, t + 9000, 7, EMBED))
             rows.append((t + 9500, t + 9600, 0, EMBED))  # an eager kernel ends the replay
             t += 11000
-        path = write_timeline(rows)
-        try:
-            out = subprocess.run([sys.executable, SCRIPT, path], capture_output=True, text=True, check=True).stdout
-        finally:
-            os.unlink(path)
+        out = summarise(rows)
         self.assertIn("2 replays: span median 9.0 µs", out)
         self.assertIn("GPU idle within the span median 3.0 µs (33.3%)", out)
         lines = {line.split("  ")[-1].strip(): line for line in out.splitlines()[2:]}
@@ -82,12 +82,7 @@ class TimelineSummaryTest(unittest.TestCase):
     def test_longest_calls_print_no_gap_between_them(self):
         rows = [(0, 1000, 0, EMBED), (500_000, 520_000, 0, EMBED), (1_000_000, 1_100_000, 0, GEMV),
                 (1_500_000, 1_510_000, 0, EMBED)]
-        path = write_timeline(rows)
-        try:
-            out = subprocess.run([sys.executable, SCRIPT, path, "--eager", "--longest", "--steps", "2"],
-                                 capture_output=True, text=True, check=True).stdout
-        finally:
-            os.unlink(path)
+        out = summarise(rows, "--eager", "--longest", "--steps", "2")
         self.assertIn("2 calls: span median 60.0 µs", out)
         self.assertNotIn("gap between them", out)
 
@@ -102,12 +97,7 @@ class TimelineSummaryTest(unittest.TestCase):
         # Three calls after the dropped first: 20 µs, 100 µs, 10 µs long; --longest --steps 1 takes the 100 µs one.
         rows = [(0, 1000, 0, EMBED), (500_000, 520_000, 0, EMBED), (1_000_000, 1_100_000, 0, GEMV),
                 (1_500_000, 1_510_000, 0, EMBED)]
-        path = write_timeline(rows)
-        try:
-            out = subprocess.run([sys.executable, SCRIPT, path, "--eager", "--longest", "--steps", "1"],
-                                 capture_output=True, text=True, check=True).stdout
-        finally:
-            os.unlink(path)
+        out = summarise(rows, "--eager", "--longest", "--steps", "1")
         self.assertIn("1 calls: span median 100.0 µs, 1 kernels each", out)
         self.assertIn("gemv_kernel<5, 16, 2, false> g320", out)
 
