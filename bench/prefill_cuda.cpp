@@ -1,7 +1,7 @@
 // Micro-benchmark of the prefill kernels (ops/prefill_cuda.h) on Bonsai-27B / Qwen3.5-27B shapes, each
 // figure printed next to its ceiling.
 //
-//   bench_prefill_cuda
+//   bench_prefill_cuda [gemm] [pipelines] [crossover] [delta] [attention]    (none named: every section)
 //
 // Sections:
 //   1. Q1_0 GEMM at T = 512 (pp512) for every matrix of a Bonsai-27B layer and the LM head, each tile
@@ -53,6 +53,7 @@
 #include "backend/cuda_buffer.h"
 #include "backend/cuda_probe.h"
 #include "core/half.h"
+#include "ops/gemm_wgmma_cuda.h"
 #include "ops/matmul_cuda.h"
 #include "ops/ops_cuda.h"
 #include "ops/prefill_cuda.h"
@@ -255,6 +256,50 @@ void bench_gemm(cudaStream_t stream, Timer& timer) {
                 double(T) / (model_us * 1e-6));
 }
 
+// The warp-specialised tile's stage rings (ops/gemm_wgmma_cuda.h ws_pipeline_name), on Bonsai-27B's and
+// Bonsai-4B's (Qwen3-4B shape: hidden 2560, FFN 9728, 32/8 heads of 128, vocab 151936) larger matrices,
+// beside the tiles the automatic choice weighs against it. µs per GEMM at T = 512.
+void bench_ws_pipelines(cudaStream_t stream, Timer& timer) {
+    const int64_t T = 512;
+    const bool wgmma = gemm_tile_supported(GemmTile::wgmma_ws_m128_n128, DType::Q1_0);
+    if (!wgmma) {
+        std::puts("\n== 1b. warp-specialised GEMM pipelines: needs sm_90a machine code on a compute 9.0 device");
+        return;
+    }
+    const int pipelines = detail::ws_pipeline_count();
+    std::printf("\n== 1b. warp-specialised GEMM pipelines, Q1_0, T = %lld, µs (pipeline %d is the default)\n",
+                (long long)T, detail::kDefaultWsPipeline);
+    for (int p = 0; p < pipelines; ++p) std::printf("  pipeline %d: %s\n", p, detail::ws_pipeline_name(p).c_str());
+    std::printf("%-18s %7s %6s | %8s %8s %8s |", "matrix", "N", "K", "m16", "m64", "wgmma");
+    for (int p = 0; p < pipelines; ++p) std::printf(" %7s%d", "ws", p);
+    std::printf(" | %-18s\n", "auto");
+    const MatrixShape shapes[] = {
+        {"27b ssm_qkv", 10240, 5120, 0},   {"27b attn_k/v", 1024, 5120, 0}, {"27b ffn_gate/up", 17408, 5120, 0},
+        {"27b ffn_down", 5120, 17408, 0},  {"27b lm_head", 248320, 5120, 0}, {"4b attn_q", 4096, 2560, 0},
+        {"4b attn_k/v", 1024, 2560, 0},    {"4b attn_out", 2560, 4096, 0},  {"4b ffn_gate/up", 9728, 2560, 0},
+        {"4b ffn_down", 2560, 9728, 0},    {"4b lm_head", 151936, 2560, 0},
+    };
+    for (const MatrixShape& s : shapes) {
+        RotatingWeights w(DType::Q1_0, s.n, s.k, 0, false);
+        DeviceBuffer x = upload(random_floats(size_t(T * s.k), 7, -1.0f, 1.0f)), y(size_t(T * s.n) * sizeof(float));
+        const ActivationRowsScratch scratch(T, s.k);
+        const QuantizedActivationRows xq = scratch.view(T, s.k);
+        quantize_activation_rows(x.get<float>(), xq, stream);
+        const double flops = 2.0 * double(T) * double(s.n) * double(s.k);
+        const int calls = int(std::clamp(2e-3 / (flops / 300e12), 3.0, 200.0));
+        auto time_tile = [&](GemmTile tile) {
+            return timer.graph_us(stream, calls, [&](int) { gemm_quantized(xq, w.view(0), y.get<float>(), stream, tile); });
+        };
+        std::printf("%-18s %7lld %6lld | %8.1f %8.1f %8.1f |", s.name, (long long)s.n, (long long)s.k,
+                    time_tile(GemmTile::m16_n64), time_tile(GemmTile::m64_n128), time_tile(GemmTile::wgmma_m128_n128));
+        for (int p = 0; p < pipelines; ++p)
+            std::printf(" %8.1f", timer.graph_us(stream, calls, [&](int) {
+                detail::gemm_q1_0_wgmma_ws(xq, w.view(0), y.get<float>(), stream, 0, p);
+            }));
+        std::printf(" | %-18s\n", gemm_tile_name(gemm_quantized(xq, w.view(0), y.get<float>(), stream).tile));
+    }
+}
+
 void bench_crossover(cudaStream_t stream, Timer& timer, size_t l2_bytes) {
     std::printf("\n== 2. GEMV per token vs one GEMM, Q1_0, weights rotating past the L2 (µs per matmul of T tokens)\n");
     const MatrixShape shapes[] = {{"ssm_qkv", 10240, 5120, 0}, {"ffn_gate/up", 17408, 5120, 0}, {"ffn_down", 5120, 17408, 0}};
@@ -352,7 +397,14 @@ void bench_attention(cudaStream_t stream, Timer& timer) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+    // Sections by name (gemm, pipelines, crossover, delta, attention); none named: all of them.
+    auto wanted = [&](const char* name) {
+        if (argc < 2) return true;
+        for (int i = 1; i < argc; ++i)
+            if (std::strcmp(argv[i], name) == 0) return true;
+        return false;
+    };
     if (device_count() == 0) {
         std::puts("bench_prefill_cuda: no CUDA device");
         return 0;
@@ -366,10 +418,11 @@ int main() {
         const double copy_gbs = copy_bandwidth_gbs(stream);
         std::printf("device: %s, %d SMs, L2 %.0f MiB; D2D copy %.0f GB/s (read + write)\n", device_summary().c_str(),
                     prop.multiProcessorCount, prop.l2CacheSize / 1048576.0, copy_gbs);
-        bench_gemm(stream, timer);
-        bench_crossover(stream, timer, size_t(prop.l2CacheSize));
-        bench_delta_rule(stream, timer, copy_gbs);
-        bench_attention(stream, timer);
+        if (wanted("gemm")) bench_gemm(stream, timer);
+        if (wanted("pipelines")) bench_ws_pipelines(stream, timer);
+        if (wanted("crossover")) bench_crossover(stream, timer, size_t(prop.l2CacheSize));
+        if (wanted("delta")) bench_delta_rule(stream, timer, copy_gbs);
+        if (wanted("attention")) bench_attention(stream, timer);
         cudaStreamDestroy(stream);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "bench_prefill_cuda: %s\n", e.what());

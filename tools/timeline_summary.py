@@ -13,6 +13,11 @@ example: docs/bench.md, "A kernel timeline of the decode step".
 
     python3 tools/timeline_summary.py step.tsv [--steps 20]
     python3 tools/timeline_summary.py step.tsv --eager [--gap-us 200] [--longest --steps 3]   # prompt chunks
+
+With --eager it also reads the host's CUDA runtime calls the library writes beside the kernels (step.api.tsv)
+when that file is there, and prints what the host spent each call's window in — from the previous call's
+last kernel to this call's last: time the GPU did not run this call's kernels is found there (a
+synchronisation, an allocation, a stretch of launches before the first kernel).
 """
 import argparse
 import collections
@@ -75,6 +80,68 @@ def eager_calls(records, gap_ns):
     return calls[1:]  # the first may have begun before the kept records
 
 
+def read_api(path):
+    """The runtime calls beside a timeline (start_ns, end_ns, thread, name), or None when there are none."""
+    api_file = path[:-len(".tsv")] + ".api.tsv" if path.endswith(".tsv") else path + ".api.tsv"
+    try:
+        with open(api_file, newline="") as f:
+            rows = list(csv.DictReader(f, delimiter="\t"))
+    except OSError:
+        return None
+    return sorted((int(r["start_ns"]), int(r["end_ns"]), r["name"]) for r in rows)
+
+
+def host_windows(all_calls, chosen, api):
+    """For each chosen call: its window (from the previous call's last kernel — for the first call, from its
+    first runtime call at most 1 s before — to its own last kernel), the host time in it before the call's
+    first kernel, the time in no runtime call at all (the host computing, or another library), and per
+    runtime call name [count, time inside the window]."""
+    ends = {c[0][0]: max(r[1] for r in c) for c in all_calls}
+    starts = sorted(ends)
+    out = []
+    for call in chosen:
+        first_kernel, end = call[0][0], ends[call[0][0]]
+        i = starts.index(first_kernel)
+        begin = ends[starts[i - 1]] if i > 0 else None
+        lower = begin if begin is not None else first_kernel - 1_000_000_000
+        names = collections.defaultdict(lambda: [0, 0])
+        covered, frontier = 0, None
+        for s, e, name in api:
+            if s >= end:
+                break
+            lo, hi = max(s, lower), min(e, end)
+            if hi <= lo:
+                continue
+            if begin is None:
+                begin = lo
+            names[name][0] += 1
+            names[name][1] += hi - lo
+            frontier = lo if frontier is None else max(frontier, lo)
+            covered += max(0, hi - frontier)
+            frontier = max(frontier, hi)
+        begin = lower if begin is None else begin
+        out.append((end - begin, max(0, first_kernel - begin), end - begin - covered, names))
+    return out
+
+
+def print_host(windows, n):
+    window = statistics.median(w[0] for w in windows) / 1e3
+    before = statistics.median(w[1] for w in windows) / 1e3
+    outside = statistics.median(w[2] for w in windows) / 1e3
+    print(f"host, per call: window median {window:.1f} µs (the previous call's last kernel to this call's last), "
+          f"of which before its first kernel {before:.1f} µs, in no runtime call {outside:.1f} µs")
+    totals = collections.defaultdict(lambda: [0, 0])
+    for _, _, _, names in windows:
+        for name, (count, t) in names.items():
+            totals[name][0] += count
+            totals[name][1] += t
+    print(f"{'per each':>8} {'mean µs':>8} {'µs a call':>10} {'share':>6}  runtime call")
+    for name, (count, t) in sorted(totals.items(), key=lambda kv: -kv[1][1]):
+        if t / n < 0.005 * window * 1e3:
+            continue
+        print(f"{count / n:8.1f} {t / count / 1e3:8.2f} {t / n / 1e3:10.1f} {100 * t / n / (window * 1e3):5.1f}%  {name}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("timeline")
@@ -89,6 +156,7 @@ def main():
     records = read(args.timeline)
     what = "calls" if args.eager else "replays"
     steps = eager_calls(records, args.gap_us * 1e3) if args.eager else replays(records)
+    all_calls = list(steps)
     if args.eager and args.longest:
         steps = sorted(steps, key=lambda c: max(r[1] for r in c) - c[0][0])
     steps = steps[-args.steps:]
@@ -132,6 +200,9 @@ def main():
     for kind, (count, duration, exposed, idle) in sorted(per_kind.items(), key=lambda kv: -kv[1][2]):
         print(f"{count / n:8.1f} {duration / count / 1e3:8.2f} {exposed / n / 1e3:10.1f} "
               f"{100 * exposed / total_exposed:5.1f}% {idle / n / 1e3:8.1f}  {kind}")
+    api = read_api(args.timeline) if args.eager else None
+    if api:
+        print_host(host_windows(all_calls, steps, api), n)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 namespace deltabit::cuda {
 
 // 16 bytes from `global` to `shared` (both 16-byte aligned); with `fill_zero` nothing is read and the 16
@@ -28,6 +30,13 @@ __device__ __forceinline__ void cp_async_commit_group() { asm volatile("cp.async
 template <int N>
 __device__ __forceinline__ void cp_async_wait_group() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// The mbarrier in shared memory gets one arrival from this thread once all its earlier cp.asyncs have landed
+// (.noinc: the arrival is one of those the barrier was initialised to expect). The thread does not wait.
+__device__ __forceinline__ void cp_async_mbarrier_arrive(uint64_t* barrier) {
+    const unsigned address = unsigned(__cvta_generic_to_shared(barrier));
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(address) : "memory");
 }
 
 }  // namespace deltabit::cuda

@@ -451,9 +451,10 @@ double wave_efficiency(int64_t tiles, const TilePlan& p, int sms) {
     return double(tiles) / double(ceil_div(tiles, slots) * slots);
 }
 
-// DELTABIT_GEMM_WS=1: the automatic choice takes the warp-specialised warpgroup tile (an experiment).
+// DELTABIT_GEMM_WS=0: the automatic choice never takes the warp-specialised tile (for measuring what it
+// brings: docs/bench.md).
 bool warp_specialised_gemm() {
-    static const bool on = env_switch("DELTABIT_GEMM_WS", false);
+    static const bool on = env_switch("DELTABIT_GEMM_WS", true);
     return on;
 }
 
@@ -468,21 +469,28 @@ GemmLaunchReport run_gemm(const QuantizedActivationRows& x, const GemvWeightView
         // 24 µs on m16 vs 79 µs on m64, N = 1024 64 vs 82; N = 5120 370 vs 211). Otherwise m64 unless
         // m128 fills the waves of the grid clearly better (m64 was the faster of the two on every
         // Bonsai-27B matrix at T = 512: bench/prefill_cuda.cpp).
+        // Q1_0 on Hopper: the warp-specialised warpgroup tile, unless the weight rows are too few to give it
+        // more than a handful of 128-row tiles (H200, pp512, bench/prefill_cuda.cpp: 1.6–1.8× the other
+        // warpgroup tile on every Bonsai-27B matrix of ≥ 1024 rows, even at 32 tiles for 132 SMs; at 48 rows
+        // m16 was twice as fast).
         const TilePlan mid = TileSet<T>::plan(GemmTile::m64_n128);
-        if (x.rows <= 16 || ceil_div(x.rows, mid.bm) * ceil_div(w.rows, mid.bn) < limits.sms) {
+        if (T == DType::Q1_0 && x.rows > 16 && w.rows >= 256 && detail::wgmma_gemm_available() &&
+            warp_specialised_gemm()) {
+            tile = GemmTile::wgmma_ws_m128_n128;
+        } else if (x.rows <= 16 || ceil_div(x.rows, mid.bm) * ceil_div(w.rows, mid.bn) < limits.sms) {
             tile = GemmTile::m16_n64;
         } else {
             const TilePlan big = TileSet<T>::plan(GemmTile::m128_n128);
             const double e_big = wave_efficiency(ceil_div(x.rows, big.bm) * ceil_div(w.rows, big.bn), big, limits.sms);
             const double e_mid = wave_efficiency(ceil_div(x.rows, mid.bm) * ceil_div(w.rows, mid.bn), mid, limits.sms);
             tile = e_big > 1.15 * e_mid ? GemmTile::m128_n128 : GemmTile::m64_n128;
-            // Q1_0 on Hopper: the warpgroup tile when its 128 × 128 tiles give every SM one at least and K is
-            // long enough to amortise its pipeline fill (one block an SM: nothing hides it). H200, pp512:
-            // 0–15% faster than m64 on every Bonsai-27B matrix (K ≥ 5120, ≥ 160 tiles; bench/prefill_cuda.cpp);
-            // Bonsai-4B (K = 2560) was 11–18% slower with it.
+            // Q1_0 on Hopper without the warp-specialised tile: the other warpgroup tile when its 128 × 128
+            // tiles give every SM one at least and K is long enough to amortise its pipeline fill (one block an
+            // SM: nothing hides it). H200, pp512: 0–15% faster than m64 on every Bonsai-27B matrix (K ≥ 5120,
+            // ≥ 160 tiles); Bonsai-4B (K = 2560) was 11–18% slower with it.
             if (T == DType::Q1_0 && detail::wgmma_gemm_available() && w.cols >= 5120 &&
                 ceil_div(x.rows, 128) * ceil_div(w.rows, 128) >= limits.sms)
-                tile = warp_specialised_gemm() ? GemmTile::wgmma_ws_m128_n128 : GemmTile::wgmma_m128_n128;
+                tile = GemmTile::wgmma_m128_n128;
         }
     }
     if (tile == GemmTile::wgmma_m128_n128 || tile == GemmTile::wgmma_ws_m128_n128) {

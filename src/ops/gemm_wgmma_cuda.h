@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <string>
 
 #include "ops/prefill_cuda.h"
 
@@ -27,7 +28,12 @@ WgmmaGemmLaunch gemm_q1_0_wgmma(const QuantizedActivationRows& x, const GemvWeig
 // The same product by the warp-specialised kernel (gemm_wgmma_ws_cuda.cu; GemmTile::wgmma_ws_m128_n128, an
 // experiment): a loading warpgroup and two computing ones, the weights the wgmma's register operand. Same
 // preconditions and the same y, bit for bit.
+// `pipeline` picks the depth of its stage ring and how copies are awaited (ws_pipeline_name; the benchmark
+// compares them); -1 is the default.
 WgmmaGemmLaunch gemm_q1_0_wgmma_ws(const QuantizedActivationRows& x, const GemvWeightView& w, float* y,
-                                   cudaStream_t stream, int64_t max_blocks);
+                                   cudaStream_t stream, int64_t max_blocks, int pipeline = -1);
+int ws_pipeline_count();
+std::string ws_pipeline_name(int pipeline);
+constexpr int kDefaultWsPipeline = 2;  // 8 stages, copies arrive (gemm_wgmma_ws_cuda.cu kPipelines)
 
 }  // namespace deltabit::cuda::detail

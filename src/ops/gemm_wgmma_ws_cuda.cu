@@ -1,7 +1,7 @@
 // The Q1_0 prefill GEMM on warpgroup tensor cores, warp-specialised (ops/gemm_wgmma_cuda.h): the tile
-// GemmTile::wgmma_ws_m128_n128. EXPERIMENT: written without a GPU to run it on (2026-12-02); its parity
-// test (tests/cuda/test_prefill_gemm.cpp: bit for bit the m64 tile's y) and bench_prefill_cuda's "ws us"
-// column are for the next device run. The automatic choice takes it only with DELTABIT_GEMM_WS=1.
+// GemmTile::wgmma_ws_m128_n128, the automatic choice for Q1_0 prompts on Hopper (ops/gemm_quant_cuda.cu).
+// H200, pp512 (bench_prefill_cuda): 1.6–1.8× the other warpgroup tile on every Bonsai-27B and Bonsai-4B
+// matrix; the Bonsai-27B model's matmuls 80.0 ms, 41.5% of the bf16 peak (were 137.8 ms).
 //
 // Why. The other warpgroup kernel (gemm_wgmma_cuda.cu) has both its warpgroups copy the tiles, expand the
 // 1-bit codes into bytes in shared memory, convert the integer dots and wait at two block barriers per
@@ -9,8 +9,8 @@
 // Bonsai-27B prompt — 73% of a pp512 (docs/bench.md). Here the work is split by role:
 //   warpgroup 0 (producer)   copies each k-tile's x tile (128 tokens × 128 int8, core-matrix order), the
 //                            128 weight rows' codes (16 bytes each) and the tokens' {scale, Σq} into a
-//                            ring of kStages stages (cp.async), and publishes a stage when its copies
-//                            have landed (mbarrier `full`); it never waits on the tensor cores.
+//                            ring of stages (cp.async); the copies arrive on the stage's mbarrier `full`
+//                            when they land (Pipeline); it never waits on the tensor cores.
 //   warpgroups 1, 2          (consumers) each own 64 weight rows: the wgmma's A operand comes from
 //                            registers, built from the codes with one shift and mask per 4 weights —
 //                            no expanded copy in shared memory, no block barrier — and B is the stage's
@@ -27,6 +27,9 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <array>
+#include <string>
+#include <utility>
 
 #include "ops/async_copy.cuh"
 #include "ops/bulk_copy.cuh"
@@ -43,39 +46,52 @@ constexpr int kBN = 128;  // weight rows of a tile: 2 consumers × the wgmma's M
 constexpr int kKTile = 128;  // one activation group = one Q1_0 scale group
 constexpr int kThreads = 384;
 [[maybe_unused]] constexpr int kConsumerWarps = 8;
-constexpr int kStages = 6;
-// Stages whose copies a producer thread keeps in flight before it publishes the oldest: publishing stage
-// i waits for all but the newest kLag batches. kLag < kStages, or the producer would wait for a stage its
-// consumers cannot have been given.
-constexpr int kLag = 3;
-static_assert(kLag < kStages, "the producer publishes a stage before it needs that stage back");
+// The stage ring: how many stages, and how the producer learns that a stage's copies have landed.
+//   lag > 0: a producer thread keeps `lag` batches in flight and waits for the oldest (cp.async.wait_group)
+//            before it publishes that stage itself; lag < stages, or it would wait for a stage its consumers
+//            cannot have been given.
+//   lag = 0: the copies themselves arrive on the stage's `full` barrier when they land
+//            (cp.async.mbarrier.arrive); the producer never waits for a copy, only for empty stages.
+struct Pipeline {
+    int stages, lag;
+};
+// H200, pp512 (bench_prefill_cuda pipelines, 2026-12-02): lag 3, 5, 7, 8 at 6, 8, 10, 11 stages were
+// slower the deeper (233.6, 235.0, 239.4, 251.1 µs on ffn_gate/up); copies arriving by themselves 1–8%
+// faster than lag 3 on every Bonsai-27B and Bonsai-4B matrix at 6 and 8 stages, best at 8 (default).
+constexpr Pipeline kPipelines[] = {{6, 3}, {6, 0}, {8, 0}, {11, 0}};
+constexpr int kPipelineCount = int(sizeof(kPipelines) / sizeof(kPipelines[0]));
 constexpr int kXBytes = kBM * kKTile;
 constexpr int kCodeBytes = kBN * 16;
 constexpr int kMetaBytes = kBM * int(sizeof(ActivationGroupMeta));
 constexpr int kStageBytes = kXBytes + kCodeBytes + kMetaBytes;
 static_assert(kStageBytes % 128 == 0, "every stage's x tile starts 128-byte aligned");
-constexpr size_t kSmemBytes = size_t(kStages) * kStageBytes + 2 * kStages * sizeof(uint64_t);
+constexpr size_t smem_bytes(int stages) { return size_t(stages) * kStageBytes + 2 * size_t(stages) * sizeof(uint64_t); }
+static_assert(smem_bytes(11) <= 227 * 1024, "the deepest ring fits an SM's shared memory");
 // The core-matrix layout's strides (ops/wgmma.cuh): next 16 bytes of K, next 8 rows.
 [[maybe_unused]] constexpr uint32_t kLeadingBytes = 128, kStrideBytes = 1024;
 static_assert(kKTile == kActivationGroup, "a k-tile is one activation group");
 
 #if defined(DELTABIT_WGMMA_COMPILED)
 
-__device__ __forceinline__ uint8_t* stage_base(uint8_t* smem, int64_t i) { return smem + (i % kStages) * kStageBytes; }
-__device__ __forceinline__ uint32_t stage_parity(int64_t i) { return uint32_t((i / kStages) & 1); }
+template <int Stages>
+__device__ __forceinline__ uint8_t* stage_base(uint8_t* smem, int64_t i) { return smem + (i % Stages) * kStageBytes; }
+template <int Stages>
+__device__ __forceinline__ uint32_t stage_parity(int64_t i) { return uint32_t((i / Stages) & 1); }
 
 // Warpgroup 0: every k-tile of every tile of this block, in the consumers' order.
+template <int Stages, int Lag>
 __device__ void produce(const GemmArgs& a, uint8_t* smem, uint64_t* full, uint64_t* empty) {
+    constexpr Pipeline P{Stages, Lag};
     const int p = int(threadIdx.x);  // 0 .. 127
     const int64_t x_row_bytes = int64_t(a.k_tiles) * kKTile;
     int64_t issued = 0;
     for (int64_t tile = blockIdx.x; tile < a.tiles; tile += gridDim.x) {
         const int64_t m0 = (tile % a.m_tiles) * kBM, n0 = (tile / a.m_tiles) * kBN;
         for (int kt = 0; kt < a.k_tiles; ++kt, ++issued) {
-            // The stage's last use (issued − kStages) handed back by all 8 consumer warps; on the ring's first
+            // The stage's last use (issued − stages) handed back by all 8 consumer warps; on the ring's first
             // round this is the phase before the first, complete already.
-            mbarrier_wait_parity(&empty[issued % kStages], stage_parity(issued) ^ 1u);
-            uint8_t* st = stage_base(smem, issued);
+            mbarrier_wait_parity(&empty[issued % P.stages], stage_parity<P.stages>(issued) ^ 1u);
+            uint8_t* st = stage_base<P.stages>(smem, issued);
             // x: c → (row, chunk) with the row's low 3 bits fastest, 8 lanes filling one core matrix's 128 bytes.
 #pragma unroll
             for (int i = 0; i < kBM * 8 / 128; ++i) {
@@ -93,23 +109,31 @@ __device__ void produce(const GemmArgs& a, uint8_t* smem, uint64_t* full, uint64
                 cp_async8(st + kXBytes + kCodeBytes + p * int(sizeof(ActivationGroupMeta)),
                           a.x_meta + (meta_ok ? (m0 + p) * a.k_tiles + kt : 0), !meta_ok);
             }
-            cp_async_commit_group();
-            if (issued >= kLag) {
-                cp_async_wait_group<kLag>();  // this thread's copies of stage issued − kLag have landed
-                fence_proxy_async_shared();   // ... and are visible to the wgmma's reads (async proxy)
-                mbarrier_arrive(&full[(issued - kLag) % kStages]);
+            if constexpr (P.lag == 0) {
+                cp_async_mbarrier_arrive(&full[issued % P.stages]);
+            } else {
+                cp_async_commit_group();
+                if (issued >= P.lag) {
+                    cp_async_wait_group<P.lag>();  // this thread's copies of stage issued − lag have landed
+                    fence_proxy_async_shared();    // ... and are visible to the wgmma's reads (async proxy)
+                    mbarrier_arrive(&full[(issued - P.lag) % P.stages]);
+                }
             }
         }
     }
-    cp_async_wait_group<0>();
-    fence_proxy_async_shared();
-    for (int64_t i = std::max<int64_t>(0, issued - kLag); i < issued; ++i) mbarrier_arrive(&full[i % kStages]);
+    if constexpr (P.lag > 0) {
+        cp_async_wait_group<0>();
+        fence_proxy_async_shared();
+        for (int64_t i = std::max<int64_t>(0, issued - P.lag); i < issued; ++i) mbarrier_arrive(&full[i % P.stages]);
+    }
 }
 
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
 // Warpgroups 1 and 2: consumer c owns weight rows 64c .. 64c + 63 of each tile.
+template <int Stages, int Lag>
 __device__ void consume(const GemmArgs& a, uint8_t* smem, uint64_t* full, uint64_t* empty) {
+    constexpr Pipeline P{Stages, Lag};
     const int c = int(threadIdx.x) / 128 - 1, wg_thread = int(threadIdx.x) % 128;
     const int warp = wg_thread / 32, lane = wg_thread % 32, g = lane / 4, q = lane % 4;
     const int row_lo = 64 * c + 16 * warp + g, row_hi = row_lo + 8;  // this thread's weight rows in the tile
@@ -128,8 +152,11 @@ __device__ void consume(const GemmArgs& a, uint8_t* smem, uint64_t* full, uint64
         for (int kt = 0; kt < a.k_tiles; ++kt, ++consumed) {
             // The next k-tile's row scales, requested now: they arrive while this one is computed.
             const float next_lo = weight_scale(row_lo, kt + 1), next_hi = weight_scale(row_hi, kt + 1);
-            mbarrier_wait_parity(&full[consumed % kStages], stage_parity(consumed));
-            const uint8_t* st = stage_base(smem, consumed);
+            mbarrier_wait_parity(&full[consumed % P.stages], stage_parity<P.stages>(consumed));
+            // Copies that arrived by themselves (lag 0) were written through the generic proxy and never
+            // fenced by their thread: this thread, having acquired them, orders them before its wgmmas.
+            if constexpr (P.lag == 0) fence_proxy_async_shared();
+            const uint8_t* st = stage_base<P.stages>(smem, consumed);
 
             // A: k-step s is code word s of each row (weights 32s .. 32s + 31); the register layout of
             // wgmma_m64n128k32_s8_ra wants k 4q .. 4q + 3 and 16 + 4q .. of rows g and g + 8.
@@ -171,7 +198,7 @@ __device__ void consume(const GemmArgs& a, uint8_t* smem, uint64_t* full, uint64
             }
             // This warp's reads of the stage (codes, meta; the wgmma's, waited above) are done.
             __syncwarp();
-            if (lane == 0) mbarrier_arrive(&empty[consumed % kStages]);
+            if (lane == 0) mbarrier_arrive(&empty[consumed % P.stages]);
             w_lo = next_lo, w_hi = next_hi;
         }
 
@@ -187,13 +214,16 @@ __device__ void consume(const GemmArgs& a, uint8_t* smem, uint64_t* full, uint64
 
 #endif  // DELTABIT_WGMMA_COMPILED
 
+// Templated on the two numbers, not on a Pipeline: nvcc's host stubs do not take class-type parameters.
+template <int Stages, int Lag>
 __global__ void __launch_bounds__(kThreads, 1) gemm_q1_0_wgmma_ws_kernel(GemmArgs a) {
 #if defined(DELTABIT_WGMMA_COMPILED)
+    constexpr Pipeline P{Stages, Lag};
     extern __shared__ __align__(128) uint8_t smem[];
-    uint64_t* full = reinterpret_cast<uint64_t*>(smem + size_t(kStages) * kStageBytes);
-    uint64_t* empty = full + kStages;
+    uint64_t* full = reinterpret_cast<uint64_t*>(smem + size_t(P.stages) * kStageBytes);
+    uint64_t* empty = full + P.stages;
     if (threadIdx.x == 0) {
-        for (int s = 0; s < kStages; ++s) {
+        for (int s = 0; s < P.stages; ++s) {
             mbarrier_init(&full[s], 128);              // every producer thread, once its copies landed
             mbarrier_init(&empty[s], kConsumerWarps);  // one lane of every consumer warp
         }
@@ -205,30 +235,47 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_q1_0_wgmma_ws_kernel(GemmArg
     // this, 52 bytes of spills at the launch bound's 168; the producer spills below 72.
     if (threadIdx.x < 128) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 72;\n" ::: "memory");
-        produce(a, smem, full, empty);
+        produce<Stages, Lag>(a, smem, full, empty);
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 216;\n" ::: "memory");
-        consume(a, smem, full, empty);
+        consume<Stages, Lag>(a, smem, full, empty);
     }
 #endif
 }
 
+using Kernel = void (*)(GemmArgs);
+template <int... I>
+constexpr auto kernel_table(std::integer_sequence<int, I...>) {
+    return std::array<Kernel, sizeof...(I)>{&gemm_q1_0_wgmma_ws_kernel<kPipelines[I].stages, kPipelines[I].lag>...};
+}
+constexpr auto kKernels = kernel_table(std::make_integer_sequence<int, kPipelineCount>{});
+
 }  // namespace
 
+int ws_pipeline_count() { return kPipelineCount; }
+
+std::string ws_pipeline_name(int pipeline) {
+    const Pipeline p = kPipelines[pipeline];
+    return std::to_string(p.stages) + (p.lag == 0 ? " stages, copies arrive" : " stages, lag " + std::to_string(p.lag));
+}
+
 WgmmaGemmLaunch gemm_q1_0_wgmma_ws(const QuantizedActivationRows& x, const GemvWeightView& w, float* y,
-                                   cudaStream_t stream, int64_t max_blocks) {
-    static const bool configured = [] {
-        cuda_check(cudaFuncSetAttribute(gemm_q1_0_wgmma_ws_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        int(kSmemBytes)),
+                                   cudaStream_t stream, int64_t max_blocks, int pipeline) {
+    if (pipeline < 0) pipeline = kDefaultWsPipeline;
+    if (pipeline >= kPipelineCount) fail_message("wgmma ws gemm: no pipeline " + std::to_string(pipeline));
+    static std::array<bool, kPipelineCount> configured{};
+    const Kernel kernel = kKernels[size_t(pipeline)];
+    const size_t smem = smem_bytes(kPipelines[pipeline].stages);
+    if (!configured[size_t(pipeline)]) {
+        cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                    "wgmma ws gemm shared memory");
-        return true;
-    }();
-    (void)configured;
+        configured[size_t(pipeline)] = true;
+    }
     const GemmArgs a = gemm_args(x, w, y, kBM, kBN);
     const int sms = device_attribute(cudaDevAttrMultiProcessorCount, "SM count");
-    // One block per SM (its ~117 KB of shared memory and 384 threads allow one), walking tiles.
+    // One block per SM (its 117–214 KB of shared memory and 384 threads allow one), walking tiles.
     const int64_t blocks = std::min<int64_t>(a.tiles, max_blocks > 0 ? max_blocks : sms);
-    gemm_q1_0_wgmma_ws_kernel<<<unsigned(blocks), kThreads, kSmemBytes, stream>>>(a);
+    kernel<<<unsigned(blocks), kThreads, smem, stream>>>(a);
     cuda_check_launch("gemm_q1_0_wgmma_ws_kernel");
     return WgmmaGemmLaunch{a.tiles, blocks};
 }

@@ -33,6 +33,7 @@
 
 #ifdef DELTABIT_HAVE_CUDA
 #include "cuda/op_parity_cuda.h"
+#include "ops/gemm_wgmma_cuda.h"
 #include "ops/matmul_cuda.h"
 #include "ops/prefill_cuda.h"
 #endif
@@ -347,6 +348,39 @@ TEST(PrefillGemm, SmallGridWalksEveryTile) {
         EXPECT_GT(report.tiles, 7 * 3);
         const std::string what = describe(c) + " tile " + cuda::gemm_tile_name(tile) + " on 7 blocks";
         check_against_reference(f, y.download(what), what);
+    }
+}
+
+// Every stage ring of the warp-specialised tile (a benchmark compares them, one is the default) gives the m64
+// tile's y bit for bit — on the whole grid and on 7 blocks walking 3 × 8 tiles each (the ring wraps and
+// its barriers change phase many times), three times each, as a race would show in some runs only.
+TEST(PrefillGemm, EveryWarpSpecialisedPipelineIsTheM64Tile) {
+    DELTABIT_REQUIRE_GPU();
+    if (!cuda::gemm_tile_supported(cuda::GemmTile::wgmma_ws_m128_n128, DType::Q1_0))
+        GTEST_SKIP() << "no sm_90a machine code for this device";
+    for (const Case& c : {Case{DType::Q1_0, 300, 1000, 1024}, Case{DType::Q1_0, 512, 5120, 17408}}) {
+        std::mt19937 rng(11);
+        const std::vector<uint8_t> weights = random_weights(c.dtype, c.rows, c.cols, rng);
+        const cuda::GemvWeights w = cuda::upload_gemv_weights(WeightView{weights.data(), c.dtype, c.rows, c.cols}, "test");
+        GuardedDeviceArray<float> x(random_activations(c.tokens, c.cols, rng));
+        const cuda::ActivationRowsScratch scratch(c.tokens, c.cols);
+        const cuda::QuantizedActivationRows xq = scratch.view(c.tokens, c.cols);
+        cuda::quantize_activation_rows(x.get(), xq, nullptr);
+        GuardedDeviceArray<float> y(size_t(c.tokens * c.rows));
+        cuda::gemm_quantized(xq, w.view(), y.get(), nullptr, cuda::GemmTile::m64_n128);
+        const std::vector<float> y_m64 = y.download(describe(c) + " m64");
+        for (int p = 0; p < cuda::detail::ws_pipeline_count(); ++p)
+            for (int64_t blocks : {int64_t(0), int64_t(7)})
+                for (int run = 0; run < 3; ++run) {
+                    const std::string what = describe(c) + " ws pipeline " + cuda::detail::ws_pipeline_name(p) + " on " +
+                                             (blocks ? "7 blocks" : "the whole grid") + ", run " + std::to_string(run);
+                    GuardedDeviceArray<float> out(size_t(c.tokens * c.rows));
+                    cuda::detail::gemm_q1_0_wgmma_ws(xq, w.view(), out.get(), nullptr, blocks, p);
+                    const std::vector<float> got = out.download(what);
+                    for (size_t i = 0; i < got.size(); ++i)
+                        ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(y_m64[i]))
+                            << what << ": output " << i << " differs from the m64 tile's";
+                }
     }
 }
 

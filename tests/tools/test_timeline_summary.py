@@ -101,6 +101,39 @@ class TimelineSummaryTest(unittest.TestCase):
         self.assertIn("1 calls: span median 100.0 µs, 1 kernels each", out)
         self.assertIn("gemv_kernel<5, 16, 2, false> g320", out)
 
+    def test_host_calls_in_each_calls_window(self):
+        # Calls (after the dropped first) at 1000..1100 µs and 2000..2100 µs; before each, the host spends 400 µs
+        # in cudaStreamSynchronize and launches 2 kernels of 5 µs. The window of the call at 2000 runs from the
+        # previous call's end (1100) to its own end (2100): 1000 µs, 900 of them before its first kernel, 590 in
+        # no runtime call.
+        rows = [(0, 1000, 0, EMBED), (1_000_000, 1_100_000, 0, GEMV), (2_000_000, 2_100_000, 0, GEMV)]
+        api = []
+        for start in (1_000_000, 2_000_000):
+            api += [(start - 500_000, start - 100_000, "cudaStreamSynchronize"),
+                    (start - 20_000, start - 15_000, "cudaLaunchKernel"), (start - 10_000, start - 5_000, "cudaLaunchKernel")]
+        path = write_timeline(rows)
+        api_path = path[:-len(".tsv")] + ".api.tsv"
+        with open(api_path, "w") as f:
+            f.write("start_ns\tend_ns\tthread\tname\n")
+            for s, e, name in api:
+                f.write(f"{s}\t{e}\t1\t{name}\n")
+        try:
+            out = subprocess.run([sys.executable, SCRIPT, path, "--eager", "--steps", "1"], capture_output=True,
+                                 text=True, check=True).stdout
+        finally:
+            os.unlink(path)
+            os.unlink(api_path)
+        self.assertIn("window median 1000.0 µs", out)
+        self.assertIn("before its first kernel 900.0 µs", out)
+        self.assertIn("in no runtime call 590.0 µs", out)  # 1000 − 400 − 2 × 5
+        lines = {line.split("  ")[-1].strip(): line for line in out.splitlines() if line.endswith(("Synchronize", "Kernel"))}
+        self.assertRegex(lines["cudaStreamSynchronize"], r"1\.0\s+400\.00\s+400\.0\s+40\.0%")
+        self.assertRegex(lines["cudaLaunchKernel"], r"2\.0\s+5\.00\s+10\.0\s+1\.0%")
+
+    def test_no_host_section_without_runtime_calls(self):
+        rows = [(0, 1000, 0, EMBED), (1_000_000, 1_100_000, 0, GEMV)]
+        self.assertNotIn("host, per call", summarise(rows, "--eager"))
+
     def test_refuses_a_file_that_is_not_a_timeline(self):
         f = tempfile.NamedTemporaryFile("w", suffix=".tsv", delete=False)
         f.write("a\tb\n1\t2\n")

@@ -11,6 +11,9 @@
 // DELTABIT_TIMELINE_OUT: the file (default deltabit_timeline.tsv); DELTABIT_TIMELINE_LAST: how many of the
 // last kernels to keep (default 20000, about 30 Bonsai-27B decode steps). Columns: start_ns, end_ns (GPU
 // timestamps), grid_x, block_x, graph_id (0 outside graphs), name (demangled).
+// Beside it, in the same clock, the host's CUDA runtime calls (what the host did while the GPU waited: a
+// synchronisation, an allocation, a stretch of launches): the file with .api.tsv for .tsv (or .api.tsv
+// appended), the last 2 × DELTABIT_TIMELINE_LAST of them; columns start_ns, end_ns, thread, name.
 #include <cupti.h>
 #include <cxxabi.h>
 
@@ -31,8 +34,14 @@ struct KernelRecord {
     const char* name;  // owned by CUPTI, shared by every record of the kernel
 };
 
+struct ApiRecord {
+    uint64_t start, end;
+    uint32_t thread, cbid;
+};
+
 std::mutex records_mutex;
 std::vector<KernelRecord> records;
+std::vector<ApiRecord> api_records;
 
 void check(CUptiResult status, const char* what) {
     if (status == CUPTI_SUCCESS) return;
@@ -52,6 +61,11 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
     CUpti_Activity* record = nullptr;
     std::lock_guard<std::mutex> lock(records_mutex);
     while (cuptiActivityGetNextRecord(buffer, valid, &record) == CUPTI_SUCCESS) {
+        if (record->kind == CUPTI_ACTIVITY_KIND_RUNTIME) {
+            const auto* a = reinterpret_cast<const CUpti_ActivityAPI*>(record);
+            api_records.push_back({a->start, a->end, a->threadId, uint32_t(a->cbid)});
+            continue;
+        }
         if (record->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) continue;
         const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(record);
         records.push_back({k->start, k->end, uint32_t(k->gridX), uint32_t(k->blockX), k->graphId, k->name});
@@ -68,6 +82,35 @@ std::string demangled(const char* name) {
     for (char& c : out)
         if (c == '\t' || c == '\n') c = ' ';
     return out;
+}
+
+std::string api_path(const std::string& kernels_path) {
+    const std::string suffix = ".tsv";
+    if (kernels_path.size() > suffix.size() && kernels_path.ends_with(suffix))
+        return kernels_path.substr(0, kernels_path.size() - suffix.size()) + ".api.tsv";
+    return kernels_path + ".api.tsv";
+}
+
+// The runtime calls of the kept kernels' time and after: the last 2 × `last`, at most.
+void write_api_calls(const std::string& path, size_t last) {
+    std::sort(api_records.begin(), api_records.end(), [](const ApiRecord& a, const ApiRecord& b) { return a.start < b.start; });
+    const size_t first = api_records.size() > 2 * last ? api_records.size() - 2 * last : 0;
+    FILE* f = std::fopen(path.c_str(), "w");
+    if (f == nullptr) {
+        std::perror("deltabit timeline: open the runtime-call output");
+        return;
+    }
+    std::fprintf(f, "start_ns\tend_ns\tthread\tname\n");
+    for (size_t i = first; i < api_records.size(); ++i) {
+        const ApiRecord& r = api_records[i];
+        const char* name = nullptr;
+        if (cuptiGetCallbackName(CUPTI_CB_DOMAIN_RUNTIME_API, r.cbid, &name) != CUPTI_SUCCESS || name == nullptr)
+            name = "?";
+        std::fprintf(f, "%llu\t%llu\t%u\t%s\n", (unsigned long long)r.start, (unsigned long long)r.end, r.thread, name);
+    }
+    std::fclose(f);
+    std::fprintf(stderr, "deltabit timeline: %zu of %zu runtime calls written to %s\n", api_records.size() - first,
+                 api_records.size(), path.c_str());
 }
 
 void write_timeline() {
@@ -95,6 +138,7 @@ void write_timeline() {
     std::fclose(f);
     std::fprintf(stderr, "deltabit timeline: %zu of %zu kernels written to %s\n", records.size() - first, records.size(),
                  path != nullptr ? path : "deltabit_timeline.tsv");
+    write_api_calls(api_path(path != nullptr ? path : "deltabit_timeline.tsv"), last);
 }
 
 }  // namespace
@@ -103,6 +147,7 @@ void write_timeline() {
 extern "C" int InitializeInjection(void) {
     check(cuptiActivityRegisterCallbacks(buffer_requested, buffer_completed), "register callbacks");
     check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL), "enable kernel activity");
+    check(cuptiActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME), "enable runtime-call activity");
     std::atexit(write_timeline);
     return 1;
 }
