@@ -105,6 +105,7 @@ def host_windows(all_calls, chosen, api):
         begin = ends[starts[i - 1]] if i > 0 else None
         lower = begin if begin is not None else first_kernel - 1_000_000_000
         names = collections.defaultdict(lambda: [0, 0])
+        longest = []  # (time inside the window, name, start)
         covered, frontier = 0, None
         for s, e, name in api:
             if s >= end:
@@ -116,11 +117,13 @@ def host_windows(all_calls, chosen, api):
                 begin = lo
             names[name][0] += 1
             names[name][1] += hi - lo
+            longest.append((hi - lo, name, lo))
             frontier = lo if frontier is None else max(frontier, lo)
             covered += max(0, hi - frontier)
             frontier = max(frontier, hi)
         begin = lower if begin is None else begin
-        out.append((end - begin, max(0, first_kernel - begin), end - begin - covered, names))
+        longest = [(t, name, lo - begin) for t, name, lo in sorted(longest, reverse=True)[:5]]
+        out.append((end - begin, max(0, first_kernel - begin), end - begin - covered, names, longest))
     return out
 
 
@@ -131,7 +134,7 @@ def print_host(windows, n):
     print(f"host, per call: window median {window:.1f} µs (the previous call's last kernel to this call's last), "
           f"of which before its first kernel {before:.1f} µs, in no runtime call {outside:.1f} µs")
     totals = collections.defaultdict(lambda: [0, 0])
-    for _, _, _, names in windows:
+    for _, _, _, names, _ in windows:
         for name, (count, t) in names.items():
             totals[name][0] += count
             totals[name][1] += t
@@ -140,6 +143,9 @@ def print_host(windows, n):
         if t / n < 0.005 * window * 1e3:
             continue
         print(f"{count / n:8.1f} {t / count / 1e3:8.2f} {t / n / 1e3:10.1f} {100 * t / n / (window * 1e3):5.1f}%  {name}")
+    _, before_last, _, _, longest = windows[-1]
+    print(f"the last call's longest runtime calls (its first kernel at +{before_last / 1e3:.1f} µs): " +
+          ", ".join(f"{name} {t / 1e3:.1f} µs at +{at / 1e3:.1f}" for t, name, at in longest))
 
 
 def main():

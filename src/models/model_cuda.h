@@ -195,6 +195,7 @@ struct CudaDecodeStats {
     int64_t eager_steps = 0;      // T = 1 steps launched kernel by kernel (first step, MoE, graphs off)
     int64_t prompt_chunks = 0;    // T > 1 calls are cut into chunks of at most kPromptChunk tokens
     int64_t arena_allocations = 0;  // cudaMalloc calls of the scratch arenas, ever
+    size_t prompt_arena_bytes = 0, decode_arena_bytes = 0;  // their buffers now (overflow not counted)
     bool folded_seams = false;      // the last T = 1 step enqueued folded its seams (set_seam_folding)
     int64_t step_kernels = 0;       // kernels in the last captured decode graph (one step's launch chain)
 };

@@ -8,13 +8,17 @@
 //            padded to ≡ 4 words mod 32 so that 8 lanes' loads fall in distinct banks);
 //   softmax  4 lanes per row: tile max, m_new = max(m, tile max), p = e^{s − m_new}, l ← l·e^{m − m_new} + Σp;
 //   P V      8 rows × 4·kChunks dims per thread, acc ← acc·e^{m − m_new} + Σ_j p_j v_j.
-// out = acc / l (· sigmoid(gate)). All fp32, as the decode kernel (ops/attention_cuda.cu).
+// out = acc / l (· sigmoid(gate)). All fp32, as the decode kernel (ops/attention_cuda.cu). Keys and values
+// are read as f32 or, from a half cache (attention_prefill_half_cache), as f16 widened exactly to f32 on
+// their way into shared memory: the rest of the kernel is the same.
 //
 // Grid: (kv head, query tile) items, longest rows first (a tile late in the prompt sees the most keys),
 // grid-stride, so any T and n_past run; nothing in a launch grows with the context but the loop.
 #include <algorithm>
 #include <cmath>
 #include <string>
+
+#include <cuda_fp16.h>
 
 #include "ops/cuda_launch.h"
 #include "ops/cuda_math.cuh"
@@ -31,8 +35,8 @@ constexpr int kScoreRow = kKeys + 1;
 
 struct PrefillArgs {
     const float* q;
-    const float* k;
-    const float* v;
+    const void* k;  // float, or __half with kHalfKv
+    const void* v;
     const float* gate;
     float* out;
     int64_t n_tokens, n_past, n_head, n_kv_head, head_dim;
@@ -50,8 +54,26 @@ size_t smem_bytes(int64_t head_dim) {
     return size_t(kRows * row + kKeys * row + kKeys * dim4 + kRows * kScoreRow + 3 * kRows) * sizeof(float);
 }
 
+// Element i of a key or value array as f32; four of them from i (16-byte / 8-byte aligned) at once.
+template <bool kHalfKv>
+__device__ __forceinline__ float kv_at(const void* p, int64_t i) {
+    if constexpr (kHalfKv) return __half2float(static_cast<const __half*>(p)[i]);
+    else return static_cast<const float*>(p)[i];
+}
+template <bool kHalfKv>
+__device__ __forceinline__ float4 kv_at4(const void* p, int64_t i) {
+    if constexpr (kHalfKv) {
+        const uint2 raw = *reinterpret_cast<const uint2*>(static_cast<const __half*>(p) + i);
+        const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&raw.x));
+        const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&raw.y));
+        return make_float4(lo.x, lo.y, hi.x, hi.y);
+    } else {
+        return *reinterpret_cast<const float4*>(static_cast<const float*>(p) + i);
+    }
+}
+
 // kChunks: float4 chunks of dims per lane in P V (dims 4·lane + 128·u), head_dim ≤ 128·kChunks.
-template <int kChunks>
+template <int kChunks, bool kHalfKv>
 __global__ void __launch_bounds__(kThreads) attention_prefill_kernel(PrefillArgs a) {
     extern __shared__ __align__(16) float smem[];
     float* q_s = smem;                       // [64][row]  q · scale, zero past head_dim and for idle rows
@@ -66,7 +88,7 @@ __global__ void __launch_bounds__(kThreads) attention_prefill_kernel(PrefillArgs
     const int64_t d = a.head_dim;
     const int64_t q_tiles = (a.n_tokens + a.positions - 1) / a.positions;
     const int64_t n_keys_all = a.n_past + a.n_tokens;
-    const bool vec_rows = (d & 3) == 0;  // rows of k, v 16-byte aligned: float4 loads
+    const bool vec_rows = (d & 3) == 0;  // rows of k, v 16-byte (half: 8-byte) aligned: 4-element loads
 
     for (int64_t item = blockIdx.x; item < a.n_kv_head * q_tiles; item += gridDim.x) {
         const int64_t kvh = item % a.n_kv_head;
@@ -103,14 +125,14 @@ __global__ void __launch_bounds__(kThreads) attention_prefill_kernel(PrefillArgs
                 if (p < n_keys_all) {
                     const int64_t base = (p * a.n_kv_head + kvh) * d;
                     if (vec_rows) {
-                        kv = *reinterpret_cast<const float4*>(a.k + base + x);
-                        vv = *reinterpret_cast<const float4*>(a.v + base + x);
+                        kv = kv_at4<kHalfKv>(a.k, base + x);
+                        vv = kv_at4<kHalfKv>(a.v, base + x);
                     } else {
                         float kf[4], vf[4];
 #pragma unroll
                         for (int c = 0; c < 4; ++c) {
-                            kf[c] = x + c < d ? a.k[base + x + c] : 0.0f;
-                            vf[c] = x + c < d ? a.v[base + x + c] : 0.0f;
+                            kf[c] = x + c < d ? kv_at<kHalfKv>(a.k, base + x + c) : 0.0f;
+                            vf[c] = x + c < d ? kv_at<kHalfKv>(a.v, base + x + c) : 0.0f;
                         }
                         kv = make_float4(kf[0], kf[1], kf[2], kf[3]);
                         vv = make_float4(vf[0], vf[1], vf[2], vf[3]);
@@ -236,8 +258,11 @@ __global__ void __launch_bounds__(kThreads) attention_prefill_kernel(PrefillArgs
 
 }  // namespace
 
-void attention_prefill(const float* q, const float* k, const float* v, const float* gate, const AttentionDims& dims,
-                       float* out, cudaStream_t stream, int64_t max_blocks) {
+namespace {
+
+template <bool kHalfKv>
+void run_attention_prefill(const float* q, const void* k, const void* v, const float* gate, const AttentionDims& dims,
+                           float* out, cudaStream_t stream, int64_t max_blocks) {
     if (dims.head_dim <= 0 || dims.head_dim > kAttentionPrefillMaxHeadDim || dims.n_kv_head <= 0 ||
         dims.n_head % dims.n_kv_head != 0 || dims.n_head / dims.n_kv_head > kRows || dims.n_past < 0) {
         fail_message("attention_prefill (cuda): head_dim " + std::to_string(dims.head_dim) + " (at most " +
@@ -248,9 +273,11 @@ void attention_prefill(const float* q, const float* k, const float* v, const flo
     if (dims.n_tokens <= 0 || dims.n_head <= 0) return;
     static const bool attributes_set = [] {
         const int most = int(smem_bytes(kAttentionPrefillMaxHeadDim));
-        cuda_check(cudaFuncSetAttribute(attention_prefill_kernel<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, most),
+        cuda_check(cudaFuncSetAttribute(attention_prefill_kernel<1, kHalfKv>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        most),
                    "attention prefill shared memory");
-        cuda_check(cudaFuncSetAttribute(attention_prefill_kernel<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, most),
+        cuda_check(cudaFuncSetAttribute(attention_prefill_kernel<2, kHalfKv>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        most),
                    "attention prefill shared memory");
         return true;
     }();
@@ -275,10 +302,22 @@ void attention_prefill(const float* q, const float* k, const float* v, const flo
     const size_t smem = smem_bytes(dims.head_dim);
     const unsigned blocks = max_blocks > 0 ? unsigned(std::min(items, max_blocks)) : grid_blocks(items);
     if (dims.head_dim <= 128)
-        attention_prefill_kernel<1><<<blocks, kThreads, smem, stream>>>(args);
+        attention_prefill_kernel<1, kHalfKv><<<blocks, kThreads, smem, stream>>>(args);
     else
-        attention_prefill_kernel<2><<<blocks, kThreads, smem, stream>>>(args);
+        attention_prefill_kernel<2, kHalfKv><<<blocks, kThreads, smem, stream>>>(args);
     cuda_check_launch("attention_prefill_kernel");
+}
+
+}  // namespace
+
+void attention_prefill(const float* q, const float* k, const float* v, const float* gate, const AttentionDims& dims,
+                       float* out, cudaStream_t stream, int64_t max_blocks) {
+    run_attention_prefill<false>(q, k, v, gate, dims, out, stream, max_blocks);
+}
+
+void attention_prefill_half_cache(const float* q, const uint16_t* k, const uint16_t* v, const float* gate,
+                                  const AttentionDims& dims, float* out, cudaStream_t stream, int64_t max_blocks) {
+    run_attention_prefill<true>(q, k, v, gate, dims, out, stream, max_blocks);
 }
 
 }  // namespace deltabit::cuda

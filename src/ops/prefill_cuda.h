@@ -123,5 +123,10 @@ inline constexpr int64_t kAttentionPrefillMaxHeadDim = 256;
 // `max_blocks` (0 = the grid cap) lets tests force blocks to walk several items.
 void attention_prefill(const float* q, const float* k, const float* v, const float* gate, const AttentionDims& dims,
                        float* out, cudaStream_t stream, int64_t max_blocks = 0);
+// The same over a half (f16) KV cache, [position][n_kv_head][head_dim] binary16, the chunk's own keys and
+// values already stored in it: each element widened exactly to f32 as it is read, so y is attention_prefill's
+// on the widened cache bit for bit.
+void attention_prefill_half_cache(const float* q, const uint16_t* k, const uint16_t* v, const float* gate,
+                                  const AttentionDims& dims, float* out, cudaStream_t stream, int64_t max_blocks = 0);
 
 }  // namespace deltabit::cuda

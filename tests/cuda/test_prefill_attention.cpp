@@ -2,16 +2,20 @@
 // CPU reference (cpu::attention): hostile shapes (head_dim off the 4-float and warp edges, GQA groups
 // that do not divide the 64 rows of a block, the gate on and off, large scores that make the online
 // softmax rescale, n_past > 0), Qwen3.5-27B's geometry (24 query heads on 4 kv heads, head_dim 256),
-// a continuation 70 000 positions deep, and blocks forced to walk many (kv head, query tile) items.
+// a continuation 70 000 positions deep, and blocks forced to walk many (kv head, query tile) items. Each
+// case also runs from a half cache (attention_prefill_half_cache), which must give the f32 kernel's output
+// on the rounded keys and values bit for bit.
 // Skips cleanly without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "core/half.h"
 #include "ops/attention.h"
 #include "ops/op_parity.h"
 
@@ -123,6 +127,25 @@ void check_attention(const Case& c, uint32_t seed, int64_t max_blocks = 0) {
     const std::vector<double> want_d = to_double(want);
     const std::vector<double> tol = attention_tolerance(c, q, k, v, want_d);
     expect_within(dout.download(what), want_d, [&](size_t i) { return tol[i]; }, what);
+
+    // From a half cache: the f32 kernel's output on the same keys and values rounded to binary16, bit for bit.
+    std::vector<uint16_t> k_half(k.size()), v_half(v.size());
+    std::vector<float> k_rounded(k.size()), v_rounded(v.size());
+    for (size_t i = 0; i < k.size(); ++i) {
+        k_half[i] = float_to_half(k[i]), v_half[i] = float_to_half(v[i]);
+        k_rounded[i] = half_to_float(k_half[i]), v_rounded[i] = half_to_float(v_half[i]);
+    }
+    GuardedDeviceArray<uint16_t> dk_half(k_half), dv_half(v_half);
+    GuardedDeviceArray<float> dk_rounded(k_rounded), dv_rounded(v_rounded), dout_half(q.size()), dout_rounded(q.size());
+    cuda::attention_prefill_half_cache(dq.get(), dk_half.get(), dv_half.get(), c.gate ? dgate.get() : nullptr, dims,
+                                       dout_half.get(), nullptr, max_blocks);
+    cuda::attention_prefill(dq.get(), dk_rounded.get(), dv_rounded.get(), c.gate ? dgate.get() : nullptr, dims,
+                            dout_rounded.get(), nullptr, max_blocks);
+    const std::vector<float> got_half = dout_half.download(what + " half cache");
+    const std::vector<float> got_rounded = dout_rounded.download(what + " rounded f32 cache");
+    for (size_t i = 0; i < got_half.size(); ++i)
+        ASSERT_EQ(std::bit_cast<uint32_t>(got_half[i]), std::bit_cast<uint32_t>(got_rounded[i]))
+            << what << ": half-cache output " << i << " differs from the f32 kernel's on the rounded cache";
 }
 
 TEST(PrefillAttention, HostileShapes) {

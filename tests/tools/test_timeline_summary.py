@@ -126,6 +126,7 @@ class TimelineSummaryTest(unittest.TestCase):
         self.assertIn("window median 1000.0 µs", out)
         self.assertIn("before its first kernel 900.0 µs", out)
         self.assertIn("in no runtime call 590.0 µs", out)  # 1000 − 400 − 2 × 5
+        self.assertIn("longest runtime calls (its first kernel at +900.0 µs): cudaStreamSynchronize 400.0 µs at +400.0", out)
         lines = {line.split("  ")[-1].strip(): line for line in out.splitlines() if line.endswith(("Synchronize", "Kernel"))}
         self.assertRegex(lines["cudaStreamSynchronize"], r"1\.0\s+400\.00\s+400\.0\s+40\.0%")
         self.assertRegex(lines["cudaLaunchKernel"], r"2\.0\s+5\.00\s+10\.0\s+1\.0%")
