@@ -9,6 +9,7 @@
 //      rate measured on this workplace's machines (769–798 TFLOP/s, 8192³ bf16 products through
 //      PyTorch: .library/device/KINDS.md; 790 used). Then the whole model's matmuls at pp512 (64
 //      layers: 48 DeltaNet, 16 attention, every FFN, the LM head) as one figure.
+//   1b. The warp-specialised tile's stage rings on Bonsai-27B and Bonsai-4B matrices, beside the other tiles.
 //   2. Prompt lengths T = 1 .. 64: T decode GEMVs (quantise + GEMV per token) against one GEMM (quantise
 //      rows + GEMM) — where kGemmMinTokens comes from. Weights rotate over copies ≥ 3× the L2, as in a
 //      real forward pass where each matrix is read once.
@@ -34,6 +35,11 @@
 //      ffn_gate/up 413 (456), ffn_down 538 (569), lm_head 4733 (5544); whole model 138.6 ms, 189 TFLOP/s
 //      (24.0%) with the automatic choice (was 146.9). ncu: 8 warps an SM (255 registers), 6 cycles between a
 //      warp's instructions, ~600 instructions a warp per k-tile: latency-bound, the tensor cores mostly idle.
+//      2026-12-02, the ws column (warp-specialised tile, now the automatic choice), µs: ssm_qkv 141.6,
+//      ssm_gate 95.1, ssm_out 113.4, attn_q+gate 140.6, attn_k/v 48.0 (m16: 63.4), attn_out 114.2,
+//      ffn_gate/up 236.1, ffn_down 302.4, lm_head 2628.8 (495 TFLOP/s); whole model 79.96 ms, 328 TFLOP/s
+//      (41.5%). Section 1b (stage rings, µs, default 8 stages with copies arriving): ffn_gate/up 233.5,
+//      lm_head 2541.5; Bonsai-4B ffn_gate/up 74.6, lm_head 828.1 (m64 143.1 / 1788.8).
 //   2. GEMM faster than T decode GEMVs from T = 6 (10240 × 5120), 8 (17408 × 5120), 12 (5120 × 17408);
 //      the m16 tile costs 34 / 57 / 86 µs at any T ≤ 16 for these, the GEMV 6.7 / 8.7 / 10.6 µs a token.
 //   3. Delta rule T = 512: recurrent 428 µs (94 GB/s, 2.2% of copy), chunked 321 µs (125 GB/s, 2.9%),
@@ -214,6 +220,29 @@ constexpr MatrixShape kModelShapes[] = {
     {"lm_head", 248320, 5120, 1},
 };
 
+// One matrix's GEMM at T tokens: its weights, activations quantised once, and a tile's time per call.
+struct GemmCase {
+    RotatingWeights w;
+    DeviceBuffer x, y;
+    ActivationRowsScratch scratch;
+    QuantizedActivationRows xq;
+    double flops;
+    int calls;  // per timed graph: ~2 ms of work at 300 TFLOP/s
+    GemmCase(const MatrixShape& s, int64_t T, cudaStream_t stream)
+        : w(DType::Q1_0, s.n, s.k, 0, false),
+          x(upload(random_floats(size_t(T * s.k), 7, -1.0f, 1.0f))),
+          y(size_t(T * s.n) * sizeof(float)),
+          scratch(T, s.k),
+          xq(scratch.view(T, s.k)),
+          flops(2.0 * double(T) * double(s.n) * double(s.k)),
+          calls(int(std::clamp(2e-3 / (flops / 300e12), 3.0, 200.0))) {
+        quantize_activation_rows(x.get<float>(), xq, stream);
+    }
+    double tile_us(Timer& timer, cudaStream_t stream, GemmTile tile) {
+        return timer.graph_us(stream, calls, [&](int) { gemm_quantized(xq, w.view(0), y.get<float>(), stream, tile); });
+    }
+};
+
 void bench_gemm(cudaStream_t stream, Timer& timer) {
     const int64_t T = 512;
     std::printf("\n== 1. Q1_0 GEMM, T = %lld (pp%lld); TFLOP/s = 2·T·N·K / time; %% of %.0f TFLOP/s dense bf16\n",
@@ -222,17 +251,9 @@ void bench_gemm(cudaStream_t stream, Timer& timer) {
                 "m64 us", "m128 us", "wgmma us", "ws us", "auto", "us", "TFLOP/s", "%", "+quant us");
     double model_flops = 0, model_us = 0;
     for (const MatrixShape& s : kModelShapes) {
-        RotatingWeights w(DType::Q1_0, s.n, s.k, 0, false);
-        const std::vector<float> x_host = random_floats(size_t(T * s.k), 7, -1.0f, 1.0f);
-        DeviceBuffer x = upload(x_host), y(size_t(T * s.n) * sizeof(float));
-        const ActivationRowsScratch scratch(T, s.k);
-        const QuantizedActivationRows xq = scratch.view(T, s.k);
-        quantize_activation_rows(x.get<float>(), xq, stream);
-        const double flops = 2.0 * double(T) * double(s.n) * double(s.k);
-        const int calls = int(std::clamp(2e-3 / (flops / 300e12), 3.0, 200.0));
-        auto time_tile = [&](GemmTile tile) {
-            return timer.graph_us(stream, calls, [&](int) { gemm_quantized(xq, w.view(0), y.get<float>(), stream, tile); });
-        };
+        GemmCase g(s, T, stream);
+        auto& [w, x, y, scratch, xq, flops, calls] = g;
+        auto time_tile = [&](GemmTile tile) { return g.tile_us(timer, stream, tile); };
         const double us16 = time_tile(GemmTile::m16_n64), us64 = time_tile(GemmTile::m64_n128),
                      us128 = time_tile(GemmTile::m128_n128), us_auto = time_tile(GemmTile::automatic);
         const bool wgmma = gemm_tile_supported(GemmTile::wgmma_m128_n128, DType::Q1_0);
@@ -280,23 +301,15 @@ void bench_ws_pipelines(cudaStream_t stream, Timer& timer) {
         {"4b ffn_down", 2560, 9728, 0},    {"4b lm_head", 151936, 2560, 0},
     };
     for (const MatrixShape& s : shapes) {
-        RotatingWeights w(DType::Q1_0, s.n, s.k, 0, false);
-        DeviceBuffer x = upload(random_floats(size_t(T * s.k), 7, -1.0f, 1.0f)), y(size_t(T * s.n) * sizeof(float));
-        const ActivationRowsScratch scratch(T, s.k);
-        const QuantizedActivationRows xq = scratch.view(T, s.k);
-        quantize_activation_rows(x.get<float>(), xq, stream);
-        const double flops = 2.0 * double(T) * double(s.n) * double(s.k);
-        const int calls = int(std::clamp(2e-3 / (flops / 300e12), 3.0, 200.0));
-        auto time_tile = [&](GemmTile tile) {
-            return timer.graph_us(stream, calls, [&](int) { gemm_quantized(xq, w.view(0), y.get<float>(), stream, tile); });
-        };
+        GemmCase g(s, T, stream);
         std::printf("%-18s %7lld %6lld | %8.1f %8.1f %8.1f |", s.name, (long long)s.n, (long long)s.k,
-                    time_tile(GemmTile::m16_n64), time_tile(GemmTile::m64_n128), time_tile(GemmTile::wgmma_m128_n128));
+                    g.tile_us(timer, stream, GemmTile::m16_n64), g.tile_us(timer, stream, GemmTile::m64_n128),
+                    g.tile_us(timer, stream, GemmTile::wgmma_m128_n128));
         for (int p = 0; p < pipelines; ++p)
-            std::printf(" %8.1f", timer.graph_us(stream, calls, [&](int) {
-                detail::gemm_q1_0_wgmma_ws(xq, w.view(0), y.get<float>(), stream, 0, p);
+            std::printf(" %8.1f", timer.graph_us(stream, g.calls, [&](int) {
+                detail::gemm_q1_0_wgmma_ws(g.xq, g.w.view(0), g.y.get<float>(), stream, 0, p);
             }));
-        std::printf(" | %-18s\n", gemm_tile_name(gemm_quantized(xq, w.view(0), y.get<float>(), stream).tile));
+        std::printf(" | %-18s\n", gemm_tile_name(gemm_quantized(g.xq, g.w.view(0), g.y.get<float>(), stream).tile));
     }
 }
 

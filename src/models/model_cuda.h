@@ -165,9 +165,13 @@ private:
 
 // Device memory for the intermediates of forward calls of one shape class, reused by every call and
 // every layer: a bump allocator over one buffer. A call that needs more than the buffer holds gets the
-// excess from extra allocations and records how much it used; the next call (after the stream has
-// drained) replaces the buffer by one of that size. So a shape class allocates once (or a few times while
-// the longest chunk is first seen) and never again — steady state is zero cudaMalloc/cudaFree.
+// excess from overflow slabs and records how much it used; the next call (after the stream has drained)
+// replaces the buffer by one of that size. So a shape class allocates once (or a few times while the
+// longest chunk is first seen) and never again — steady state is zero cudaMalloc/cudaFree.
+// A slab holds the arena's offsets from where it begins, so rewinding reuses it as it reuses the buffer,
+// and each new one is at least as large as the offsets below it: a call that outgrows the buffer many
+// times over makes a few cudaMallocs, not one per intermediate (H200, Bonsai-27B: the first 512-token
+// prompt after 64-token ones made ~1700, and freeing them cost the next call ~70 ms).
 class DeviceArena {
 public:
     void* alloc(size_t bytes);
@@ -181,8 +185,12 @@ public:
     size_t capacity() const { return buffer_.bytes(); }
 
 private:
+    struct Slab {
+        cuda::DeviceBuffer memory;
+        size_t begin = 0;  // the arena offset of its first byte
+    };
     cuda::DeviceBuffer buffer_;
-    std::vector<cuda::DeviceBuffer> overflow_;
+    std::vector<Slab> overflow_;
     size_t used_ = 0, high_water_ = 0;
     int64_t allocations_ = 0;
 };

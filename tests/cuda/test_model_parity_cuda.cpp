@@ -241,12 +241,15 @@ TEST_P(ModelParityCuda, PromptAcrossCallChunksMatchesCpu) {
     const std::vector<float> cpu_next = cpu.forward(cpu_state, std::span(&next, 1));
 
     // Per position: its worst |Δlogit|, and the argmax rule where the CPU's margin is decisive. The rule
-    // rests on |Δ| ≤ tolerance; on the binary fixtures that does not hold at every position (the header: an
-    // int8 code flipped by fp32-vs-double rounding moves a logit by more, and on these 1100 random tokens the
-    // first H200 run found qwen3_5_moe_binary off by 1.07 (14× the tolerance) at position 274 and 0.85 at 518,
-    // every other position within it — a router's near-tie, at positions on both sides of a seam). There the
-    // rule is checked where the premise holds, and what a seam that lost state would do — put every position
-    // after it off — is asserted instead: at most 1% of a chunk's positions beyond the tolerance.
+    // rests on |Δ| ≤ tolerance, which on the binary fixtures does not hold everywhere (the header: an int8
+    // code flipped by fp32-vs-double rounding moves logits by more). On these 1100 random tokens the first
+    // H200 runs (2026-12-02) found qwen3_5_moe_binary off by 1.07 (14× the tolerance) at position 274 — in
+    // the first chunk, before any seam — and 0.85 at 518, every other position within it, and its argmax
+    // differing at one decisive position; qwen3_binary had 917, qwen3_next_binary 232 and qwen3_5_binary 12
+    // positions beyond the tolerance (2–3% of max|logit|, as in the fixtures' own prompts), no argmax
+    // differing where |Δ| is within it. So on the binary fixtures the rule is checked where its premise
+    // holds. The seams themselves are held to the float fixtures' bound, which covers all five
+    // architectures: a seam that lost state moves every position after it there, far past 1e-4.
     auto position_diff = [&](const float* g, const float* c) {
         double d = 0;
         for (int64_t v = 0; v < f.vocab; ++v) d = std::max(d, std::abs(double(g[v]) - c[v]));
@@ -276,7 +279,6 @@ TEST_P(ModelParityCuda, PromptAcrossCallChunksMatchesCpu) {
         }
         std::printf("[ model cuda ] %-22s   chunk from %4lld: max|dlogit| %.3e at position %lld, %lld positions over the "
                     "tolerance %.3e\n", f.name.c_str(), (long long)first, worst, (long long)worst_at, (long long)over, tolerance);
-        if (binary) EXPECT_LE(over, (end - first) / 100) << "chunk from " << first << ": positions beyond the tolerance";
     }
     std::printf("[ model cuda ] %-22s %lld-token prompt in %lld-token calls: max|dlogit| vs cpu %.3e (%.2e of max|logit|); "
                 "%lld positions beyond the tolerance; argmax differs at %lld of %lld decisive positions\n",
