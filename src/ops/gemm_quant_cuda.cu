@@ -452,10 +452,26 @@ double wave_efficiency(int64_t tiles, const TilePlan& p, int sms) {
 }
 
 // DELTABIT_GEMM_WS=0: the automatic choice never takes the warp-specialised tile (for measuring what it
-// brings: docs/bench.md).
+// brings: docs/bench.md). DELTABIT_GEMM_WS_NARROW=1: it takes its 16-, 32- and 64-token tiles for short
+// prompts (an experiment, not yet run on a GPU).
 bool warp_specialised_gemm() {
     static const bool on = env_switch("DELTABIT_GEMM_WS", true);
     return on;
+}
+bool narrow_warp_specialised_gemm() {
+    static const bool on = env_switch("DELTABIT_GEMM_WS_NARROW", false);
+    return on;
+}
+
+// Tokens a tile of a warp-specialised tile, 0 for the others.
+int ws_tokens_per_tile(GemmTile t) {
+    switch (t) {
+        case GemmTile::wgmma_ws_m128_n128: return 128;
+        case GemmTile::wgmma_ws_m64_n128: return 64;
+        case GemmTile::wgmma_ws_m32_n128: return 32;
+        case GemmTile::wgmma_ws_m16_n128: return 16;
+        default: return 0;
+    }
 }
 
 template <DType T>
@@ -474,8 +490,12 @@ GemmLaunchReport run_gemm(const QuantizedActivationRows& x, const GemvWeightView
         // warpgroup tile on every Bonsai-27B matrix of ≥ 1024 rows, even at 32 tiles for 132 SMs; at 48 rows
         // m16 was twice as fast).
         const TilePlan mid = TileSet<T>::plan(GemmTile::m64_n128);
-        if (T == DType::Q1_0 && x.rows > 16 && w.rows >= 256 && detail::wgmma_gemm_available() &&
-            warp_specialised_gemm()) {
+        const bool ws = T == DType::Q1_0 && w.rows >= 256 && detail::wgmma_gemm_available() && warp_specialised_gemm();
+        if (ws && x.rows <= 64 && narrow_warp_specialised_gemm()) {
+            tile = x.rows <= 16 ? GemmTile::wgmma_ws_m16_n128
+                   : x.rows <= 32 ? GemmTile::wgmma_ws_m32_n128
+                                  : GemmTile::wgmma_ws_m64_n128;
+        } else if (ws && x.rows > 16) {
             tile = GemmTile::wgmma_ws_m128_n128;
         } else if (x.rows <= 16 || ceil_div(x.rows, mid.bm) * ceil_div(w.rows, mid.bn) < limits.sms) {
             tile = GemmTile::m16_n64;
@@ -493,10 +513,11 @@ GemmLaunchReport run_gemm(const QuantizedActivationRows& x, const GemvWeightView
                 tile = GemmTile::wgmma_m128_n128;
         }
     }
-    if (tile == GemmTile::wgmma_m128_n128 || tile == GemmTile::wgmma_ws_m128_n128) {
-        const detail::WgmmaGemmLaunch launch = tile == GemmTile::wgmma_m128_n128
-                                                   ? detail::gemm_q1_0_wgmma(x, w, y, stream, max_blocks)
-                                                   : detail::gemm_q1_0_wgmma_ws(x, w, y, stream, max_blocks);
+    if (tile == GemmTile::wgmma_m128_n128 || ws_tokens_per_tile(tile) > 0) {
+        const detail::WgmmaGemmLaunch launch =
+            tile == GemmTile::wgmma_m128_n128
+                ? detail::gemm_q1_0_wgmma(x, w, y, stream, max_blocks)
+                : detail::gemm_q1_0_wgmma_ws(x, w, y, stream, max_blocks, -1, ws_tokens_per_tile(tile));
         return GemmLaunchReport{tile, launch.tiles, launch.blocks};
     }
     const TilePlan p = TileSet<T>::plan(tile);
@@ -524,12 +545,15 @@ const char* gemm_tile_name(GemmTile t) {
         case GemmTile::m128_n128: return "m128_n128";
         case GemmTile::wgmma_m128_n128: return "wgmma_m128_n128";
         case GemmTile::wgmma_ws_m128_n128: return "wgmma_ws_m128_n128";
+        case GemmTile::wgmma_ws_m64_n128: return "wgmma_ws_m64_n128";
+        case GemmTile::wgmma_ws_m32_n128: return "wgmma_ws_m32_n128";
+        case GemmTile::wgmma_ws_m16_n128: return "wgmma_ws_m16_n128";
         default: return "automatic";
     }
 }
 
 bool gemm_tile_supported(GemmTile tile, DType t) {
-    if (tile != GemmTile::wgmma_m128_n128 && tile != GemmTile::wgmma_ws_m128_n128) return true;
+    if (tile != GemmTile::wgmma_m128_n128 && ws_tokens_per_tile(tile) == 0) return true;
     return t == DType::Q1_0 && detail::wgmma_gemm_available();
 }
 

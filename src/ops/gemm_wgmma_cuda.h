@@ -29,9 +29,11 @@ WgmmaGemmLaunch gemm_q1_0_wgmma(const QuantizedActivationRows& x, const GemvWeig
 // experiment): a loading warpgroup and two computing ones, the weights the wgmma's register operand. Same
 // preconditions and the same y, bit for bit.
 // `pipeline` picks the depth of its stage ring and how copies are awaited (ws_pipeline_name; the benchmark
-// compares them); -1 is the default.
+// compares them); -1 is the default. `tokens_per_tile` 128 (GemmTile::wgmma_ws_m128_n128), or 64, 32, 16
+// (the narrower tiles for short prompts, each with its own ring; `pipeline` applies to 128 only).
 WgmmaGemmLaunch gemm_q1_0_wgmma_ws(const QuantizedActivationRows& x, const GemvWeightView& w, float* y,
-                                   cudaStream_t stream, int64_t max_blocks, int pipeline = -1);
+                                   cudaStream_t stream, int64_t max_blocks, int pipeline = -1,
+                                   int tokens_per_tile = 128);
 int ws_pipeline_count();
 std::string ws_pipeline_name(int pipeline);
 constexpr int kDefaultWsPipeline = 2;  // 8 stages, copies arrive (gemm_wgmma_ws_cuda.cu kPipelines)

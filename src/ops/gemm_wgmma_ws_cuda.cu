@@ -41,7 +41,9 @@ namespace deltabit::cuda::detail {
 
 namespace {
 
-constexpr int kBM = 128;  // tokens of a tile: the wgmma's N
+// Tokens of a tile, the wgmma's N: 128 (GemmTile::wgmma_ws_m128_n128), or 64, 32, 16 for short prompts
+// (wgmma_ws_m64_n128 .. m16_n128, an experiment: a 16-token tile reads each weight tile for 16 tokens, not
+// for 128 of which 112 are padding).
 constexpr int kBN = 128;  // weight rows of a tile: 2 consumers × the wgmma's M
 constexpr int kKTile = 128;  // one activation group = one Q1_0 scale group
 constexpr int kThreads = 384;
@@ -60,41 +62,52 @@ struct Pipeline {
 // faster than lag 3 on every Bonsai-27B and Bonsai-4B matrix at 6 and 8 stages, best at 8 (default).
 constexpr Pipeline kPipelines[] = {{6, 3}, {6, 0}, {8, 0}, {11, 0}};
 constexpr int kPipelineCount = int(sizeof(kPipelines) / sizeof(kPipelines[0]));
-constexpr int kXBytes = kBM * kKTile;
+// A stage: the x tile (BM tokens × 128 int8, core-matrix order), the codes of 128 weight rows, the tokens'
+// {scale, Σq}.
 constexpr int kCodeBytes = kBN * 16;
-constexpr int kMetaBytes = kBM * int(sizeof(ActivationGroupMeta));
-constexpr int kStageBytes = kXBytes + kCodeBytes + kMetaBytes;
-static_assert(kStageBytes % 128 == 0, "every stage's x tile starts 128-byte aligned");
-constexpr size_t smem_bytes(int stages) { return size_t(stages) * kStageBytes + 2 * size_t(stages) * sizeof(uint64_t); }
-static_assert(smem_bytes(11) <= 227 * 1024, "the deepest ring fits an SM's shared memory");
+constexpr int x_bytes(int bm) { return bm * kKTile; }
+constexpr int stage_bytes(int bm) { return x_bytes(bm) + kCodeBytes + bm * int(sizeof(ActivationGroupMeta)); }
+static_assert(stage_bytes(16) % 128 == 0 && stage_bytes(32) % 128 == 0 && stage_bytes(64) % 128 == 0 &&
+                  stage_bytes(128) % 128 == 0,
+              "every stage's x tile starts 128-byte aligned");
+constexpr size_t smem_bytes(int bm, int stages) {
+    return size_t(stages) * size_t(stage_bytes(bm)) + 2 * size_t(stages) * sizeof(uint64_t);
+}
+static_assert(smem_bytes(128, 11) <= 227 * 1024, "the deepest ring fits an SM's shared memory");
+// The narrower tiles' rings (copies arriving by themselves): deeper, as a stage holds less — about as many
+// weight bytes in flight per SM as 24 stages of codes (48 KB) — a 16-token tile streams weights.
+constexpr int narrow_stages(int bm) { return bm == 64 ? 12 : bm == 32 ? 16 : 24; }
+static_assert(smem_bytes(16, narrow_stages(16)) <= 227 * 1024 && smem_bytes(32, narrow_stages(32)) <= 227 * 1024 &&
+                  smem_bytes(64, narrow_stages(64)) <= 227 * 1024,
+              "the narrow rings fit an SM's shared memory");
 // The core-matrix layout's strides (ops/wgmma.cuh): next 16 bytes of K, next 8 rows.
 [[maybe_unused]] constexpr uint32_t kLeadingBytes = 128, kStrideBytes = 1024;
 static_assert(kKTile == kActivationGroup, "a k-tile is one activation group");
 
 #if defined(DELTABIT_WGMMA_COMPILED)
 
-template <int Stages>
-__device__ __forceinline__ uint8_t* stage_base(uint8_t* smem, int64_t i) { return smem + (i % Stages) * kStageBytes; }
+template <int BM, int Stages>
+__device__ __forceinline__ uint8_t* stage_base(uint8_t* smem, int64_t i) { return smem + (i % Stages) * stage_bytes(BM); }
 template <int Stages>
 __device__ __forceinline__ uint32_t stage_parity(int64_t i) { return uint32_t((i / Stages) & 1); }
 
 // Warpgroup 0: every k-tile of every tile of this block, in the consumers' order.
-template <int Stages, int Lag>
+template <int BM, int Stages, int Lag>
 __device__ void produce(const GemmArgs& a, uint8_t* smem, uint64_t* full, uint64_t* empty) {
     constexpr Pipeline P{Stages, Lag};
     const int p = int(threadIdx.x);  // 0 .. 127
     const int64_t x_row_bytes = int64_t(a.k_tiles) * kKTile;
     int64_t issued = 0;
     for (int64_t tile = blockIdx.x; tile < a.tiles; tile += gridDim.x) {
-        const int64_t m0 = (tile % a.m_tiles) * kBM, n0 = (tile / a.m_tiles) * kBN;
+        const int64_t m0 = (tile % a.m_tiles) * BM, n0 = (tile / a.m_tiles) * kBN;
         for (int kt = 0; kt < a.k_tiles; ++kt, ++issued) {
             // The stage's last use (issued − stages) handed back by all 8 consumer warps; on the ring's first
             // round this is the phase before the first, complete already.
             mbarrier_wait_parity(&empty[issued % P.stages], stage_parity<P.stages>(issued) ^ 1u);
-            uint8_t* st = stage_base<P.stages>(smem, issued);
+            uint8_t* st = stage_base<BM, P.stages>(smem, issued);
             // x: c → (row, chunk) with the row's low 3 bits fastest, 8 lanes filling one core matrix's 128 bytes.
 #pragma unroll
-            for (int i = 0; i < kBM * 8 / 128; ++i) {
+            for (int i = 0; i < BM * 8 / 128; ++i) {
                 const int c = p + i * 128;
                 const int row = (c & 7) + 8 * (c >> 6), chunk = (c >> 3) & 7;
                 const bool ok = m0 + row < a.m;
@@ -104,10 +117,13 @@ __device__ void produce(const GemmArgs& a, uint8_t* smem, uint64_t* full, uint64
             {  // the codes of weight row p, and the {scale, Σq} of token p
                 const int64_t byte = int64_t(kt) * 16;
                 const bool code_ok = n0 + p < a.n && byte < a.code_row_bytes;
-                cp_async16(st + kXBytes + p * 16, a.codes + (code_ok ? (n0 + p) * a.code_row_bytes + byte : 0), !code_ok);
-                const bool meta_ok = m0 + p < a.m;
-                cp_async8(st + kXBytes + kCodeBytes + p * int(sizeof(ActivationGroupMeta)),
-                          a.x_meta + (meta_ok ? (m0 + p) * a.k_tiles + kt : 0), !meta_ok);
+                cp_async16(st + x_bytes(BM) + p * 16, a.codes + (code_ok ? (n0 + p) * a.code_row_bytes + byte : 0),
+                           !code_ok);
+                if (p < BM) {
+                    const bool meta_ok = m0 + p < a.m;
+                    cp_async8(st + x_bytes(BM) + kCodeBytes + p * int(sizeof(ActivationGroupMeta)),
+                              a.x_meta + (meta_ok ? (m0 + p) * a.k_tiles + kt : 0), !meta_ok);
+                }
             }
             if constexpr (P.lag == 0) {
                 cp_async_mbarrier_arrive(&full[issued % P.stages]);
@@ -131,7 +147,7 @@ __device__ void produce(const GemmArgs& a, uint8_t* smem, uint64_t* full, uint64
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
 // Warpgroups 1 and 2: consumer c owns weight rows 64c .. 64c + 63 of each tile.
-template <int Stages, int Lag>
+template <int BM, int Stages, int Lag>
 __device__ void consume(const GemmArgs& a, uint8_t* smem, uint64_t* full, uint64_t* empty) {
     constexpr Pipeline P{Stages, Lag};
     const int c = int(threadIdx.x) / 128 - 1, wg_thread = int(threadIdx.x) % 128;
@@ -139,15 +155,15 @@ __device__ void consume(const GemmArgs& a, uint8_t* smem, uint64_t* full, uint64
     const int row_lo = 64 * c + 16 * warp + g, row_hi = row_lo + 8;  // this thread's weight rows in the tile
     int64_t consumed = 0;
     for (int64_t tile = blockIdx.x; tile < a.tiles; tile += gridDim.x) {
-        const int64_t m0 = (tile % a.m_tiles) * kBM, n0 = (tile / a.m_tiles) * kBN;
+        const int64_t m0 = (tile % a.m_tiles) * BM, n0 = (tile / a.m_tiles) * kBN;
         auto weight_scale = [&](int row, int kt) {
             return n0 + row < a.n && kt < a.k_tiles
                        ? __half2float(__ushort_as_half(__ldg(a.scales + (n0 + row) * a.scales_per_row + kt)))
                        : 0.0f;
         };
-        float acc[64];
+        float acc[BM / 2];
 #pragma unroll
-        for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+        for (int i = 0; i < BM / 2; ++i) acc[i] = 0.0f;
         float w_lo = weight_scale(row_lo, 0), w_hi = weight_scale(row_hi, 0);
         for (int kt = 0; kt < a.k_tiles; ++kt, ++consumed) {
             // The next k-tile's row scales, requested now: they arrive while this one is computed.
@@ -156,12 +172,12 @@ __device__ void consume(const GemmArgs& a, uint8_t* smem, uint64_t* full, uint64
             // Copies that arrived by themselves (lag 0) were written through the generic proxy and never
             // fenced by their thread: this thread, having acquired them, orders them before its wgmmas.
             if constexpr (P.lag == 0) fence_proxy_async_shared();
-            const uint8_t* st = stage_base<P.stages>(smem, consumed);
+            const uint8_t* st = stage_base<BM, P.stages>(smem, consumed);
 
             // A: k-step s is code word s of each row (weights 32s .. 32s + 31); the register layout of
             // wgmma_m64n128k32_s8_ra wants k 4q .. 4q + 3 and 16 + 4q .. of rows g and g + 8.
-            const uint4 code_lo = *reinterpret_cast<const uint4*>(st + kXBytes + row_lo * 16);
-            const uint4 code_hi = *reinterpret_cast<const uint4*>(st + kXBytes + row_hi * 16);
+            const uint4 code_lo = *reinterpret_cast<const uint4*>(st + x_bytes(BM) + row_lo * 16);
+            const uint4 code_hi = *reinterpret_cast<const uint4*>(st + x_bytes(BM) + row_hi * 16);
             uint32_t frag[4][4];
 #pragma unroll
             for (int s = 0; s < 4; ++s) {
@@ -170,22 +186,22 @@ __device__ void consume(const GemmArgs& a, uint8_t* smem, uint64_t* full, uint64
                 frag[s][2] = q1_twos(word_of(code_lo, s), q + 4);
                 frag[s][3] = q1_twos(word_of(code_hi, s), q + 4);
             }
-            int d[64];
+            int d[BM / 2];
 #pragma unroll
-            for (int i = 0; i < 64; ++i) wgmma_fence_operand(d[i]);
+            for (int i = 0; i < BM / 2; ++i) wgmma_fence_operand(d[i]);
             wgmma_fence();
 #pragma unroll
             for (int s = 0; s < 4; ++s)
-                wgmma_m64n128k32_s8_ra(d, frag[s], wgmma_descriptor(st + s * 2 * 128, kLeadingBytes, kStrideBytes), s > 0);
+                wgmma_m64nNk32_s8_ra<BM>(d, frag[s], wgmma_descriptor(st + s * 2 * 128, kLeadingBytes, kStrideBytes), s > 0);
             wgmma_commit();
             wgmma_wait<0>();
 #pragma unroll
-            for (int i = 0; i < 64; ++i) wgmma_fence_operand(d[i]);
+            for (int i = 0; i < BM / 2; ++i) wgmma_fence_operand(d[i]);
 
             // The dots into the fp32 sums: the other kernel's term, element by element.
-            const ActivationGroupMeta* meta = reinterpret_cast<const ActivationGroupMeta*>(st + kXBytes + kCodeBytes);
+            const ActivationGroupMeta* meta = reinterpret_cast<const ActivationGroupMeta*>(st + x_bytes(BM) + kCodeBytes);
 #pragma unroll
-            for (int j = 0; j < 16; ++j) {
+            for (int j = 0; j < BM / 8; ++j) {
                 const float4 tokens = *reinterpret_cast<const float4*>(meta + 8 * j + 2 * q);  // tokens 8j + 2q, + 1
                 const float x_scale[2] = {tokens.x, tokens.z};
                 const int bias[2] = {kMagicBits - __float_as_int(tokens.y), kMagicBits - __float_as_int(tokens.w)};
@@ -203,7 +219,7 @@ __device__ void consume(const GemmArgs& a, uint8_t* smem, uint64_t* full, uint64
         }
 
 #pragma unroll
-        for (int j = 0; j < 16; ++j)
+        for (int j = 0; j < BM / 8; ++j)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int64_t token = m0 + 8 * j + 2 * q + (e & 1), row = n0 + ((e >> 1) ? row_hi : row_lo);
@@ -214,13 +230,13 @@ __device__ void consume(const GemmArgs& a, uint8_t* smem, uint64_t* full, uint64
 
 #endif  // DELTABIT_WGMMA_COMPILED
 
-// Templated on the two numbers, not on a Pipeline: nvcc's host stubs do not take class-type parameters.
-template <int Stages, int Lag>
+// Templated on the numbers, not on a Pipeline: nvcc's host stubs do not take class-type parameters.
+template <int BM, int Stages, int Lag>
 __global__ void __launch_bounds__(kThreads, 1) gemm_q1_0_wgmma_ws_kernel(GemmArgs a) {
 #if defined(DELTABIT_WGMMA_COMPILED)
     constexpr Pipeline P{Stages, Lag};
     extern __shared__ __align__(128) uint8_t smem[];
-    uint64_t* full = reinterpret_cast<uint64_t*>(smem + size_t(P.stages) * kStageBytes);
+    uint64_t* full = reinterpret_cast<uint64_t*>(smem + size_t(P.stages) * size_t(stage_bytes(BM)));
     uint64_t* empty = full + P.stages;
     if (threadIdx.x == 0) {
         for (int s = 0; s < P.stages; ++s) {
@@ -231,14 +247,14 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_q1_0_wgmma_ws_kernel(GemmArg
     }
     __syncthreads();
     // Registers move from the producer, which holds addresses, to the consumers, whose 64 dots and 64 sums
-    // alone are 128 a thread: 128 · 72 + 256 · 216 = 64512 of the SM's 65536. ptxas -v (CUDA 13.0): without
-    // this, 52 bytes of spills at the launch bound's 168; the producer spills below 72.
+    // alone are 128 a thread (BM = 128): 128 · 72 + 256 · 216 = 64512 of the SM's 65536. ptxas -v (CUDA
+    // 13.0): without this, 52 bytes of spills at the launch bound's 168; the producer spills below 72.
     if (threadIdx.x < 128) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 72;\n" ::: "memory");
-        produce<Stages, Lag>(a, smem, full, empty);
+        produce<BM, Stages, Lag>(a, smem, full, empty);
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 216;\n" ::: "memory");
-        consume<Stages, Lag>(a, smem, full, empty);
+        consume<BM, Stages, Lag>(a, smem, full, empty);
     }
 #endif
 }
@@ -246,9 +262,29 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_q1_0_wgmma_ws_kernel(GemmArg
 using Kernel = void (*)(GemmArgs);
 template <int... I>
 constexpr auto kernel_table(std::integer_sequence<int, I...>) {
-    return std::array<Kernel, sizeof...(I)>{&gemm_q1_0_wgmma_ws_kernel<kPipelines[I].stages, kPipelines[I].lag>...};
+    return std::array<Kernel, sizeof...(I)>{&gemm_q1_0_wgmma_ws_kernel<128, kPipelines[I].stages, kPipelines[I].lag>...};
 }
 constexpr auto kKernels = kernel_table(std::make_integer_sequence<int, kPipelineCount>{});
+
+template <int BM>
+constexpr Kernel kNarrowKernel = &gemm_q1_0_wgmma_ws_kernel<BM, narrow_stages(BM), 0>;
+
+struct Choice {
+    Kernel kernel;
+    size_t smem;
+    int slot;  // of `configured` below
+};
+Choice choose(int tokens_per_tile, int pipeline) {
+    if (pipeline < 0) pipeline = kDefaultWsPipeline;
+    if (pipeline >= kPipelineCount) fail_message("wgmma ws gemm: no pipeline " + std::to_string(pipeline));
+    switch (tokens_per_tile) {
+        case 128: return {kKernels[size_t(pipeline)], smem_bytes(128, kPipelines[pipeline].stages), pipeline};
+        case 64: return {kNarrowKernel<64>, smem_bytes(64, narrow_stages(64)), kPipelineCount};
+        case 32: return {kNarrowKernel<32>, smem_bytes(32, narrow_stages(32)), kPipelineCount + 1};
+        case 16: return {kNarrowKernel<16>, smem_bytes(16, narrow_stages(16)), kPipelineCount + 2};
+        default: fail_message("wgmma ws gemm: no tile of " + std::to_string(tokens_per_tile) + " tokens");
+    }
+}
 
 }  // namespace
 
@@ -260,22 +296,20 @@ std::string ws_pipeline_name(int pipeline) {
 }
 
 WgmmaGemmLaunch gemm_q1_0_wgmma_ws(const QuantizedActivationRows& x, const GemvWeightView& w, float* y,
-                                   cudaStream_t stream, int64_t max_blocks, int pipeline) {
-    if (pipeline < 0) pipeline = kDefaultWsPipeline;
-    if (pipeline >= kPipelineCount) fail_message("wgmma ws gemm: no pipeline " + std::to_string(pipeline));
-    static std::array<bool, kPipelineCount> configured{};
-    const Kernel kernel = kKernels[size_t(pipeline)];
-    const size_t smem = smem_bytes(kPipelines[pipeline].stages);
-    if (!configured[size_t(pipeline)]) {
-        cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+                                   cudaStream_t stream, int64_t max_blocks, int pipeline, int tokens_per_tile) {
+    const Choice c = choose(tokens_per_tile, pipeline);
+    static std::array<bool, kPipelineCount + 3> configured{};
+    if (!configured[size_t(c.slot)]) {
+        cuda_check(cudaFuncSetAttribute(c.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(c.smem)),
                    "wgmma ws gemm shared memory");
-        configured[size_t(pipeline)] = true;
+        configured[size_t(c.slot)] = true;
     }
-    const GemmArgs a = gemm_args(x, w, y, kBM, kBN);
+    const GemmArgs a = gemm_args(x, w, y, tokens_per_tile, kBN);
     const int sms = device_attribute(cudaDevAttrMultiProcessorCount, "SM count");
-    // One block per SM (its 117–214 KB of shared memory and 384 threads allow one), walking tiles.
+    // One block per SM (its 100–214 KB of shared memory, 384 threads and the consumers' registers allow
+    // one), walking tiles.
     const int64_t blocks = std::min<int64_t>(a.tiles, max_blocks > 0 ? max_blocks : sms);
-    kernel<<<unsigned(blocks), kThreads, smem, stream>>>(a);
+    c.kernel<<<unsigned(blocks), kThreads, c.smem, stream>>>(a);
     cuda_check_launch("gemm_q1_0_wgmma_ws_kernel");
     return WgmmaGemmLaunch{a.tiles, blocks};
 }

@@ -61,10 +61,21 @@ void quantize_activation_rows(const float* x, const QuantizedActivationRows& out
 // Block tiles: tokens × weight rows. m16 serves short prompts without paying for 64 idle token rows
 // (its 4 warps split K, so that few tiles still fill the GPU). wgmma_m128_n128: Hopper's warpgroup tensor
 // cores (ops/gemm_wgmma_cuda.h), Q1_0 only, in an sm_90a build on a compute capability 9.0 device — its
-// y is the mma.sync tiles' bit for bit. wgmma_ws_m128_n128: the same tile warp-specialised (an experiment,
-// the same conditions and the same y; the automatic choice takes it instead of wgmma_m128_n128 only with
-// DELTABIT_GEMM_WS=1 in the environment).
-enum class GemmTile : uint8_t { automatic, m16_n64, m64_n128, m128_n128, wgmma_m128_n128, wgmma_ws_m128_n128 };
+// y is the mma.sync tiles' bit for bit. wgmma_ws_m128_n128: the same tile warp-specialised, the same
+// conditions and the same y — the automatic choice for Q1_0 prompts there (DELTABIT_GEMM_WS=0: not).
+// wgmma_ws_m64/m32/m16_n128: that kernel with 64, 32 or 16 tokens a tile, for short prompts (an
+// experiment: the automatic choice takes them for prompts of ≤ 64 tokens only with DELTABIT_GEMM_WS_NARROW=1).
+enum class GemmTile : uint8_t {
+    automatic,
+    m16_n64,
+    m64_n128,
+    m128_n128,
+    wgmma_m128_n128,
+    wgmma_ws_m128_n128,
+    wgmma_ws_m64_n128,
+    wgmma_ws_m32_n128,
+    wgmma_ws_m16_n128,
+};
 const char* gemm_tile_name(GemmTile t);
 // Whether gemm_quantized can run `tile` for weights of type t here (automatic: always).
 bool gemm_tile_supported(GemmTile tile, DType t);

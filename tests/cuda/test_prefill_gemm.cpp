@@ -260,7 +260,8 @@ void check_case(const Case& c, uint32_t seed) {
     std::vector<float> y_m64;
     for (cuda::GemmTile tile : {cuda::GemmTile::automatic, cuda::GemmTile::m16_n64, cuda::GemmTile::m64_n128,
                                 cuda::GemmTile::m128_n128, cuda::GemmTile::wgmma_m128_n128,
-                                cuda::GemmTile::wgmma_ws_m128_n128}) {
+                                cuda::GemmTile::wgmma_ws_m128_n128, cuda::GemmTile::wgmma_ws_m64_n128,
+                                cuda::GemmTile::wgmma_ws_m32_n128, cuda::GemmTile::wgmma_ws_m16_n128}) {
         if (!cuda::gemm_tile_supported(tile, c.dtype)) continue;
         GuardedDeviceArray<float> y(size_t(c.tokens * c.rows));
         const cuda::GemmLaunchReport report = cuda::gemm_quantized(xq, d.w.view(), y.get(), nullptr, tile);
@@ -271,7 +272,7 @@ void check_case(const Case& c, uint32_t seed) {
         const double worst = check_against_reference(f, got, what);
         // The same terms in the same k order (prefill_cuda.h): the warpgroup tiles' y is the m64 tile's.
         if (tile == cuda::GemmTile::m64_n128) y_m64 = got;
-        if (tile == cuda::GemmTile::wgmma_m128_n128 || tile == cuda::GemmTile::wgmma_ws_m128_n128) {
+        if (tile >= cuda::GemmTile::wgmma_m128_n128) {  // the warpgroup tiles
             ASSERT_EQ(got.size(), y_m64.size()) << what;
             for (size_t i = 0; i < got.size(); ++i)
                 ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(y_m64[i]))
@@ -340,7 +341,9 @@ TEST(PrefillGemm, SmallGridWalksEveryTile) {
     const cuda::QuantizedActivationRows xq = d.scratch.view(c.tokens, c.cols);
     cuda::quantize_activation_rows(d.x.get(), xq, nullptr);
     for (cuda::GemmTile tile : {cuda::GemmTile::m16_n64, cuda::GemmTile::m64_n128, cuda::GemmTile::m128_n128,
-                                cuda::GemmTile::wgmma_m128_n128, cuda::GemmTile::wgmma_ws_m128_n128}) {
+                                cuda::GemmTile::wgmma_m128_n128, cuda::GemmTile::wgmma_ws_m128_n128,
+                                cuda::GemmTile::wgmma_ws_m64_n128, cuda::GemmTile::wgmma_ws_m32_n128,
+                                cuda::GemmTile::wgmma_ws_m16_n128}) {
         if (!cuda::gemm_tile_supported(tile, c.dtype)) continue;
         GuardedDeviceArray<float> y(size_t(c.tokens * c.rows));
         const cuda::GemmLaunchReport report = cuda::gemm_quantized(xq, d.w.view(), y.get(), nullptr, tile, 7);
@@ -417,7 +420,8 @@ TEST(PrefillGemm, RefusesMismatchedShapes) {
     // The warpgroup tile is Q1_0 only: asked for other weights, a clear error instead of another tile.
     const std::vector<uint8_t> q4 = random_weights(DType::Q4_0, 4, 256, rng);
     const cuda::GemvWeights w4 = cuda::upload_gemv_weights(WeightView{q4.data(), DType::Q4_0, 4, 256}, "t4");
-    for (cuda::GemmTile tile : {cuda::GemmTile::wgmma_m128_n128, cuda::GemmTile::wgmma_ws_m128_n128}) {
+    for (cuda::GemmTile tile : {cuda::GemmTile::wgmma_m128_n128, cuda::GemmTile::wgmma_ws_m128_n128,
+                                cuda::GemmTile::wgmma_ws_m16_n128}) {
         EXPECT_FALSE(cuda::gemm_tile_supported(tile, DType::Q4_0));
         EXPECT_THROW(cuda::gemm_quantized(scratch.view(8, 256), w4.view(), y.get(), nullptr, tile), Error);
     }
