@@ -12,8 +12,8 @@
 //   1b. The warp-specialised tile's stage rings on Bonsai-27B and Bonsai-4B matrices, beside the other tiles.
 //   2. Prompt lengths T = 1 .. 64: T decode GEMVs (quantise + GEMV per token) against one GEMM (quantise
 //      rows + GEMM) — where kGemmMinTokens comes from — and the warp-specialised kernel's narrowest tile
-//      covering T (16, 32 or 64 tokens; an experiment, not yet run on a GPU). Weights rotate over copies ≥ 3× the L2, as in a
-//      real forward pass where each matrix is read once.
+//      covering T (16, 32 or 64 tokens; an experiment, not yet run on a GPU). Weights rotate over copies
+//      ≥ 3× the L2, as in a real forward pass where each matrix is read once.
 //   3. Gated delta rule, Bonsai-27B heads (16 key / 48 value, 128 × 128): the recurrent kernel against
 //      the chunked one, in GB/s of the bytes the op must move (q, k, v, g, β, out, state in and out)
 //      against the measured copy bandwidth.

@@ -389,8 +389,8 @@ std::vector<BenchMeasurement> run_gpu_bench(CudaModel& model, const InferenceCos
                               s.graph_replays, s.graph_captures, s.eager_steps, s.prompt_chunks,
                               s.folded_seams ? "folded into the GEMVs" : "as kernels");
     if (s.step_kernels > 0) decode_path += fmt::format("; {} kernels a step", s.step_kernels);
-    decode_path += fmt::format("; scratch: prompt {:.0f} MiB, decode {:.1f} MiB, {} cudaMallocs", s.prompt_arena_bytes / 1048576.0,
-                               s.decode_arena_bytes / 1048576.0, s.arena_allocations);
+    decode_path += fmt::format("; scratch: prompt {:.0f} MiB, decode {:.1f} MiB, {} cudaMallocs",
+                               s.prompt_arena_bytes / 1048576.0, s.decode_arena_bytes / 1048576.0, s.arena_allocations);
     return bench.take();
 }
 

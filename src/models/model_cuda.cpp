@@ -313,7 +313,8 @@ void* DeviceArena::alloc(size_t bytes) {
     high_water_ = std::max(high_water_, used_);
     if (used_ <= buffer_.bytes()) return buffer_.get<char>() + offset;
     for (Slab& slab : overflow_)
-        if (slab.begin <= offset && used_ <= slab.begin + slab.memory.bytes()) return slab.memory.get<char>() + (offset - slab.begin);
+        if (slab.begin <= offset && used_ <= slab.begin + slab.memory.bytes())
+            return slab.memory.get<char>() + (offset - slab.begin);
     constexpr size_t kMinSlab = size_t(64) << 20;
     ++allocations_;
     Slab& slab = overflow_.emplace_back(Slab{cuda::DeviceBuffer(std::max({size, kMinSlab, offset})), offset});

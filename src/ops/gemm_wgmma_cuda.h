@@ -25,9 +25,9 @@ struct WgmmaGemmLaunch {
 WgmmaGemmLaunch gemm_q1_0_wgmma(const QuantizedActivationRows& x, const GemvWeightView& w, float* y,
                                 cudaStream_t stream, int64_t max_blocks);
 
-// The same product by the warp-specialised kernel (gemm_wgmma_ws_cuda.cu; GemmTile::wgmma_ws_m128_n128, an
-// experiment): a loading warpgroup and two computing ones, the weights the wgmma's register operand. Same
-// preconditions and the same y, bit for bit.
+// The same product by the warp-specialised kernel (gemm_wgmma_ws_cuda.cu; GemmTile::wgmma_ws_m128_n128, the
+// automatic choice for Q1_0 prompts): a loading warpgroup and two computing ones, the weights the wgmma's
+// register operand. Same preconditions and the same y, bit for bit.
 // `pipeline` picks the depth of its stage ring and how copies are awaited (ws_pipeline_name; the benchmark
 // compares them); -1 is the default. `tokens_per_tile` 128 (GemmTile::wgmma_ws_m128_n128), or 64, 32, 16
 // (the narrower tiles for short prompts, each with its own ring; `pipeline` applies to 128 only).

@@ -87,7 +87,9 @@ static_assert(kKTile == kActivationGroup, "a k-tile is one activation group");
 #if defined(DELTABIT_WGMMA_COMPILED)
 
 template <int BM, int Stages>
-__device__ __forceinline__ uint8_t* stage_base(uint8_t* smem, int64_t i) { return smem + (i % Stages) * stage_bytes(BM); }
+__device__ __forceinline__ uint8_t* stage_base(uint8_t* smem, int64_t i) {
+    return smem + (i % Stages) * stage_bytes(BM);
+}
 template <int Stages>
 __device__ __forceinline__ uint32_t stage_parity(int64_t i) { return uint32_t((i / Stages) & 1); }
 
@@ -192,14 +194,15 @@ __device__ void consume(const GemmArgs& a, uint8_t* smem, uint64_t* full, uint64
             wgmma_fence();
 #pragma unroll
             for (int s = 0; s < 4; ++s)
-                wgmma_m64nNk32_s8_ra<BM>(d, frag[s], wgmma_descriptor(st + s * 2 * 128, kLeadingBytes, kStrideBytes), s > 0);
+                wgmma_m64nNk32_s8_ra<BM>(d, frag[s], wgmma_descriptor(st + s * 2 * 128, kLeadingBytes, kStrideBytes),
+                                         s > 0);
             wgmma_commit();
             wgmma_wait<0>();
 #pragma unroll
             for (int i = 0; i < BM / 2; ++i) wgmma_fence_operand(d[i]);
 
             // The dots into the fp32 sums: the other kernel's term, element by element.
-            const ActivationGroupMeta* meta = reinterpret_cast<const ActivationGroupMeta*>(st + x_bytes(BM) + kCodeBytes);
+            const auto* meta = reinterpret_cast<const ActivationGroupMeta*>(st + x_bytes(BM) + kCodeBytes);
 #pragma unroll
             for (int j = 0; j < BM / 8; ++j) {
                 const float4 tokens = *reinterpret_cast<const float4*>(meta + 8 * j + 2 * q);  // tokens 8j + 2q, + 1
@@ -262,7 +265,8 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_q1_0_wgmma_ws_kernel(GemmArg
 using Kernel = void (*)(GemmArgs);
 template <int... I>
 constexpr auto kernel_table(std::integer_sequence<int, I...>) {
-    return std::array<Kernel, sizeof...(I)>{&gemm_q1_0_wgmma_ws_kernel<128, kPipelines[I].stages, kPipelines[I].lag>...};
+    return std::array<Kernel, sizeof...(I)>{
+        &gemm_q1_0_wgmma_ws_kernel<128, kPipelines[I].stages, kPipelines[I].lag>...};
 }
 constexpr auto kKernels = kernel_table(std::make_integer_sequence<int, kPipelineCount>{});
 
