@@ -54,13 +54,17 @@ constexpr int kThreads = 384;
 //            cannot have been given.
 //   lag = 0: the copies themselves arrive on the stage's `full` barrier when they land
 //            (cp.async.mbarrier.arrive); the producer never waits for a copy, only for empty stages.
+// halves = 2 (BM = 128 only): each consumer issues its 128 tokens as two m64n64 products in two commit
+// groups and converts the first half's dots while the second half's run on the tensor cores — overlap inside
+// a warpgroup, with the registers of one m64n128 accumulator (an experiment, not yet run on a GPU).
 struct Pipeline {
-    int stages, lag;
+    int stages, lag, halves = 1;
 };
 // H200, pp512 (bench_prefill_cuda pipelines, 2026-12-02): lag 3, 5, 7, 8 at 6, 8, 10, 11 stages were
 // slower the deeper (233.6, 235.0, 239.4, 251.1 µs on ffn_gate/up); copies arriving by themselves 1–8%
-// faster than lag 3 on every Bonsai-27B and Bonsai-4B matrix at 6 and 8 stages, best at 8 (default).
-constexpr Pipeline kPipelines[] = {{6, 3}, {6, 0}, {8, 0}, {11, 0}};
+// faster than lag 3 on every Bonsai-27B and Bonsai-4B matrix at 6 and 8 stages, best at 8 (default). The
+// last, in halves, is not yet measured.
+constexpr Pipeline kPipelines[] = {{6, 3}, {6, 0}, {8, 0}, {11, 0}, {8, 0, 2}};
 constexpr int kPipelineCount = int(sizeof(kPipelines) / sizeof(kPipelines[0]));
 // A stage: the x tile (BM tokens × 128 int8, core-matrix order), the codes of 128 weight rows, the tokens'
 // {scale, Σq}.
@@ -149,9 +153,11 @@ __device__ void produce(const GemmArgs& a, uint8_t* smem, uint64_t* full, uint64
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
 // Warpgroups 1 and 2: consumer c owns weight rows 64c .. 64c + 63 of each tile.
-template <int BM, int Stages, int Lag>
+template <int BM, int Stages, int Lag, int Halves>
 __device__ void consume(const GemmArgs& a, uint8_t* smem, uint64_t* full, uint64_t* empty) {
-    constexpr Pipeline P{Stages, Lag};
+    constexpr Pipeline P{Stages, Lag, Halves};
+    static_assert(Halves == 1 || (Halves == 2 && BM == 128), "halves of a 128-token tile only");
+    constexpr int kHalfBM = BM / Halves;  // tokens of one product
     const int c = int(threadIdx.x) / 128 - 1, wg_thread = int(threadIdx.x) % 128;
     const int warp = wg_thread / 32, lane = wg_thread % 32, g = lane / 4, q = lane % 4;
     const int row_lo = 64 * c + 16 * warp + g, row_hi = row_lo + 8;  // this thread's weight rows in the tile
@@ -188,31 +194,45 @@ __device__ void consume(const GemmArgs& a, uint8_t* smem, uint64_t* full, uint64
                 frag[s][2] = q1_twos(word_of(code_lo, s), q + 4);
                 frag[s][3] = q1_twos(word_of(code_hi, s), q + 4);
             }
-            int d[BM / 2];
+            // The products: half h covers tokens kHalfBM·h .. (its x rows start 1024 bytes per 8 tokens on).
+            int d[Halves][kHalfBM / 2];
 #pragma unroll
-            for (int i = 0; i < BM / 2; ++i) wgmma_fence_operand(d[i]);
+            for (int h = 0; h < Halves; ++h)
+#pragma unroll
+                for (int i = 0; i < kHalfBM / 2; ++i) wgmma_fence_operand(d[h][i]);
             wgmma_fence();
 #pragma unroll
-            for (int s = 0; s < 4; ++s)
-                wgmma_m64nNk32_s8_ra<BM>(d, frag[s], wgmma_descriptor(st + s * 2 * 128, kLeadingBytes, kStrideBytes),
-                                         s > 0);
-            wgmma_commit();
-            wgmma_wait<0>();
+            for (int h = 0; h < Halves; ++h) {
+                const uint8_t* x_half = st + h * (kHalfBM / 8) * int(kStrideBytes);
 #pragma unroll
-            for (int i = 0; i < BM / 2; ++i) wgmma_fence_operand(d[i]);
+                for (int s = 0; s < 4; ++s)
+                    wgmma_m64nNk32_s8_ra<kHalfBM>(d[h], frag[s],
+                                                  wgmma_descriptor(x_half + s * 2 * 128, kLeadingBytes, kStrideBytes),
+                                                  s > 0);
+                wgmma_commit();
+            }
 
-            // The dots into the fp32 sums: the other kernel's term, element by element.
+            // The dots into the fp32 sums: the other kernel's term, element by element; half 0 while half 1's
+            // products may still run.
             const auto* meta = reinterpret_cast<const ActivationGroupMeta*>(st + x_bytes(BM) + kCodeBytes);
 #pragma unroll
-            for (int j = 0; j < BM / 8; ++j) {
-                const float4 tokens = *reinterpret_cast<const float4*>(meta + 8 * j + 2 * q);  // tokens 8j + 2q, + 1
-                const float x_scale[2] = {tokens.x, tokens.z};
-                const int bias[2] = {kMagicBits - __float_as_int(tokens.y), kMagicBits - __float_as_int(tokens.w)};
+            for (int h = 0; h < Halves; ++h) {
+                if (h + 1 < Halves) wgmma_wait<1>();
+                else wgmma_wait<0>();
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const float w_scale = (e >> 1) ? w_hi : w_lo;
-                    const float v = exact_float(d[4 * j + e] + bias[e & 1]);  // d = 2·Σbit·q
-                    acc[4 * j + e] = fmaf(v, w_scale * x_scale[e & 1], acc[4 * j + e]);
+                for (int i = 0; i < kHalfBM / 2; ++i) wgmma_fence_operand(d[h][i]);
+#pragma unroll
+                for (int jh = 0; jh < kHalfBM / 8; ++jh) {
+                    const int j = h * (kHalfBM / 8) + jh;  // tokens 8j + 2q, + 1 of the tile
+                    const float4 tokens = *reinterpret_cast<const float4*>(meta + 8 * j + 2 * q);
+                    const float x_scale[2] = {tokens.x, tokens.z};
+                    const int bias[2] = {kMagicBits - __float_as_int(tokens.y), kMagicBits - __float_as_int(tokens.w)};
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        const float w_scale = (e >> 1) ? w_hi : w_lo;
+                        const float v = exact_float(d[h][4 * jh + e] + bias[e & 1]);  // d = 2·Σbit·q
+                        acc[4 * j + e] = fmaf(v, w_scale * x_scale[e & 1], acc[4 * j + e]);
+                    }
                 }
             }
             // This warp's reads of the stage (codes, meta; the wgmma's, waited above) are done.
@@ -234,10 +254,10 @@ __device__ void consume(const GemmArgs& a, uint8_t* smem, uint64_t* full, uint64
 #endif  // DELTABIT_WGMMA_COMPILED
 
 // Templated on the numbers, not on a Pipeline: nvcc's host stubs do not take class-type parameters.
-template <int BM, int Stages, int Lag>
+template <int BM, int Stages, int Lag, int Halves>
 __global__ void __launch_bounds__(kThreads, 1) gemm_q1_0_wgmma_ws_kernel(GemmArgs a) {
 #if defined(DELTABIT_WGMMA_COMPILED)
-    constexpr Pipeline P{Stages, Lag};
+    constexpr Pipeline P{Stages, Lag, Halves};
     extern __shared__ __align__(128) uint8_t smem[];
     uint64_t* full = reinterpret_cast<uint64_t*>(smem + size_t(P.stages) * size_t(stage_bytes(BM)));
     uint64_t* empty = full + P.stages;
@@ -257,7 +277,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_q1_0_wgmma_ws_kernel(GemmArg
         produce<BM, Stages, Lag>(a, smem, full, empty);
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 216;\n" ::: "memory");
-        consume<BM, Stages, Lag>(a, smem, full, empty);
+        consume<BM, Stages, Lag, Halves>(a, smem, full, empty);
     }
 #endif
 }
@@ -266,12 +286,12 @@ using Kernel = void (*)(GemmArgs);
 template <int... I>
 constexpr auto kernel_table(std::integer_sequence<int, I...>) {
     return std::array<Kernel, sizeof...(I)>{
-        &gemm_q1_0_wgmma_ws_kernel<128, kPipelines[I].stages, kPipelines[I].lag>...};
+        &gemm_q1_0_wgmma_ws_kernel<128, kPipelines[I].stages, kPipelines[I].lag, kPipelines[I].halves>...};
 }
 constexpr auto kKernels = kernel_table(std::make_integer_sequence<int, kPipelineCount>{});
 
 template <int BM>
-constexpr Kernel kNarrowKernel = &gemm_q1_0_wgmma_ws_kernel<BM, narrow_stages(BM), 0>;
+constexpr Kernel kNarrowKernel = &gemm_q1_0_wgmma_ws_kernel<BM, narrow_stages(BM), 0, 1>;
 
 struct Choice {
     Kernel kernel;
@@ -296,7 +316,8 @@ int ws_pipeline_count() { return kPipelineCount; }
 
 std::string ws_pipeline_name(int pipeline) {
     const Pipeline p = kPipelines[pipeline];
-    return std::to_string(p.stages) + (p.lag == 0 ? " stages, copies arrive" : " stages, lag " + std::to_string(p.lag));
+    return std::to_string(p.stages) + (p.lag == 0 ? " stages, copies arrive" : " stages, lag " + std::to_string(p.lag)) +
+           (p.halves == 2 ? ", two halves" : "");
 }
 
 WgmmaGemmLaunch gemm_q1_0_wgmma_ws(const QuantizedActivationRows& x, const GemvWeightView& w, float* y,
