@@ -628,7 +628,11 @@ bool matmul_prefill(const float* x, const GemvWeightView& w, int64_t n_tokens, f
         fail_message("cuda matmul_prefill: quantised rows " + std::to_string(rows.rows) + "×" +
                      std::to_string(rows.cols) + " for " + std::to_string(n_tokens) + " tokens and weights " +
                      shape_text(w));
-    if (n_tokens < kGemmMinTokens) {
+    // With the narrow warp-specialised tiles (DELTABIT_GEMM_WS_NARROW=1, an experiment) a Q1_0 GEMM of 2
+    // tokens already reads the weights once where 2 GEMVs read them twice.
+    const bool narrow = w.dtype == DType::Q1_0 && w.rows >= 256 && narrow_warp_specialised_gemm() &&
+                        warp_specialised_gemm() && detail::wgmma_gemm_available();
+    if (n_tokens < (narrow ? 2 : kGemmMinTokens)) {
         const QuantizedActivationsView xq{rows.q, rows.meta, w.cols};
         for (int64_t t = 0; t < n_tokens; ++t) {
             quantize_activations(x + t * w.cols, xq, stream);

@@ -99,7 +99,8 @@ GemmLaunchReport gemm_quantized(const QuantizedActivationRows& x, const GemvWeig
 inline constexpr int64_t kGemmMinTokens = 8;
 
 // The prompt-path twin of cpu::matmul_int8_activations for quantised W: T < kGemmMinTokens runs the
-// decode GEMV per token, else quantise all rows into `scratch` and one GEMM. Returns whether the GEMM
+// decode GEMV per token, else quantise all rows into `scratch` and one GEMM (with the narrow warp-specialised
+// tiles switched on, DELTABIT_GEMM_WS_NARROW=1, the GEMM from T = 2 for Q1_0). Returns whether the GEMM
 // ran (so callers and tests can see the path).
 bool matmul_prefill(const float* x, const GemvWeightView& w, int64_t n_tokens, float* y,
                     const ActivationRowsScratch& scratch, cudaStream_t stream);
