@@ -13,6 +13,7 @@ example: docs/bench.md, "A kernel timeline of the decode step".
 
     python3 tools/timeline_summary.py step.tsv [--steps 20]
     python3 tools/timeline_summary.py step.tsv --eager [--gap-us 200] [--longest --steps 3]   # prompt chunks
+    python3 tools/timeline_summary.py step.tsv --events-ms 1 [--after gemm_q1_0]   # where the GPU waited
 
 With --eager it also reads the host's CUDA runtime calls the library writes beside the kernels (step.api.tsv)
 when that file is there, and prints what the host spent each call's window in — from the previous call's
@@ -148,6 +149,30 @@ def print_host(windows, n):
           ", ".join(f"{name} {t / 1e3:.1f} µs at +{at / 1e3:.1f}" for t, name, at in longest))
 
 
+def print_events(records, api, min_ms, after, limit):
+    """In time order from the first kernel whose name contains `after`: every stretch of min_ms or more in
+    which the GPU ran nothing (and the kernel that ended it), and every runtime call that long."""
+    min_ns = min_ms * 1e6
+    start = next((r[0] for r in records if after in r[3]), None) if after else (records[0][0] if records else None)
+    if start is None:
+        sys.exit(f"no kernel named like {after!r} in the timeline")
+    events = []
+    frontier = None
+    for s, e, _, kind in records:
+        if frontier is not None and s - frontier >= min_ns and frontier >= start:
+            events.append((frontier, f"GPU idle {(s - frontier) / 1e6:8.2f} ms, then {kind}"))
+        frontier = e if frontier is None else max(frontier, e)
+    for s, e, name in api or []:
+        if e - s >= min_ns and s >= start:
+            events.append((s, f"{name} {(e - s) / 1e6:8.2f} ms"))
+    events.sort()
+    origin = records[0][0]
+    for t, text in events[:limit]:
+        print(f"{(t - origin) / 1e6:12.3f} ms  {text}")
+    if len(events) > limit:
+        print(f"... {len(events) - limit} more (--steps raises the limit)")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("timeline")
@@ -158,8 +183,16 @@ def main():
                         help="with --eager: an idle gap this long ends one call (default 200 µs)")
     parser.add_argument("--longest", action="store_true",
                         help="with --eager: the longest calls (a bench's pp512 prompts), not the last ones")
+    parser.add_argument("--events-ms", type=float,
+                        help="instead: list, in time order, GPU idle stretches and runtime calls this long or longer "
+                             "(at most 10 × --steps lines), times from the first kernel kept")
+    parser.add_argument("--after", default="",
+                        help="with --events-ms: start at the first kernel whose name contains this")
     args = parser.parse_args()
     records = read(args.timeline)
+    if args.events_ms is not None:
+        print_events(records, read_api(args.timeline), args.events_ms, args.after, 10 * args.steps)
+        return
     what = "calls" if args.eager else "replays"
     steps = eager_calls(records, args.gap_us * 1e3) if args.eager else replays(records)
     all_calls = list(steps)

@@ -131,6 +131,29 @@ class TimelineSummaryTest(unittest.TestCase):
         self.assertRegex(lines["cudaStreamSynchronize"], r"1\.0\s+400\.00\s+400\.0\s+40\.0%")
         self.assertRegex(lines["cudaLaunchKernel"], r"2\.0\s+5\.00\s+10\.0\s+1\.0%")
 
+    def test_events_list_idle_stretches_and_long_runtime_calls_in_time_order(self):
+        # Kernels 0..1 ms, 5..6 ms (4 ms idle before), 6.5..7 ms (0.5 ms idle: under 1 ms); a 3 ms
+        # cudaStreamSynchronize at 1.5 ms and a 0.2 ms launch (under 1 ms).
+        other = "void (anonymous namespace)::other_kernel(int)"
+        rows = [(0, 1_000_000, 0, EMBED), (5_000_000, 6_000_000, 0, GEMV), (6_500_000, 7_000_000, 0, other)]
+        path = write_timeline(rows)
+        api_path = path[:-len(".tsv")] + ".api.tsv"
+        with open(api_path, "w") as f:
+            f.write("start_ns\tend_ns\tthread\tname\n1500000\t4500000\t1\tcudaStreamSynchronize\n"
+                    "4600000\t4800000\t1\tcudaLaunchKernel\n")
+        try:
+            out = subprocess.run([sys.executable, SCRIPT, path, "--events-ms", "1"], capture_output=True, text=True,
+                                 check=True).stdout.splitlines()
+            after = subprocess.run([sys.executable, SCRIPT, path, "--events-ms", "1", "--after", "gemv"],
+                                   capture_output=True, text=True, check=True).stdout
+        finally:
+            os.unlink(path)
+            os.unlink(api_path)
+        self.assertEqual(len(out), 2)
+        self.assertRegex(out[0], r"^\s+1\.000 ms  GPU idle\s+4\.00 ms, then gemv_kernel<5, 16, 2, false> g320$")
+        self.assertRegex(out[1], r"^\s+1\.500 ms  cudaStreamSynchronize\s+3\.00 ms$")
+        self.assertEqual(after, "")  # nothing that long from the GEMV on
+
     def test_no_host_section_without_runtime_calls(self):
         rows = [(0, 1000, 0, EMBED), (1_000_000, 1_100_000, 0, GEMV)]
         self.assertNotIn("host, per call", summarise(rows, "--eager"))
