@@ -171,7 +171,7 @@ private:
 // A slab holds the arena's offsets from where it begins, so rewinding reuses it as it reuses the buffer,
 // and each new one is at least as large as the offsets below it: a call that outgrows the buffer many
 // times over makes a few cudaMallocs, not one per intermediate (H200, Bonsai-27B: the first 512-token
-// prompt after 64-token ones made ~1700, and freeing them cost the next call ~70 ms).
+// prompt after 64-token ones made ~1300, and freeing them cost the next call ~70 ms).
 class DeviceArena {
 public:
     void* alloc(size_t bytes);
