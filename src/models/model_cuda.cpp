@@ -589,23 +589,26 @@ void CudaModel::attention_block(const Layer& L, const float* x, const cuda::Quan
     cuda::rope_neox(k_new, d_positions, T, H_kv, dh, c.rope_dim, c.rope_theta, stream_);
 
     float* attended = temp(T * H * dh);
-    const cuda::AttentionDims prefill_dims{T, n_past, H, H_kv, dh};
     if (f32_cache) {
-        cuda::attention_prefill(q_normed, k_cache, v_cache, gate, prefill_dims, attended, stream_);
-    } else if (state.k.view.element == cuda::KvElement::f16 && (dh <= 128 || n_past == 0)) {
-        // The chunk's keys and values rounded into the cache first, then read back from it with the history:
-        // every query sees what a later decode step will see (the decode kernel's contract). The flash kernel
-        // is fp32 on CUDA cores; the decode kernel below, on tensor cores, wins once the history is long for
-        // heads of 256 (H200: Bonsai-4B, heads of 128, pp512 67.8 → 42.4 ms and pp4096 530 → 363 ms with
-        // it; Bonsai-27B, heads of 256, pp4096 0.99 → 1.07 s with it on every chunk, pp512 about even).
-        cuda::kv_store(k_new, T, H_kv * dh, d_positions, state.k.view, stream_);
-        cuda::kv_store(v_new, T, H_kv * dh, d_positions, state.v.view, stream_);
+        const cuda::AttentionDims dims{T, n_past, H, H_kv, dh};
+        cuda::attention_prefill(q_normed, k_cache, v_cache, gate, dims, attended, stream_);
+        matmul(attended, L.attn_output, T, out);
+        return;
+    }
+    // A half or kivi4 cache: the chunk's keys and values rounded into it first, then read back with the
+    // history, so every query sees what a later decode step will see (the decode kernel's contract).
+    cuda::kv_store(k_new, T, H_kv * dh, d_positions, state.k.view, stream_);
+    cuda::kv_store(v_new, T, H_kv * dh, d_positions, state.v.view, stream_);
+    if (state.k.view.element == cuda::KvElement::f16 && (dh <= 128 || n_past == 0)) {
+        // The flash kernel is fp32 on CUDA cores; the decode kernel below, on tensor cores, wins once the
+        // history is long for heads of 256 (H200: Bonsai-4B, heads of 128, pp512 67.8 → 42.4 ms and pp4096
+        // 530 → 363 ms with it; Bonsai-27B, heads of 256, pp4096 0.99 → 1.07 s with it on every chunk, pp512
+        // about even).
+        const cuda::AttentionDims dims{T, n_past, H, H_kv, dh};
         cuda::attention_prefill_half_cache(q_normed, state.k.data.get<uint16_t>(), state.v.data.get<uint16_t>(), gate,
-                                           prefill_dims, attended, stream_);
+                                           dims, attended, stream_);
     } else {
         // d_positions[0] = n_past.
-        cuda::kv_store(k_new, T, H_kv * dh, d_positions, state.k.view, stream_);
-        cuda::kv_store(v_new, T, H_kv * dh, d_positions, state.v.view, stream_);
         const cuda::CachedAttentionDims dims{T, H, H_kv, dh, n_past + T, dh};
         float* scratch = temp(int64_t(cuda::attention_decode_scratch_floats(dims)));
         cuda::attention_cached(q_normed, state.k.view, state.v.view, gate, d_positions, dims, scratch, attended,

@@ -463,6 +463,14 @@ bool narrow_warp_specialised_gemm() {
     return on;
 }
 
+// Whether the warp-specialised kernel serves weights of type t with `rows` rows here: Q1_0 on Hopper in an
+// sm_90a build, unless the rows are too few to give it more than a handful of 128-row tiles (H200, pp512,
+// bench/prefill_cuda.cpp: 1.6–1.8× the other warpgroup tile on every Bonsai-27B matrix of ≥ 1024 rows, even
+// at 32 tiles for 132 SMs; at 48 rows m16 was twice as fast).
+bool warp_specialised_serves(DType t, int64_t rows) {
+    return t == DType::Q1_0 && rows >= 256 && warp_specialised_gemm() && detail::wgmma_gemm_available();
+}
+
 // Tokens a tile of a warp-specialised tile, 0 for the others.
 int ws_tokens_per_tile(GemmTile t) {
     switch (t) {
@@ -485,12 +493,9 @@ GemmLaunchReport run_gemm(const QuantizedActivationRows& x, const GemvWeightView
         // 24 µs on m16 vs 79 µs on m64, N = 1024 64 vs 82; N = 5120 370 vs 211). Otherwise m64 unless
         // m128 fills the waves of the grid clearly better (m64 was the faster of the two on every
         // Bonsai-27B matrix at T = 512: bench/prefill_cuda.cpp).
-        // Q1_0 on Hopper: the warp-specialised warpgroup tile, unless the weight rows are too few to give it
-        // more than a handful of 128-row tiles (H200, pp512, bench/prefill_cuda.cpp: 1.6–1.8× the other
-        // warpgroup tile on every Bonsai-27B matrix of ≥ 1024 rows, even at 32 tiles for 132 SMs; at 48 rows
-        // m16 was twice as fast).
+        // Q1_0 on Hopper: the warp-specialised warpgroup tile (warp_specialised_serves).
         const TilePlan mid = TileSet<T>::plan(GemmTile::m64_n128);
-        const bool ws = T == DType::Q1_0 && w.rows >= 256 && detail::wgmma_gemm_available() && warp_specialised_gemm();
+        const bool ws = warp_specialised_serves(T, w.rows);
         if (ws && x.rows <= 64 && narrow_warp_specialised_gemm()) {
             tile = x.rows <= 16 ? GemmTile::wgmma_ws_m16_n128
                    : x.rows <= 32 ? GemmTile::wgmma_ws_m32_n128
@@ -630,8 +635,7 @@ bool matmul_prefill(const float* x, const GemvWeightView& w, int64_t n_tokens, f
                      shape_text(w));
     // With the narrow warp-specialised tiles (DELTABIT_GEMM_WS_NARROW=1, an experiment) a Q1_0 GEMM of 2
     // tokens already reads the weights once where 2 GEMVs read them twice.
-    const bool narrow = w.dtype == DType::Q1_0 && w.rows >= 256 && narrow_warp_specialised_gemm() &&
-                        warp_specialised_gemm() && detail::wgmma_gemm_available();
+    const bool narrow = warp_specialised_serves(w.dtype, w.rows) && narrow_warp_specialised_gemm();
     if (n_tokens < (narrow ? 2 : kGemmMinTokens)) {
         const QuantizedActivationsView xq{rows.q, rows.meta, w.cols};
         for (int64_t t = 0; t < n_tokens; ++t) {

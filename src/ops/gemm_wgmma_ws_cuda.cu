@@ -183,7 +183,7 @@ __device__ void consume(const GemmArgs& a, uint8_t* smem, uint64_t* full, uint64
             const uint8_t* st = stage_base<BM, P.stages>(smem, consumed);
 
             // A: k-step s is code word s of each row (weights 32s .. 32s + 31); the register layout of
-            // wgmma_m64n128k32_s8_ra wants k 4q .. 4q + 3 and 16 + 4q .. of rows g and g + 8.
+            // wgmma_m64nNk32_s8_ra wants k 4q .. 4q + 3 and 16 + 4q .. of rows g and g + 8.
             const uint4 code_lo = *reinterpret_cast<const uint4*>(st + x_bytes(BM) + row_lo * 16);
             const uint4 code_hi = *reinterpret_cast<const uint4*>(st + x_bytes(BM) + row_hi * 16);
             uint32_t frag[4][4];
@@ -296,18 +296,34 @@ constexpr Kernel kNarrowKernel = &gemm_q1_0_wgmma_ws_kernel<BM, narrow_stages(BM
 struct Choice {
     Kernel kernel;
     size_t smem;
-    int slot;  // of `configured` below
 };
 Choice choose(int tokens_per_tile, int pipeline) {
     if (pipeline < 0) pipeline = kDefaultWsPipeline;
     if (pipeline >= kPipelineCount) fail_message("wgmma ws gemm: no pipeline " + std::to_string(pipeline));
     switch (tokens_per_tile) {
-        case 128: return {kKernels[size_t(pipeline)], smem_bytes(128, kPipelines[pipeline].stages), pipeline};
-        case 64: return {kNarrowKernel<64>, smem_bytes(64, narrow_stages(64)), kPipelineCount};
-        case 32: return {kNarrowKernel<32>, smem_bytes(32, narrow_stages(32)), kPipelineCount + 1};
-        case 16: return {kNarrowKernel<16>, smem_bytes(16, narrow_stages(16)), kPipelineCount + 2};
+        case 128: return {kKernels[size_t(pipeline)], smem_bytes(128, kPipelines[pipeline].stages)};
+        case 64: return {kNarrowKernel<64>, smem_bytes(64, narrow_stages(64))};
+        case 32: return {kNarrowKernel<32>, smem_bytes(32, narrow_stages(32))};
+        case 16: return {kNarrowKernel<16>, smem_bytes(16, narrow_stages(16))};
         default: fail_message("wgmma ws gemm: no tile of " + std::to_string(tokens_per_tile) + " tokens");
     }
+}
+
+// Every kernel's shared-memory allowance, once for the process (thread-safe: a static's initialiser).
+void configure_kernels() {
+    static const bool configured = [] {
+        auto allow = [](Kernel kernel, size_t smem) {
+            cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+                       "wgmma ws gemm shared memory");
+        };
+        for (int p = 0; p < kPipelineCount; ++p) allow(kKernels[size_t(p)], smem_bytes(128, kPipelines[p].stages));
+        for (int bm : {64, 32, 16}) {
+            const Choice c = choose(bm, -1);
+            allow(c.kernel, c.smem);
+        }
+        return true;
+    }();
+    (void)configured;
 }
 
 }  // namespace
@@ -323,14 +339,9 @@ std::string ws_pipeline_name(int pipeline) {
 WgmmaGemmLaunch gemm_q1_0_wgmma_ws(const QuantizedActivationRows& x, const GemvWeightView& w, float* y,
                                    cudaStream_t stream, int64_t max_blocks, int pipeline, int tokens_per_tile) {
     const Choice c = choose(tokens_per_tile, pipeline);
-    static std::array<bool, kPipelineCount + 3> configured{};
-    if (!configured[size_t(c.slot)]) {
-        cuda_check(cudaFuncSetAttribute(c.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(c.smem)),
-                   "wgmma ws gemm shared memory");
-        configured[size_t(c.slot)] = true;
-    }
+    configure_kernels();
     const GemmArgs a = gemm_args(x, w, y, tokens_per_tile, kBN);
-    const int sms = device_attribute(cudaDevAttrMultiProcessorCount, "SM count");
+    static const int sms = device_attribute(cudaDevAttrMultiProcessorCount, "SM count");
     // One block per SM (its 100–214 KB of shared memory, 384 threads and the consumers' registers allow
     // one), walking tiles.
     const int64_t blocks = std::min<int64_t>(a.tiles, max_blocks > 0 ? max_blocks : sms);
