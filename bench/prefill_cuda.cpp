@@ -51,6 +51,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -423,6 +424,16 @@ void bench_attention(cudaStream_t stream, Timer& timer) {
 
 int main(int argc, char** argv) {
     // Sections by name (gemm, pipelines, crossover, delta, attention); none named: all of them.
+    static constexpr const char* kSections[] = {"gemm", "pipelines", "crossover", "delta", "attention"};
+    for (int i = 1; i < argc; ++i) {
+        const bool known = std::any_of(std::begin(kSections), std::end(kSections),
+                                       [&](const char* s) { return std::strcmp(argv[i], s) == 0; });
+        if (!known) {
+            std::fprintf(stderr, "bench_prefill_cuda: no section '%s'; name any of gemm, pipelines, crossover, delta, "
+                                 "attention (none: all of them)\n", argv[i]);
+            return 2;
+        }
+    }
     auto wanted = [&](const char* name) {
         if (argc < 2) return true;
         for (int i = 1; i < argc; ++i)
