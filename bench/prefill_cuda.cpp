@@ -245,11 +245,20 @@ struct GemmCase {
     }
 };
 
+// The automatic choice's tile, and its tail launch when it cut the matrix (ws_tail_plan):
+// "wgmma_ws_m128_n128 + 512 rows wgmma_ws_m16_n128".
+std::string chosen_text(const GemmLaunchReport& r) {
+    std::string text = gemm_tile_name(r.tile);
+    if (r.tail_rows > 0)
+        text += " + " + std::to_string(r.tail_rows) + " rows " + gemm_tile_name(r.tail_tile);
+    return text;
+}
+
 void bench_gemm(cudaStream_t stream, Timer& timer) {
     const int64_t T = 512;
     std::printf("\n== 1. Q1_0 GEMM, T = %lld (pp%lld); TFLOP/s = 2·T·N·K / time; %% of %.0f TFLOP/s dense bf16\n",
                 (long long)T, (long long)T, kBf16PeakTflops);
-    std::printf("%-15s %7s %6s | %9s %9s %9s %9s %9s | %-18s %9s %7s %5s | %9s\n", "matrix", "N", "K", "m16 us",
+    std::printf("%-15s %7s %6s | %9s %9s %9s %9s %9s | %-48s %9s %7s %5s | %9s\n", "matrix", "N", "K", "m16 us",
                 "m64 us", "m128 us", "wgmma us", "ws us", "auto", "us", "TFLOP/s", "%", "+quant us");
     double model_flops = 0, model_us = 0;
     for (const MatrixShape& s : kModelShapes) {
@@ -266,8 +275,8 @@ void bench_gemm(cudaStream_t stream, Timer& timer) {
             matmul_prefill(x.get<float>(), w.view(0), T, y.get<float>(), scratch, stream);
         });
         const double tflops = flops / us_auto / 1e6;
-        std::printf("%-15s %7lld %6lld | %9.1f %9.1f %9.1f %9.1f %9.1f | %-18s %9.1f %7.0f %5.1f | %9.1f\n", s.name,
-                    (long long)s.n, (long long)s.k, us16, us64, us128, us_wgmma, us_ws, gemm_tile_name(chosen.tile),
+        std::printf("%-15s %7lld %6lld | %9.1f %9.1f %9.1f %9.1f %9.1f | %-48s %9.1f %7.0f %5.1f | %9.1f\n", s.name,
+                    (long long)s.n, (long long)s.k, us16, us64, us128, us_wgmma, us_ws, chosen_text(chosen).c_str(),
                     us_auto, tflops, 100 * tflops / kBf16PeakTflops, us_full);
         model_flops += flops * s.per_model;
         model_us += us_full * s.per_model;
@@ -295,7 +304,7 @@ void bench_ws_pipelines(cudaStream_t stream, Timer& timer) {
     for (int p = 0; p < pipelines; ++p) std::printf("  pipeline %d: %s\n", p, detail::ws_pipeline_name(p).c_str());
     std::printf("%-18s %7s %6s | %8s %8s %8s |", "matrix", "N", "K", "m16", "m64", "wgmma");
     for (int p = 0; p < pipelines; ++p) std::printf(" %7s%d", "ws", p);
-    std::printf(" | %-18s\n", "auto");
+    std::printf(" | %8s %s\n", "auto", "(tile)");
     const MatrixShape shapes[] = {
         {"27b ssm_qkv", 10240, 5120, 0},   {"27b attn_k/v", 1024, 5120, 0}, {"27b ffn_gate/up", 17408, 5120, 0},
         {"27b ffn_down", 5120, 17408, 0},  {"27b lm_head", 248320, 5120, 0}, {"4b attn_q", 4096, 2560, 0},
@@ -311,7 +320,8 @@ void bench_ws_pipelines(cudaStream_t stream, Timer& timer) {
             std::printf(" %8.1f", timer.graph_us(stream, g.calls, [&](int) {
                 detail::gemm_q1_0_wgmma_ws(g.xq, g.w.view(0), g.y.get<float>(), stream, 0, p);
             }));
-        std::printf(" | %-18s\n", gemm_tile_name(gemm_quantized(g.xq, g.w.view(0), g.y.get<float>(), stream).tile));
+        std::printf(" | %8.1f %s\n", g.tile_us(timer, stream, GemmTile::automatic),
+                    chosen_text(gemm_quantized(g.xq, g.w.view(0), g.y.get<float>(), stream)).c_str());
     }
 }
 

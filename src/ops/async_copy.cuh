@@ -25,6 +25,13 @@ __device__ __forceinline__ void cp_async8(void* shared, const void* global, bool
                  : "memory");
 }
 
+// 4 bytes, both 4-byte aligned, through L1; `fill_zero` as cp_async16's.
+__device__ __forceinline__ void cp_async4(void* shared, const void* global, bool fill_zero = false) {
+    const unsigned dst = unsigned(__cvta_generic_to_shared(shared));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(global), "r"(fill_zero ? 0 : 4)
+                 : "memory");
+}
+
 __device__ __forceinline__ void cp_async_commit_group() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 
 template <int N>

@@ -19,6 +19,7 @@ struct GemmArgs {
     const uint16_t* scales;
     float* y;
     int64_t m, n;  // T, N
+    int64_t ldy;   // floats from one token's row of y to the next's: N, unless y is a column block of a wider y
     int64_t code_row_bytes;
     int64_t m_tiles, tiles;
     int k_tiles;  // = activation groups per row
@@ -34,6 +35,7 @@ inline GemmArgs gemm_args(const QuantizedActivationRows& x, const GemvWeightView
     a.y = y;
     a.m = x.rows;
     a.n = w.rows;
+    a.ldy = w.rows;
     a.code_row_bytes = int64_t(gemv_code_row_bytes(w.dtype, w.cols));
     a.k_tiles = int(activation_groups(w.cols));
     a.scales_per_row = int(w.cols / dtype_info(w.dtype).block_elems);

@@ -452,14 +452,14 @@ double wave_efficiency(int64_t tiles, const TilePlan& p, int sms) {
 }
 
 // DELTABIT_GEMM_WS=0: the automatic choice never takes the warp-specialised tile (for measuring what it
-// brings: docs/bench.md). DELTABIT_GEMM_WS_NARROW=1: it takes its 16-, 32- and 64-token tiles for short
-// prompts (an experiment, not yet run on a GPU).
+// brings: docs/bench.md). DELTABIT_GEMM_WS_NARROW=0: it never takes that kernel's 16-, 32- and 64-token tiles
+// (for prompts of ≤ 64 tokens, and for a matrix's last rows: ws_tail_plan).
 bool warp_specialised_gemm() {
     static const bool on = env_switch("DELTABIT_GEMM_WS", true);
     return on;
 }
 bool narrow_warp_specialised_gemm() {
-    static const bool on = env_switch("DELTABIT_GEMM_WS_NARROW", false);
+    static const bool on = env_switch("DELTABIT_GEMM_WS_NARROW", true);
     return on;
 }
 
@@ -480,6 +480,38 @@ int ws_tokens_per_tile(GemmTile t) {
         case GemmTile::wgmma_ws_m16_n128: return 16;
         default: return 0;
     }
+}
+
+GemmTile ws_tile_of(int tokens_per_tile) {
+    switch (tokens_per_tile) {
+        case 128: return GemmTile::wgmma_ws_m128_n128;
+        case 64: return GemmTile::wgmma_ws_m64_n128;
+        case 32: return GemmTile::wgmma_ws_m32_n128;
+        default: return GemmTile::wgmma_ws_m16_n128;
+    }
+}
+
+// The two launches of a ws_tail_plan: rows [0, head_rows) on the 128-token tile, the rest on the narrow one,
+// both writing their columns of the one y.
+GemmLaunchReport run_ws_with_tail(const QuantizedActivationRows& x, const GemvWeightView& w, float* y,
+                                  cudaStream_t stream, const detail::WsTailPlan& plan) {
+    GemvWeightView head = w, tail = w;
+    head.rows = plan.head_rows;
+    tail.rows = w.rows - plan.head_rows;
+    tail.codes += size_t(plan.head_rows) * gemv_code_row_bytes(w.dtype, w.cols);
+    tail.scales += size_t(plan.head_rows) * size_t(w.cols / dtype_info(w.dtype).block_elems);
+    GemmLaunchReport report{GemmTile::wgmma_ws_m128_n128, 0, 0, ws_tile_of(plan.tail_tokens), tail.rows};
+    if (head.rows > 0) {
+        const detail::WgmmaGemmLaunch launch = detail::gemm_q1_0_wgmma_ws(x, head, y, stream, 0, -1, 128, w.rows);
+        report.tiles = launch.tiles, report.blocks = launch.blocks;
+    } else {  // the whole matrix on the narrow tile
+        report.tile = report.tail_tile, report.tail_tile = GemmTile::automatic, report.tail_rows = 0;
+    }
+    const detail::WgmmaGemmLaunch launch =
+        detail::gemm_q1_0_wgmma_ws(x, tail, y + plan.head_rows, stream, 0, -1, plan.tail_tokens, w.rows);
+    report.tiles += launch.tiles;
+    report.blocks = std::max(report.blocks, launch.blocks);
+    return report;
 }
 
 template <DType T>
@@ -517,6 +549,11 @@ GemmLaunchReport run_gemm(const QuantizedActivationRows& x, const GemvWeightView
                 ceil_div(x.rows, 128) * ceil_div(w.rows, 128) >= limits.sms)
                 tile = GemmTile::wgmma_m128_n128;
         }
+    }
+    if (requested == GemmTile::automatic && tile == GemmTile::wgmma_ws_m128_n128 && max_blocks == 0 &&
+        narrow_warp_specialised_gemm()) {
+        const detail::WsTailPlan plan = detail::ws_tail_plan(x.rows, w.rows, limits.sms);
+        if (plan.tail_tokens > 0) return run_ws_with_tail(x, w, y, stream, plan);
     }
     if (tile == GemmTile::wgmma_m128_n128 || ws_tokens_per_tile(tile) > 0) {
         const detail::WgmmaGemmLaunch launch =
@@ -633,10 +670,7 @@ bool matmul_prefill(const float* x, const GemvWeightView& w, int64_t n_tokens, f
         fail_message("cuda matmul_prefill: quantised rows " + std::to_string(rows.rows) + "×" +
                      std::to_string(rows.cols) + " for " + std::to_string(n_tokens) + " tokens and weights " +
                      shape_text(w));
-    // With the narrow warp-specialised tiles (DELTABIT_GEMM_WS_NARROW=1, an experiment) a Q1_0 GEMM of 2
-    // tokens already reads the weights once where 2 GEMVs read them twice.
-    const bool narrow = warp_specialised_serves(w.dtype, w.rows) && narrow_warp_specialised_gemm();
-    if (n_tokens < (narrow ? 2 : kGemmMinTokens)) {
+    if (n_tokens < kGemmMinTokens) {
         const QuantizedActivationsView xq{rows.q, rows.meta, w.cols};
         for (int64_t t = 0; t < n_tokens; ++t) {
             quantize_activations(x + t * w.cols, xq, stream);
@@ -657,6 +691,28 @@ bool matmul_prefill(const float* x, const GemvWeightView& w, int64_t n_tokens, f
 bool matmul_prefill(const float* x, const GemvWeightView& w, int64_t n_tokens, float* y,
                     const ActivationRowsScratch& scratch, cudaStream_t stream) {
     return matmul_prefill(x, w, n_tokens, y, scratch.view(std::max<int64_t>(n_tokens, 1), w.cols), stream);
+}
+
+// ws_tail_plan's tile costs, in units of a 128-token tile's (H200, 2026-12-02, bench_prefill_cuda pipelines +
+// crossover: a round of one tile per SM on Bonsai-27B ffn_gate/up, K = 5120 / ffn_down, K = 17408, took
+// 47 / 153 µs at 128 tokens, 41 / 126 at 64, 26 / 75 at 32, 21 / 63 at 16).
+detail::WsTailPlan detail::ws_tail_plan(int64_t tokens, int64_t rows, int sms) {
+    struct Narrow {
+        int tokens;
+        double cost;
+    };
+    constexpr Narrow kNarrow[] = {{64, 0.86}, {32, 0.52}, {16, 0.43}};
+    const int64_t m_tiles = ceil_div(tokens, 128), row_blocks = ceil_div(rows, 128), tiles = m_tiles * row_blocks;
+    const int64_t head_blocks = (tiles / sms) * sms / m_tiles;  // the row blocks that fill whole rounds
+    const double head = double(ceil_div(head_blocks * m_tiles, sms));
+    WsTailPlan best;
+    double best_cost = 1e300;
+    for (const Narrow& n : kNarrow) {
+        const double cost = head + double(ceil_div(ceil_div(tokens, n.tokens) * (row_blocks - head_blocks), sms)) * n.cost;
+        if (cost < best_cost) best_cost = cost, best = {head_blocks * 128, n.tokens};
+    }
+    // Cut only for a clear gain over one launch (the second launch's start is not in the costs).
+    return best_cost < 0.97 * double(ceil_div(tiles, sms)) ? best : WsTailPlan{};
 }
 
 }  // namespace deltabit::cuda

@@ -31,9 +31,24 @@ WgmmaGemmLaunch gemm_q1_0_wgmma(const QuantizedActivationRows& x, const GemvWeig
 // `pipeline` picks the depth of its stage ring and how copies are awaited (ws_pipeline_name; the benchmark
 // compares them); -1 is the default. `tokens_per_tile` 128 (GemmTile::wgmma_ws_m128_n128), or 64, 32, 16
 // (the narrower tiles for short prompts, each with its own ring; `pipeline` applies to 128 only).
+// `y_row_stride` > 0: y is w's column block of a wider output, a token's row `y_row_stride` floats apart
+// (0: w.rows) — how the automatic choice runs a matrix's last weight rows with another tile.
 WgmmaGemmLaunch gemm_q1_0_wgmma_ws(const QuantizedActivationRows& x, const GemvWeightView& w, float* y,
                                    cudaStream_t stream, int64_t max_blocks, int pipeline = -1,
-                                   int tokens_per_tile = 128);
+                                   int tokens_per_tile = 128, int64_t y_row_stride = 0);
+// A Q1_0 matrix on the warp-specialised 128-token tile, one block per SM walking its tiles, takes
+// ceil(tiles / SMs) rounds, and the last is often mostly idle (Bonsai-27B ffn_down at 512 tokens: 160 tiles
+// on 132 SMs, a second round for 28). The automatic choice (gemm_quantized) cuts such a matrix after the
+// weight rows that fill whole rounds and runs the rest as a second launch of a narrower tile, whose more,
+// cheaper tiles fill that last round better. Each output is still computed by one block in the same k order,
+// so y is the one-launch y bit for bit. This picks the cut and the narrow tile from measured tile costs;
+// head_rows is a multiple of 128 and may be 0 (the whole matrix on the narrow tile).
+struct WsTailPlan {
+    int64_t head_rows = 0;  // rows on the 128-token tile
+    int tail_tokens = 0;    // tokens a tile of the narrow tile for the other rows; 0: no cut, one launch
+};
+WsTailPlan ws_tail_plan(int64_t tokens, int64_t rows, int sms);
+
 int ws_pipeline_count();
 std::string ws_pipeline_name(int pipeline);
 constexpr int kDefaultWsPipeline = 2;  // 8 stages, copies arrive (gemm_wgmma_ws_cuda.cu kPipelines)

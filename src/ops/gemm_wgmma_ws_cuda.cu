@@ -8,9 +8,9 @@
 // k-tile: ~600 instructions a warp per k-tile, 6 cycles apart (Nsight Compute), ~195 TFLOP/s on the
 // Bonsai-27B prompt — 73% of a pp512 (docs/bench.md). Here the work is split by role:
 //   warpgroup 0 (producer)   copies each k-tile's x tile (128 tokens × 128 int8, core-matrix order), the
-//                            128 weight rows' codes (16 bytes each) and the tokens' {scale, Σq} into a
-//                            ring of stages (cp.async); the copies arrive on the stage's mbarrier `full`
-//                            when they land (Pipeline); it never waits on the tensor cores.
+//                            128 weight rows' codes (16 bytes each) and fp16 scales, and the tokens'
+//                            {scale, Σq} into a ring of stages (cp.async); the copies arrive on the stage's
+//                            mbarrier `full` when they land (Pipeline); it never waits on the tensor cores.
 //   warpgroups 1, 2          (consumers) each own 64 weight rows: the wgmma's A operand comes from
 //                            registers, built from the codes with one shift and mask per 4 weights —
 //                            no expanded copy in shared memory, no block barrier — and B is the stage's
@@ -67,10 +67,16 @@ struct Pipeline {
 constexpr Pipeline kPipelines[] = {{6, 3}, {6, 0}, {8, 0}, {11, 0}, {8, 0, 2}};
 constexpr int kPipelineCount = int(sizeof(kPipelines) / sizeof(kPipelines[0]));
 // A stage: the x tile (BM tokens × 128 int8, core-matrix order), the codes of 128 weight rows, the tokens'
-// {scale, Σq}.
+// {scale, Σq}, and for each weight row the aligned 4-byte word that holds its fp16 scale (a row's scales
+// start on any 2-byte boundary; GemvWeights pads the plane to 16 bytes, so the word is always inside it).
+// The scales come through the ring like everything else a k-tile reads: a consumer that loaded them from
+// global memory itself waited a memory latency every k-tile (one k-tile's prefetch could not cover it).
 constexpr int kCodeBytes = kBN * 16;
+constexpr int kScaleWordBytes = kBN * 4;
 constexpr int x_bytes(int bm) { return bm * kKTile; }
-constexpr int stage_bytes(int bm) { return x_bytes(bm) + kCodeBytes + bm * int(sizeof(ActivationGroupMeta)); }
+constexpr int meta_offset(int bm) { return x_bytes(bm) + kCodeBytes; }
+constexpr int scale_offset(int bm) { return meta_offset(bm) + bm * int(sizeof(ActivationGroupMeta)); }
+constexpr int stage_bytes(int bm) { return scale_offset(bm) + kScaleWordBytes; }
 static_assert(stage_bytes(16) % 128 == 0 && stage_bytes(32) % 128 == 0 && stage_bytes(64) % 128 == 0 &&
                   stage_bytes(128) % 128 == 0,
               "every stage's x tile starts 128-byte aligned");
@@ -120,14 +126,17 @@ __device__ void produce(const GemmArgs& a, uint8_t* smem, uint64_t* full, uint64
                 const int8_t* src = a.xq + (ok ? (m0 + row) * x_row_bytes + int64_t(kt) * kKTile + chunk * 16 : 0);
                 cp_async16(st + core_matrix_offset(row, chunk), src, !ok);
             }
-            {  // the codes of weight row p, and the {scale, Σq} of token p
+            {  // the codes and the scale word of weight row p, and the {scale, Σq} of token p
                 const int64_t byte = int64_t(kt) * 16;
                 const bool code_ok = n0 + p < a.n && byte < a.code_row_bytes;
                 cp_async16(st + x_bytes(BM) + p * 16, a.codes + (code_ok ? (n0 + p) * a.code_row_bytes + byte : 0),
                            !code_ok);
+                const bool scale_ok = n0 + p < a.n && kt < a.scales_per_row;
+                const auto scale = reinterpret_cast<uintptr_t>(a.scales + (scale_ok ? (n0 + p) * a.scales_per_row + kt : 0));
+                cp_async4(st + scale_offset(BM) + p * 4, reinterpret_cast<const void*>(scale & ~uintptr_t(3)), !scale_ok);
                 if (p < BM) {
                     const bool meta_ok = m0 + p < a.m;
-                    cp_async8(st + x_bytes(BM) + kCodeBytes + p * int(sizeof(ActivationGroupMeta)),
+                    cp_async8(st + meta_offset(BM) + p * int(sizeof(ActivationGroupMeta)),
                               a.x_meta + (meta_ok ? (m0 + p) * a.k_tiles + kt : 0), !meta_ok);
                 }
             }
@@ -161,26 +170,28 @@ __device__ void consume(const GemmArgs& a, uint8_t* smem, uint64_t* full, uint64
     const int c = int(threadIdx.x) / 128 - 1, wg_thread = int(threadIdx.x) % 128;
     const int warp = wg_thread / 32, lane = wg_thread % 32, g = lane / 4, q = lane % 4;
     const int row_lo = 64 * c + 16 * warp + g, row_hi = row_lo + 8;  // this thread's weight rows in the tile
+    // Which half of a scale word is the scale: the parity of its element's address.
+    const int64_t scales_odd = int64_t((reinterpret_cast<uintptr_t>(a.scales) >> 1) & 1);
     int64_t consumed = 0;
     for (int64_t tile = blockIdx.x; tile < a.tiles; tile += gridDim.x) {
         const int64_t m0 = (tile % a.m_tiles) * BM, n0 = (tile / a.m_tiles) * kBN;
-        auto weight_scale = [&](int row, int kt) {
-            return n0 + row < a.n && kt < a.k_tiles
-                       ? __half2float(__ushort_as_half(__ldg(a.scales + (n0 + row) * a.scales_per_row + kt)))
-                       : 0.0f;
-        };
+        const int odd_lo = int(((n0 + row_lo) * a.scales_per_row + scales_odd) & 1);  // at k-tile 0
+        const int odd_hi = int(((n0 + row_hi) * a.scales_per_row + scales_odd) & 1);
         float acc[BM / 2];
 #pragma unroll
         for (int i = 0; i < BM / 2; ++i) acc[i] = 0.0f;
-        float w_lo = weight_scale(row_lo, 0), w_hi = weight_scale(row_hi, 0);
         for (int kt = 0; kt < a.k_tiles; ++kt, ++consumed) {
-            // The next k-tile's row scales, requested now: they arrive while this one is computed.
-            const float next_lo = weight_scale(row_lo, kt + 1), next_hi = weight_scale(row_hi, kt + 1);
             mbarrier_wait_parity(&full[consumed % P.stages], stage_parity<P.stages>(consumed));
             // Copies that arrived by themselves (lag 0) were written through the generic proxy and never
             // fenced by their thread: this thread, having acquired them, orders them before its wgmmas.
             if constexpr (P.lag == 0) fence_proxy_async_shared();
             const uint8_t* st = stage_base<BM, P.stages>(smem, consumed);
+            // The rows' scales (0 for rows past N: the copy zero-filled their words).
+            auto weight_scale = [&](int row, int odd) {
+                const uint32_t word = *reinterpret_cast<const uint32_t*>(st + scale_offset(BM) + row * 4);
+                return __half2float(__ushort_as_half(uint16_t(((odd ^ kt) & 1) ? word >> 16 : word)));
+            };
+            const float w_lo = weight_scale(row_lo, odd_lo), w_hi = weight_scale(row_hi, odd_hi);
 
             // A: k-step s is code word s of each row (weights 32s .. 32s + 31); the register layout of
             // wgmma_m64nNk32_s8_ra wants k 4q .. 4q + 3 and 16 + 4q .. of rows g and g + 8.
@@ -214,7 +225,7 @@ __device__ void consume(const GemmArgs& a, uint8_t* smem, uint64_t* full, uint64
 
             // The dots into the fp32 sums: the other kernel's term, element by element; half 0 while half 1's
             // products may still run.
-            const auto* meta = reinterpret_cast<const ActivationGroupMeta*>(st + x_bytes(BM) + kCodeBytes);
+            const auto* meta = reinterpret_cast<const ActivationGroupMeta*>(st + meta_offset(BM));
 #pragma unroll
             for (int h = 0; h < Halves; ++h) {
                 if (h + 1 < Halves) wgmma_wait<1>();
@@ -238,7 +249,6 @@ __device__ void consume(const GemmArgs& a, uint8_t* smem, uint64_t* full, uint64
             // This warp's reads of the stage (codes, meta; the wgmma's, waited above) are done.
             __syncwarp();
             if (lane == 0) mbarrier_arrive(&empty[consumed % P.stages]);
-            w_lo = next_lo, w_hi = next_hi;
         }
 
 #pragma unroll
@@ -246,7 +256,7 @@ __device__ void consume(const GemmArgs& a, uint8_t* smem, uint64_t* full, uint64
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int64_t token = m0 + 8 * j + 2 * q + (e & 1), row = n0 + ((e >> 1) ? row_hi : row_lo);
-                if (token < a.m && row < a.n) a.y[token * a.n + row] = acc[4 * j + e];
+                if (token < a.m && row < a.n) a.y[token * a.ldy + row] = acc[4 * j + e];
             }
     }
 }
@@ -270,13 +280,14 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_q1_0_wgmma_ws_kernel(GemmArg
     }
     __syncthreads();
     // Registers move from the producer, which holds addresses, to the consumers, whose 64 dots and 64 sums
-    // alone are 128 a thread (BM = 128): 128 · 72 + 256 · 216 = 64512 of the SM's 65536. ptxas -v (CUDA
-    // 13.0): without this, 52 bytes of spills at the launch bound's 168; the producer spills below 72.
+    // alone are 128 a thread (BM = 128): 128 · 80 + 256 · 208 = 63488 of the 64512 the launch bound gives the
+    // block. ptxas -v (CUDA 13.0): without this, 52 bytes of spills at the launch bound's 168; the producer,
+    // which also copies the scale words, spills 4 bytes at 72, none at 80; the consumers none at 208.
     if (threadIdx.x < 128) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 72;\n" ::: "memory");
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 80;\n" ::: "memory");
         produce<BM, Stages, Lag>(a, smem, full, empty);
     } else {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 216;\n" ::: "memory");
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 208;\n" ::: "memory");
         consume<BM, Stages, Lag, Halves>(a, smem, full, empty);
     }
 #endif
@@ -337,12 +348,14 @@ std::string ws_pipeline_name(int pipeline) {
 }
 
 WgmmaGemmLaunch gemm_q1_0_wgmma_ws(const QuantizedActivationRows& x, const GemvWeightView& w, float* y,
-                                   cudaStream_t stream, int64_t max_blocks, int pipeline, int tokens_per_tile) {
+                                   cudaStream_t stream, int64_t max_blocks, int pipeline, int tokens_per_tile,
+                                   int64_t y_row_stride) {
     const Choice c = choose(tokens_per_tile, pipeline);
     configure_kernels();
-    const GemmArgs a = gemm_args(x, w, y, tokens_per_tile, kBN);
+    GemmArgs a = gemm_args(x, w, y, tokens_per_tile, kBN);
+    if (y_row_stride > 0) a.ldy = y_row_stride;
     static const int sms = device_attribute(cudaDevAttrMultiProcessorCount, "SM count");
-    // One block per SM (its 100–214 KB of shared memory, 384 threads and the consumers' registers allow
+    // One block per SM (its 108–215 KB of shared memory, 384 threads and the consumers' registers allow
     // one), walking tiles.
     const int64_t blocks = std::min<int64_t>(a.tiles, max_blocks > 0 ? max_blocks : sms);
     c.kernel<<<unsigned(blocks), kThreads, c.smem, stream>>>(a);

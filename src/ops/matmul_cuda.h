@@ -39,8 +39,9 @@ inline constexpr int kActivationGroup = 128;
 // Weights in the GEMV layout on the device (non-owning).
 struct GemvWeightView {
     const uint8_t* codes = nullptr;    // rows × gemv_code_row_bytes(dtype, cols), 16-byte aligned rows
-    // rows × cols / block_elems fp16 bits. The staged kernel copies whole 16-byte words, so up to 14 bytes
-    // past the last scale must be readable: upload_gemv_weights pads the plane to a multiple of 16 bytes.
+    // rows × cols / block_elems fp16 bits. The staged kernel copies whole 16-byte words and the
+    // warp-specialised GEMM 4-byte ones (each aligned, holding the scale it wants), so up to 14 bytes past
+    // the last scale must be readable: upload_gemv_weights pads the plane to a multiple of 16 bytes.
     const uint16_t* scales = nullptr;
     DType dtype = DType::Q1_0;
     int64_t rows = 0;  // N

@@ -84,6 +84,11 @@ struct GemmLaunchReport {
     GemmTile tile = GemmTile::automatic;  // the tile that ran
     int64_t tiles = 0;                    // block tiles covering T × N
     int64_t blocks = 0;                   // blocks launched (≤ tiles; each walks tiles grid-stride)
+    // The automatic choice may run a Q1_0 matrix's last weight rows as a second launch of a narrower
+    // warp-specialised tile, so that its last round of tiles fills the GPU: that tile and those rows (0: one
+    // launch of `tile` covered everything).
+    GemmTile tail_tile = GemmTile::automatic;
+    int64_t tail_rows = 0;
 };
 
 // y = x · Wᵀ for already quantised rows. Supported: the GEMV layout's dtypes (Q1_0, Q2_0, Q2_0_G64,
@@ -93,15 +98,15 @@ GemmLaunchReport gemm_quantized(const QuantizedActivationRows& x, const GemvWeig
                                 cudaStream_t stream, GemmTile tile = GemmTile::automatic, int64_t max_blocks = 0);
 
 // Below this many tokens the per-token decode GEMV is faster than the tensor-core GEMM (both read
-// the weights from memory; the GEMM's m16 tile costs about the same at any T ≤ 16). Measured with
-// bench/prefill_cuda.cpp on an H200, Q1_0, weights rotating past the L2: the GEMM wins from T = 6 on
-// 10240 × 5120, T = 8 on 17408 × 5120 (the FFN, most of a layer's weights), T = 12 on 5120 × 17408.
+// the weights from memory; the GEMM's narrowest tile costs about the same at any T ≤ 16). Measured with
+// bench/prefill_cuda.cpp on an H200, Q1_0, weights rotating past the L2 (2026-12-02): the warp-specialised
+// 16-token tile wins from T = 4 on 10240 × 5120, T = 5..6 on 17408 × 5120 (the FFN, most of a layer's
+// weights), T = 7..8 on 5120 × 17408 (at T = 2 it is 1.5–3.3× slower than two GEMVs).
 inline constexpr int64_t kGemmMinTokens = 8;
 
 // The prompt-path twin of cpu::matmul_int8_activations for quantised W: T < kGemmMinTokens runs the
-// decode GEMV per token, else quantise all rows into `scratch` and one GEMM (with the narrow warp-specialised
-// tiles switched on, DELTABIT_GEMM_WS_NARROW=1, the GEMM from T = 2 for Q1_0). Returns whether the GEMM
-// ran (so callers and tests can see the path).
+// decode GEMV per token, else quantise all rows into `scratch` and one GEMM. Returns whether the GEMM ran
+// (so callers and tests can see the path).
 bool matmul_prefill(const float* x, const GemvWeightView& w, int64_t n_tokens, float* y,
                     const ActivationRowsScratch& scratch, cudaStream_t stream);
 // The same with the quantised rows in `rows` (n_tokens × w.cols, from activation_rows_view).

@@ -258,21 +258,27 @@ void check_case(const Case& c, uint32_t seed) {
     const std::string shape = describe(c);
 
     std::vector<float> y_m64;
-    for (cuda::GemmTile tile : {cuda::GemmTile::automatic, cuda::GemmTile::m16_n64, cuda::GemmTile::m64_n128,
-                                cuda::GemmTile::m128_n128, cuda::GemmTile::wgmma_m128_n128,
-                                cuda::GemmTile::wgmma_ws_m128_n128, cuda::GemmTile::wgmma_ws_m64_n128,
-                                cuda::GemmTile::wgmma_ws_m32_n128, cuda::GemmTile::wgmma_ws_m16_n128}) {
+    // The automatic choice last, so that it too is compared with the m64 tile when it runs a warpgroup tile
+    // (possibly as two launches: ws_tail_plan).
+    for (cuda::GemmTile tile : {cuda::GemmTile::m16_n64, cuda::GemmTile::m64_n128, cuda::GemmTile::m128_n128,
+                                cuda::GemmTile::wgmma_m128_n128, cuda::GemmTile::wgmma_ws_m128_n128,
+                                cuda::GemmTile::wgmma_ws_m64_n128, cuda::GemmTile::wgmma_ws_m32_n128,
+                                cuda::GemmTile::wgmma_ws_m16_n128, cuda::GemmTile::automatic}) {
         if (!cuda::gemm_tile_supported(tile, c.dtype)) continue;
         GuardedDeviceArray<float> y(size_t(c.tokens * c.rows));
         const cuda::GemmLaunchReport report = cuda::gemm_quantized(xq, d.w.view(), y.get(), nullptr, tile);
-        const std::string what = shape + " tile " + cuda::gemm_tile_name(report.tile) +
-                                 (tile == cuda::GemmTile::automatic ? " (automatic)" : "");
+        const std::string what =
+            shape + " tile " + cuda::gemm_tile_name(report.tile) +
+            (report.tail_rows > 0
+                 ? " + last " + std::to_string(report.tail_rows) + " rows " + cuda::gemm_tile_name(report.tail_tile)
+                 : "") +
+            (tile == cuda::GemmTile::automatic ? " (automatic)" : "");
         if (tile != cuda::GemmTile::automatic) EXPECT_EQ(report.tile, tile) << what;
         const std::vector<float> got = y.download(what);
         const double worst = check_against_reference(f, got, what);
         // The same terms in the same k order (prefill_cuda.h): the warpgroup tiles' y is the m64 tile's.
         if (tile == cuda::GemmTile::m64_n128) y_m64 = got;
-        if (tile >= cuda::GemmTile::wgmma_m128_n128) {  // the warpgroup tiles
+        if (report.tile >= cuda::GemmTile::wgmma_m128_n128) {  // the warpgroup tiles
             ASSERT_EQ(got.size(), y_m64.size()) << what;
             for (size_t i = 0; i < got.size(); ++i)
                 ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(y_m64[i]))
@@ -384,6 +390,67 @@ TEST(PrefillGemm, EveryWarpSpecialisedPipelineIsTheM64Tile) {
                         ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(y_m64[i]))
                             << what << ": output " << i << " differs from the m64 tile's";
                 }
+    }
+}
+
+// A view that starts one row into the weights (as the model's row slices do) with an odd number of scales a
+// row: its scales begin 2 bytes off a 4-byte word, and the warp-specialised kernel, which copies each row's
+// scale as the aligned word holding it, must pick the other half of the word than for the whole matrix. Every
+// tile on the slice gives the whole matrix's rows 1.. bit for bit.
+// Where the automatic choice cuts a Q1_0 matrix into a 128-token part and a narrow-tile tail (host only: the
+// plan is arithmetic on the shape and the SM count; the GPU tests above hold the cut's y to the m64 tile's).
+TEST(PrefillGemm, TailPlanFillsTheLastRound) {
+    using cuda::detail::ws_tail_plan;
+    struct Expect {
+        int64_t tokens, rows, head_rows;
+        int tail_tokens;
+    };
+    // 132 SMs (H200). ffn_gate/up at 512 tokens: 544 tiles, 4 whole rounds + 16 tiles → the last 4 row blocks
+    // as 16-token tiles (128 of them); ffn_down: 160 tiles → 33 row blocks, then 7 as 32-token tiles (112);
+    // ssm_qkv: 320 → 66 row blocks, then 14 as 64-token tiles; attention q+gate (384 tiles: 120 left over)
+    // and a 4096-token FFN (33 rounds, 1 nearly full) keep one launch; 129 tokens × 5120 rows (80 tiles, a
+    // single short round) run wholly as 64-token tiles; a whole number of rounds is never cut.
+    for (const Expect& e : {Expect{512, 17408, 16896, 16}, Expect{512, 5120, 4224, 32}, Expect{512, 10240, 8448, 64},
+                            Expect{512, 12288, 0, 0}, Expect{4096, 17408, 0, 0}, Expect{129, 5120, 0, 64},
+                            Expect{128, 16896, 0, 0}}) {
+        const cuda::detail::WsTailPlan plan = ws_tail_plan(e.tokens, e.rows, 132);
+        EXPECT_EQ(plan.tail_tokens, e.tail_tokens) << e.tokens << " tokens × " << e.rows << " rows";
+        if (e.tail_tokens > 0) EXPECT_EQ(plan.head_rows, e.head_rows) << e.tokens << " tokens × " << e.rows << " rows";
+    }
+}
+
+TEST(PrefillGemm, RowSliceWithOddScaleAlignment) {
+    DELTABIT_REQUIRE_GPU();
+    const int64_t rows = 301, cols = 3 * 128, tokens = 70;  // 3 scales a row: row 1's start at byte 6
+    std::mt19937 rng(21);
+    const std::vector<uint8_t> weights = random_weights(DType::Q1_0, rows, cols, rng);
+    const cuda::GemvWeights w = cuda::upload_gemv_weights(WeightView{weights.data(), DType::Q1_0, rows, cols}, "test");
+    GuardedDeviceArray<float> x(random_activations(tokens, cols, rng));
+    const cuda::ActivationRowsScratch scratch(tokens, cols);
+    const cuda::QuantizedActivationRows xq = scratch.view(tokens, cols);
+    cuda::quantize_activation_rows(x.get(), xq, nullptr);
+    GuardedDeviceArray<float> y_whole(size_t(tokens * rows));
+    cuda::gemm_quantized(xq, w.view(), y_whole.get(), nullptr, cuda::GemmTile::m64_n128);
+    const std::vector<float> whole = y_whole.download("whole matrix, m64");
+
+    cuda::GemvWeightView slice = w.view();
+    slice.codes += gemv_code_row_bytes(DType::Q1_0, cols);
+    slice.scales += cols / 128;
+    slice.rows = rows - 1;
+    ASSERT_EQ(reinterpret_cast<uintptr_t>(slice.scales) % 4, 2u) << "the slice's scales start mid-word";
+    for (cuda::GemmTile tile : {cuda::GemmTile::automatic, cuda::GemmTile::m64_n128, cuda::GemmTile::wgmma_m128_n128,
+                                cuda::GemmTile::wgmma_ws_m128_n128, cuda::GemmTile::wgmma_ws_m64_n128,
+                                cuda::GemmTile::wgmma_ws_m32_n128, cuda::GemmTile::wgmma_ws_m16_n128}) {
+        if (!cuda::gemm_tile_supported(tile, DType::Q1_0)) continue;
+        const std::string what = std::string("rows 1..300 of 301 × 384, tile ") + cuda::gemm_tile_name(tile);
+        GuardedDeviceArray<float> y(size_t(tokens * slice.rows));
+        cuda::gemm_quantized(xq, slice, y.get(), nullptr, tile);
+        const std::vector<float> got = y.download(what);
+        for (int64_t t = 0; t < tokens; ++t)
+            for (int64_t n = 0; n < slice.rows; ++n)
+                ASSERT_EQ(std::bit_cast<uint32_t>(got[size_t(t * slice.rows + n)]),
+                          std::bit_cast<uint32_t>(whole[size_t(t * rows + n + 1)]))
+                    << what << ": token " << t << " row " << n;
     }
 }
 
