@@ -12,7 +12,7 @@
 //   1b. The warp-specialised tile's stage rings on Bonsai-27B and Bonsai-4B matrices, beside the other tiles.
 //   2. Prompt lengths T = 1 .. 64: T decode GEMVs (quantise + GEMV per token) against one GEMM (quantise
 //      rows + GEMM) — where kGemmMinTokens comes from — and the warp-specialised kernel's narrowest tile
-//      covering T (16, 32 or 64 tokens; an experiment, not yet run on a GPU). Weights rotate over copies
+//      covering T (16, 32 or 64 tokens; the automatic choice there now). Weights rotate over copies
 //      ≥ 3× the L2, as in a real forward pass where each matrix is read once.
 //   3. Gated delta rule, Bonsai-27B heads (16 key / 48 value, 128 × 128): the recurrent kernel against
 //      the chunked one, in GB/s of the bytes the op must move (q, k, v, g, β, out, state in and out)
@@ -336,7 +336,7 @@ void bench_crossover(cudaStream_t stream, Timer& timer, size_t l2_bytes) {
         DeviceBuffer x = upload(x_host), y(size_t(t_max * s.n) * sizeof(float));
         const ActivationRowsScratch rows(t_max, s.k);
         const ActivationScratch one(s.k);
-        // The warp-specialised kernel's narrow tiles (an experiment): the narrowest that covers T.
+        // The warp-specialised kernel's narrow tiles: the narrowest that covers T.
         const bool narrow = gemm_tile_supported(GemmTile::wgmma_ws_m16_n128, DType::Q1_0);
         std::printf("%-12s %6s | %10s %10s %7s | %10s\n", s.name, "T", "GEMV×T", "GEMM", "ratio", "ws narrow");
         int64_t crossover = -1;

@@ -63,8 +63,9 @@ void quantize_activation_rows(const float* x, const QuantizedActivationRows& out
 // cores (ops/gemm_wgmma_cuda.h), Q1_0 only, in an sm_90a build on a compute capability 9.0 device — its
 // y is the mma.sync tiles' bit for bit. wgmma_ws_m128_n128: the same tile warp-specialised, the same
 // conditions and the same y — the automatic choice for Q1_0 prompts there (DELTABIT_GEMM_WS=0: not).
-// wgmma_ws_m64/m32/m16_n128: that kernel with 64, 32 or 16 tokens a tile, for short prompts (an
-// experiment: the automatic choice takes them for prompts of ≤ 64 tokens only with DELTABIT_GEMM_WS_NARROW=1).
+// wgmma_ws_m64/m32/m16_n128: that kernel with 64, 32 or 16 tokens a tile — the automatic choice for Q1_0
+// prompts of ≤ 64 tokens, and for a longer prompt's last weight rows when one launch's last round of
+// 128-token tiles would leave most SMs idle (ws_tail_plan; DELTABIT_GEMM_WS_NARROW=0: neither).
 enum class GemmTile : uint8_t {
     automatic,
     m16_n64,
