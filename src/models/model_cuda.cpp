@@ -451,10 +451,7 @@ void CudaModel::matmul(const float* x, const CudaMatrix& w, int64_t first_row, i
         cuda::matmul_plain(x, w.plain_view.slice_rows(first_row, n_rows), n_tokens, y, stream_);
         return;
     }
-    cuda::GemvWeightView view = w.gemv.view();
-    view.codes += size_t(first_row) * gemv_code_row_bytes(view.dtype, view.cols);
-    view.scales += size_t(first_row) * size_t(view.cols / dtype_info(view.dtype).block_elems);
-    view.rows = n_rows;
+    const cuda::GemvWeightView view = w.gemv.view().slice_rows(first_row, n_rows);
     // Prompts: every token's activations quantised exactly as a decode step quantises its one token,
     // then one tensor-core GEMM (ops/prefill_cuda.h) — the GEMV's terms, summed in another order. Below
     // cuda::kGemmMinTokens it runs the per-token GEMV itself.

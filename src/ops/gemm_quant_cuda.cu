@@ -482,36 +482,28 @@ int ws_tokens_per_tile(GemmTile t) {
     }
 }
 
-GemmTile ws_tile_of(int tokens_per_tile) {
-    switch (tokens_per_tile) {
-        case 128: return GemmTile::wgmma_ws_m128_n128;
-        case 64: return GemmTile::wgmma_ws_m64_n128;
-        case 32: return GemmTile::wgmma_ws_m32_n128;
-        default: return GemmTile::wgmma_ws_m16_n128;
-    }
+// The narrowest warp-specialised tile covering `tokens` (≤ 128).
+GemmTile ws_tile_covering(int64_t tokens) {
+    return tokens <= 16 ? GemmTile::wgmma_ws_m16_n128
+           : tokens <= 32 ? GemmTile::wgmma_ws_m32_n128
+           : tokens <= 64 ? GemmTile::wgmma_ws_m64_n128
+                          : GemmTile::wgmma_ws_m128_n128;
 }
 
-// The two launches of a ws_tail_plan: rows [0, head_rows) on the 128-token tile, the rest on the narrow one,
-// both writing their columns of the one y.
+// The launches of a ws_tail_plan: rows [0, head_rows) on the 128-token tile (none when head_rows is 0), the
+// rest on the narrow one, each writing its columns of the one y.
 GemmLaunchReport run_ws_with_tail(const QuantizedActivationRows& x, const GemvWeightView& w, float* y,
                                   cudaStream_t stream, const detail::WsTailPlan& plan) {
-    GemvWeightView head = w, tail = w;
-    head.rows = plan.head_rows;
-    tail.rows = w.rows - plan.head_rows;
-    tail.codes += size_t(plan.head_rows) * gemv_code_row_bytes(w.dtype, w.cols);
-    tail.scales += size_t(plan.head_rows) * size_t(w.cols / dtype_info(w.dtype).block_elems);
-    GemmLaunchReport report{GemmTile::wgmma_ws_m128_n128, 0, 0, ws_tile_of(plan.tail_tokens), tail.rows};
-    if (head.rows > 0) {
-        const detail::WgmmaGemmLaunch launch = detail::gemm_q1_0_wgmma_ws(x, head, y, stream, 0, -1, 128, w.rows);
-        report.tiles = launch.tiles, report.blocks = launch.blocks;
-    } else {  // the whole matrix on the narrow tile
-        report.tile = report.tail_tile, report.tail_tile = GemmTile::automatic, report.tail_rows = 0;
-    }
-    const detail::WgmmaGemmLaunch launch =
-        detail::gemm_q1_0_wgmma_ws(x, tail, y + plan.head_rows, stream, 0, -1, plan.tail_tokens, w.rows);
-    report.tiles += launch.tiles;
-    report.blocks = std::max(report.blocks, launch.blocks);
-    return report;
+    detail::WgmmaGemmLaunch head;
+    if (plan.head_rows > 0)
+        head = detail::gemm_q1_0_wgmma_ws(x, w.slice_rows(0, plan.head_rows), y, stream, 0, -1, 128, w.rows);
+    const int64_t tail_rows = w.rows - plan.head_rows;
+    const detail::WgmmaGemmLaunch tail = detail::gemm_q1_0_wgmma_ws(
+        x, w.slice_rows(plan.head_rows, tail_rows), y + plan.head_rows, stream, 0, -1, plan.tail_tokens, w.rows);
+    const GemmTile narrow = ws_tile_covering(plan.tail_tokens);
+    if (plan.head_rows == 0) return GemmLaunchReport{narrow, tail.tiles, tail.blocks};
+    return GemmLaunchReport{GemmTile::wgmma_ws_m128_n128, head.tiles + tail.tiles, std::max(head.blocks, tail.blocks),
+                            narrow, tail_rows};
 }
 
 template <DType T>
@@ -529,9 +521,7 @@ GemmLaunchReport run_gemm(const QuantizedActivationRows& x, const GemvWeightView
         const TilePlan mid = TileSet<T>::plan(GemmTile::m64_n128);
         const bool ws = warp_specialised_serves(T, w.rows);
         if (ws && x.rows <= 64 && narrow_warp_specialised_gemm()) {
-            tile = x.rows <= 16 ? GemmTile::wgmma_ws_m16_n128
-                   : x.rows <= 32 ? GemmTile::wgmma_ws_m32_n128
-                                  : GemmTile::wgmma_ws_m64_n128;
+            tile = ws_tile_covering(x.rows);
         } else if (ws && x.rows > 16) {
             tile = GemmTile::wgmma_ws_m128_n128;
         } else if (x.rows <= 16 || ceil_div(x.rows, mid.bm) * ceil_div(w.rows, mid.bn) < limits.sms) {

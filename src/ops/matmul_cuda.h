@@ -46,6 +46,11 @@ struct GemvWeightView {
     DType dtype = DType::Q1_0;
     int64_t rows = 0;  // N
     int64_t cols = 0;  // K
+    // Rows first .. first + count − 1 of the same planes (the scales may then start mid-word).
+    GemvWeightView slice_rows(int64_t first, int64_t count) const {
+        return {codes + size_t(first) * gemv_code_row_bytes(dtype, cols),
+                scales + size_t(first) * size_t(cols / dtype_info(dtype).block_elems), dtype, count, cols};
+    }
 };
 
 // Owner of one uploaded matrix. upload_gemv_weights repacks on the host, proves the repack against

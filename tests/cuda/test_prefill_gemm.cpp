@@ -433,10 +433,7 @@ TEST(PrefillGemm, RowSliceWithOddScaleAlignment) {
     cuda::gemm_quantized(xq, w.view(), y_whole.get(), nullptr, cuda::GemmTile::m64_n128);
     const std::vector<float> whole = y_whole.download("whole matrix, m64");
 
-    cuda::GemvWeightView slice = w.view();
-    slice.codes += gemv_code_row_bytes(DType::Q1_0, cols);
-    slice.scales += cols / 128;
-    slice.rows = rows - 1;
+    const cuda::GemvWeightView slice = w.view().slice_rows(1, rows - 1);
     ASSERT_EQ(reinterpret_cast<uintptr_t>(slice.scales) % 4, 2u) << "the slice's scales start mid-word";
     for (cuda::GemmTile tile : {cuda::GemmTile::automatic, cuda::GemmTile::m64_n128, cuda::GemmTile::wgmma_m128_n128,
                                 cuda::GemmTile::wgmma_ws_m128_n128, cuda::GemmTile::wgmma_ws_m64_n128,
