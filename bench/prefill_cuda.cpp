@@ -1,7 +1,7 @@
 // Micro-benchmark of the prefill kernels (ops/prefill_cuda.h) on Bonsai-27B / Qwen3.5-27B shapes, each
 // figure printed next to its ceiling.
 //
-//   bench_prefill_cuda [gemm] [pipelines] [crossover] [delta] [attention]    (none named: every section)
+//   bench_prefill_cuda [gemm] [pipelines] [half] [crossover] [delta] [attention]    (none named: every section)
 //
 // Sections:
 //   1. Q1_0 GEMM at T = 512 (pp512) for every matrix of a Bonsai-27B layer and the LM head, each tile
@@ -10,6 +10,8 @@
 //      PyTorch: .library/device/KINDS.md; 790 used). Then the whole model's matmuls at pp512 (64
 //      layers: 48 DeltaNet, 16 attention, every FFN, the LM head) as one figure.
 //   1b. The warp-specialised tile's stage rings on Bonsai-27B and Bonsai-4B matrices, beside the other tiles.
+//   1c. The Q1_0 GEMM on f16 activations (gemm_q1_0_half, what the model runs on Hopper) against the int8
+//       one on the same matrices: each tile, the automatic choice, the whole matmul with its rounding.
 //   2. Prompt lengths T = 1 .. 64: T decode GEMVs (quantise + GEMV per token) against one GEMM (quantise
 //      rows + GEMM) — where kGemmMinTokens comes from — and the warp-specialised kernel's narrowest tile
 //      covering T (16, 32 or 64 tokens; the automatic choice there now). Weights rotate over copies
@@ -325,6 +327,63 @@ void bench_ws_pipelines(cudaStream_t stream, Timer& timer) {
     }
 }
 
+// The Q1_0 prompt GEMM on f16 activations (gemm_q1_0_half) against the int8 one, at T = 512, on Bonsai-27B's
+// and Bonsai-4B's matrices: each tile, the automatic choice, and the whole matmul the model runs (rounding
+// or quantising the activations + GEMM: matmul_prompt vs matmul_prefill). The model lines weigh each shape
+// by its count in one forward pass (Bonsai-4B: 36 layers of q, k, v, out, gate, up, down, and the LM head).
+void bench_half(cudaStream_t stream, Timer& timer) {
+    const int64_t T = 512;
+    if (!half_gemm_available()) {
+        std::puts("\n== 1c. f16-activation GEMM: needs sm_90a machine code on a compute 9.0 device");
+        return;
+    }
+    std::printf("\n== 1c. Q1_0 GEMM on f16 activations vs int8, T = %lld, µs; TFLOP/s of the f16 matmul\n", (long long)T);
+    std::printf("%-18s %7s %6s | %8s %8s %8s %8s | %-40s %8s | %9s %9s %7s %5s\n", "matrix", "N", "K", "h128", "h64",
+                "h32", "h16", "auto", "us", "int8 mm", "f16 mm", "TFLOP/s", "%");
+    const MatrixShape shapes[] = {
+        {"27b ssm_qkv", 10240, 5120, 48},     {"27b ssm_gate", 6144, 5120, 48}, {"27b ssm_beta/alpha", 48, 5120, 96},
+        {"27b ssm_out", 5120, 6144, 48},      {"27b attn_q+gate", 12288, 5120, 16}, {"27b attn_k/v", 1024, 5120, 32},
+        {"27b attn_out", 5120, 6144, 16},     {"27b ffn_gate/up", 17408, 5120, 128}, {"27b ffn_down", 5120, 17408, 64},
+        {"27b lm_head", 248320, 5120, 1},     {"4b attn_q", 4096, 2560, 36},   {"4b attn_k/v", 1024, 2560, 72},
+        {"4b attn_out", 2560, 4096, 36},      {"4b ffn_gate/up", 9728, 2560, 72}, {"4b ffn_down", 2560, 9728, 36},
+        {"4b lm_head", 151936, 2560, 1},
+    };
+    double flops[2] = {0, 0}, us_int8[2] = {0, 0}, us_f16[2] = {0, 0};
+    for (const MatrixShape& s : shapes) {
+        GemmCase g(s, T, stream);
+        DeviceBuffer scratch(prompt_scratch_bytes(T, s.k));
+        const HalfActivationRows rows = half_activation_rows_view(scratch.get(), T, s.k);
+        round_activation_rows_f16(g.x.get<float>(), rows, stream);
+        auto tile_us = [&](GemmTile tile) {
+            return timer.graph_us(stream, g.calls, [&](int) { gemm_q1_0_half(rows, g.w.view(0), g.y.get<float>(), stream, tile); });
+        };
+        const double h128 = tile_us(GemmTile::half_m128_n128), h64 = tile_us(GemmTile::half_m64_n128),
+                     h32 = tile_us(GemmTile::half_m32_n128), h16 = tile_us(GemmTile::half_m16_n128),
+                     autom = tile_us(GemmTile::automatic);
+        const GemmLaunchReport chosen = gemm_q1_0_half(rows, g.w.view(0), g.y.get<float>(), stream);
+        const double mm_int8 = timer.graph_us(stream, g.calls, [&](int) {
+            matmul_prefill(g.x.get<float>(), g.w.view(0), T, g.y.get<float>(), g.scratch, stream);
+        });
+        const double mm_f16 = timer.graph_us(stream, g.calls, [&](int) {
+            matmul_prompt(g.x.get<float>(), g.w.view(0), T, g.y.get<float>(), scratch.get(), stream);
+        });
+        const double tflops = g.flops / mm_f16 / 1e6;
+        std::printf("%-18s %7lld %6lld | %8.1f %8.1f %8.1f %8.1f | %-40s %8.1f | %9.1f %9.1f %7.0f %5.1f\n", s.name,
+                    (long long)s.n, (long long)s.k, h128, h64, h32, h16, chosen_text(chosen).c_str(), autom, mm_int8,
+                    mm_f16, tflops, 100 * tflops / kBf16PeakTflops);
+        const int model = s.name[0] == '4' ? 1 : 0;
+        flops[model] += g.flops * s.per_model;
+        us_int8[model] += mm_int8 * s.per_model;
+        us_f16[model] += mm_f16 * s.per_model;
+    }
+    for (int model = 0; model < 2; ++model) {
+        const double t8 = flops[model] / us_int8[model] / 1e6, t16 = flops[model] / us_f16[model] / 1e6;
+        std::printf("%s pp%lld matmuls: int8 %.2f ms (%.1f%% of %.0f), f16 %.2f ms (%.1f%%)\n",
+                    model == 0 ? "Bonsai-27B" : "Bonsai-4B", (long long)T, us_int8[model] / 1e3,
+                    100 * t8 / kBf16PeakTflops, kBf16PeakTflops, us_f16[model] / 1e3, 100 * t16 / kBf16PeakTflops);
+    }
+}
+
 void bench_crossover(cudaStream_t stream, Timer& timer, size_t l2_bytes) {
     std::printf("\n== 2. GEMV per token vs one GEMM, Q1_0, weights rotating past the L2 (µs per matmul of T tokens)\n");
     const MatrixShape shapes[] = {{"ssm_qkv", 10240, 5120, 0}, {"ffn_gate/up", 17408, 5120, 0}, {"ffn_down", 5120, 17408, 0}};
@@ -434,13 +493,13 @@ void bench_attention(cudaStream_t stream, Timer& timer) {
 
 int main(int argc, char** argv) {
     // Sections by name (gemm, pipelines, crossover, delta, attention); none named: all of them.
-    static constexpr const char* kSections[] = {"gemm", "pipelines", "crossover", "delta", "attention"};
+    static constexpr const char* kSections[] = {"gemm", "pipelines", "half", "crossover", "delta", "attention"};
     for (int i = 1; i < argc; ++i) {
         const bool known = std::any_of(std::begin(kSections), std::end(kSections),
                                        [&](const char* s) { return std::strcmp(argv[i], s) == 0; });
         if (!known) {
-            std::fprintf(stderr, "bench_prefill_cuda: no section '%s'; name any of gemm, pipelines, crossover, delta, "
-                                 "attention (none: all of them)\n", argv[i]);
+            std::fprintf(stderr, "bench_prefill_cuda: no section '%s'; name any of gemm, pipelines, half, crossover, "
+                                 "delta, attention (none: all of them)\n", argv[i]);
             return 2;
         }
     }
@@ -465,6 +524,7 @@ int main(int argc, char** argv) {
                     prop.multiProcessorCount, prop.l2CacheSize / 1048576.0, copy_gbs);
         if (wanted("gemm")) bench_gemm(stream, timer);
         if (wanted("pipelines")) bench_ws_pipelines(stream, timer);
+        if (wanted("half")) bench_half(stream, timer);
         if (wanted("crossover")) bench_crossover(stream, timer, size_t(prop.l2CacheSize));
         if (wanted("delta")) bench_delta_rule(stream, timer, copy_gbs);
         if (wanted("attention")) bench_attention(stream, timer);

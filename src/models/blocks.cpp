@@ -35,8 +35,16 @@ Buffer buffer(int64_t n) { return Buffer(size_t(n)); }
 }  // namespace
 
 void matmul_with(MatmulNumerics numerics, const float* x, const WeightView& w, int64_t n_tokens, float* y) {
-    if (numerics == MatmulNumerics::int8_activations) cpu::matmul_int8_activations(x, w, n_tokens, y);
-    else cpu::matmul(x, w, n_tokens, y);
+    switch (numerics) {
+        case MatmulNumerics::f32: cpu::matmul(x, w, n_tokens, y); return;
+        case MatmulNumerics::int8_and_f16_prompts:
+            if (w.dtype == DType::Q1_0 && n_tokens >= cpu::kPromptGemmMinTokens && w.cols % 128 == 0) {
+                cpu::matmul_f16_activations(x, w, n_tokens, y);
+                return;
+            }
+            [[fallthrough]];
+        case MatmulNumerics::int8_activations: cpu::matmul_int8_activations(x, w, n_tokens, y); return;
+    }
 }
 
 void BlockContext::observe(std::string_view what, const float* data, int64_t n) const {

@@ -580,11 +580,16 @@ const char* gemm_tile_name(GemmTile t) {
         case GemmTile::wgmma_ws_m64_n128: return "wgmma_ws_m64_n128";
         case GemmTile::wgmma_ws_m32_n128: return "wgmma_ws_m32_n128";
         case GemmTile::wgmma_ws_m16_n128: return "wgmma_ws_m16_n128";
+        case GemmTile::half_m128_n128: return "half_m128_n128";
+        case GemmTile::half_m64_n128: return "half_m64_n128";
+        case GemmTile::half_m32_n128: return "half_m32_n128";
+        case GemmTile::half_m16_n128: return "half_m16_n128";
         default: return "automatic";
     }
 }
 
 bool gemm_tile_supported(GemmTile tile, DType t) {
+    if (half_tile_tokens(tile) > 0) return false;  // gemm_q1_0_half's, on f16 activations
     if (tile != GemmTile::wgmma_m128_n128 && ws_tokens_per_tile(tile) == 0) return true;
     return t == DType::Q1_0 && detail::wgmma_gemm_available();
 }
@@ -676,6 +681,22 @@ bool matmul_prefill(const float* x, const GemvWeightView& w, int64_t n_tokens, f
     quantize_activation_rows(x, xq, stream);
     gemm_quantized(xq, w, y, stream);
     return true;
+}
+
+size_t prompt_scratch_bytes(int64_t n_tokens, int64_t cols) {
+    return std::max(activation_rows_bytes(n_tokens, cols), half_activation_rows_bytes(n_tokens, cols));
+}
+
+PromptMatmulPath matmul_prompt(const float* x, const GemvWeightView& w, int64_t n_tokens, float* y, void* scratch,
+                               cudaStream_t stream) {
+    if (half_gemm_serves(w, n_tokens)) {
+        const HalfActivationRows rows = half_activation_rows_view(scratch, n_tokens, w.cols);
+        round_activation_rows_f16(x, rows, stream);
+        gemm_q1_0_half(rows, w, y, stream);
+        return PromptMatmulPath::f16_gemm;
+    }
+    const bool gemm = matmul_prefill(x, w, n_tokens, y, activation_rows_view(scratch, n_tokens, w.cols), stream);
+    return gemm ? PromptMatmulPath::int8_gemm : PromptMatmulPath::gemv;
 }
 
 bool matmul_prefill(const float* x, const GemvWeightView& w, int64_t n_tokens, float* y,

@@ -25,4 +25,13 @@ void matmul(const float* x, const WeightView& w, int64_t n_tokens, float* y);
 inline constexpr int64_t kInt8ActivationGroup = 128;
 void matmul_int8_activations(const float* x, const WeightView& w, int64_t n_tokens, float* y);
 
+// The reference of the CUDA Q1_0 prompt GEMM on f16 activations (ops/prefill_cuda.h gemm_q1_0_half): each
+// token's row scaled by its power of two (ops/f16_activations.h), rounded to f16 (nearest even) and scaled
+// back — exact in fp32 — then matmul. round_activations_f16 writes one row's rounded values to `out`.
+void round_activations_f16(const float* x, int64_t cols, float* out);
+void matmul_f16_activations(const float* x, const WeightView& w, int64_t n_tokens, float* y);
+// Tokens from which the CUDA engine's prompt matmuls run a GEMM (ops/prefill_cuda.h kGemmMinTokens): below
+// it, every token goes through the decode GEMV on int8 activations.
+inline constexpr int64_t kPromptGemmMinTokens = 8;
+
 }  // namespace deltabit::cpu

@@ -1,8 +1,11 @@
 #include "ops/matmul.h"
 
+#include "core/half.h"
 #include "core/quant.h"
+#include "ops/f16_activations.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <vector>
 
@@ -35,6 +38,22 @@ void matmul_int8_activations(const float* x, const WeightView& w, int64_t n_toke
                 rounded[size_t(i)] = q * scale;
             }
         }
+        matmul(rounded.data(), w, 1, y + t * w.rows);
+    }
+}
+
+void round_activations_f16(const float* x, int64_t cols, float* out) {
+    float amax = 0.0f;
+    for (int64_t i = 0; i < cols; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const int e = f16_activation_exponent(std::bit_cast<uint32_t>(amax));
+    const float scale = std::bit_cast<float>(power_of_two_bits(e)), inv = std::bit_cast<float>(power_of_two_bits(-e));
+    for (int64_t i = 0; i < cols; ++i) out[i] = half_to_float(float_to_half(x[i] * scale)) * inv;
+}
+
+void matmul_f16_activations(const float* x, const WeightView& w, int64_t n_tokens, float* y) {
+    std::vector<float> rounded(size_t(w.cols));
+    for (int64_t t = 0; t < n_tokens; ++t) {
+        round_activations_f16(x + t * w.cols, w.cols, rounded.data());
         matmul(rounded.data(), w, 1, y + t * w.rows);
     }
 }

@@ -76,6 +76,10 @@ enum class GemmTile : uint8_t {
     wgmma_ws_m64_n128,
     wgmma_ws_m32_n128,
     wgmma_ws_m16_n128,
+    half_m128_n128,  // gemm_q1_0_half's tiles (f16 activations; not gemm_quantized's)
+    half_m64_n128,
+    half_m32_n128,
+    half_m16_n128,
 };
 const char* gemm_tile_name(GemmTile t);
 // Whether gemm_quantized can run `tile` for weights of type t here (automatic: always).
@@ -113,6 +117,48 @@ bool matmul_prefill(const float* x, const GemvWeightView& w, int64_t n_tokens, f
 // The same with the quantised rows in `rows` (n_tokens × w.cols, from activation_rows_view).
 bool matmul_prefill(const float* x, const GemvWeightView& w, int64_t n_tokens, float* y,
                     const QuantizedActivationRows& rows, cudaStream_t stream);
+
+// ---- Q1_0 GEMM on f16 activations (gemm_half_cuda.cu) ----
+//
+//   x  [T][K]  f16, each token's row scaled by its power of two 2^e_t and rounded to nearest even
+//              (round_activation_rows_f16; ops/f16_activations.h), with 2^−e_t beside it
+//   w  W[N][K] Q1_0 GemvWeightView, K a multiple of 128
+//   y  [T][N]  f32, y = (Σ_k (±d_w) · h) · 2^−e_t
+//
+// Numerics: each ±d_w (an fp16 scale, so exact in f16) times h is exact, and the products are summed in
+// fp32 by the tensor cores in an order of their own (k-steps of 16 in k order, each step's 16 products in
+// any order), then scaled exactly. y equals cpu::matmul_f16_activations (ops/matmul.h) up to that fp32
+// summation; no int8 rounding of the activations at all (closer to the fp32 model than gemm_quantized).
+// Warp-specialised wgmma tiles of 128, 64, 32 or 16 tokens × 128 weight rows; sm_90a build on a compute
+// capability 9.0 device only (half_gemm_available).
+struct HalfActivationRows {
+    uint16_t* h = nullptr;       // [rows][cols] binary16
+    float* inv_scale = nullptr;  // [rows] 2^−e_t
+    int64_t rows = 0, cols = 0;
+};
+size_t half_activation_rows_bytes(int64_t rows, int64_t cols);
+HalfActivationRows half_activation_rows_view(void* buffer, int64_t rows, int64_t cols);  // buffer 16-byte aligned
+// cols a multiple of 4.
+void round_activation_rows_f16(const float* x, const HalfActivationRows& out, cudaStream_t stream);
+bool half_gemm_available();
+// half_gemm_available() and DELTABIT_GEMM_F16 not 0 (the switch back to int8 prompt GEMMs).
+bool half_prompt_gemm_enabled();
+// Whether matmul_prompt takes this GEMM for `tokens` rows of w: Q1_0 with K a multiple of 128, at least
+// kGemmMinTokens tokens, and half_prompt_gemm_enabled().
+bool half_gemm_serves(const GemvWeightView& w, int64_t tokens);
+// Tokens a tile of a half tile, 0 for the others.
+int half_tile_tokens(GemmTile t);
+// `tile` automatic or a half tile; automatic also cuts a matrix whose last round of 128-token tiles would
+// leave most SMs idle, as gemm_quantized does (tail_tile, tail_rows). Error on other weights or shapes.
+GemmLaunchReport gemm_q1_0_half(const HalfActivationRows& x, const GemvWeightView& w, float* y, cudaStream_t stream,
+                                GemmTile tile = GemmTile::automatic, int64_t max_blocks = 0);
+
+// The prompt matmul the model runs: the f16 GEMM where half_gemm_serves, else matmul_prefill (int8).
+// `scratch` holds prompt_scratch_bytes(n_tokens, w.cols) bytes of device memory, 16-byte aligned.
+enum class PromptMatmulPath : uint8_t { gemv, int8_gemm, f16_gemm };
+size_t prompt_scratch_bytes(int64_t n_tokens, int64_t cols);
+PromptMatmulPath matmul_prompt(const float* x, const GemvWeightView& w, int64_t n_tokens, float* y, void* scratch,
+                               cudaStream_t stream);
 
 // ---- chunked gated delta rule (delta_rule_chunked_cuda.cu) ----
 //

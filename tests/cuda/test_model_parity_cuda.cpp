@@ -37,6 +37,7 @@
 #include "core/quant.h"
 #include "models/model.h"
 #include "models/model_cuda.h"
+#include "ops/prefill_cuda.h"
 #include "op_parity_cuda.h"
 
 #include <gtest/gtest.h>
@@ -129,7 +130,9 @@ void compare(const std::vector<float>& gpu, const std::vector<float>& reference,
 Model reference_model(const test::Fixture& f) {
     if (!is_binary(f.name)) return Model::load(f.dir);
     Model cpu = with_q1_matrices(Model::load(f.dir));
-    cpu.set_matmul_numerics(MatmulNumerics::int8_activations);
+    // On Hopper the engine's Q1_0 prompt GEMMs run on f16 activations (ops/prefill_cuda.h gemm_q1_0_half).
+    cpu.set_matmul_numerics(cuda::half_prompt_gemm_enabled() ? MatmulNumerics::int8_and_f16_prompts
+                                                              : MatmulNumerics::int8_activations);
     return cpu;
 }
 struct Parity {

@@ -1,0 +1,366 @@
+// The Q1_0 prompt GEMM on f16 activations (ops/prefill_cuda.h: round_activation_rows_f16, gemm_q1_0_half,
+// matmul_prompt) against its CPU reference cpu::matmul_f16_activations, on the GPU machine; skips cleanly
+// without CUDA, a GPU or sm_90a machine code.
+//
+// What is checked:
+//   - the rounding: every f16 bit and every row scale equal the CPU's (ops/f16_activations.h), on rows that
+//     f16 could not hold unscaled (max 3e5), rows deep in its subnormals (1e-9), zero rows, odd magnitudes;
+//   - y[t][n] equals the reference within the fp32 bound of the tensor cores' summation (below), on every
+//     token of a sample of weight rows and every weight row of a sample of tokens, for every tile and the
+//     automatic choice (with its tail cut), every output written (NaN poison) and the guard band intact;
+//   - blocks forced to walk many tiles cover every tile once; a row slice (the tail launch's) with an odd
+//     scale alignment; matmul_prompt's path by token count and dtype; bad shapes are refused.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/half.h"
+#include "core/quant.h"
+#include "core/tensor.h"
+#include "ops/matmul.h"
+
+#ifdef DELTABIT_HAVE_CUDA
+#include "cuda/op_parity_cuda.h"
+#include "ops/matmul_cuda.h"
+#include "ops/prefill_cuda.h"
+#endif
+
+namespace deltabit::test {
+namespace {
+
+#ifdef DELTABIT_HAVE_CUDA
+
+#define DELTABIT_REQUIRE_HALF_GEMM()                                                              \
+    DELTABIT_REQUIRE_GPU();                                                                       \
+    if (!cuda::half_gemm_available()) GTEST_SKIP() << "no sm_90a machine code for this device"
+
+template <typename F>
+void parallel_for(int64_t n, F&& body) {
+    const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(std::thread::hardware_concurrency(), n));
+    std::vector<std::thread> pool;
+    for (int64_t w = 0; w < threads; ++w)
+        pool.emplace_back([&, w] {
+            for (int64_t i = w; i < n; i += threads) body(i);
+        });
+    for (auto& th : pool) th.join();
+}
+
+std::vector<uint8_t> random_q1_weights(int64_t rows, int64_t cols, std::mt19937& rng) {
+    const DTypeInfo& info = dtype_info(DType::Q1_0);
+    std::vector<uint8_t> bytes(size_t(rows) * dtype_bytes(DType::Q1_0, uint64_t(cols)));
+    std::uniform_int_distribution<int> byte(0, 255);
+    std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
+    for (size_t b = 0; b < bytes.size(); b += info.block_bytes) {
+        const uint16_t d = float_to_half(scale(rng));
+        std::memcpy(&bytes[b], &d, sizeof d);
+        for (size_t i = sizeof d; i < info.block_bytes; ++i) bytes[b + i] = uint8_t(byte(rng));
+    }
+    return bytes;
+}
+
+// Rows whose magnitude changes per group of 128 over three decades (as hidden states do), one row in seven
+// scaled past f16's range or deep below its normals, one row of zeros.
+std::vector<float> random_activations(int64_t rows, int64_t cols, std::mt19937& rng) {
+    std::uniform_real_distribution<float> value(-1.0f, 1.0f), log_magnitude(-2.0f, 1.0f);
+    std::vector<float> x(size_t(rows * cols));
+    for (int64_t r = 0; r < rows; ++r) {
+        const float row_scale = r % 7 == 3 ? 3e4f : r % 7 == 5 ? 1e-9f : r == 1 ? 0.0f : 1.0f;
+        float magnitude = 1.0f;
+        for (int64_t k = 0; k < cols; ++k) {
+            if (k % 128 == 0) magnitude = std::pow(10.0f, log_magnitude(rng));
+            x[size_t(r * cols + k)] = value(rng) * magnitude * row_scale;
+        }
+    }
+    return x;
+}
+
+std::vector<int64_t> sample(int64_t n, int64_t edge, int64_t extra, std::mt19937& rng) {
+    std::vector<int64_t> out;
+    if (n <= 2 * edge + extra) {
+        for (int64_t i = 0; i < n; ++i) out.push_back(i);
+        return out;
+    }
+    for (int64_t i = 0; i < edge; ++i) out.push_back(i);
+    std::uniform_int_distribution<int64_t> mid(edge, n - edge - 1);
+    for (int64_t i = 0; i < extra; ++i) out.push_back(mid(rng));
+    for (int64_t i = n - edge; i < n; ++i) out.push_back(i);
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
+}
+
+struct Case {
+    int64_t tokens, rows, cols;
+};
+std::string describe(const Case& c) {
+    return "Q1_0 T=" + std::to_string(c.tokens) + " N=" + std::to_string(c.rows) + " K=" + std::to_string(c.cols);
+}
+
+// The bound, fixed before the first GPU run. The products ±d·h are exact in fp32 (11 × 11 significant bits);
+// the tensor cores add them in k-steps of 16, each step's 16 products into the running fp32 sum, in an order
+// and with a rounding (nearest or toward zero) of their own: at most K/16 + 16 additions stand between a
+// product and y, each off by at most 2^−23 of a partial sum bounded by Σ|w·h|. The scale by 2^−e is exact;
+// the reference (double, rounded once to float) adds u·|ref|.
+double half_gemm_bound(int64_t cols, double abs_sum, double ref) {
+    constexpr double kUlpStep = 1.0 / (1 << 23);
+    return double(cols / 16 + 16) * kUlpStep * abs_sum + std::ldexp(1.0, -24) * std::fabs(ref);
+}
+
+struct Fixture {
+    Case c;
+    std::vector<uint8_t> weights;
+    std::vector<float> x, x_rounded;    // x_rounded: cpu::round_activations_f16 of every row
+    std::vector<int64_t> tokens, rows;  // samples
+    std::vector<float> ref_by_row, ref_by_token;  // [rows.size()][T], [tokens.size()][N]
+    std::vector<double> abs_by_row, abs_by_token;
+};
+
+Fixture make_fixture(const Case& c, uint32_t seed) {
+    std::mt19937 rng(seed);
+    Fixture f;
+    f.c = c;
+    f.weights = random_q1_weights(c.rows, c.cols, rng);
+    f.x = random_activations(c.tokens, c.cols, rng);
+    f.x_rounded.resize(f.x.size());
+    for (int64_t t = 0; t < c.tokens; ++t)
+        cpu::round_activations_f16(f.x.data() + t * c.cols, c.cols, f.x_rounded.data() + t * c.cols);
+    f.tokens = sample(c.tokens, 2, 2, rng);
+    f.rows = sample(c.rows, 70, 60, rng);
+    const WeightView w{f.weights.data(), DType::Q1_0, c.rows, c.cols};
+    auto abs_sum = [&](const std::vector<float>& row, int64_t t) {
+        double s = 0.0;
+        for (int64_t k = 0; k < c.cols; ++k) s += std::fabs(double(row[size_t(k)]) * f.x_rounded[size_t(t * c.cols + k)]);
+        return s;
+    };
+    f.ref_by_row.resize(f.rows.size() * size_t(c.tokens));
+    f.abs_by_row.resize(f.ref_by_row.size());
+    parallel_for(int64_t(f.rows.size()), [&](int64_t i) {
+        const int64_t n = f.rows[size_t(i)];
+        std::vector<float> row(size_t(c.cols));
+        cpu::matmul_f16_activations(f.x.data(), w.slice_rows(n, 1), c.tokens, f.ref_by_row.data() + i * c.tokens);
+        dequantize_row(DType::Q1_0, w.row(n), row.data(), c.cols);
+        for (int64_t t = 0; t < c.tokens; ++t) f.abs_by_row[size_t(i * c.tokens + t)] = abs_sum(row, t);
+    });
+    f.ref_by_token.resize(f.tokens.size() * size_t(c.rows));
+    f.abs_by_token.resize(f.ref_by_token.size());
+    for (size_t i = 0; i < f.tokens.size(); ++i) {
+        const int64_t t = f.tokens[i];
+        constexpr int64_t kSlice = 512;
+        parallel_for((c.rows + kSlice - 1) / kSlice, [&](int64_t s) {
+            const int64_t n0 = s * kSlice, count = std::min(kSlice, c.rows - n0);
+            cpu::matmul_f16_activations(f.x.data() + t * c.cols, w.slice_rows(n0, count), 1,
+                                        f.ref_by_token.data() + i * size_t(c.rows) + size_t(n0));
+            std::vector<float> row(size_t(c.cols));
+            for (int64_t n = n0; n < n0 + count; ++n) {
+                dequantize_row(DType::Q1_0, w.row(n), row.data(), c.cols);
+                f.abs_by_token[i * size_t(c.rows) + size_t(n)] = abs_sum(row, t);
+            }
+        });
+    }
+    return f;
+}
+
+// Worst |y − ref| / bound over the samples; fails at the first element outside or never written.
+double check_against_reference(const Fixture& f, const std::vector<float>& y, const std::string& what) {
+    const Case& c = f.c;
+    for (size_t i = 0; i < y.size(); ++i) {
+        if (std::isnan(y[i])) {
+            ADD_FAILURE() << what << ": y[" << i / size_t(c.rows) << "][" << i % size_t(c.rows) << "] never written";
+            return INFINITY;
+        }
+    }
+    double worst = 0.0;
+    auto check = [&](int64_t t, int64_t n, float ref, double abs_sum) {
+        const double got = y[size_t(t * c.rows + n)];
+        const double bound = half_gemm_bound(c.cols, abs_sum, ref);
+        const double err = std::fabs(got - ref);
+        if (!(err <= bound)) {
+            ADD_FAILURE() << what << ": y[" << t << "][" << n << "] = " << got << ", reference " << ref << " ± " << bound;
+            return false;
+        }
+        worst = std::max(worst, bound > 0 ? err / bound : 0.0);
+        return true;
+    };
+    for (size_t i = 0; i < f.rows.size(); ++i)
+        for (int64_t t = 0; t < c.tokens; ++t)
+            if (!check(t, f.rows[i], f.ref_by_row[i * size_t(c.tokens) + size_t(t)], f.abs_by_row[i * size_t(c.tokens) + size_t(t)]))
+                return INFINITY;
+    for (size_t i = 0; i < f.tokens.size(); ++i)
+        for (int64_t n = 0; n < c.rows; ++n)
+            if (!check(f.tokens[i], n, f.ref_by_token[i * size_t(c.rows) + size_t(n)],
+                       f.abs_by_token[i * size_t(c.rows) + size_t(n)]))
+                return INFINITY;
+    return worst;
+}
+
+struct DeviceFixture {
+    cuda::GemvWeights w;
+    GuardedDeviceArray<float> x;
+    cuda::DeviceBuffer rows_buffer;
+    cuda::HalfActivationRows rows;
+    DeviceFixture(const Fixture& f, cudaStream_t stream)
+        : w(cuda::upload_gemv_weights(WeightView{f.weights.data(), DType::Q1_0, f.c.rows, f.c.cols}, "test")),
+          x(f.x),
+          rows_buffer(cuda::half_activation_rows_bytes(f.c.tokens, f.c.cols)),
+          rows(cuda::half_activation_rows_view(rows_buffer.get(), f.c.tokens, f.c.cols)) {
+        cuda::round_activation_rows_f16(x.get(), rows, stream);
+    }
+};
+
+constexpr cuda::GemmTile kHalfTiles[] = {cuda::GemmTile::half_m128_n128, cuda::GemmTile::half_m64_n128,
+                                         cuda::GemmTile::half_m32_n128, cuda::GemmTile::half_m16_n128,
+                                         cuda::GemmTile::automatic};
+
+void check_case(const Case& c, uint32_t seed, int64_t max_blocks = 0) {
+    const Fixture f = make_fixture(c, seed);
+    DeviceFixture d(f, nullptr);
+    const std::string shape = describe(c) + (max_blocks > 0 ? " max_blocks " + std::to_string(max_blocks) : "");
+    for (cuda::GemmTile tile : kHalfTiles) {
+        GuardedDeviceArray<float> y(size_t(c.tokens * c.rows));
+        const cuda::GemmLaunchReport report = cuda::gemm_q1_0_half(d.rows, d.w.view(), y.get(), nullptr, tile, max_blocks);
+        const std::string what =
+            shape + " tile " + cuda::gemm_tile_name(report.tile) +
+            (report.tail_rows > 0
+                 ? " + last " + std::to_string(report.tail_rows) + " rows " + cuda::gemm_tile_name(report.tail_tile)
+                 : "") +
+            (tile == cuda::GemmTile::automatic ? " (automatic)" : "");
+        if (tile != cuda::GemmTile::automatic) EXPECT_EQ(report.tile, tile) << what;
+        if (max_blocks > 0) EXPECT_LE(report.blocks, max_blocks) << what;
+        const double worst = check_against_reference(f, y.download(what), what);
+        std::printf("[half gemm] %-60s tiles %7lld  worst %.3f of bound\n", what.c_str(), (long long)report.tiles, worst);
+        if (::testing::Test::HasFailure()) return;
+    }
+}
+
+TEST(PrefillGemmHalf, RoundingIsTheCpuReferenceBitForBit) {
+    DELTABIT_REQUIRE_HALF_GEMM();
+    std::mt19937 rng(11);
+    const int64_t T = 30, K = 5120;
+    std::vector<float> x = random_activations(T, K, rng);
+    x[size_t(9 * K + 17)] = 65520.0f * 4;  // a lone value past f16's range in an otherwise ordinary row
+    x[size_t(10 * K + 3)] = std::ldexp(1.0f, -140);  // an fp32 subnormal in a row of them
+    for (int64_t k = 0; k < K; ++k) x[size_t(10 * K + k)] = std::ldexp(float(k % 7) - 3.0f, -135);
+    GuardedDeviceArray<float> dx(x);
+    GuardedDeviceArray<uint8_t> buffer(cuda::half_activation_rows_bytes(T, K));
+    const cuda::HalfActivationRows rows = cuda::half_activation_rows_view(buffer.get(), T, K);
+    cuda::round_activation_rows_f16(dx.get(), rows, nullptr);
+    const std::vector<uint8_t> got = buffer.download("rounded rows");
+    std::vector<float> expected(static_cast<size_t>(K));
+    for (int64_t t = 0; t < T; ++t) {
+        cpu::round_activations_f16(x.data() + t * K, K, expected.data());
+        float inv = 0;
+        std::memcpy(&inv, got.data() + (reinterpret_cast<uint8_t*>(rows.inv_scale) - buffer.get()) + t * 4, 4);
+        for (int64_t k = 0; k < K; ++k) {
+            uint16_t h = 0;
+            std::memcpy(&h, got.data() + size_t(t * K + k) * 2, 2);
+            const float value = half_to_float(h) * inv;
+            ASSERT_EQ(std::bit_cast<uint32_t>(value), std::bit_cast<uint32_t>(expected[size_t(k)]))
+                << "row " << t << " element " << k << ": " << x[size_t(t * K + k)] << " rounded to " << value
+                << ", the CPU to " << expected[size_t(k)];
+            ASSERT_TRUE(std::isfinite(half_to_float(h))) << "row " << t << " element " << k;
+        }
+    }
+}
+
+TEST(PrefillGemmHalf, Bonsai27BShapes) {
+    DELTABIT_REQUIRE_HALF_GEMM();
+    uint32_t seed = 1;
+    for (const Case& c : {Case{8, 10240, 5120}, Case{16, 48, 5120}, Case{63, 17408, 5120}, Case{65, 5120, 17408},
+                          Case{129, 1024, 5120}, Case{512, 5120, 17408}, Case{1029, 6144, 5120}})
+        check_case(c, seed++);
+}
+
+TEST(PrefillGemmHalf, OddShapes) {
+    DELTABIT_REQUIRE_HALF_GEMM();
+    uint32_t seed = 100;
+    for (const Case& c : {Case{8, 1, 128}, Case{9, 129, 128}, Case{17, 255, 256}, Case{33, 257, 384},
+                          Case{127, 1000, 1024}, Case{200, 640, 128}})
+        check_case(c, seed++);
+}
+
+TEST(PrefillGemmHalf, SmallGridWalksEveryTile) {
+    DELTABIT_REQUIRE_HALF_GEMM();
+    check_case(Case{300, 1000, 1024}, 7, 3);
+}
+
+TEST(PrefillGemmHalf, RowSliceWithOddScaleAlignment) {
+    DELTABIT_REQUIRE_HALF_GEMM();
+    // Rows 3 .. of a K = 384 matrix: the slice's scales start on an odd 2-byte boundary (3 scales a row).
+    const Case full{70, 300, 384};
+    const Fixture f = make_fixture(full, 5);
+    DeviceFixture d(f, nullptr);
+    const int64_t first = 3, count = 290;
+    GuardedDeviceArray<float> y(size_t(full.tokens * full.rows));
+    cuda::gemm_q1_0_half(d.rows, d.w.view().slice_rows(first, count), y.get(), nullptr, cuda::GemmTile::half_m64_n128);
+    const std::vector<float> got = y.download("slice");
+    GuardedDeviceArray<float> y_full(size_t(full.tokens * full.rows));
+    cuda::gemm_q1_0_half(d.rows, d.w.view(), y_full.get(), nullptr, cuda::GemmTile::half_m64_n128);
+    const std::vector<float> want = y_full.download("full");
+    for (int64_t t = 0; t < full.tokens; ++t)
+        for (int64_t n = 0; n < count; ++n)
+            ASSERT_EQ(std::bit_cast<uint32_t>(got[size_t(t * count + n)]),
+                      std::bit_cast<uint32_t>(want[size_t(t * full.rows + first + n)]))
+                << "token " << t << " row " << first + n;
+}
+
+TEST(PrefillGemmHalf, MatmulPromptPathByTokensAndDtype) {
+    DELTABIT_REQUIRE_GPU();
+    std::mt19937 rng(3);
+    const int64_t N = 256, K = 512;
+    const std::vector<uint8_t> q1 = random_q1_weights(N, K, rng);
+    const cuda::GemvWeights w = cuda::upload_gemv_weights(WeightView{q1.data(), DType::Q1_0, N, K}, "test");
+    const std::vector<float> x = random_activations(16, K, rng);
+    GuardedDeviceArray<float> dx(x), y(size_t(16 * N));
+    cuda::DeviceBuffer scratch(cuda::prompt_scratch_bytes(16, K));
+    const bool f16 = cuda::half_prompt_gemm_enabled();
+    EXPECT_EQ(cuda::matmul_prompt(dx.get(), w.view(), 7, y.get(), scratch.get(), nullptr), cuda::PromptMatmulPath::gemv);
+    EXPECT_EQ(cuda::matmul_prompt(dx.get(), w.view(), 8, y.get(), scratch.get(), nullptr),
+              f16 ? cuda::PromptMatmulPath::f16_gemm : cuda::PromptMatmulPath::int8_gemm);
+    // What it computed for 16 tokens is its reference's, within the bound.
+    cuda::matmul_prompt(dx.get(), w.view(), 16, y.get(), scratch.get(), nullptr);
+    const std::vector<float> got = y.download("matmul_prompt");
+    std::vector<float> ref(size_t(16 * N));
+    const WeightView host{q1.data(), DType::Q1_0, N, K};
+    if (f16) cpu::matmul_f16_activations(x.data(), host, 16, ref.data());
+    else cpu::matmul_int8_activations(x.data(), host, 16, ref.data());
+    for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(got[i], ref[i], 1e-3 * (1 + std::fabs(ref[i]))) << i;
+    // Q8_0 weights never take the f16 GEMM.
+    std::vector<float> dense(size_t(N * K));
+    for (float& v : dense) v = std::uniform_real_distribution<float>(-1, 1)(rng);
+    std::vector<uint8_t> q8(size_t(N) * dtype_bytes(DType::Q8_0, uint64_t(K)));
+    for (int64_t n = 0; n < N; ++n)
+        quantize_row(DType::Q8_0, dense.data() + n * K, q8.data() + size_t(n) * dtype_bytes(DType::Q8_0, uint64_t(K)), K);
+    const cuda::GemvWeights w8 = cuda::upload_gemv_weights(WeightView{q8.data(), DType::Q8_0, N, K}, "test");
+    EXPECT_EQ(cuda::matmul_prompt(dx.get(), w8.view(), 16, y.get(), scratch.get(), nullptr),
+              cuda::PromptMatmulPath::int8_gemm);
+}
+
+TEST(PrefillGemmHalf, RefusesBadShapes) {
+    DELTABIT_REQUIRE_HALF_GEMM();
+    std::mt19937 rng(4);
+    const std::vector<uint8_t> q1 = random_q1_weights(256, 256, rng);
+    const cuda::GemvWeights w = cuda::upload_gemv_weights(WeightView{q1.data(), DType::Q1_0, 256, 256}, "test");
+    cuda::DeviceBuffer buffer(cuda::half_activation_rows_bytes(16, 384));
+    GuardedDeviceArray<float> y(size_t(16 * 256));
+    EXPECT_THROW(cuda::gemm_q1_0_half(cuda::half_activation_rows_view(buffer.get(), 16, 384), w.view(), y.get(), nullptr),
+                 Error);
+    EXPECT_THROW(cuda::gemm_q1_0_half(cuda::half_activation_rows_view(buffer.get(), 16, 256), w.view(), y.get(), nullptr,
+                                      cuda::GemmTile::m64_n128),
+                 Error);
+}
+
+#else
+TEST(PrefillGemmHalf, SkippedWithoutCuda) { GTEST_SKIP() << "built without CUDA"; }
+#endif
+
+}  // namespace
+}  // namespace deltabit::test
