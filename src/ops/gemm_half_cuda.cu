@@ -12,15 +12,18 @@
 // The activations are rounded once to f16 per token (a power-of-two scale keeps them in range), which is
 // also closer to the fp32 model than int8 per 128 (8 mantissa bits more on every value near a group's max).
 //
-//   warpgroup 0 (producer)   copies each k-tile's x tile (BM tokens × 128 f16, core-matrix order), the 128
+//   warpgroup 0 (producer)   copies each k-tile's x tile (BM tokens × 128 f16, core-matrix order), the 256
 //                            weight rows' codes (16 bytes each) and the aligned words holding their fp16
 //                            scales into a ring of stages (cp.async arriving on the stage's `full` mbarrier).
-//   warpgroups 1, 2          (consumers) each own 64 weight rows: A (weights) from registers, B the stage's
-//                            x tile; eight m64nBMk16 products a k-tile into one fp32 accumulator, then the
-//                            stage goes back (`empty`). One consumer builds its operands while the other's
-//                            products run.
-// Thread layout as the int8 kernel's: accumulator d[4j + e] is weight row 16w + g + 8·(e / 2) (+64 for the
-// second consumer) and token 8j + 2q + e % 2 of the tile.
+//   warpgroups 1, 2          (consumers) each own 128 weight rows as two groups of 64: A (weights) from
+//                            registers, B the stage's x tile; per group eight m64nBMk16 products a k-tile into
+//                            its fp32 accumulator, then the stage goes back (`empty`). One consumer builds its
+//                            operands while the other's products run.
+// 256 weight rows a tile, not the int8 kernel's 128: an f16 x tile is twice the bytes, and at 128 rows the
+// copies from L2 were the limit (Nsight Compute, H200, ssm_qkv at T = 512: L2 65% busy, the consumers waiting
+// on `full`, the tensor pipe a third busy; 1.5× the int8 kernel's time).
+// Thread layout as the int8 kernel's: accumulator d[4j + e] of group h is weight row 128c + 64h + 16w + g +
+// 8·(e / 2) of consumer c, token 8j + 2q + e % 2 of the tile.
 #include "backend/cuda_buffer.h"
 #include "ops/prefill_cuda.h"
 
@@ -44,7 +47,7 @@ namespace deltabit::cuda {
 
 namespace {
 
-constexpr int kBN = 128;       // weight rows of a tile: 2 consumers × the wgmma's M
+constexpr int kBN = 256;       // weight rows of a tile: 2 consumers × 2 row groups × the wgmma's M (below)
 constexpr int kKTile = 128;    // f16 activations a k-tile: one Q1_0 scale group
 constexpr int kChunks = kKTile * 2 / 16;  // 16-byte chunks of a token's k-tile
 constexpr int kThreads = 384;
@@ -62,7 +65,7 @@ struct HalfGemmArgs {
     int k_tiles, scales_per_row;
 };
 
-// A stage: the x tile, the codes of 128 weight rows, and each row's aligned scale word (as the int8 kernel's).
+// A stage: the x tile, the codes of 256 weight rows, and each row's aligned scale word (as the int8 kernel's).
 constexpr int kCodeBytes = kBN * 16;
 constexpr int kScaleWordBytes = kBN * 4;
 constexpr int x_bytes(int bm) { return bm * kKTile * 2; }
@@ -102,7 +105,8 @@ __device__ void produce(const HalfGemmArgs& a, uint8_t* smem, uint64_t* full, ui
             mbarrier_wait_parity(&empty[issued % stages_of(BM)], stage_parity<BM>(issued) ^ 1u);
             uint8_t* st = stage_base<BM>(smem, issued);
             // x: c → (row, chunk) with the row's low 3 bits fastest, 8 lanes filling one core matrix's 128 bytes.
-#pragma unroll
+            // Unrolled by 4, not fully: 16 copies' addresses at once spill the producer's registers.
+#pragma unroll 4
             for (int i = 0; i < BM * kChunks / 128; ++i) {
                 const int c = p + i * 128;
                 const int row = (c & 7) + 8 * (c >> 7), chunk = (c >> 3) & (kChunks - 1);
@@ -111,11 +115,17 @@ __device__ void produce(const HalfGemmArgs& a, uint8_t* smem, uint64_t* full, ui
                 cp_async16(st + core_matrix_offset_wide<kChunks>(row, chunk), src, !ok);
             }
             const int64_t byte = int64_t(kt) * 16;
-            const bool code_ok = n0 + p < a.n && byte < a.code_row_bytes;
-            cp_async16(st + x_bytes(BM) + p * 16, a.codes + (code_ok ? (n0 + p) * a.code_row_bytes + byte : 0), !code_ok);
-            const bool scale_ok = n0 + p < a.n && kt < a.scales_per_row;
-            const auto scale = reinterpret_cast<uintptr_t>(a.scales + (scale_ok ? (n0 + p) * a.scales_per_row + kt : 0));
-            cp_async4(st + scale_offset(BM) + p * 4, reinterpret_cast<const void*>(scale & ~uintptr_t(3)), !scale_ok);
+#pragma unroll
+            for (int half = 0; half < kBN / 128; ++half) {  // weight rows p and p + 128
+                const int r = p + 128 * half;
+                const bool code_ok = n0 + r < a.n && byte < a.code_row_bytes;
+                cp_async16(st + x_bytes(BM) + r * 16, a.codes + (code_ok ? (n0 + r) * a.code_row_bytes + byte : 0),
+                           !code_ok);
+                const bool scale_ok = n0 + r < a.n && kt < a.scales_per_row;
+                const auto scale =
+                    reinterpret_cast<uintptr_t>(a.scales + (scale_ok ? (n0 + r) * a.scales_per_row + kt : 0));
+                cp_async4(st + scale_offset(BM) + r * 4, reinterpret_cast<const void*>(scale & ~uintptr_t(3)), !scale_ok);
+            }
             cp_async_mbarrier_arrive(&full[issued % stages_of(BM)]);
         }
     }
@@ -136,9 +146,11 @@ __device__ __forceinline__ uint32_t signed_pair(uint32_t word, int bit, uint32_t
 
 template <int BM>
 __device__ void consume(const HalfGemmArgs& a, uint8_t* smem, uint64_t* full, uint64_t* empty) {
+    // Consumer c owns weight rows 128c .. 128c + 127 of a tile as two groups of 64 (one wgmma M each), one
+    // accumulator each; a k-tile builds one group's operands, runs its eight products, waits, then the other's
+    // (a group's operand registers stay live until its products are done: one group's at a time fits).
     const int c = int(threadIdx.x) / 128 - 1, wg_thread = int(threadIdx.x) % 128;
     const int warp = wg_thread / 32, lane = wg_thread % 32, g = lane / 4, q = lane % 4;
-    const int row_lo = 64 * c + 16 * warp + g, row_hi = row_lo + 8;
     // The code word's bit of weight 2q of each 8-weight chunk p is base + 2p (ops/weight_repack.h: weight
     // 4j + i of a word is bit j + 8i), and weight 2q + 1's is 8 above it.
     const int base = (q >> 1) + 16 * (q & 1);
@@ -146,58 +158,66 @@ __device__ void consume(const HalfGemmArgs& a, uint8_t* smem, uint64_t* full, ui
     int64_t consumed = 0;
     for (int64_t tile = blockIdx.x; tile < a.tiles; tile += gridDim.x) {
         const int64_t m0 = (tile % a.m_tiles) * BM, n0 = (tile / a.m_tiles) * kBN;
-        const int odd_lo = int(((n0 + row_lo) * a.scales_per_row + scales_odd) & 1);
-        const int odd_hi = int(((n0 + row_hi) * a.scales_per_row + scales_odd) & 1);
-        float acc[BM / 2];
+        float acc[2][BM / 2];
 #pragma unroll
-        for (int i = 0; i < BM / 2; ++i) acc[i] = 0.0f;
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int i = 0; i < BM / 2; ++i) acc[h][i] = 0.0f;
         for (int kt = 0; kt < a.k_tiles; ++kt, ++consumed) {
             mbarrier_wait_parity(&full[consumed % stages_of(BM)], stage_parity<BM>(consumed));
             fence_proxy_async_shared();  // the copies landed through the generic proxy; the wgmma reads async
             const uint8_t* st = stage_base<BM>(smem, consumed);
-            auto scale_pair = [&](int row, int odd) {
-                const uint32_t word = *reinterpret_cast<const uint32_t*>(st + scale_offset(BM) + row * 4);
-                const uint32_t h = ((odd ^ kt) & 1) ? word >> 16 : word & 0xFFFFu;
-                return h | (h << 16);
-            };
-            const uint32_t d_lo = scale_pair(row_lo, odd_lo), d_hi = scale_pair(row_hi, odd_hi);
-            const uint4 code_lo = *reinterpret_cast<const uint4*>(st + x_bytes(BM) + row_lo * 16);
-            const uint4 code_hi = *reinterpret_cast<const uint4*>(st + x_bytes(BM) + row_hi * 16);
-            // k-step s covers chunks 2s (k 0..7 of the step) and 2s + 1 (k 8..15): word s / 2, chunks p and p + 1.
-            uint32_t frag[8][4];
 #pragma unroll
-            for (int s = 0; s < 8; ++s) {
-                const int p = 2 * (s & 1), bit = base + 2 * p;
-                frag[s][0] = signed_pair(word_of(code_lo, s / 2), bit, d_lo);
-                frag[s][1] = signed_pair(word_of(code_hi, s / 2), bit, d_hi);
-                frag[s][2] = signed_pair(word_of(code_lo, s / 2), bit + 2, d_lo);
-                frag[s][3] = signed_pair(word_of(code_hi, s / 2), bit + 2, d_hi);
+            for (int h = 0; h < 2; ++h) {
+                const int row_lo = 128 * c + 64 * h + 16 * warp + g, row_hi = row_lo + 8;
+                auto scale_pair = [&](int row) {
+                    const uint32_t word = *reinterpret_cast<const uint32_t*>(st + scale_offset(BM) + row * 4);
+                    const int odd = int(((n0 + row) * a.scales_per_row + scales_odd + kt) & 1);
+                    const uint32_t bits = odd ? word >> 16 : word & 0xFFFFu;
+                    return bits | (bits << 16);
+                };
+                const uint32_t d_lo = scale_pair(row_lo), d_hi = scale_pair(row_hi);
+                const uint4 code_lo = *reinterpret_cast<const uint4*>(st + x_bytes(BM) + row_lo * 16);
+                const uint4 code_hi = *reinterpret_cast<const uint4*>(st + x_bytes(BM) + row_hi * 16);
+                // k-step s covers chunks 2s (k 0..7 of the step) and 2s + 1 (k 8..15): word s / 2, chunks p, p + 1.
+                uint32_t frag[8][4];
+#pragma unroll
+                for (int s = 0; s < 8; ++s) {
+                    const int bit = base + 4 * (s & 1);
+                    frag[s][0] = signed_pair(word_of(code_lo, s / 2), bit, d_lo);
+                    frag[s][1] = signed_pair(word_of(code_hi, s / 2), bit, d_hi);
+                    frag[s][2] = signed_pair(word_of(code_lo, s / 2), bit + 2, d_lo);
+                    frag[s][3] = signed_pair(word_of(code_hi, s / 2), bit + 2, d_hi);
+                }
+#pragma unroll
+                for (int i = 0; i < BM / 2; ++i) asm volatile("" : "+f"(acc[h][i])::"memory");
+                wgmma_fence();
+#pragma unroll
+                for (int s = 0; s < 8; ++s)
+                    wgmma_m64nNk16_f16_ra<BM>(acc[h], frag[s],
+                                              wgmma_descriptor(st + s * 256, kLeadingBytes, kStrideBytes), true);
+                wgmma_commit();
+                wgmma_wait<0>();
+#pragma unroll
+                for (int i = 0; i < BM / 2; ++i) asm volatile("" : "+f"(acc[h][i])::"memory");
             }
-#pragma unroll
-            for (int i = 0; i < BM / 2; ++i) asm volatile("" : "+f"(acc[i])::"memory");
-            wgmma_fence();
-#pragma unroll
-            for (int s = 0; s < 8; ++s)
-                wgmma_m64nNk16_f16_ra<BM>(acc, frag[s], wgmma_descriptor(st + s * 256, kLeadingBytes, kStrideBytes),
-                                          true);
-            wgmma_commit();
-            wgmma_wait<0>();
-#pragma unroll
-            for (int i = 0; i < BM / 2; ++i) asm volatile("" : "+f"(acc[i])::"memory");
             __syncwarp();
             if (lane == 0) mbarrier_arrive(&empty[consumed % stages_of(BM)]);
         }
 #pragma unroll
-        for (int j = 0; j < BM / 8; ++j)
+        for (int h = 0; h < 2; ++h) {
+            const int64_t r_lo = n0 + 128 * c + 64 * h + 16 * warp + g, r_hi = r_lo + 8;
 #pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const int64_t token = m0 + 8 * j + 2 * q + e;
-                if (token >= a.m) continue;
-                const float inv = a.inv_scale[token];
-                const int64_t r_lo = n0 + row_lo, r_hi = n0 + row_hi;
-                if (r_lo < a.n) a.y[token * a.ldy + r_lo] = acc[4 * j + e] * inv;
-                if (r_hi < a.n) a.y[token * a.ldy + r_hi] = acc[4 * j + 2 + e] * inv;
-            }
+            for (int j = 0; j < BM / 8; ++j)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int64_t token = m0 + 8 * j + 2 * q + e;
+                    if (token >= a.m) continue;
+                    const float inv = a.inv_scale[token];
+                    if (r_lo < a.n) a.y[token * a.ldy + r_lo] = acc[h][4 * j + e] * inv;
+                    if (r_hi < a.n) a.y[token * a.ldy + r_hi] = acc[h][4 * j + 2 + e] * inv;
+                }
+        }
     }
 }
 
@@ -217,11 +237,13 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_q1_0_half_kernel(HalfGemmArg
         fence_mbarrier_init();
     }
     __syncthreads();
+    // Registers from the producer to the consumers, whose two accumulators alone are 128 a thread (BM = 128):
+    // 128 · 80 + 256 · 208 = 63488 of the launch bound's 64512. ptxas -v (CUDA 13.0): no spills.
     if (threadIdx.x < 128) {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 96;\n" ::: "memory");
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 80;\n" ::: "memory");
         produce<BM>(a, smem, full, empty);
     } else {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 200;\n" ::: "memory");
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 208;\n" ::: "memory");
         consume<BM>(a, smem, full, empty);
     }
 #endif
@@ -406,7 +428,7 @@ GemmLaunchReport gemm_q1_0_half(const HalfActivationRows& x, const GemvWeightVie
         const double c = double((tiles + sms - 1) / sms) * cost;
         if (c < best_cost * 0.999) best_cost = c, best = tokens;
     }
-    const detail::WsTailPlan plan = best == 128 && max_blocks == 0 ? detail::ws_tail_plan(x.rows, w.rows, sms)
+    const detail::WsTailPlan plan = best == 128 && max_blocks == 0 ? detail::ws_tail_plan(x.rows, w.rows, sms, kBN)
                                                                    : detail::WsTailPlan{};
     if (plan.tail_tokens == 0) {
         const Launch l = launch(x, w, y, w.rows, best, max_blocks, stream);
