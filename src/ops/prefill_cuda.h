@@ -141,7 +141,7 @@ HalfActivationRows half_activation_rows_view(void* buffer, int64_t rows, int64_t
 // cols a multiple of 4.
 void round_activation_rows_f16(const float* x, const HalfActivationRows& out, cudaStream_t stream);
 bool half_gemm_available();
-// half_gemm_available() and DELTABIT_GEMM_F16 not 0 (the switch back to int8 prompt GEMMs).
+// half_gemm_available() and DELTABIT_GEMM_F16=1 (off by default: slower than int8 on the bench models so far).
 bool half_prompt_gemm_enabled();
 // Whether matmul_prompt takes this GEMM for `tokens` rows of w: Q1_0 with K a multiple of 128, at least
 // kGemmMinTokens tokens, and half_prompt_gemm_enabled().

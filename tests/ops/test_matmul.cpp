@@ -1,13 +1,18 @@
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "core/error.h"
+#include "core/half.h"
 #include "core/quant.h"
 #include "ops/embedding.h"
+#include "ops/f16_activations.h"
 #include "ops/matmul.h"
 #include "ops_test_util.h"
+#include "models/blocks.h"
 
 namespace deltabit {
 namespace {
@@ -98,6 +103,66 @@ TEST(Matmul, Int8ActivationsRoundPerGroupOf128) {
     float plain = 0.0f;
     cpu::matmul_int8_activations(x.data(), WeightView{row.data(), DType::F32, 1, 256}, 1, &plain);
     EXPECT_FLOAT_EQ(plain, 127.0f + 0.4f + 0.6f - 254.0f + 3.0f + 5.0f);
+}
+
+TEST(Matmul, F16ActivationExponentPutsTheRowMaxInOneOctave) {
+    auto e_of = [](float amax) { return f16_activation_exponent(std::bit_cast<uint32_t>(amax)); };
+    EXPECT_EQ(e_of(1.0f), 14);        // 1 · 2^14 = 16384
+    EXPECT_EQ(e_of(1.99f), 14);
+    EXPECT_EQ(e_of(3.0f), 13);        // 3 · 2^13 = 24576
+    EXPECT_EQ(e_of(65504.0f), -1);    // f16's max → 32752
+    EXPECT_EQ(e_of(3e5f), -4);        // past f16's range (2^18 ≤ 3e5 < 2^19): scaled into it
+    EXPECT_EQ(e_of(-3.0f), 13);       // the sign is ignored
+    EXPECT_EQ(e_of(0.0f), 0);
+    EXPECT_EQ(e_of(INFINITY), 0);
+    EXPECT_EQ(e_of(NAN), 0);
+    EXPECT_EQ(e_of(1e-30f), 114);     // 2^−100 ≤ 1e-30 < 2^−99
+    EXPECT_EQ(e_of(2e-38f), 126);     // 14 + 126 = 140, kept to ±126 so that 2^e and 2^−e are normal floats
+    EXPECT_EQ(e_of(1e-40f), 126);     // an fp32 subnormal
+    for (float amax : {1e-20f, 0.001f, 0.7f, 1.0f, 123.0f, 65504.0f, 1e9f, 3e38f}) {
+        const float scaled = amax * std::bit_cast<float>(power_of_two_bits(e_of(amax)));
+        EXPECT_GE(scaled, 16384.0f) << amax;
+        EXPECT_LT(scaled, 32768.0f) << amax;
+    }
+}
+
+TEST(Matmul, F16ActivationsRoundEachRowAtItsOwnScale) {
+    // A row past f16's range and a row below its normals both keep ~11 significant bits.
+    for (float magnitude : {1e6f, 1.0f, 1e-7f}) {
+        std::vector<float> x(256), out(256);
+        for (size_t i = 0; i < x.size(); ++i) x[i] = magnitude * (float(i) / 37.0f - 3.1f);
+        cpu::round_activations_f16(x.data(), 256, out.data());
+        for (size_t i = 0; i < x.size(); ++i) {
+            EXPECT_NEAR(out[i], x[i], std::ldexp(std::fabs(x[i]), -11) + 1e-30f) << magnitude << " " << i;
+            EXPECT_TRUE(std::isfinite(out[i]));
+        }
+    }
+    // Exactly f16's rounding of x · 2^e: 1 + 2^−11 is a tie between 1 and 1 + 2^−10 (even: 1), at scale 2^14.
+    std::vector<float> x = {1.0f + std::ldexp(1.0f, -11), 1.0f, 0.0f, -1.5f}, out(4);
+    cpu::round_activations_f16(x.data(), 4, out.data());
+    EXPECT_EQ(out[0], 1.0f);
+    EXPECT_EQ(out[1], 1.0f);
+    EXPECT_EQ(out[2], 0.0f);
+    EXPECT_EQ(out[3], -1.5f);
+}
+
+TEST(Matmul, NumericsMirrorTheCudaPromptPaths) {
+    // int8_and_f16_prompts: Q1_0 products of ≥ kPromptGemmMinTokens tokens on f16 activations, others int8.
+    const int64_t K = 256, T = cpu::kPromptGemmMinTokens;
+    const std::vector<float> w_dense = random_vector(size_t(K), 5);
+    std::vector<uint8_t> q1(dtype_bytes(DType::Q1_0, uint64_t(K)));
+    quantize_row(DType::Q1_0, w_dense.data(), q1.data(), K);
+    const WeightView w{q1.data(), DType::Q1_0, 1, K};
+    const std::vector<float> x = random_vector(size_t(T * K), 6);
+    std::vector<float> got(static_cast<size_t>(T)), f16(static_cast<size_t>(T)), int8(static_cast<size_t>(T));
+    matmul_with(MatmulNumerics::int8_and_f16_prompts, x.data(), w, T, got.data());
+    cpu::matmul_f16_activations(x.data(), w, T, f16.data());
+    cpu::matmul_int8_activations(x.data(), w, T, int8.data());
+    EXPECT_EQ(got, f16);
+    EXPECT_NE(f16, int8);  // the two roundings differ, so the line above says which one ran
+    matmul_with(MatmulNumerics::int8_and_f16_prompts, x.data(), w, T - 1, got.data());
+    cpu::matmul_int8_activations(x.data(), w, T - 1, int8.data());
+    EXPECT_TRUE(std::equal(int8.begin(), int8.begin() + (T - 1), got.begin()));
 }
 
 TEST(Embedding, LooksUpRowsOfAnyDtypeAndRefusesBadIds) {
