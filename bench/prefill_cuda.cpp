@@ -338,8 +338,12 @@ void bench_half(cudaStream_t stream, Timer& timer) {
         return;
     }
     std::printf("\n== 1c. Q1_0 GEMM on f16 activations vs int8, T = %lld, µs; TFLOP/s of the f16 matmul\n", (long long)T);
-    std::printf("%-18s %7s %6s | %8s %8s %8s %8s | %-40s %8s | %9s %9s %7s %5s\n", "matrix", "N", "K", "h128", "h64",
-                "h32", "h16", "auto", "us", "int8 mm", "f16 mm", "TFLOP/s", "%");
+    constexpr GemmTile kTiles[] = {GemmTile::half_m128_n256, GemmTile::half_m64_n256, GemmTile::half_m32_n256,
+                                   GemmTile::half_m16_n256,  GemmTile::half_m128_n128, GemmTile::half_m64_n128,
+                                   GemmTile::half_m32_n128,  GemmTile::half_m16_n128};
+    std::printf("%-18s %7s %6s | %7s %7s %7s %7s | %7s %7s %7s %7s | %-40s %8s | %9s %9s %7s %5s\n", "matrix", "N", "K",
+                "128x256", "64x256", "32x256", "16x256", "128x128", "64x128", "32x128", "16x128", "auto", "us",
+                "int8 mm", "f16 mm", "TFLOP/s", "%");
     const MatrixShape shapes[] = {
         {"27b ssm_qkv", 10240, 5120, 48},     {"27b ssm_gate", 6144, 5120, 48}, {"27b ssm_beta/alpha", 48, 5120, 96},
         {"27b ssm_out", 5120, 6144, 48},      {"27b attn_q+gate", 12288, 5120, 16}, {"27b attn_k/v", 1024, 5120, 32},
@@ -357,9 +361,9 @@ void bench_half(cudaStream_t stream, Timer& timer) {
         auto tile_us = [&](GemmTile tile) {
             return timer.graph_us(stream, g.calls, [&](int) { gemm_q1_0_half(rows, g.w.view(0), g.y.get<float>(), stream, tile); });
         };
-        const double h128 = tile_us(GemmTile::half_m128_n128), h64 = tile_us(GemmTile::half_m64_n128),
-                     h32 = tile_us(GemmTile::half_m32_n128), h16 = tile_us(GemmTile::half_m16_n128),
-                     autom = tile_us(GemmTile::automatic);
+        double us[8];
+        for (int i = 0; i < 8; ++i) us[i] = tile_us(kTiles[i]);
+        const double autom = tile_us(GemmTile::automatic);
         const GemmLaunchReport chosen = gemm_q1_0_half(rows, g.w.view(0), g.y.get<float>(), stream);
         const double mm_int8 = timer.graph_us(stream, g.calls, [&](int) {
             matmul_prefill(g.x.get<float>(), g.w.view(0), T, g.y.get<float>(), g.scratch, stream);
@@ -368,9 +372,10 @@ void bench_half(cudaStream_t stream, Timer& timer) {
             matmul_prompt(g.x.get<float>(), g.w.view(0), T, g.y.get<float>(), scratch.get(), stream);
         });
         const double tflops = g.flops / mm_f16 / 1e6;
-        std::printf("%-18s %7lld %6lld | %8.1f %8.1f %8.1f %8.1f | %-40s %8.1f | %9.1f %9.1f %7.0f %5.1f\n", s.name,
-                    (long long)s.n, (long long)s.k, h128, h64, h32, h16, chosen_text(chosen).c_str(), autom, mm_int8,
-                    mm_f16, tflops, 100 * tflops / kBf16PeakTflops);
+        std::printf("%-18s %7lld %6lld | %7.1f %7.1f %7.1f %7.1f | %7.1f %7.1f %7.1f %7.1f | %-40s %8.1f | %9.1f %9.1f "
+                    "%7.0f %5.1f\n",
+                    s.name, (long long)s.n, (long long)s.k, us[0], us[1], us[2], us[3], us[4], us[5], us[6], us[7],
+                    chosen_text(chosen).c_str(), autom, mm_int8, mm_f16, tflops, 100 * tflops / kBf16PeakTflops);
         const int model = s.name[0] == '4' ? 1 : 0;
         flops[model] += g.flops * s.per_model;
         us_int8[model] += mm_int8 * s.per_model;

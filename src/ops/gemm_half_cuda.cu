@@ -39,7 +39,7 @@
 #include "ops/cuda_math.cuh"
 #include "ops/f16_activations.h"
 #include "ops/matmul.h"
-#include "ops/gemm_wgmma_cuda.h"
+#include "ops/gemm_wgmma_cuda.h"  // wgmma_gemm_available
 #include "ops/weight_repack.h"
 #include "ops/wgmma.cuh"
 
@@ -47,11 +47,12 @@ namespace deltabit::cuda {
 
 namespace {
 
-constexpr int kBN = 256;       // weight rows of a tile: 2 consumers × 2 row groups × the wgmma's M (below)
+// A tile: BM tokens (16, 32, 64, 128) × 128·RG weight rows (RG row groups of 64 per consumer: 1 or 2).
 constexpr int kKTile = 128;    // f16 activations a k-tile: one Q1_0 scale group
 constexpr int kChunks = kKTile * 2 / 16;  // 16-byte chunks of a token's k-tile
 constexpr int kThreads = 384;
 [[maybe_unused]] constexpr int kConsumerWarps = 8;
+constexpr int rows_of(int rg) { return 128 * rg; }
 
 struct HalfGemmArgs {
     const uint16_t* x;        // [m][k] binary16
@@ -65,45 +66,44 @@ struct HalfGemmArgs {
     int k_tiles, scales_per_row;
 };
 
-// A stage: the x tile, the codes of 256 weight rows, and each row's aligned scale word (as the int8 kernel's).
-constexpr int kCodeBytes = kBN * 16;
-constexpr int kScaleWordBytes = kBN * 4;
+// A stage: the x tile, the codes of the tile's weight rows, and each row's aligned scale word (as the int8
+// kernel's: a row's scales start on any 2-byte boundary, the plane is padded so that the word is inside it).
 constexpr int x_bytes(int bm) { return bm * kKTile * 2; }
-constexpr int scale_offset(int bm) { return x_bytes(bm) + kCodeBytes; }
-constexpr int stage_bytes(int bm) { return scale_offset(bm) + kScaleWordBytes; }
+constexpr int scale_offset(int bm, int rg) { return x_bytes(bm) + rows_of(rg) * 16; }
+constexpr int stage_bytes(int bm, int rg) { return scale_offset(bm, rg) + rows_of(rg) * 4; }
 constexpr size_t kSmemLimit = 227 * 1024;
-// As many stages as fit, at most 24 (a 16-token stage holds 6.5 KB: 24 of them keep ~48 KB of codes in flight).
-constexpr int stages_of(int bm) {
-    return int(std::min<size_t>(24, (kSmemLimit - 24 * 2 * sizeof(uint64_t)) / size_t(stage_bytes(bm))));
+// As many stages as fit, at most 24 (a 16-token stage of 128 rows holds 6.5 KB: 24 keep ~48 KB of codes in
+// flight, as the int8 kernel's narrow rings do).
+constexpr int stages_of(int bm, int rg) {
+    return int(std::min<size_t>(24, (kSmemLimit - 24 * 2 * sizeof(uint64_t)) / size_t(stage_bytes(bm, rg))));
 }
-constexpr size_t smem_bytes(int bm) {
-    return size_t(stages_of(bm)) * size_t(stage_bytes(bm)) + 2 * size_t(stages_of(bm)) * sizeof(uint64_t);
+constexpr size_t smem_bytes(int bm, int rg) {
+    return size_t(stages_of(bm, rg)) * size_t(stage_bytes(bm, rg)) + 2 * size_t(stages_of(bm, rg)) * sizeof(uint64_t);
 }
-static_assert(stage_bytes(16) % 128 == 0 && stage_bytes(128) % 128 == 0, "every stage's x tile starts aligned");
-static_assert(smem_bytes(128) <= kSmemLimit && smem_bytes(64) <= kSmemLimit && smem_bytes(32) <= kSmemLimit &&
-                  smem_bytes(16) <= kSmemLimit,
-              "every ring fits an SM's shared memory");
-static_assert(stages_of(128) >= 4, "the 128-token tile keeps a few k-tiles in flight");
+static_assert(stage_bytes(16, 1) % 128 == 0 && stage_bytes(16, 2) % 128 == 0, "every stage's x tile starts aligned");
+static_assert(smem_bytes(128, 2) <= kSmemLimit && smem_bytes(16, 1) <= kSmemLimit, "every ring fits an SM");
+static_assert(stages_of(128, 2) >= 4, "the widest tile keeps a few k-tiles in flight");
 [[maybe_unused]] constexpr uint32_t kLeadingBytes = 128, kStrideBytes = kChunks * 128;
 
 #if defined(DELTABIT_WGMMA_COMPILED)
 
-template <int BM>
+template <int BM, int RG>
 __device__ __forceinline__ uint8_t* stage_base(uint8_t* smem, int64_t i) {
-    return smem + (i % stages_of(BM)) * stage_bytes(BM);
+    return smem + (i % stages_of(BM, RG)) * stage_bytes(BM, RG);
 }
-template <int BM>
-__device__ __forceinline__ uint32_t stage_parity(int64_t i) { return uint32_t((i / stages_of(BM)) & 1); }
+template <int BM, int RG>
+__device__ __forceinline__ uint32_t stage_parity(int64_t i) { return uint32_t((i / stages_of(BM, RG)) & 1); }
 
-template <int BM>
+template <int BM, int RG>
 __device__ void produce(const HalfGemmArgs& a, uint8_t* smem, uint64_t* full, uint64_t* empty) {
+    constexpr int kStages = stages_of(BM, RG);
     const int p = int(threadIdx.x);  // 0 .. 127
     int64_t issued = 0;
     for (int64_t tile = blockIdx.x; tile < a.tiles; tile += gridDim.x) {
-        const int64_t m0 = (tile % a.m_tiles) * BM, n0 = (tile / a.m_tiles) * kBN;
+        const int64_t m0 = (tile % a.m_tiles) * BM, n0 = (tile / a.m_tiles) * rows_of(RG);
         for (int kt = 0; kt < a.k_tiles; ++kt, ++issued) {
-            mbarrier_wait_parity(&empty[issued % stages_of(BM)], stage_parity<BM>(issued) ^ 1u);
-            uint8_t* st = stage_base<BM>(smem, issued);
+            mbarrier_wait_parity(&empty[issued % kStages], stage_parity<BM, RG>(issued) ^ 1u);
+            uint8_t* st = stage_base<BM, RG>(smem, issued);
             // x: c → (row, chunk) with the row's low 3 bits fastest, 8 lanes filling one core matrix's 128 bytes.
             // Unrolled by 4, not fully: 16 copies' addresses at once spill the producer's registers.
 #pragma unroll 4
@@ -116,22 +116,21 @@ __device__ void produce(const HalfGemmArgs& a, uint8_t* smem, uint64_t* full, ui
             }
             const int64_t byte = int64_t(kt) * 16;
 #pragma unroll
-            for (int half = 0; half < kBN / 128; ++half) {  // weight rows p and p + 128
-                const int r = p + 128 * half;
+            for (int group = 0; group < RG; ++group) {  // weight rows p, p + 128
+                const int r = p + 128 * group;
                 const bool code_ok = n0 + r < a.n && byte < a.code_row_bytes;
                 cp_async16(st + x_bytes(BM) + r * 16, a.codes + (code_ok ? (n0 + r) * a.code_row_bytes + byte : 0),
                            !code_ok);
                 const bool scale_ok = n0 + r < a.n && kt < a.scales_per_row;
                 const auto scale =
                     reinterpret_cast<uintptr_t>(a.scales + (scale_ok ? (n0 + r) * a.scales_per_row + kt : 0));
-                cp_async4(st + scale_offset(BM) + r * 4, reinterpret_cast<const void*>(scale & ~uintptr_t(3)), !scale_ok);
+                cp_async4(st + scale_offset(BM, RG) + r * 4, reinterpret_cast<const void*>(scale & ~uintptr_t(3)),
+                          !scale_ok);
             }
-            cp_async_mbarrier_arrive(&full[issued % stages_of(BM)]);
+            cp_async_mbarrier_arrive(&full[issued % kStages]);
         }
     }
 }
-
-__device__ __forceinline__ uint32_t word_of(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
 // Two weights of a row as the f16x2 operand word {±d, ±d}: the weights whose bits are `bit` (low half) and
 // bit + 8 (high half) of the code word, + d where the bit is set (core/quant.cpp dequantize_q1_0). d2 is
@@ -144,11 +143,13 @@ __device__ __forceinline__ uint32_t signed_pair(uint32_t word, int bit, uint32_t
     return (~set & 0x80008000u) ^ d2;
 }
 
-template <int BM>
+// Consumer c owns weight rows 64·RG·c .. of a tile, RG groups of 64 (one wgmma M each) with an accumulator
+// each. A k-tile is 2·RG pieces — (group, first or second half of the k-steps) — of four m64nBMk16 products
+// each, pipelined one deep within the k-tile: a piece's operands are built while the previous piece's
+// products run (two operand buffers, wgmma_wait<1> before reusing one).
+template <int BM, int RG>
 __device__ void consume(const HalfGemmArgs& a, uint8_t* smem, uint64_t* full, uint64_t* empty) {
-    // Consumer c owns weight rows 128c .. 128c + 127 of a tile as two groups of 64 (one wgmma M each), one
-    // accumulator each; a k-tile builds one group's operands, runs its eight products, waits, then the other's
-    // (a group's operand registers stay live until its products are done: one group's at a time fits).
+    constexpr int kStages = stages_of(BM, RG);
     const int c = int(threadIdx.x) / 128 - 1, wg_thread = int(threadIdx.x) % 128;
     const int warp = wg_thread / 32, lane = wg_thread % 32, g = lane / 4, q = lane % 4;
     // The code word's bit of weight 2q of each 8-weight chunk p is base + 2p (ops/weight_repack.h: weight
@@ -157,56 +158,64 @@ __device__ void consume(const HalfGemmArgs& a, uint8_t* smem, uint64_t* full, ui
     const int64_t scales_odd = int64_t((reinterpret_cast<uintptr_t>(a.scales) >> 1) & 1);
     int64_t consumed = 0;
     for (int64_t tile = blockIdx.x; tile < a.tiles; tile += gridDim.x) {
-        const int64_t m0 = (tile % a.m_tiles) * BM, n0 = (tile / a.m_tiles) * kBN;
-        float acc[2][BM / 2];
+        const int64_t m0 = (tile % a.m_tiles) * BM, n0 = (tile / a.m_tiles) * rows_of(RG);
+        float acc[RG][BM / 2];
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
+        for (int h = 0; h < RG; ++h)
 #pragma unroll
             for (int i = 0; i < BM / 2; ++i) acc[h][i] = 0.0f;
+        uint32_t frag[2][4][4];  // two operand buffers of four k-steps
         for (int kt = 0; kt < a.k_tiles; ++kt, ++consumed) {
-            mbarrier_wait_parity(&full[consumed % stages_of(BM)], stage_parity<BM>(consumed));
+            mbarrier_wait_parity(&full[consumed % kStages], stage_parity<BM, RG>(consumed));
             fence_proxy_async_shared();  // the copies landed through the generic proxy; the wgmma reads async
-            const uint8_t* st = stage_base<BM>(smem, consumed);
+            const uint8_t* st = stage_base<BM, RG>(smem, consumed);
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int row_lo = 128 * c + 64 * h + 16 * warp + g, row_hi = row_lo + 8;
+            for (int piece = 0; piece < 2 * RG; ++piece) {
+                const int h = piece / 2, half = piece % 2;
+                uint32_t (&f)[4][4] = frag[piece % 2];
+                if (piece >= 2) wgmma_wait<1>();  // the piece that last used f is done (the one before may run)
+                const int row_lo = 64 * RG * c + 64 * h + 16 * warp + g, row_hi = row_lo + 8;
                 auto scale_pair = [&](int row) {
-                    const uint32_t word = *reinterpret_cast<const uint32_t*>(st + scale_offset(BM) + row * 4);
+                    const uint32_t word = *reinterpret_cast<const uint32_t*>(st + scale_offset(BM, RG) + row * 4);
                     const int odd = int(((n0 + row) * a.scales_per_row + scales_odd + kt) & 1);
                     const uint32_t bits = odd ? word >> 16 : word & 0xFFFFu;
                     return bits | (bits << 16);
                 };
                 const uint32_t d_lo = scale_pair(row_lo), d_hi = scale_pair(row_hi);
-                const uint4 code_lo = *reinterpret_cast<const uint4*>(st + x_bytes(BM) + row_lo * 16);
-                const uint4 code_hi = *reinterpret_cast<const uint4*>(st + x_bytes(BM) + row_hi * 16);
-                // k-step s covers chunks 2s (k 0..7 of the step) and 2s + 1 (k 8..15): word s / 2, chunks p, p + 1.
-                uint32_t frag[8][4];
+                // Code words 2·half and 2·half + 1 of each row: k-steps 4·half .. 4·half + 3.
+                const uint2 code_lo = *reinterpret_cast<const uint2*>(st + x_bytes(BM) + row_lo * 16 + half * 8);
+                const uint2 code_hi = *reinterpret_cast<const uint2*>(st + x_bytes(BM) + row_hi * 16 + half * 8);
+                // k-step s covers chunks 2s (k 0..7 of the step) and 2s + 1 (k 8..15): chunks p and p + 1 of its word.
 #pragma unroll
-                for (int s = 0; s < 8; ++s) {
+                for (int s = 0; s < 4; ++s) {
+                    const uint32_t lo = (s / 2) ? code_lo.y : code_lo.x, hi = (s / 2) ? code_hi.y : code_hi.x;
                     const int bit = base + 4 * (s & 1);
-                    frag[s][0] = signed_pair(word_of(code_lo, s / 2), bit, d_lo);
-                    frag[s][1] = signed_pair(word_of(code_hi, s / 2), bit, d_hi);
-                    frag[s][2] = signed_pair(word_of(code_lo, s / 2), bit + 2, d_lo);
-                    frag[s][3] = signed_pair(word_of(code_hi, s / 2), bit + 2, d_hi);
+                    f[s][0] = signed_pair(lo, bit, d_lo);
+                    f[s][1] = signed_pair(hi, bit, d_hi);
+                    f[s][2] = signed_pair(lo, bit + 2, d_lo);
+                    f[s][3] = signed_pair(hi, bit + 2, d_hi);
                 }
-#pragma unroll
-                for (int i = 0; i < BM / 2; ++i) asm volatile("" : "+f"(acc[h][i])::"memory");
                 wgmma_fence();
 #pragma unroll
-                for (int s = 0; s < 8; ++s)
-                    wgmma_m64nNk16_f16_ra<BM>(acc[h], frag[s],
-                                              wgmma_descriptor(st + s * 256, kLeadingBytes, kStrideBytes), true);
+                for (int s = 0; s < 4; ++s)
+                    wgmma_m64nNk16_f16_ra<BM>(
+                        acc[h], f[s], wgmma_descriptor(st + (4 * half + s) * 256, kLeadingBytes, kStrideBytes), true);
                 wgmma_commit();
-                wgmma_wait<0>();
+            }
+            // Drained at the end of every k-tile: ptxas tracks which products are in flight only within
+            // straight-line code, and serialises every wgmma (C7513) if operands are built across the loop's
+            // back edge with products running. The other consumer's products fill this gap.
+            wgmma_wait<0>();
+#pragma unroll
+            for (int h = 0; h < RG; ++h)
 #pragma unroll
                 for (int i = 0; i < BM / 2; ++i) asm volatile("" : "+f"(acc[h][i])::"memory");
-            }
             __syncwarp();
-            if (lane == 0) mbarrier_arrive(&empty[consumed % stages_of(BM)]);
+            if (lane == 0) mbarrier_arrive(&empty[consumed % kStages]);
         }
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int64_t r_lo = n0 + 128 * c + 64 * h + 16 * warp + g, r_hi = r_lo + 8;
+        for (int h = 0; h < RG; ++h) {
+            const int64_t r_lo = n0 + 64 * RG * c + 64 * h + 16 * warp + g, r_hi = r_lo + 8;
 #pragma unroll
             for (int j = 0; j < BM / 8; ++j)
 #pragma unroll
@@ -223,28 +232,29 @@ __device__ void consume(const HalfGemmArgs& a, uint8_t* smem, uint64_t* full, ui
 
 #endif  // DELTABIT_WGMMA_COMPILED
 
-template <int BM>
+template <int BM, int RG>
 __global__ void __launch_bounds__(kThreads, 1) gemm_q1_0_half_kernel(HalfGemmArgs a) {
 #if defined(DELTABIT_WGMMA_COMPILED)
+    constexpr int kStages = stages_of(BM, RG);
     extern __shared__ __align__(128) uint8_t smem[];
-    uint64_t* full = reinterpret_cast<uint64_t*>(smem + size_t(stages_of(BM)) * size_t(stage_bytes(BM)));
-    uint64_t* empty = full + stages_of(BM);
+    uint64_t* full = reinterpret_cast<uint64_t*>(smem + size_t(kStages) * size_t(stage_bytes(BM, RG)));
+    uint64_t* empty = full + kStages;
     if (threadIdx.x == 0) {
-        for (int s = 0; s < stages_of(BM); ++s) {
+        for (int s = 0; s < kStages; ++s) {
             mbarrier_init(&full[s], 128);              // every producer thread, once its copies landed
             mbarrier_init(&empty[s], kConsumerWarps);  // one lane of every consumer warp
         }
         fence_mbarrier_init();
     }
     __syncthreads();
-    // Registers from the producer to the consumers, whose two accumulators alone are 128 a thread (BM = 128):
-    // 128 · 80 + 256 · 208 = 63488 of the launch bound's 64512. ptxas -v (CUDA 13.0): no spills.
+    // Registers from the producer to the consumers, whose two accumulators alone are 128 a thread (BM = 128,
+    // RG = 2): 128 · 80 + 256 · 208 = 63488 of the launch bound's 64512. ptxas -v (CUDA 13.0): no spills.
     if (threadIdx.x < 128) {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 80;\n" ::: "memory");
-        produce<BM>(a, smem, full, empty);
+        produce<BM, RG>(a, smem, full, empty);
     } else {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 208;\n" ::: "memory");
-        consume<BM>(a, smem, full, empty);
+        consume<BM, RG>(a, smem, full, empty);
     }
 #endif
 }
@@ -285,30 +295,39 @@ __global__ void __launch_bounds__(kRoundThreads) round_rows_f16_kernel(const flo
 }
 
 using Kernel = void (*)(HalfGemmArgs);
-template <int BM>
-constexpr Kernel kKernel = &gemm_q1_0_half_kernel<BM>;
 
-struct Choice {
+// The tiles: tokens × weight rows, the kernel, its shared memory, and the relative cost of one round of one
+// tile per SM (the 128 × 256 tile's = 1; H200, bench_prefill_cuda half, Bonsai-27B ssm_gate, K = 5120).
+struct HalfTile {
+    GemmTile tile;
+    int tokens, rows;
     Kernel kernel;
     size_t smem;
+    double cost;
 };
-Choice choose(int tokens_per_tile) {
-    switch (tokens_per_tile) {
-        case 128: return {kKernel<128>, smem_bytes(128)};
-        case 64: return {kKernel<64>, smem_bytes(64)};
-        case 32: return {kKernel<32>, smem_bytes(32)};
-        case 16: return {kKernel<16>, smem_bytes(16)};
-        default: fail_message("half gemm: no tile of " + std::to_string(tokens_per_tile) + " tokens");
-    }
+template <int BM, int RG>
+constexpr HalfTile half_tile(GemmTile t, double cost) {
+    return {t, BM, rows_of(RG), &gemm_q1_0_half_kernel<BM, RG>, smem_bytes(BM, RG), cost};
+}
+// TODO(measure): costs of the pipelined consumer; these are the first kernel's (2026-12-02).
+const HalfTile kHalfTiles[] = {
+    half_tile<128, 2>(GemmTile::half_m128_n256, 1.0),   half_tile<64, 2>(GemmTile::half_m64_n256, 0.61),
+    half_tile<32, 2>(GemmTile::half_m32_n256, 0.44),    half_tile<16, 2>(GemmTile::half_m16_n256, 0.43),
+    half_tile<128, 1>(GemmTile::half_m128_n128, 0.78),  half_tile<64, 1>(GemmTile::half_m64_n128, 0.455),
+    half_tile<32, 1>(GemmTile::half_m32_n128, 0.35),    half_tile<16, 1>(GemmTile::half_m16_n128, 0.30),
+};
+
+const HalfTile* find_tile(GemmTile t) {
+    for (const HalfTile& h : kHalfTiles)
+        if (h.tile == t) return &h;
+    return nullptr;
 }
 
 void configure_kernels() {
     static const bool configured = [] {
-        for (int bm : {128, 64, 32, 16}) {
-            const Choice c = choose(bm);
-            cuda_check(cudaFuncSetAttribute(c.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(c.smem)),
+        for (const HalfTile& h : kHalfTiles)
+            cuda_check(cudaFuncSetAttribute(h.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(h.smem)),
                        "half gemm shared memory");
-        }
         return true;
     }();
     (void)configured;
@@ -317,9 +336,8 @@ void configure_kernels() {
 struct Launch {
     int64_t tiles = 0, blocks = 0;
 };
-Launch launch(const HalfActivationRows& x, const GemvWeightView& w, float* y, int64_t ldy, int tokens_per_tile,
+Launch launch(const HalfActivationRows& x, const GemvWeightView& w, float* y, int64_t ldy, const HalfTile& t,
               int64_t max_blocks, cudaStream_t stream) {
-    const Choice c = choose(tokens_per_tile);
     configure_kernels();
     HalfGemmArgs a{};
     a.x = x.h;
@@ -334,36 +352,54 @@ Launch launch(const HalfActivationRows& x, const GemvWeightView& w, float* y, in
     a.code_row_bytes = int64_t(gemv_code_row_bytes(w.dtype, w.cols));
     a.k_tiles = int(w.cols / kKTile);
     a.scales_per_row = int(w.cols / kKTile);
-    a.m_tiles = (x.rows + tokens_per_tile - 1) / tokens_per_tile;
-    a.tiles = a.m_tiles * ((w.rows + kBN - 1) / kBN);
+    a.m_tiles = (x.rows + t.tokens - 1) / t.tokens;
+    a.tiles = a.m_tiles * ((w.rows + t.rows - 1) / t.rows);
     static const int sms = device_attribute(cudaDevAttrMultiProcessorCount, "SM count");
     const int64_t blocks = std::min<int64_t>(a.tiles, max_blocks > 0 ? max_blocks : sms);
-    c.kernel<<<unsigned(blocks), kThreads, c.smem, stream>>>(a);
+    t.kernel<<<unsigned(blocks), kThreads, t.smem, stream>>>(a);
     cuda_check_launch("gemm_q1_0_half_kernel");
     return {a.tiles, blocks};
 }
 
-GemmTile half_tile_of(int tokens) {
-    return tokens == 128 ? GemmTile::half_m128_n128
-           : tokens == 64 ? GemmTile::half_m64_n128
-           : tokens == 32 ? GemmTile::half_m32_n128
-                          : GemmTile::half_m16_n128;
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Rounds of one tile per SM times the tile's cost: the model the automatic choice minimises.
+double rounds_cost(const HalfTile& t, int64_t tokens, int64_t rows, int sms) {
+    return rows <= 0 ? 0.0 : double(ceil_div(ceil_div(tokens, t.tokens) * ceil_div(rows, t.rows), sms)) * t.cost;
 }
 
-// Relative cost of one tile (a 128-token tile's = 1), as ws_tail_plan's for the int8 kernel.
-// TODO(measure): the f16 kernel's own costs; these are the int8 kernel's (H200, 2026-12-02).
-constexpr std::pair<int, double> kTileCosts[] = {{128, 1.0}, {64, 0.86}, {32, 0.52}, {16, 0.43}};
+// The automatic choice: the cheapest tile for the whole matrix, or — when a clear gain (3%; the second
+// launch's start is not in the costs) — the widest tile on the weight rows that fill its whole rounds and
+// the cheapest tile for the rest (each output is still one block's, so y does not depend on the cut).
+struct HalfPlan {
+    const HalfTile* head = nullptr;
+    int64_t head_rows = 0;  // 0: `tail` alone covers the matrix
+    const HalfTile* tail = nullptr;
+};
+HalfPlan plan_for(int64_t tokens, int64_t rows, int sms) {
+    HalfPlan best;
+    double best_cost = 1e300;
+    for (const HalfTile& t : kHalfTiles) {
+        const double c = rounds_cost(t, tokens, rows, sms);
+        if (c < best_cost) best_cost = c, best = {nullptr, 0, &t};
+    }
+    const HalfTile& wide = kHalfTiles[0];
+    const int64_t m_tiles = ceil_div(tokens, wide.tokens);
+    const int64_t head_rows = (m_tiles * ceil_div(rows, wide.rows) / sms) * sms / m_tiles * wide.rows;
+    if (head_rows > 0 && head_rows < rows) {
+        for (const HalfTile& t : kHalfTiles) {
+            const double c = rounds_cost(wide, tokens, head_rows, sms) + rounds_cost(t, tokens, rows - head_rows, sms);
+            if (c < 0.97 * best_cost) best_cost = c, best = {&wide, head_rows, &t};
+        }
+    }
+    return best;
+}
 
 }  // namespace
 
 int half_tile_tokens(GemmTile t) {
-    switch (t) {
-        case GemmTile::half_m128_n128: return 128;
-        case GemmTile::half_m64_n128: return 64;
-        case GemmTile::half_m32_n128: return 32;
-        case GemmTile::half_m16_n128: return 16;
-        default: return 0;
-    }
+    const HalfTile* h = find_tile(t);
+    return h != nullptr ? h->tokens : 0;
 }
 
 bool half_gemm_available() { return detail::wgmma_gemm_available(); }
@@ -414,35 +450,22 @@ GemmLaunchReport gemm_q1_0_half(const HalfActivationRows& x, const GemvWeightVie
                      "capability 9.0 device");
     if (x.rows == 0 || w.rows == 0) return {};
     if (tile != GemmTile::automatic) {
-        const int bm = half_tile_tokens(tile);
-        if (bm == 0) fail_message(std::string("cuda half gemm: not a half tile: ") + gemm_tile_name(tile));
-        const Launch l = launch(x, w, y, w.rows, bm, max_blocks, stream);
+        const HalfTile* t = find_tile(tile);
+        if (t == nullptr) fail_message(std::string("cuda half gemm: not a half tile: ") + gemm_tile_name(tile));
+        const Launch l = launch(x, w, y, w.rows, *t, max_blocks, stream);
         return {tile, l.tiles, l.blocks};
     }
-    // Automatic: the tile whose rounds of one tile per SM cost least, then — for the 128-token tile — the
-    // matrix cut so that its last weight rows fill the last round with a narrower tile (ws_tail_plan).
     static const int sms = device_attribute(cudaDevAttrMultiProcessorCount, "SM count");
-    const int64_t row_blocks = (w.rows + kBN - 1) / kBN;
-    int best = 128;
-    double best_cost = 1e300;
-    for (const auto& [tokens, cost] : kTileCosts) {
-        const int64_t tiles = (x.rows + tokens - 1) / tokens * row_blocks;
-        const double c = double((tiles + sms - 1) / sms) * cost;
-        if (c < best_cost * 0.999) best_cost = c, best = tokens;
+    const HalfPlan plan = max_blocks > 0 ? HalfPlan{nullptr, 0, &kHalfTiles[0]} : plan_for(x.rows, w.rows, sms);
+    if (plan.head == nullptr) {
+        const Launch l = launch(x, w, y, w.rows, *plan.tail, max_blocks, stream);
+        return {plan.tail->tile, l.tiles, l.blocks};
     }
-    const detail::WsTailPlan plan = best == 128 && max_blocks == 0 ? detail::ws_tail_plan(x.rows, w.rows, sms, kBN)
-                                                                   : detail::WsTailPlan{};
-    if (plan.tail_tokens == 0) {
-        const Launch l = launch(x, w, y, w.rows, best, max_blocks, stream);
-        return {half_tile_of(best), l.tiles, l.blocks};
-    }
-    Launch head;
-    if (plan.head_rows > 0) head = launch(x, w.slice_rows(0, plan.head_rows), y, w.rows, 128, 0, stream);
-    const Launch tail = launch(x, w.slice_rows(plan.head_rows, w.rows - plan.head_rows), y + plan.head_rows, w.rows,
-                               plan.tail_tokens, 0, stream);
-    if (plan.head_rows == 0) return {half_tile_of(plan.tail_tokens), tail.tiles, tail.blocks};
-    return {GemmTile::half_m128_n128, head.tiles + tail.tiles, std::max(head.blocks, tail.blocks),
-            half_tile_of(plan.tail_tokens), w.rows - plan.head_rows};
+    const Launch head = launch(x, w.slice_rows(0, plan.head_rows), y, w.rows, *plan.head, 0, stream);
+    const Launch tail =
+        launch(x, w.slice_rows(plan.head_rows, w.rows - plan.head_rows), y + plan.head_rows, w.rows, *plan.tail, 0, stream);
+    return {plan.head->tile, head.tiles + tail.tiles, std::max(head.blocks, tail.blocks), plan.tail->tile,
+            w.rows - plan.head_rows};
 }
 
 }  // namespace deltabit::cuda

@@ -580,6 +580,10 @@ const char* gemm_tile_name(GemmTile t) {
         case GemmTile::wgmma_ws_m64_n128: return "wgmma_ws_m64_n128";
         case GemmTile::wgmma_ws_m32_n128: return "wgmma_ws_m32_n128";
         case GemmTile::wgmma_ws_m16_n128: return "wgmma_ws_m16_n128";
+        case GemmTile::half_m128_n256: return "half_m128_n256";
+        case GemmTile::half_m64_n256: return "half_m64_n256";
+        case GemmTile::half_m32_n256: return "half_m32_n256";
+        case GemmTile::half_m16_n256: return "half_m16_n256";
         case GemmTile::half_m128_n128: return "half_m128_n128";
         case GemmTile::half_m64_n128: return "half_m64_n128";
         case GemmTile::half_m32_n128: return "half_m32_n128";
@@ -707,20 +711,20 @@ bool matmul_prefill(const float* x, const GemvWeightView& w, int64_t n_tokens, f
 // ws_tail_plan's tile costs, in units of a 128-token tile's (H200, 2026-12-02, bench_prefill_cuda pipelines +
 // crossover: a round of one tile per SM on Bonsai-27B ffn_gate/up, K = 5120 / ffn_down, K = 17408, took
 // 47 / 153 µs at 128 tokens, 41 / 126 at 64, 26 / 75 at 32, 21 / 63 at 16).
-detail::WsTailPlan detail::ws_tail_plan(int64_t tokens, int64_t rows, int sms, int64_t block_rows) {
+detail::WsTailPlan detail::ws_tail_plan(int64_t tokens, int64_t rows, int sms) {
     struct Narrow {
         int tokens;
         double cost;
     };
     constexpr Narrow kNarrow[] = {{64, 0.86}, {32, 0.52}, {16, 0.43}};
-    const int64_t m_tiles = ceil_div(tokens, 128), row_blocks = ceil_div(rows, block_rows), tiles = m_tiles * row_blocks;
+    const int64_t m_tiles = ceil_div(tokens, 128), row_blocks = ceil_div(rows, 128), tiles = m_tiles * row_blocks;
     const int64_t head_blocks = (tiles / sms) * sms / m_tiles;  // the row blocks that fill whole rounds
     const double head = double(ceil_div(head_blocks * m_tiles, sms));
     WsTailPlan best;
     double best_cost = 1e300;
     for (const Narrow& n : kNarrow) {
         const double cost = head + double(ceil_div(ceil_div(tokens, n.tokens) * (row_blocks - head_blocks), sms)) * n.cost;
-        if (cost < best_cost) best_cost = cost, best = {head_blocks * block_rows, n.tokens};
+        if (cost < best_cost) best_cost = cost, best = {head_blocks * 128, n.tokens};
     }
     // Cut only for a clear gain over one launch (the second launch's start is not in the costs).
     return best_cost < 0.97 * double(ceil_div(tiles, sms)) ? best : WsTailPlan{};

@@ -47,8 +47,7 @@ struct WsTailPlan {
     int64_t head_rows = 0;  // rows on the 128-token tile
     int tail_tokens = 0;    // tokens a tile of the narrow tile for the other rows; 0: no cut, one launch
 };
-// block_rows: weight rows a tile (128 for the int8 kernel; gemm_q1_0_half's 256); head_rows is a multiple of it.
-WsTailPlan ws_tail_plan(int64_t tokens, int64_t rows, int sms, int64_t block_rows = 128);
+WsTailPlan ws_tail_plan(int64_t tokens, int64_t rows, int sms);
 
 int ws_pipeline_count();
 std::string ws_pipeline_name(int pipeline);

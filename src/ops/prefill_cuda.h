@@ -76,7 +76,11 @@ enum class GemmTile : uint8_t {
     wgmma_ws_m64_n128,
     wgmma_ws_m32_n128,
     wgmma_ws_m16_n128,
-    half_m128_n128,  // gemm_q1_0_half's tiles (f16 activations; not gemm_quantized's)
+    half_m128_n256,  // gemm_q1_0_half's tiles (f16 activations; not gemm_quantized's)
+    half_m64_n256,
+    half_m32_n256,
+    half_m16_n256,
+    half_m128_n128,
     half_m64_n128,
     half_m32_n128,
     half_m16_n128,
@@ -129,8 +133,8 @@ bool matmul_prefill(const float* x, const GemvWeightView& w, int64_t n_tokens, f
 // fp32 by the tensor cores in an order of their own (k-steps of 16 in k order, each step's 16 products in
 // any order), then scaled exactly. y equals cpu::matmul_f16_activations (ops/matmul.h) up to that fp32
 // summation; no int8 rounding of the activations at all (closer to the fp32 model than gemm_quantized).
-// Warp-specialised wgmma tiles of 128, 64, 32 or 16 tokens × 128 weight rows; sm_90a build on a compute
-// capability 9.0 device only (half_gemm_available).
+// Warp-specialised wgmma tiles of 128, 64, 32 or 16 tokens × 256 or 128 weight rows; sm_90a build on a
+// compute capability 9.0 device only (half_gemm_available).
 struct HalfActivationRows {
     uint16_t* h = nullptr;       // [rows][cols] binary16
     float* inv_scale = nullptr;  // [rows] 2^−e_t

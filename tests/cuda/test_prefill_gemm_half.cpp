@@ -216,9 +216,10 @@ struct DeviceFixture {
     }
 };
 
-constexpr cuda::GemmTile kHalfTiles[] = {cuda::GemmTile::half_m128_n128, cuda::GemmTile::half_m64_n128,
-                                         cuda::GemmTile::half_m32_n128, cuda::GemmTile::half_m16_n128,
-                                         cuda::GemmTile::automatic};
+constexpr cuda::GemmTile kHalfTiles[] = {
+    cuda::GemmTile::half_m128_n256, cuda::GemmTile::half_m64_n256, cuda::GemmTile::half_m32_n256,
+    cuda::GemmTile::half_m16_n256,  cuda::GemmTile::half_m128_n128, cuda::GemmTile::half_m64_n128,
+    cuda::GemmTile::half_m32_n128,  cuda::GemmTile::half_m16_n128,  cuda::GemmTile::automatic};
 
 void check_case(const Case& c, uint32_t seed, int64_t max_blocks = 0) {
     const Fixture f = make_fixture(c, seed);
@@ -300,10 +301,10 @@ TEST(PrefillGemmHalf, RowSliceWithOddScaleAlignment) {
     DeviceFixture d(f, nullptr);
     const int64_t first = 3, count = 290;
     GuardedDeviceArray<float> y(size_t(full.tokens * full.rows));
-    cuda::gemm_q1_0_half(d.rows, d.w.view().slice_rows(first, count), y.get(), nullptr, cuda::GemmTile::half_m64_n128);
+    cuda::gemm_q1_0_half(d.rows, d.w.view().slice_rows(first, count), y.get(), nullptr, cuda::GemmTile::half_m64_n256);
     const std::vector<float> got = y.download("slice");
     GuardedDeviceArray<float> y_full(size_t(full.tokens * full.rows));
-    cuda::gemm_q1_0_half(d.rows, d.w.view(), y_full.get(), nullptr, cuda::GemmTile::half_m64_n128);
+    cuda::gemm_q1_0_half(d.rows, d.w.view(), y_full.get(), nullptr, cuda::GemmTile::half_m64_n256);
     const std::vector<float> want = y_full.download("full");
     for (int64_t t = 0; t < full.tokens; ++t)
         for (int64_t n = 0; n < count; ++n)
