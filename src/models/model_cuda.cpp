@@ -463,6 +463,22 @@ void CudaModel::matmul(const float* x, const CudaMatrix& w, int64_t first_row, i
     cuda::matmul(x, view, 1, y, *activations_, stream_);
 }
 
+void CudaModel::matmul_prompt_group(const float* x, int64_t T,
+                                    std::initializer_list<std::pair<const CudaMatrix*, float*>> outputs) {
+    const CudaMatrix& first = *outputs.begin()->first;
+    bool shared = T >= cuda::kGemmMinTokens;
+    for (const auto& o : outputs) shared = shared && all_quantized({&first, o.first}, first.cols);
+    if (!shared) {
+        for (const auto& [w, y] : outputs) matmul(x, *w, T, y);
+        return;
+    }
+    // One dtype and one K: each separate matmul would have prepared these same rows.
+    const size_t bytes = cuda::prompt_scratch_bytes(T, first.cols);
+    const cuda::PromptRows rows =
+        cuda::prepare_prompt_rows(x, first.gemv.view(), T, temp(int64_t((bytes + 3) / 4)), stream_);
+    for (const auto& [w, y] : outputs) cuda::gemm_prompt_rows(rows, w->gemv.view(), y, stream_);
+}
+
 bool CudaModel::all_quantized(std::initializer_list<const CudaMatrix*> matrices, int64_t cols) {
     return std::all_of(matrices.begin(), matrices.end(), [&](const CudaMatrix* w) {
         return w->quantized && w->cols == cols && w->gemv.dtype == (*matrices.begin())->gemv.dtype;
@@ -555,17 +571,6 @@ void CudaModel::attention_block(const Layer& L, const float* x, const cuda::Quan
         return;
     }
 
-    float* q_full = temp(T * H * per_head);
-    matmul(x, L.q, T, q_full);
-    // With the output gate, q_proj's rows interleave per head: [q_h (dh) | gate_h (dh)].
-    float* q = temp(T * H * dh);
-    float* gate = gated ? temp(T * H * dh) : nullptr;
-    const size_t row = size_t(dh) * sizeof(float), pitch = size_t(per_head) * sizeof(float);
-    check(cudaMemcpy2DAsync(q, row, q_full, pitch, row, size_t(T * H), cudaMemcpyDeviceToDevice, stream_), "split q");
-    if (gated)
-        check(cudaMemcpy2DAsync(gate, row, q_full + dh, pitch, row, size_t(T * H), cudaMemcpyDeviceToDevice, stream_),
-              "split gate");
-
     // New keys and values go straight into an f32 cache at positions n_past .. n_past+T−1; a half or
     // kivi4 cache gets them through kv_store.
     const bool f32_cache = state.k.view.element == cuda::KvElement::f32;
@@ -574,8 +579,16 @@ void CudaModel::attention_block(const Layer& L, const float* x, const cuda::Quan
     float* k_new = f32_cache ? k_cache + n_past * H_kv * dh : temp(T * H_kv * dh);
     float* v_new = f32_cache ? v_cache + n_past * H_kv * dh : temp(T * H_kv * dh);
     float* k_raw = temp(T * H_kv * dh);
-    matmul(x, L.k, T, k_raw);
-    matmul(x, L.v, T, v_new);
+    float* q_full = temp(T * H * per_head);
+    matmul_prompt_group(x, T, {{&L.q, q_full}, {&L.k, k_raw}, {&L.v, v_new}});
+    // With the output gate, q_proj's rows interleave per head: [q_h (dh) | gate_h (dh)].
+    float* q = temp(T * H * dh);
+    float* gate = gated ? temp(T * H * dh) : nullptr;
+    const size_t row = size_t(dh) * sizeof(float), pitch = size_t(per_head) * sizeof(float);
+    check(cudaMemcpy2DAsync(q, row, q_full, pitch, row, size_t(T * H), cudaMemcpyDeviceToDevice, stream_), "split q");
+    if (gated)
+        check(cudaMemcpy2DAsync(gate, row, q_full + dh, pitch, row, size_t(T * H), cudaMemcpyDeviceToDevice, stream_),
+              "split gate");
 
     float* q_normed = temp(T * H * dh);
     cuda::rms_norm(q, L.q_norm, T * H, dh, c.rms_eps, cuda::NormWeight::plain, q_normed, stream_);
@@ -659,10 +672,7 @@ void CudaModel::deltanet_block(const Layer& L, const float* x, const cuda::Quant
     float* z = temp(T * value_dim);
     float* b = temp(T * H_v);
     float* a = temp(T * H_v);
-    matmul(x, L.qkv, T, mixed);
-    matmul(x, L.z_gate, T, z);
-    matmul(x, L.beta, T, b);
-    matmul(x, L.alpha, T, a);
+    matmul_prompt_group(x, T, {{&L.qkv, mixed}, {&L.z_gate, z}, {&L.beta, b}, {&L.alpha, a}});
 
     float* conv = temp(T * channels);
     cuda::conv1d_causal_silu(mixed, L.conv, state.conv[parity].get<float>(), T, channels, c.ssm_conv_kernel, conv,
@@ -718,8 +728,7 @@ void CudaModel::swiglu_ffn(const CudaMatrix& gate, const CudaMatrix& up, const C
     if (T == 1) {
         matmul_shared_input(x, xq, {{&gate, g}, {&up, u}});
     } else {
-        matmul(x, gate, T, g);
-        matmul(x, up, T, u);
+        matmul_prompt_group(x, T, {{&gate, g}, {&up, u}});
     }
     cuda::swiglu(g, u, T * width, act, stream_);
     matmul(act, down, T, out);

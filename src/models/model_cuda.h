@@ -291,6 +291,9 @@ private:
     // and launched together when they all are quantised alike.
     void matmul_shared_input(const float* x, const cuda::QuantizedActivationsView* xq,
                              std::initializer_list<std::pair<const CudaMatrix*, float*>> outputs);
+    // A prompt's T tokens, several matrices reading the same x: x's rows prepared once for all of them
+    // (cuda::prepare_prompt_rows) when they are quantised alike and the GEMM takes T, else one matmul each.
+    void matmul_prompt_group(const float* x, int64_t T, std::initializer_list<std::pair<const CudaMatrix*, float*>> outputs);
     // Blocks of T tokens reading the normed hidden state x; xq is its quantised form when T = 1 and the
     // decode seam made it (else nullptr).
     void attention_block(const Layer& L, const float* x, const cuda::QuantizedActivationsView* xq, int64_t T,

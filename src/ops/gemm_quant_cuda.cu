@@ -691,16 +691,43 @@ size_t prompt_scratch_bytes(int64_t n_tokens, int64_t cols) {
     return std::max(activation_rows_bytes(n_tokens, cols), half_activation_rows_bytes(n_tokens, cols));
 }
 
+PromptRows prepare_prompt_rows(const float* x, const GemvWeightView& like, int64_t n_tokens, void* scratch,
+                               cudaStream_t stream) {
+    if (n_tokens < kGemmMinTokens)
+        fail_message("cuda prepare_prompt_rows: " + std::to_string(n_tokens) + " tokens; the GEMM takes " +
+                     std::to_string(kGemmMinTokens) + " or more (matmul_prompt runs fewer through the GEMV)");
+    PromptRows rows;
+    if (half_gemm_serves(like, n_tokens)) {
+        rows.path = PromptMatmulPath::f16_gemm;
+        rows.half = half_activation_rows_view(scratch, n_tokens, like.cols);
+        round_activation_rows_f16(x, rows.half, stream);
+    } else {
+        rows.path = PromptMatmulPath::int8_gemm;
+        rows.int8 = activation_rows_view(scratch, n_tokens, like.cols);
+        quantize_activation_rows(x, rows.int8, stream);
+    }
+    return rows;
+}
+
+void gemm_prompt_rows(const PromptRows& rows, const GemvWeightView& w, float* y, cudaStream_t stream) {
+    const bool f16 = rows.path == PromptMatmulPath::f16_gemm;
+    const int64_t tokens = f16 ? rows.half.rows : rows.int8.rows;
+    if (half_gemm_serves(w, tokens) != f16)
+        fail_message("cuda gemm_prompt_rows: rows prepared as " + std::string(f16 ? "f16" : "int8") +
+                     " for weights " + shape_text(w) + " that matmul_prompt would give the other rounding");
+    if (f16) gemm_q1_0_half(rows.half, w, y, stream);
+    else gemm_quantized(rows.int8, w, y, stream);
+}
+
 PromptMatmulPath matmul_prompt(const float* x, const GemvWeightView& w, int64_t n_tokens, float* y, void* scratch,
                                cudaStream_t stream) {
-    if (half_gemm_serves(w, n_tokens)) {
-        const HalfActivationRows rows = half_activation_rows_view(scratch, n_tokens, w.cols);
-        round_activation_rows_f16(x, rows, stream);
-        gemm_q1_0_half(rows, w, y, stream);
-        return PromptMatmulPath::f16_gemm;
+    if (n_tokens < kGemmMinTokens) {
+        matmul_prefill(x, w, n_tokens, y, activation_rows_view(scratch, std::max<int64_t>(n_tokens, 1), w.cols), stream);
+        return PromptMatmulPath::gemv;
     }
-    const bool gemm = matmul_prefill(x, w, n_tokens, y, activation_rows_view(scratch, n_tokens, w.cols), stream);
-    return gemm ? PromptMatmulPath::int8_gemm : PromptMatmulPath::gemv;
+    const PromptRows rows = prepare_prompt_rows(x, w, n_tokens, scratch, stream);
+    gemm_prompt_rows(rows, w, y, stream);
+    return rows.path;
 }
 
 bool matmul_prefill(const float* x, const GemvWeightView& w, int64_t n_tokens, float* y,

@@ -163,6 +163,18 @@ enum class PromptMatmulPath : uint8_t { gemv, int8_gemm, f16_gemm };
 size_t prompt_scratch_bytes(int64_t n_tokens, int64_t cols);
 PromptMatmulPath matmul_prompt(const float* x, const GemvWeightView& w, int64_t n_tokens, float* y, void* scratch,
                                cudaStream_t stream);
+// matmul_prompt in two steps, for several matrices reading one input (a layer's q, k and v, say): the rows
+// prepared once — rounded to f16 or quantised to int8, as matmul_prompt would for `like` — then one GEMM per
+// matrix. n_tokens ≥ kGemmMinTokens. gemm_prompt_rows refuses a matrix that matmul_prompt would have given
+// the other rounding (another dtype or K), so every product's numerics stay matmul_prompt's.
+struct PromptRows {
+    PromptMatmulPath path = PromptMatmulPath::int8_gemm;  // int8_gemm or f16_gemm
+    HalfActivationRows half;
+    QuantizedActivationRows int8;
+};
+PromptRows prepare_prompt_rows(const float* x, const GemvWeightView& like, int64_t n_tokens, void* scratch,
+                               cudaStream_t stream);
+void gemm_prompt_rows(const PromptRows& rows, const GemvWeightView& w, float* y, cudaStream_t stream);
 
 // ---- chunked gated delta rule (delta_rule_chunked_cuda.cu) ----
 //
