@@ -14,11 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define DELTABIT_HOST_DEVICE __host__ __device__
-#else
-#define DELTABIT_HOST_DEVICE
-#endif
+#include "core/host_device.h"
 
 namespace deltabit {
 

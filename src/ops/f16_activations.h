@@ -10,11 +10,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define DELTABIT_HOST_DEVICE __host__ __device__
-#else
-#define DELTABIT_HOST_DEVICE
-#endif
+#include "core/host_device.h"
 
 namespace deltabit {
 
@@ -31,5 +27,3 @@ DELTABIT_HOST_DEVICE inline int f16_activation_exponent(uint32_t amax_bits) {
 DELTABIT_HOST_DEVICE inline uint32_t power_of_two_bits(int e) { return uint32_t(127 + e) << 23; }
 
 }  // namespace deltabit
-
-#undef DELTABIT_HOST_DEVICE

@@ -12,34 +12,34 @@
 // The activations are rounded once to f16 per token (a power-of-two scale keeps them in range), which is
 // also closer to the fp32 model than int8 per 128 (8 mantissa bits more on every value near a group's max).
 //
-//   warpgroup 0 (producer)   copies each k-tile's x tile (BM tokens × 128 f16, core-matrix order), the 256
+//   warpgroup 0 (producer)   copies each k-tile's x tile (BM tokens × 128 f16, core-matrix order), the tile's
 //                            weight rows' codes (16 bytes each) and the aligned words holding their fp16
 //                            scales into a ring of stages (cp.async arriving on the stage's `full` mbarrier).
-//   warpgroups 1, 2          (consumers) each own 128 weight rows as two groups of 64: A (weights) from
+//   warpgroups 1, 2          (consumers) each own 64·RG weight rows as RG groups of 64: A (weights) from
 //                            registers, B the stage's x tile; per group eight m64nBMk16 products a k-tile into
-//                            its fp32 accumulator, then the stage goes back (`empty`). One consumer builds its
-//                            operands while the other's products run.
-// 256 weight rows a tile, not the int8 kernel's 128: an f16 x tile is twice the bytes, and at 128 rows the
-// copies from L2 were the limit (Nsight Compute, H200, ssm_qkv at T = 512: L2 65% busy, the consumers waiting
-// on `full`, the tensor pipe a third busy; 1.5× the int8 kernel's time).
-// Thread layout as the int8 kernel's: accumulator d[4j + e] of group h is weight row 128c + 64h + 16w + g +
-// 8·(e / 2) of consumer c, token 8j + 2q + e % 2 of the tile.
+//                            its fp32 accumulator, then the stage goes back (`empty`).
+// Tiles of 256 weight rows (RG = 2) for large matrices, not the int8 kernel's 128: an f16 x tile is twice the
+// bytes, and at 128 rows the copies from L2 were the limit (Nsight Compute, H200, ssm_qkv at T = 512: L2 65%
+// busy, the consumers waiting on `full`, the tensor pipe a third busy; 1.5× the int8 kernel's time). They
+// still are: building the next operands while products run (below) changed no tile by 2%. Tiles of 128 rows
+// for small matrices, where 256 would leave rows idle; the automatic choice weighs them (plan_for).
+// Thread layout as the int8 kernel's: accumulator d[4j + e] of group h is weight row 64·RG·c + 64h + 16w + g +
+// 8·(e / 2) of consumer c, token 8j + 2q + e % 2 of the tile. Measured: docs/bench.md, "The prompt GEMM on f16
+// activations".
 #include "backend/cuda_buffer.h"
 #include "ops/prefill_cuda.h"
 
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <array>
 #include <string>
 
+#include "core/env_switch.h"
 #include "ops/async_copy.cuh"
 #include "ops/bulk_copy.cuh"
-#include "core/env_switch.h"
-#include "ops/cuda_math.cuh"
 #include "ops/f16_activations.h"
-#include "ops/matmul.h"
 #include "ops/gemm_wgmma_cuda.h"  // wgmma_gemm_available
+#include "ops/matmul.h"
 #include "ops/weight_repack.h"
 #include "ops/wgmma.cuh"
 
@@ -405,8 +405,8 @@ int half_tile_tokens(GemmTile t) {
 bool half_gemm_available() { return detail::wgmma_gemm_available(); }
 
 bool half_prompt_gemm_enabled() {
-    // Off by default: on the H200 the int8 kernel is still the faster of the two on the bench models (the
-    // Bonsai-27B pp512 matmuls 70.8 ms int8, 78.0 ms f16 — docs/bench.md).
+    // Off by default: on the H200 the two are even on the Bonsai-27B pp512 matmuls (70.8 ms int8, 70.4 f16),
+    // but the model's pp512 is slower with it (108.1 vs 103.1 ms; docs/bench.md).
     static const bool enabled = env_switch("DELTABIT_GEMM_F16", false);
     return enabled && half_gemm_available();
 }

@@ -2,7 +2,8 @@
 // ops/delta_rule.h, ops/attention.h) with every pointer on the device, built for many tokens at once.
 // Decode keeps its own kernels (ops/matmul_cuda.h, ops/ops_cuda.h); the model picks by T.
 //
-//   gemm_quant_cuda.cu            y = x · Wᵀ for quantised W on int8 tensor cores
+//   gemm_quant_cuda.cu            y = x · Wᵀ for quantised W on int8 tensor cores; the prompt matmul
+//   gemm_half_cuda.cu             y = x · Wᵀ for Q1_0 W on f16 activations (an experiment, off by default)
 //   delta_rule_chunked_cuda.cu    the gated delta rule in chunks of 64 (the WY form)
 //   attention_prefill_cuda.cu     causal GQA attention, flash-style (online softmax over key tiles)
 //
@@ -145,15 +146,17 @@ HalfActivationRows half_activation_rows_view(void* buffer, int64_t rows, int64_t
 // cols a multiple of 4.
 void round_activation_rows_f16(const float* x, const HalfActivationRows& out, cudaStream_t stream);
 bool half_gemm_available();
-// half_gemm_available() and DELTABIT_GEMM_F16=1 (off by default: slower than int8 on the bench models so far).
+// half_gemm_available() and DELTABIT_GEMM_F16=1 (off by default: the model's prompts are slower with it so
+// far, docs/bench.md).
 bool half_prompt_gemm_enabled();
 // Whether matmul_prompt takes this GEMM for `tokens` rows of w: Q1_0 with K a multiple of 128, at least
 // kGemmMinTokens tokens, and half_prompt_gemm_enabled().
 bool half_gemm_serves(const GemvWeightView& w, int64_t tokens);
 // Tokens a tile of a half tile, 0 for the others.
 int half_tile_tokens(GemmTile t);
-// `tile` automatic or a half tile; automatic also cuts a matrix whose last round of 128-token tiles would
-// leave most SMs idle, as gemm_quantized does (tail_tile, tail_rows). Error on other weights or shapes.
+// `tile` automatic or a half tile; automatic picks the tile from measured costs of a round of tiles and may
+// run a matrix's last weight rows on a second, narrower tile (tail_tile, tail_rows), as gemm_quantized does.
+// Error on other weights or shapes.
 GemmLaunchReport gemm_q1_0_half(const HalfActivationRows& x, const GemvWeightView& w, float* y, cudaStream_t stream,
                                 GemmTile tile = GemmTile::automatic, int64_t max_blocks = 0);
 

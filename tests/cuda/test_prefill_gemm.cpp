@@ -33,6 +33,7 @@
 
 #ifdef DELTABIT_HAVE_CUDA
 #include "cuda/op_parity_cuda.h"
+#include "cuda/prefill_gemm_test_data.h"
 #include "ops/gemm_wgmma_cuda.h"
 #include "ops/matmul_cuda.h"
 #include "ops/prefill_cuda.h"
@@ -44,30 +45,6 @@ namespace {
 #ifdef DELTABIT_HAVE_CUDA
 
 constexpr double kUnit = 1.0 / (1 << 24);  // fp32 unit roundoff
-
-template <typename F>
-void parallel_for(int64_t n, F&& body) {
-    const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(std::thread::hardware_concurrency(), n));
-    std::vector<std::thread> pool;
-    for (int64_t w = 0; w < threads; ++w)
-        pool.emplace_back([&, w] {
-            for (int64_t i = w; i < n; i += threads) body(i);
-        });
-    for (auto& th : pool) th.join();
-}
-
-std::vector<uint8_t> random_weights(DType t, int64_t rows, int64_t cols, std::mt19937& rng) {
-    const DTypeInfo& info = dtype_info(t);
-    std::vector<uint8_t> bytes(size_t(rows) * dtype_bytes(t, uint64_t(cols)));
-    std::uniform_int_distribution<int> byte(0, 255);
-    std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
-    for (size_t b = 0; b < bytes.size(); b += info.block_bytes) {
-        const uint16_t d = float_to_half(scale(rng));
-        std::memcpy(&bytes[b], &d, sizeof d);
-        for (size_t i = sizeof d; i < info.block_bytes; ++i) bytes[b + i] = uint8_t(byte(rng));
-    }
-    return bytes;
-}
 
 // Activations whose magnitude changes per group of 128 over three decades, as hidden states do.
 std::vector<float> random_activations(int64_t rows, int64_t cols, std::mt19937& rng) {
@@ -108,23 +85,6 @@ struct Case {
 std::string describe(const Case& c) {
     return std::string(dtype_name(c.dtype)) + " T=" + std::to_string(c.tokens) + " N=" + std::to_string(c.rows) +
            " K=" + std::to_string(c.cols);
-}
-
-// Sample of indices in [0, n): all of them when n ≤ 2·edge + extra, else the first and last `edge`
-// (every tile edge near the ends) and `extra` spread between.
-std::vector<int64_t> sample(int64_t n, int64_t edge, int64_t extra, std::mt19937& rng) {
-    std::vector<int64_t> out;
-    if (n <= 2 * edge + extra) {
-        for (int64_t i = 0; i < n; ++i) out.push_back(i);
-        return out;
-    }
-    for (int64_t i = 0; i < edge; ++i) out.push_back(i);
-    std::uniform_int_distribution<int64_t> mid(edge, n - edge - 1);
-    for (int64_t i = 0; i < extra; ++i) out.push_back(mid(rng));
-    for (int64_t i = n - edge; i < n; ++i) out.push_back(i);
-    std::sort(out.begin(), out.end());
-    out.erase(std::unique(out.begin(), out.end()), out.end());
-    return out;
 }
 
 // Weights per fp32 term of the GEMM (one term per weight-scale group) and per term of the GEMV (one

@@ -30,6 +30,7 @@
 
 #ifdef DELTABIT_HAVE_CUDA
 #include "cuda/op_parity_cuda.h"
+#include "cuda/prefill_gemm_test_data.h"
 #include "ops/matmul_cuda.h"
 #include "ops/prefill_cuda.h"
 #endif
@@ -42,30 +43,6 @@ namespace {
 #define DELTABIT_REQUIRE_HALF_GEMM()                                                              \
     DELTABIT_REQUIRE_GPU();                                                                       \
     if (!cuda::half_gemm_available()) GTEST_SKIP() << "no sm_90a machine code for this device"
-
-template <typename F>
-void parallel_for(int64_t n, F&& body) {
-    const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(std::thread::hardware_concurrency(), n));
-    std::vector<std::thread> pool;
-    for (int64_t w = 0; w < threads; ++w)
-        pool.emplace_back([&, w] {
-            for (int64_t i = w; i < n; i += threads) body(i);
-        });
-    for (auto& th : pool) th.join();
-}
-
-std::vector<uint8_t> random_q1_weights(int64_t rows, int64_t cols, std::mt19937& rng) {
-    const DTypeInfo& info = dtype_info(DType::Q1_0);
-    std::vector<uint8_t> bytes(size_t(rows) * dtype_bytes(DType::Q1_0, uint64_t(cols)));
-    std::uniform_int_distribution<int> byte(0, 255);
-    std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
-    for (size_t b = 0; b < bytes.size(); b += info.block_bytes) {
-        const uint16_t d = float_to_half(scale(rng));
-        std::memcpy(&bytes[b], &d, sizeof d);
-        for (size_t i = sizeof d; i < info.block_bytes; ++i) bytes[b + i] = uint8_t(byte(rng));
-    }
-    return bytes;
-}
 
 // Rows whose magnitude changes per group of 128 over three decades (as hidden states do), one row in seven
 // scaled past f16's range or deep below its normals, one row of zeros.
@@ -81,21 +58,6 @@ std::vector<float> random_activations(int64_t rows, int64_t cols, std::mt19937& 
         }
     }
     return x;
-}
-
-std::vector<int64_t> sample(int64_t n, int64_t edge, int64_t extra, std::mt19937& rng) {
-    std::vector<int64_t> out;
-    if (n <= 2 * edge + extra) {
-        for (int64_t i = 0; i < n; ++i) out.push_back(i);
-        return out;
-    }
-    for (int64_t i = 0; i < edge; ++i) out.push_back(i);
-    std::uniform_int_distribution<int64_t> mid(edge, n - edge - 1);
-    for (int64_t i = 0; i < extra; ++i) out.push_back(mid(rng));
-    for (int64_t i = n - edge; i < n; ++i) out.push_back(i);
-    std::sort(out.begin(), out.end());
-    out.erase(std::unique(out.begin(), out.end()), out.end());
-    return out;
 }
 
 struct Case {
@@ -128,7 +90,7 @@ Fixture make_fixture(const Case& c, uint32_t seed) {
     std::mt19937 rng(seed);
     Fixture f;
     f.c = c;
-    f.weights = random_q1_weights(c.rows, c.cols, rng);
+    f.weights = random_weights(DType::Q1_0, c.rows, c.cols, rng);
     f.x = random_activations(c.tokens, c.cols, rng);
     f.x_rounded.resize(f.x.size());
     for (int64_t t = 0; t < c.tokens; ++t)
@@ -317,7 +279,7 @@ TEST(PrefillGemmHalf, MatmulPromptPathByTokensAndDtype) {
     DELTABIT_REQUIRE_GPU();
     std::mt19937 rng(3);
     const int64_t N = 256, K = 512;
-    const std::vector<uint8_t> q1 = random_q1_weights(N, K, rng);
+    const std::vector<uint8_t> q1 = random_weights(DType::Q1_0, N, K, rng);
     const cuda::GemvWeights w = cuda::upload_gemv_weights(WeightView{q1.data(), DType::Q1_0, N, K}, "test");
     const std::vector<float> x = random_activations(16, K, rng);
     GuardedDeviceArray<float> dx(x), y(size_t(16 * N));
@@ -348,7 +310,7 @@ TEST(PrefillGemmHalf, MatmulPromptPathByTokensAndDtype) {
 TEST(PrefillGemmHalf, RefusesBadShapes) {
     DELTABIT_REQUIRE_HALF_GEMM();
     std::mt19937 rng(4);
-    const std::vector<uint8_t> q1 = random_q1_weights(256, 256, rng);
+    const std::vector<uint8_t> q1 = random_weights(DType::Q1_0, 256, 256, rng);
     const cuda::GemvWeights w = cuda::upload_gemv_weights(WeightView{q1.data(), DType::Q1_0, 256, 256}, "test");
     cuda::DeviceBuffer buffer(cuda::half_activation_rows_bytes(16, 384));
     GuardedDeviceArray<float> y(size_t(16 * 256));
