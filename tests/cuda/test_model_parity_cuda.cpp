@@ -31,6 +31,7 @@
 //  - greedy: CPU and GPU each feed their own choices; the sequences must agree token for token up to
 //    the first step whose CPU margin is ≤ 2·tolerance (where they may legitimately part).
 #include "models/fixture.h"
+#include "models/q1_fixture.h"
 
 #if DELTABIT_HAVE_CUDA
 
@@ -58,40 +59,6 @@ constexpr int64_t kGreedyTokens = 256;
 constexpr int64_t kMaxPositions = 512;     // longest fixture prompt (200) + 256 greedy tokens fits
 
 bool is_binary(const std::string& name) { return name.size() > 7 && name.ends_with("_binary"); }
-
-// The HF model with every matrix whose rows are whole groups of 128 stored as Q1_0 — checked to
-// decode back to exactly the stored values, so the CPU path still computes transformers' model.
-Model with_q1_matrices(const Model& hf) {
-    ModelWeights out(hf.config(), hf.weights().source() + " (matrices as Q1_0)");
-    for (const auto& [name, t] : hf.weights().tensors()) {
-        WeightTensor copy = t;
-        const int64_t cols = t.shape.empty() ? 0 : t.shape[0];
-        const bool matrix = t.shape.size() >= 2 && cols % 128 == 0 && !name.ends_with("ssm_conv1d.weight");
-        if (matrix) {
-            const int64_t rows = t.n_elements() / cols;
-            std::vector<float> values(static_cast<size_t>(t.n_elements())), back(static_cast<size_t>(cols));
-            plain_to_f32(t.dtype, t.data, t.n_elements(), values.data(), name);
-            const uint64_t row_bytes = dtype_bytes(DType::Q1_0, uint64_t(cols));
-            auto* bytes = static_cast<uint8_t*>(out.own(row_bytes * uint64_t(rows)));
-            for (int64_t r = 0; r < rows; ++r) {
-                const float* row = values.data() + r * cols;
-                quantize_row(DType::Q1_0, row, bytes + r * row_bytes, cols);
-                dequantize_row(DType::Q1_0, bytes + r * row_bytes, back.data(), cols);
-                if (!std::equal(back.begin(), back.end(), row))
-                    throw std::runtime_error(name + ": row " + std::to_string(r) + " is not exactly Q1_0");
-            }
-            copy.dtype = DType::Q1_0;
-            copy.data = bytes;
-            copy.bytes = row_bytes * uint64_t(rows);
-        } else {
-            void* bytes = out.own(t.bytes);
-            std::memcpy(bytes, t.data, t.bytes);
-            copy.data = bytes;
-        }
-        out.add(std::move(copy));
-    }
-    return Model(std::move(out));
-}
 
 struct Margin {
     int64_t top = 0;
@@ -129,7 +96,7 @@ void compare(const std::vector<float>& gpu, const std::vector<float>& reference,
 // int8 GEMV rounds them), the GPU model built from it, and the tolerance the header sets for the pair.
 Model reference_model(const test::Fixture& f) {
     if (!is_binary(f.name)) return Model::load(f.dir);
-    Model cpu = with_q1_matrices(Model::load(f.dir));
+    Model cpu = test::with_q1_matrices(Model::load(f.dir));
     // With DELTABIT_GEMM_F16=1 on Hopper the engine's Q1_0 prompt GEMMs run on f16 activations
     // (ops/prefill_cuda.h gemm_q1_0_half); the reference then rounds those products' inputs as they do.
     cpu.set_matmul_numerics(cuda::half_prompt_gemm_enabled() ? MatmulNumerics::int8_and_f16_prompts
