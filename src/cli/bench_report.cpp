@@ -4,8 +4,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
+#include <string_view>
+#include <vector>
 
 namespace deltabit::cli {
 
@@ -31,7 +34,9 @@ std::string history_row(const BenchReport& r, const BenchMeasurement& m) {
     return fmt::format("{}\t{}\t{}\tdeltabit bench\t{}\t{}\t{}\t{}\t{:.2f}\t{}\t{}\t{}\t{}\t{}\t{}\t{}\t{:.2f}", r.date,
                        r.commit, field(gpu), field(r.model), m.depth, r.weight_type, m.test, m.unit_us,
                        optional_text(m.gb_s, "{:.0f}"), optional_text(m.pct_of_copy_bandwidth, "{:.1f}"),
-                       field("KV " + r.kv_format + "; " + m.note), optional_text(m.tokens_per_s, "{:.1f}"),
+                       field("KV " + r.kv_format + "; " + (r.environment.empty() ? "" : "env " + r.environment + "; ") +
+                             m.note),
+                       optional_text(m.tokens_per_s, "{:.1f}"),
                        optional_text(m.tflop_s, "{:.2f}"),
                        optional_text(m.pct_of_bf16_peak, "{:.2f}"), optional_text(m.bytes_per_token, "{:.0f}"),
                        m.peak_memory_gib);
@@ -89,9 +94,20 @@ void append_history(const std::filesystem::path& path, const BenchReport& report
     std::filesystem::rename(temporary, path);
 }
 
+std::string deltabit_switches(const char* const* environment) {
+    std::vector<std::string> set;
+    for (const char* const* e = environment; e != nullptr && *e != nullptr; ++e)
+        if (std::string_view(*e).starts_with("DELTABIT_")) set.emplace_back(*e);
+    std::sort(set.begin(), set.end());
+    std::string text;
+    for (const std::string& s : set) text += (text.empty() ? "" : " ") + s;
+    return text;
+}
+
 void print_report(const BenchReport& r) {
     fmt::print("deltabit bench: {} ({}, {:.2f} B parameters, {:.2f} GB stored, KV cache {})\n", r.model, r.weight_type,
                r.parameters / 1e9, double(r.stored_bytes) / 1e9, r.kv_format);
+    if (!r.environment.empty()) fmt::print("  environment: {}\n", r.environment);
     if (!r.model_description.empty()) fmt::print("  {}\n", r.model_description);
     fmt::print("device: {}; copy bandwidth {:.0f} GB/s (read + write)", r.device_summary, r.copy_gb_s);
     if (r.bf16_peak_tflop_s > 0) fmt::print("; bf16 tensor peak {:.0f} TFLOP/s", r.bf16_peak_tflop_s);
@@ -162,6 +178,7 @@ nlohmann::json report_to_json(const BenchReport& r) {
             {"model_description", r.model_description},
             {"weight_type", r.weight_type},
             {"kv_format", r.kv_format},
+            {"environment", r.environment},
             {"parameters", r.parameters},
             {"stored_bytes", r.stored_bytes},
             {"decode_path", r.decode_path},

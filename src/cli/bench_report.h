@@ -47,6 +47,9 @@ struct BenchReport {
     std::string model_description;
     std::string weight_type;       // "q1_0" (the type of most matrix bytes)
     std::string kv_format;         // "f32", "f16", "kivi4" (history rows start their note with it)
+    // The DELTABIT_* switches set in the environment ("DELTABIT_GEMM_F16=1"), space-separated, "" when none:
+    // they choose kernels (docs/bench.md), so a history row measured with one set must say so.
+    std::string environment;
     double parameters = 0;
     uint64_t stored_bytes = 0;
     std::string decode_path;       // what the decode steps ran as (graph replays / eager), for habit 16
@@ -61,6 +64,8 @@ struct BenchReport {
 void relate_decode_depths(std::vector<BenchMeasurement>& measurements);
 
 void print_report(const BenchReport& report);
+// The DELTABIT_* entries of an environment block (as `environ`), sorted, space-separated.
+std::string deltabit_switches(const char* const* environment);
 nlohmann::json report_to_json(const BenchReport& report);
 
 // Appends one row per measurement to the TSV at `path` (created with its header when absent).

@@ -32,6 +32,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>  // environ
+
 namespace deltabit::cli {
 namespace {
 
@@ -195,6 +197,7 @@ void run_bench(const BenchArgs& args) {
     report.stream_floor_us = gpu.stream_floor.microseconds;
     report.dependent_launch_us = gpu.dependent_launch_us;
     report.kv_format = std::string(kv_format_name(plan.kv));
+    report.environment = deltabit_switches(environ);
 
     std::unique_ptr<Model> model = build_model(args, report);
     const InferenceCost cost(model->weights(), plan.kv);

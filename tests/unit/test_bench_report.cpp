@@ -98,5 +98,47 @@ TEST(BenchReport, TheRatioReachesTheJsonAndTheHistory) {
     EXPECT_NE(text.str().find("\tKV f16; 82.3% of depth 0's tok/s\t"), std::string::npos) << text.str();
 }
 
+TEST(BenchReport, SwitchesSetInTheEnvironmentMarkEveryHistoryRow) {
+    const char* environment[] = {"PATH=/usr/bin", "DELTABIT_GEMM_F16=1", "HOME=/root", "DELTABIT_GEMM_WS=0",
+                                 "XDELTABIT_NOT=1", nullptr};
+    EXPECT_EQ(cli::deltabit_switches(environment), "DELTABIT_GEMM_F16=1 DELTABIT_GEMM_WS=0");
+    const char* none[] = {"PATH=/usr/bin", nullptr};
+    EXPECT_EQ(cli::deltabit_switches(none), "");
+
+    cli::BenchReport report;
+    report.date = "2026-12-02";
+    report.commit = "abc1234";
+    report.gpu = "NVIDIA H200";
+    report.model = "bonsai-27b";
+    report.weight_type = "q1_0";
+    report.kv_format = "f16";
+    report.environment = cli::deltabit_switches(environment);
+    BenchMeasurement m;
+    m.test = "pp512";
+    m.tokens = 512;
+    m.unit_us = 101261.7;
+    m.note = "median of 3";
+    report.measurements = {m};
+    EXPECT_EQ(cli::report_to_json(report)["environment"], "DELTABIT_GEMM_F16=1 DELTABIT_GEMM_WS=0");
+    const std::filesystem::path path =
+        std::filesystem::temp_directory_path() / ("deltabit_bench_env_" + std::to_string(::getpid()) + ".tsv");
+    std::filesystem::remove(path);
+    cli::append_history(path, report);
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    std::filesystem::remove(path);
+    EXPECT_NE(text.str().find("\tKV f16; env DELTABIT_GEMM_F16=1 DELTABIT_GEMM_WS=0; median of 3\t"), std::string::npos)
+        << text.str();
+    // Without switches the note is as before.
+    report.environment.clear();
+    cli::append_history(path, report);
+    std::ifstream again(path);
+    std::stringstream plain;
+    plain << again.rdbuf();
+    std::filesystem::remove(path);
+    EXPECT_NE(plain.str().find("\tKV f16; median of 3\t"), std::string::npos) << plain.str();
+}
+
 }  // namespace
 }  // namespace deltabit
