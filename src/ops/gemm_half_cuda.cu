@@ -22,7 +22,7 @@
 // bytes, and at 128 rows the copies from L2 were the limit (Nsight Compute, H200, ssm_qkv at T = 512: L2 65%
 // busy, the consumers waiting on `full`, the tensor pipe a third busy; 1.5× the int8 kernel's time). They
 // still are: building the next operands while products run (below) changed no tile by 2%. Tiles of 128 rows
-// for small matrices, where 256 would leave rows idle; the automatic choice weighs them (plan_for).
+// for small matrices, where 256 would leave rows idle; the automatic choice weighs them (detail::half_gemm_plan).
 // Thread layout as the int8 kernel's: accumulator d[4j + e] of group h is weight row 64·RG·c + 64h + 16w + g +
 // 8·(e / 2) of consumer c, token 8j + 2q + e % 2 of the tile. Measured: docs/bench.md, "The prompt GEMM on f16
 // activations".
@@ -317,12 +317,6 @@ const HalfTile kHalfTiles[] = {
     half_tile<32, 1>(GemmTile::half_m32_n128, 0.32),   half_tile<16, 1>(GemmTile::half_m16_n128, 0.26),
 };
 
-const HalfTile* find_tile(GemmTile t) {
-    for (const HalfTile& h : kHalfTiles)
-        if (h.tile == t) return &h;
-    return nullptr;
-}
-
 void configure_kernels() {
     static const bool configured = [] {
         for (const HalfTile& h : kHalfTiles)
@@ -368,20 +362,29 @@ double rounds_cost(const HalfTile& t, int64_t tokens, int64_t rows, int sms) {
     return rows <= 0 ? 0.0 : double(ceil_div(ceil_div(tokens, t.tokens) * ceil_div(rows, t.rows), sms)) * t.cost;
 }
 
-// The automatic choice: the cheapest tile for the whole matrix, or — when a clear gain (3%; the second
-// launch's start is not in the costs) — the widest tile on the weight rows that fill its whole rounds and
-// the cheapest tile for the rest (each output is still one block's, so y does not depend on the cut).
-struct HalfPlan {
-    const HalfTile* head = nullptr;
-    int64_t head_rows = 0;  // 0: `tail` alone covers the matrix
-    const HalfTile* tail = nullptr;
-};
-HalfPlan plan_for(int64_t tokens, int64_t rows, int sms) {
-    HalfPlan best;
-    double best_cost = 1e300;
+const HalfTile& tile_of(GemmTile t) {
+    for (const HalfTile& h : kHalfTiles)
+        if (h.tile == t) return h;
+    fail_message(std::string("cuda half gemm: not a half tile: ") + gemm_tile_name(t));
+}
+
+}  // namespace
+
+int half_tile_tokens(GemmTile t) {
+    for (const HalfTile& h : kHalfTiles)
+        if (h.tile == t) return h.tokens;
+    return 0;
+}
+
+// The cheapest tile for the whole matrix, or — when a clear gain over it (3%; the second launch's start is not
+// in the costs) — the widest tile on the weight rows that fill its whole rounds and the cheapest tile for the
+// rest (each output is still one block's, so y does not depend on the cut).
+detail::HalfGemmPlan detail::half_gemm_plan(int64_t tokens, int64_t rows, int sms) {
+    HalfGemmPlan single, cut;
+    double single_cost = 1e300, cut_cost = 1e300;
     for (const HalfTile& t : kHalfTiles) {
         const double c = rounds_cost(t, tokens, rows, sms);
-        if (c < best_cost) best_cost = c, best = {nullptr, 0, &t};
+        if (c < single_cost) single_cost = c, single = {GemmTile::automatic, 0, t.tile};
     }
     const HalfTile& wide = kHalfTiles[0];
     const int64_t m_tiles = ceil_div(tokens, wide.tokens);
@@ -389,17 +392,10 @@ HalfPlan plan_for(int64_t tokens, int64_t rows, int sms) {
     if (head_rows > 0 && head_rows < rows) {
         for (const HalfTile& t : kHalfTiles) {
             const double c = rounds_cost(wide, tokens, head_rows, sms) + rounds_cost(t, tokens, rows - head_rows, sms);
-            if (c < 0.97 * best_cost) best_cost = c, best = {&wide, head_rows, &t};
+            if (c < cut_cost) cut_cost = c, cut = {wide.tile, head_rows, t.tile};
         }
     }
-    return best;
-}
-
-}  // namespace
-
-int half_tile_tokens(GemmTile t) {
-    const HalfTile* h = find_tile(t);
-    return h != nullptr ? h->tokens : 0;
+    return cut_cost < 0.97 * single_cost ? cut : single;
 }
 
 bool half_gemm_available() { return detail::wgmma_gemm_available(); }
@@ -450,21 +446,21 @@ GemmLaunchReport gemm_q1_0_half(const HalfActivationRows& x, const GemvWeightVie
                      "capability 9.0 device");
     if (x.rows == 0 || w.rows == 0) return {};
     if (tile != GemmTile::automatic) {
-        const HalfTile* t = find_tile(tile);
-        if (t == nullptr) fail_message(std::string("cuda half gemm: not a half tile: ") + gemm_tile_name(tile));
-        const Launch l = launch(x, w, y, w.rows, *t, max_blocks, stream);
+        const Launch l = launch(x, w, y, w.rows, tile_of(tile), max_blocks, stream);
         return {tile, l.tiles, l.blocks};
     }
     static const int sms = device_attribute(cudaDevAttrMultiProcessorCount, "SM count");
-    const HalfPlan plan = max_blocks > 0 ? HalfPlan{nullptr, 0, &kHalfTiles[0]} : plan_for(x.rows, w.rows, sms);
-    if (plan.head == nullptr) {
-        const Launch l = launch(x, w, y, w.rows, *plan.tail, max_blocks, stream);
-        return {plan.tail->tile, l.tiles, l.blocks};
+    const detail::HalfGemmPlan plan = max_blocks > 0 ? detail::HalfGemmPlan{GemmTile::automatic, 0, kHalfTiles[0].tile}
+                                                     : detail::half_gemm_plan(x.rows, w.rows, sms);
+    const HalfTile& rest = tile_of(plan.tile);
+    if (plan.head_rows == 0) {
+        const Launch l = launch(x, w, y, w.rows, rest, max_blocks, stream);
+        return {plan.tile, l.tiles, l.blocks};
     }
-    const Launch head = launch(x, w.slice_rows(0, plan.head_rows), y, w.rows, *plan.head, 0, stream);
+    const Launch head = launch(x, w.slice_rows(0, plan.head_rows), y, w.rows, tile_of(plan.head_tile), 0, stream);
     const Launch tail =
-        launch(x, w.slice_rows(plan.head_rows, w.rows - plan.head_rows), y + plan.head_rows, w.rows, *plan.tail, 0, stream);
-    return {plan.head->tile, head.tiles + tail.tiles, std::max(head.blocks, tail.blocks), plan.tail->tile,
+        launch(x, w.slice_rows(plan.head_rows, w.rows - plan.head_rows), y + plan.head_rows, w.rows, rest, 0, stream);
+    return {plan.head_tile, head.tiles + tail.tiles, std::max(head.blocks, tail.blocks), plan.tile,
             w.rows - plan.head_rows};
 }
 

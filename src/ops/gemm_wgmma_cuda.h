@@ -49,6 +49,16 @@ struct WsTailPlan {
 };
 WsTailPlan ws_tail_plan(int64_t tokens, int64_t rows, int sms);
 
+// gemm_q1_0_half's automatic choice (gemm_half_cuda.cu), from measured costs of a round of each tile: `tile`
+// for the whole matrix (head_rows 0), or head_tile on the first head_rows weight rows — the rows that fill
+// whole rounds of it — and `tile` on the rest.
+struct HalfGemmPlan {
+    GemmTile head_tile = GemmTile::automatic;
+    int64_t head_rows = 0;
+    GemmTile tile = GemmTile::automatic;
+};
+HalfGemmPlan half_gemm_plan(int64_t tokens, int64_t rows, int sms);
+
 int ws_pipeline_count();
 std::string ws_pipeline_name(int pipeline);
 constexpr int kDefaultWsPipeline = 2;  // 8 stages, copies arrive (gemm_wgmma_ws_cuda.cu kPipelines)

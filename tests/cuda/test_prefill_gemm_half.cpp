@@ -9,7 +9,8 @@
 //     token of a sample of weight rows and every weight row of a sample of tokens, for every tile and the
 //     automatic choice (with its tail cut), every output written (NaN poison) and the guard band intact;
 //   - blocks forced to walk many tiles cover every tile once; a row slice (the tail launch's) with an odd
-//     scale alignment; matmul_prompt's path by token count and dtype; bad shapes are refused.
+//     scale alignment; matmul_prompt's path by token count and dtype; bad shapes are refused;
+//   - the automatic choice's plan from its round costs (host only, so it runs without a GPU too).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -31,6 +32,7 @@
 #ifdef DELTABIT_HAVE_CUDA
 #include "cuda/op_parity_cuda.h"
 #include "cuda/prefill_gemm_test_data.h"
+#include "ops/gemm_wgmma_cuda.h"
 #include "ops/matmul_cuda.h"
 #include "ops/prefill_cuda.h"
 #endif
@@ -305,6 +307,37 @@ TEST(PrefillGemmHalf, MatmulPromptPathByTokensAndDtype) {
     const cuda::GemvWeights w8 = cuda::upload_gemv_weights(WeightView{q8.data(), DType::Q8_0, N, K}, "test");
     EXPECT_EQ(cuda::matmul_prompt(dx.get(), w8.view(), 16, y.get(), scratch.get(), nullptr),
               cuda::PromptMatmulPath::int8_gemm);
+}
+
+TEST(PrefillGemmHalf, PlanPicksTilesByRoundCosts) {
+    // Host only: the automatic choice's arithmetic on 132 SMs (H200) with the measured round costs
+    // (gemm_half_cuda.cu kHalfTiles). A few weight rows or tokens: the narrowest tile. ssm_gate and ffn_down at
+    // 512 tokens fill one round of the widest tile (96 and 80 tiles): one launch. ffn_gate/up: 272 tiles, two
+    // whole rounds (66 row blocks, 16896 rows) and the last 512 rows as 16 × 128 tiles (cost 2.26 against 3
+    // rounds). ssm_qkv: one round (8448 rows), the rest as 64 × 128 tiles (1.45 against 1.83 for 64 × 256
+    // alone). The 3% margin is against the one-launch cost only, not between the cuts.
+    using cuda::GemmTile;
+    using cuda::detail::half_gemm_plan;
+    struct Expect {
+        int64_t tokens, rows;
+        GemmTile head_tile;
+        int64_t head_rows;
+        GemmTile tile;
+    };
+    for (const Expect& e : {Expect{512, 48, GemmTile::automatic, 0, GemmTile::half_m16_n128},
+                            Expect{512, 6144, GemmTile::automatic, 0, GemmTile::half_m128_n256},
+                            Expect{512, 5120, GemmTile::automatic, 0, GemmTile::half_m128_n256},
+                            Expect{512, 17408, GemmTile::half_m128_n256, 16896, GemmTile::half_m16_n128},
+                            Expect{512, 10240, GemmTile::half_m128_n256, 8448, GemmTile::half_m64_n128},
+                            Expect{16, 10240, GemmTile::automatic, 0, GemmTile::half_m16_n128},
+                            Expect{8, 1, GemmTile::automatic, 0, GemmTile::half_m16_n128}}) {
+        const cuda::detail::HalfGemmPlan plan = half_gemm_plan(e.tokens, e.rows, 132);
+        const std::string what = std::to_string(e.tokens) + " tokens × " + std::to_string(e.rows) + " rows";
+        EXPECT_EQ(plan.head_rows, e.head_rows) << what;
+        EXPECT_EQ(plan.head_tile, e.head_tile) << what;
+        EXPECT_EQ(plan.tile, e.tile) << what << ": " << cuda::gemm_tile_name(plan.tile);
+        if (plan.head_rows > 0) EXPECT_EQ(plan.head_rows % 256, 0) << what;
+    }
 }
 
 TEST(PrefillGemmHalf, RefusesBadShapes) {
