@@ -355,7 +355,7 @@ void bench_half(cudaStream_t stream, Timer& timer) {
     double flops[2] = {0, 0}, us_int8[2] = {0, 0}, us_f16[2] = {0, 0};
     for (const MatrixShape& s : shapes) {
         GemmCase g(s, T, stream);
-        DeviceBuffer scratch(prompt_scratch_bytes(T, s.k));
+        DeviceBuffer scratch(half_activation_rows_bytes(T, s.k));
         const HalfActivationRows rows = half_activation_rows_view(scratch.get(), T, s.k);
         round_activation_rows_f16(g.x.get<float>(), rows, stream);
         auto tile_us = [&](GemmTile tile) {

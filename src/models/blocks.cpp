@@ -38,7 +38,7 @@ void matmul_with(MatmulNumerics numerics, const float* x, const WeightView& w, i
     switch (numerics) {
         case MatmulNumerics::f32: cpu::matmul(x, w, n_tokens, y); return;
         case MatmulNumerics::int8_and_f16_prompts:
-            if (w.dtype == DType::Q1_0 && n_tokens >= cpu::kPromptGemmMinTokens && w.cols % 128 == 0) {
+            if (w.dtype == DType::Q1_0 && n_tokens >= cpu::kPromptGemmMinTokens) {
                 cpu::matmul_f16_activations(x, w, n_tokens, y);
                 return;
             }

@@ -23,8 +23,8 @@ using ActivationObserver = std::function<void(std::string_view name, const float
 // certifies), or with activations rounded as the CUDA engine rounds them (so the GPU path can be checked
 // against a reference with the same rounding; ops/matmul.h): int8_activations to int8 per 128, as its GEMV
 // and its int8 prompt GEMM do; int8_and_f16_prompts the same except for Q1_0 products of at least
-// cpu::kPromptGemmMinTokens tokens with K a multiple of 128, which its prompt GEMM on Hopper computes on
-// f16 activations (cpu::matmul_f16_activations; ops/prefill_cuda.h gemm_q1_0_half).
+// cpu::kPromptGemmMinTokens tokens, which its prompt GEMM on Hopper computes on f16 activations
+// (cpu::matmul_f16_activations; ops/prefill_cuda.h gemm_q1_0_half).
 enum class MatmulNumerics { f32, int8_activations, int8_and_f16_prompts };
 
 void matmul_with(MatmulNumerics numerics, const float* x, const WeightView& w, int64_t n_tokens, float* y);

@@ -456,7 +456,7 @@ void CudaModel::matmul(const float* x, const CudaMatrix& w, int64_t first_row, i
     // exactly as a decode step quantises its one token (the GEMV's terms, summed in another order), or with
     // DELTABIT_GEMM_F16=1 on f16 activations for Q1_0 on Hopper. Below cuda::kGemmMinTokens the per-token GEMV.
     if (n_tokens > 1) {
-        const size_t bytes = cuda::prompt_scratch_bytes(n_tokens, w.cols);
+        const size_t bytes = cuda::prompt_scratch_bytes(view, n_tokens);
         cuda::matmul_prompt(x, view, n_tokens, y, temp(int64_t((bytes + 3) / 4)), stream_);
         return;
     }
@@ -473,7 +473,7 @@ void CudaModel::matmul_prompt_group(const float* x, int64_t T,
         return;
     }
     // One dtype and one K: each separate matmul would have prepared these same rows.
-    const size_t bytes = cuda::prompt_scratch_bytes(T, first.cols);
+    const size_t bytes = cuda::prompt_scratch_bytes(first.gemv.view(), T);
     const cuda::PromptRows rows =
         cuda::prepare_prompt_rows(x, first.gemv.view(), T, temp(int64_t((bytes + 3) / 4)), stream_);
     for (const auto& [w, y] : outputs) cuda::gemm_prompt_rows(rows, w->gemv.view(), y, stream_);

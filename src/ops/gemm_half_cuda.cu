@@ -39,7 +39,6 @@
 #include "ops/bulk_copy.cuh"
 #include "ops/f16_activations.h"
 #include "ops/gemm_wgmma_cuda.h"  // wgmma_gemm_available
-#include "ops/matmul.h"
 #include "ops/weight_repack.h"
 #include "ops/wgmma.cuh"
 
@@ -408,20 +407,20 @@ bool half_prompt_gemm_enabled() {
 }
 
 bool half_gemm_serves(const GemvWeightView& w, int64_t tokens) {
-    static_assert(kGemmMinTokens == cpu::kPromptGemmMinTokens, "the CPU reference rounds as the engine does");
-    return tokens >= kGemmMinTokens && w.dtype == DType::Q1_0 && w.cols % kKTile == 0 && half_prompt_gemm_enabled();
+    // A Q1_0 row is whole blocks of 128 — one k-tile each — so every Q1_0 matrix fits the kernel.
+    return tokens >= kGemmMinTokens && w.dtype == DType::Q1_0 && half_prompt_gemm_enabled();
 }
 
+// The halves, then the row scales from the next 16-byte boundary.
+size_t halves_bytes(int64_t rows, int64_t cols) { return (size_t(rows) * size_t(cols) * sizeof(uint16_t) + 15) / 16 * 16; }
+
 size_t half_activation_rows_bytes(int64_t rows, int64_t cols) {
-    // The halves, then the scales 16-byte aligned (cols is a multiple of 128 for every Q1_0 matrix).
-    const size_t halves = (size_t(rows) * size_t(cols) * sizeof(uint16_t) + 15) / 16 * 16;
-    return halves + size_t(rows) * sizeof(float);
+    return halves_bytes(rows, cols) + size_t(rows) * sizeof(float);
 }
 
 HalfActivationRows half_activation_rows_view(void* buffer, int64_t rows, int64_t cols) {
     auto* base = static_cast<uint8_t*>(buffer);
-    const size_t halves = (size_t(rows) * size_t(cols) * sizeof(uint16_t) + 15) / 16 * 16;
-    return {reinterpret_cast<uint16_t*>(base), reinterpret_cast<float*>(base + halves), rows, cols};
+    return {reinterpret_cast<uint16_t*>(base), reinterpret_cast<float*>(base + halves_bytes(rows, cols)), rows, cols};
 }
 
 void round_activation_rows_f16(const float* x, const HalfActivationRows& out, cudaStream_t stream) {

@@ -687,8 +687,9 @@ bool matmul_prefill(const float* x, const GemvWeightView& w, int64_t n_tokens, f
     return true;
 }
 
-size_t prompt_scratch_bytes(int64_t n_tokens, int64_t cols) {
-    return std::max(activation_rows_bytes(n_tokens, cols), half_activation_rows_bytes(n_tokens, cols));
+size_t prompt_scratch_bytes(const GemvWeightView& w, int64_t n_tokens) {
+    return half_gemm_serves(w, n_tokens) ? half_activation_rows_bytes(n_tokens, w.cols)
+                                         : activation_rows_bytes(std::max<int64_t>(n_tokens, 1), w.cols);
 }
 
 PromptRows prepare_prompt_rows(const float* x, const GemvWeightView& like, int64_t n_tokens, void* scratch,

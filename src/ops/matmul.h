@@ -30,8 +30,8 @@ void matmul_int8_activations(const float* x, const WeightView& w, int64_t n_toke
 // back — exact in fp32 — then matmul. round_activations_f16 writes one row's rounded values to `out`.
 void round_activations_f16(const float* x, int64_t cols, float* out);
 void matmul_f16_activations(const float* x, const WeightView& w, int64_t n_tokens, float* y);
-// Tokens from which the CUDA engine's prompt matmuls run a GEMM (ops/prefill_cuda.h kGemmMinTokens): below
-// it, every token goes through the decode GEMV on int8 activations.
+// Tokens from which the CUDA engine's prompt matmuls run a GEMM (ops/prefill_cuda.h kGemmMinTokens is this,
+// and why 8 is there): below it, every token goes through the decode GEMV on int8 activations.
 inline constexpr int64_t kPromptGemmMinTokens = 8;
 
 }  // namespace deltabit::cpu

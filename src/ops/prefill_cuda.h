@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "backend/cuda_buffer.h"
+#include "ops/matmul.h"  // cpu::kPromptGemmMinTokens
 #include "ops/matmul_cuda.h"
 #include "ops/ops_cuda.h"  // AttentionDims, DeltaRuleDims
 
@@ -112,7 +113,7 @@ GemmLaunchReport gemm_quantized(const QuantizedActivationRows& x, const GemvWeig
 // bench/prefill_cuda.cpp on an H200, Q1_0, weights rotating past the L2 (2026-12-02): the warp-specialised
 // 16-token tile wins from T = 4 on 10240 × 5120, T = 5..6 on 17408 × 5120 (the FFN, most of a layer's
 // weights), T = 7..8 on 5120 × 17408 (at T = 2 it is 1.5–3.3× slower than two GEMVs).
-inline constexpr int64_t kGemmMinTokens = 8;
+inline constexpr int64_t kGemmMinTokens = cpu::kPromptGemmMinTokens;  // = 8 (ops/matmul.h)
 
 // The prompt-path twin of cpu::matmul_int8_activations for quantised W: T < kGemmMinTokens runs the
 // decode GEMV per token, else quantise all rows into `scratch` and one GEMM. Returns whether the GEMM ran
@@ -149,8 +150,8 @@ bool half_gemm_available();
 // half_gemm_available() and DELTABIT_GEMM_F16=1 (off by default: the model's prompts are slower with it so
 // far, docs/bench.md).
 bool half_prompt_gemm_enabled();
-// Whether matmul_prompt takes this GEMM for `tokens` rows of w: Q1_0 with K a multiple of 128, at least
-// kGemmMinTokens tokens, and half_prompt_gemm_enabled().
+// Whether matmul_prompt takes this GEMM for `tokens` rows of w: Q1_0, at least kGemmMinTokens tokens, and
+// half_prompt_gemm_enabled().
 bool half_gemm_serves(const GemvWeightView& w, int64_t tokens);
 // Tokens a tile of a half tile, 0 for the others.
 int half_tile_tokens(GemmTile t);
@@ -161,15 +162,17 @@ GemmLaunchReport gemm_q1_0_half(const HalfActivationRows& x, const GemvWeightVie
                                 GemmTile tile = GemmTile::automatic, int64_t max_blocks = 0);
 
 // The prompt matmul the model runs: the f16 GEMM where half_gemm_serves, else matmul_prefill (int8).
-// `scratch` holds prompt_scratch_bytes(n_tokens, w.cols) bytes of device memory, 16-byte aligned.
+// `scratch` holds prompt_scratch_bytes(w, n_tokens) bytes of device memory, 16-byte aligned: the rows of
+// the rounding that path takes (the f16 rows are twice the int8 ones; a matrix of the same dtype and K
+// takes the same path).
 enum class PromptMatmulPath : uint8_t { gemv, int8_gemm, f16_gemm };
-size_t prompt_scratch_bytes(int64_t n_tokens, int64_t cols);
+size_t prompt_scratch_bytes(const GemvWeightView& w, int64_t n_tokens);
 PromptMatmulPath matmul_prompt(const float* x, const GemvWeightView& w, int64_t n_tokens, float* y, void* scratch,
                                cudaStream_t stream);
 // matmul_prompt in two steps, for several matrices reading one input (a layer's q, k and v, say): the rows
 // prepared once — rounded to f16 or quantised to int8, as matmul_prompt would for `like` — then one GEMM per
 // matrix. n_tokens ≥ kGemmMinTokens. gemm_prompt_rows refuses a matrix that matmul_prompt would have given
-// the other rounding (another dtype or K), so every product's numerics stay matmul_prompt's.
+// the other rounding (another dtype), so every product's numerics stay matmul_prompt's.
 struct PromptRows {
     PromptMatmulPath path = PromptMatmulPath::int8_gemm;  // int8_gemm or f16_gemm
     HalfActivationRows half;

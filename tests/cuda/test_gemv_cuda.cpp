@@ -30,6 +30,7 @@
 #ifdef DELTABIT_HAVE_CUDA
 #include "backend/cuda_probe.h"
 #include "cuda/gemv_test_data.h"
+#include "cuda/quantized_test_data.h"
 #include "ops/gemv_b1_cuda.h"
 #include "ops/matmul_cuda.h"
 #endif
@@ -47,30 +48,7 @@ using test::HostQuantized;
 using test::quantize_on_host;
 using test::random_activations;
 
-template <typename F>
-void parallel_rows(int64_t rows, F&& body) {
-    const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(std::thread::hardware_concurrency(), rows));
-    std::vector<std::thread> pool;
-    for (int64_t t = 0; t < threads; ++t) {
-        pool.emplace_back([&, t] {
-            for (int64_t r = t; r < rows; r += threads) body(r);
-        });
-    }
-    for (auto& th : pool) th.join();
-}
-
-std::vector<uint8_t> random_weights(DType t, int64_t rows, int64_t cols, std::mt19937& rng) {
-    const DTypeInfo& info = dtype_info(t);
-    std::vector<uint8_t> bytes(size_t(rows) * dtype_bytes(t, uint64_t(cols)));
-    std::uniform_int_distribution<int> byte(0, 255);
-    std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
-    for (size_t b = 0; b < bytes.size(); b += info.block_bytes) {
-        const uint16_t d = float_to_half(scale(rng));
-        std::memcpy(&bytes[b], &d, sizeof d);
-        for (size_t i = sizeof d; i < info.block_bytes; ++i) bytes[b + i] = uint8_t(byte(rng));
-    }
-    return bytes;
-}
+using test::random_weights;
 
 struct Fixture {
     DType dtype;
@@ -96,7 +74,7 @@ Fixture make_fixture(DType t, int64_t rows, int64_t cols, uint32_t seed) {
     f.abs_products.resize(size_t(rows));
     f.quantization_bound.resize(size_t(rows));
     const WeightView w{f.weights.data(), t, rows, cols};
-    parallel_rows(rows, [&](int64_t r) {
+    test::parallel_for(rows, [&](int64_t r) {
         f.ref_quantized[size_t(r)] = dot_row(t, w.row(r), f.x_dequantized.data(), cols);
         f.ref_f32[size_t(r)] = dot_row(t, w.row(r), f.x.data(), cols);
         std::vector<float> row(static_cast<size_t>(cols));

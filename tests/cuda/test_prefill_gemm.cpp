@@ -33,7 +33,7 @@
 
 #ifdef DELTABIT_HAVE_CUDA
 #include "cuda/op_parity_cuda.h"
-#include "cuda/prefill_gemm_test_data.h"
+#include "cuda/quantized_test_data.h"
 #include "ops/gemm_wgmma_cuda.h"
 #include "ops/matmul_cuda.h"
 #include "ops/prefill_cuda.h"

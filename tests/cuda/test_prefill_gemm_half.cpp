@@ -31,7 +31,7 @@
 
 #ifdef DELTABIT_HAVE_CUDA
 #include "cuda/op_parity_cuda.h"
-#include "cuda/prefill_gemm_test_data.h"
+#include "cuda/quantized_test_data.h"
 #include "ops/gemm_wgmma_cuda.h"
 #include "ops/matmul_cuda.h"
 #include "ops/prefill_cuda.h"
@@ -285,19 +285,29 @@ TEST(PrefillGemmHalf, MatmulPromptPathByTokensAndDtype) {
     const cuda::GemvWeights w = cuda::upload_gemv_weights(WeightView{q1.data(), DType::Q1_0, N, K}, "test");
     const std::vector<float> x = random_activations(16, K, rng);
     GuardedDeviceArray<float> dx(x), y(size_t(16 * N));
-    cuda::DeviceBuffer scratch(cuda::prompt_scratch_bytes(16, K));
+    cuda::DeviceBuffer scratch(cuda::prompt_scratch_bytes(w.view(), 16));
     const bool f16 = cuda::half_prompt_gemm_enabled();
     EXPECT_EQ(cuda::matmul_prompt(dx.get(), w.view(), 7, y.get(), scratch.get(), nullptr), cuda::PromptMatmulPath::gemv);
     EXPECT_EQ(cuda::matmul_prompt(dx.get(), w.view(), 8, y.get(), scratch.get(), nullptr),
               f16 ? cuda::PromptMatmulPath::f16_gemm : cuda::PromptMatmulPath::int8_gemm);
-    // What it computed for 16 tokens is its reference's, within the bound.
+    // For 16 tokens it computes exactly what the path it names computes step by step (each path's accuracy
+    // against its CPU reference is the other tests'): the same rounding, the same automatic tile, the same bits.
     cuda::matmul_prompt(dx.get(), w.view(), 16, y.get(), scratch.get(), nullptr);
     const std::vector<float> got = y.download("matmul_prompt");
-    std::vector<float> ref(size_t(16 * N));
-    const WeightView host{q1.data(), DType::Q1_0, N, K};
-    if (f16) cpu::matmul_f16_activations(x.data(), host, 16, ref.data());
-    else cpu::matmul_int8_activations(x.data(), host, 16, ref.data());
-    for (size_t i = 0; i < ref.size(); ++i) EXPECT_NEAR(got[i], ref[i], 1e-3 * (1 + std::fabs(ref[i]))) << i;
+    GuardedDeviceArray<float> y_path(size_t(16 * N));
+    cuda::DeviceBuffer rows_buffer(std::max(cuda::half_activation_rows_bytes(16, K), cuda::activation_rows_bytes(16, K)));
+    if (f16) {
+        const cuda::HalfActivationRows rows = cuda::half_activation_rows_view(rows_buffer.get(), 16, K);
+        cuda::round_activation_rows_f16(dx.get(), rows, nullptr);
+        cuda::gemm_q1_0_half(rows, w.view(), y_path.get(), nullptr);
+    } else {
+        const cuda::QuantizedActivationRows rows = cuda::activation_rows_view(rows_buffer.get(), 16, K);
+        cuda::quantize_activation_rows(dx.get(), rows, nullptr);
+        cuda::gemm_quantized(rows, w.view(), y_path.get(), nullptr);
+    }
+    const std::vector<float> want = y_path.download("the path step by step");
+    for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i])) << "output " << i;
     // Q8_0 weights never take the f16 GEMM.
     std::vector<float> dense(size_t(N * K));
     for (float& v : dense) v = std::uniform_real_distribution<float>(-1, 1)(rng);

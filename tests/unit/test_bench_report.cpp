@@ -69,6 +69,19 @@ TEST(BenchReport, WithoutADepthZeroRowNothingIsRelated) {
     EXPECT_FALSE(rows[0].pct_of_depth0);
 }
 
+// The history file append_history writes for `report` alone (a fresh temporary file each call).
+std::string history_of(const cli::BenchReport& report) {
+    const std::filesystem::path path =
+        std::filesystem::temp_directory_path() / ("deltabit_bench_report_" + std::to_string(::getpid()) + ".tsv");
+    std::filesystem::remove(path);
+    cli::append_history(path, report);
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    std::filesystem::remove(path);
+    return text.str();
+}
+
 TEST(BenchReport, TheRatioReachesTheJsonAndTheHistory) {
     cli::BenchReport report;
     report.date = "2026-12-02";
@@ -87,15 +100,8 @@ TEST(BenchReport, TheRatioReachesTheJsonAndTheHistory) {
     EXPECT_NEAR(json["measurements"][1]["pct_of_depth0"].get<double>(), 100.0 * 238.5 / 289.8, 1e-9);
     EXPECT_EQ(json["measurements"][1]["note"], "82.3% of depth 0's tok/s");
 
-    const std::filesystem::path path =
-        std::filesystem::temp_directory_path() / ("deltabit_bench_report_" + std::to_string(::getpid()) + ".tsv");
-    std::filesystem::remove(path);
-    cli::append_history(path, report);
-    std::ifstream in(path);
-    std::stringstream text;
-    text << in.rdbuf();
-    std::filesystem::remove(path);
-    EXPECT_NE(text.str().find("\tKV f16; 82.3% of depth 0's tok/s\t"), std::string::npos) << text.str();
+    const std::string history = history_of(report);
+    EXPECT_NE(history.find("\tKV f16; 82.3% of depth 0's tok/s\t"), std::string::npos) << history;
 }
 
 TEST(BenchReport, SwitchesSetInTheEnvironmentMarkEveryHistoryRow) {
@@ -120,24 +126,13 @@ TEST(BenchReport, SwitchesSetInTheEnvironmentMarkEveryHistoryRow) {
     m.note = "median of 3";
     report.measurements = {m};
     EXPECT_EQ(cli::report_to_json(report)["environment"], "DELTABIT_GEMM_F16=1 DELTABIT_GEMM_WS=0");
-    const std::filesystem::path path =
-        std::filesystem::temp_directory_path() / ("deltabit_bench_env_" + std::to_string(::getpid()) + ".tsv");
-    std::filesystem::remove(path);
-    cli::append_history(path, report);
-    std::ifstream in(path);
-    std::stringstream text;
-    text << in.rdbuf();
-    std::filesystem::remove(path);
-    EXPECT_NE(text.str().find("\tKV f16; env DELTABIT_GEMM_F16=1 DELTABIT_GEMM_WS=0; median of 3\t"), std::string::npos)
-        << text.str();
+    const std::string marked = history_of(report);
+    EXPECT_NE(marked.find("\tKV f16; env DELTABIT_GEMM_F16=1 DELTABIT_GEMM_WS=0; median of 3\t"), std::string::npos)
+        << marked;
     // Without switches the note is as before.
     report.environment.clear();
-    cli::append_history(path, report);
-    std::ifstream again(path);
-    std::stringstream plain;
-    plain << again.rdbuf();
-    std::filesystem::remove(path);
-    EXPECT_NE(plain.str().find("\tKV f16; median of 3\t"), std::string::npos) << plain.str();
+    const std::string plain = history_of(report);
+    EXPECT_NE(plain.find("\tKV f16; median of 3\t"), std::string::npos) << plain;
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
-// Test data and helpers shared by the prompt GEMM tests (test_prefill_gemm.cpp: the int8 kernels;
-// test_prefill_gemm_half.cpp: the f16 one): random quantised weights, index samples that keep every tile
-// edge near the ends, and a parallel loop for the CPU references of large shapes.
+// Test data and helpers shared by the quantised GEMV and GEMM tests (test_gemv_cuda.cpp, test_prefill_gemm.cpp,
+// test_prefill_gemm_half.cpp): random quantised weights, index samples that keep every tile edge near the
+// ends, and a parallel loop for the CPU references of large shapes.
 #pragma once
 
 #include <algorithm>
