@@ -253,6 +253,7 @@ std::string chosen_text(const GemmLaunchReport& r) {
     std::string text = gemm_tile_name(r.tile);
     if (r.tail_rows > 0)
         text += " + " + std::to_string(r.tail_rows) + " rows " + gemm_tile_name(r.tail_tile);
+    if (r.splits > 1) text += " split " + std::to_string(r.splits);
     return text;
 }
 
@@ -338,6 +339,8 @@ void bench_half(cudaStream_t stream, Timer& timer) {
         return;
     }
     std::printf("\n== 1c. Q1_0 GEMM on f16 activations vs int8, T = %lld, µs; TFLOP/s of the f16 matmul\n", (long long)T);
+    if (!half_prompt_gemm_enabled())
+        std::puts("   (DELTABIT_GEMM_F16=0: matmul_prompt takes the int8 path, so the f16 mm column is int8 too)");
     constexpr GemmTile kTiles[] = {GemmTile::half_m128_n256, GemmTile::half_m64_n256, GemmTile::half_m32_n256,
                                    GemmTile::half_m16_n256,  GemmTile::half_m128_n128, GemmTile::half_m64_n128,
                                    GemmTile::half_m32_n128,  GemmTile::half_m16_n128};
@@ -386,6 +389,50 @@ void bench_half(cudaStream_t stream, Timer& timer) {
         std::printf("%s pp%lld matmuls: int8 %.2f ms (%.1f%% of %.0f), f16 %.2f ms (%.1f%%)\n",
                     model == 0 ? "Bonsai-27B" : "Bonsai-4B", (long long)T, us_int8[model] / 1e3,
                     100 * t8 / kBf16PeakTflops, kBf16PeakTflops, us_f16[model] / 1e3, 100 * t16 / kBf16PeakTflops);
+    }
+}
+
+// Split k of the f16 GEMM: the automatic choice's tile with each tile's k-tiles shared by 1 .. 8 blocks of a
+// cluster, on the shapes whose tiles do not fill the GPU (few weight rows, or few tokens); what the planner's
+// split cost (gemm_half_cuda.cu kSplitCost) is calibrated on.
+void bench_half_splits(cudaStream_t stream, Timer& timer) {
+    if (!half_gemm_available()) return;
+    std::printf("\n== 1d. f16 GEMM split k: µs with each tile's k-tiles over S blocks of a cluster (the automatic tile)\n");
+    const detail::HalfGemmClusters clusters = detail::half_gemm_device_clusters();
+    std::printf("   clusters that run at once: S=2 %d, S=3 %d, S=4 %d, S=6 %d, S=8 %d (of %d SMs)\n", clusters.of[2],
+                clusters.of[3], clusters.of[4], clusters.of[6], clusters.of[8], clusters.of[1]);
+    std::printf("%-22s %5s %6s %6s | %-34s %8s | %8s %8s %8s %8s %8s %8s\n", "matrix", "T", "N", "K", "auto", "us", "S=1",
+                "S=2", "S=3", "S=4", "S=6", "S=8");
+    struct SplitShape {
+        const char* name;
+        int64_t tokens, n, k;
+    };
+    const SplitShape shapes[] = {{"27b ffn_down", 512, 5120, 17408}, {"27b ssm_out", 512, 5120, 6144},
+                                 {"27b ssm_gate", 512, 6144, 5120},  {"27b attn_k/v", 512, 1024, 5120},
+                                 {"27b ssm_beta/alpha", 512, 48, 5120}, {"27b ffn_gate/up", 16, 17408, 5120},
+                                 {"27b ffn_down", 16, 5120, 17408},  {"27b ffn_down", 64, 5120, 17408},
+                                 {"27b ssm_qkv", 16, 10240, 5120},   {"4b ffn_down", 512, 2560, 9728}};
+    for (const SplitShape& s : shapes) {
+        GemmCase g(MatrixShape{s.name, s.n, s.k, 1}, s.tokens, stream);
+        DeviceBuffer scratch(half_activation_rows_bytes(s.tokens, s.k));
+        const HalfActivationRows rows = half_activation_rows_view(scratch.get(), s.tokens, s.k);
+        round_activation_rows_f16(g.x.get<float>(), rows, stream);
+        const GemmLaunchReport chosen = gemm_q1_0_half(rows, g.w.view(0), g.y.get<float>(), stream);
+        const double autom = timer.graph_us(stream, g.calls, [&](int) {
+            gemm_q1_0_half(rows, g.w.view(0), g.y.get<float>(), stream);
+        });
+        std::printf("%-22s %5lld %6lld %6lld | %-34s %8.1f |", s.name, (long long)s.tokens, (long long)s.n,
+                    (long long)s.k, chosen_text(chosen).c_str(), autom);
+        for (int splits : {1, 2, 3, 4, 6, 8}) {
+            if (s.k / 128 < 4 * splits) {
+                std::printf(" %8s", "-");
+                continue;
+            }
+            std::printf(" %8.1f", timer.graph_us(stream, g.calls, [&](int) {
+                gemm_q1_0_half(rows, g.w.view(0), g.y.get<float>(), stream, chosen.tile, 0, splits);
+            }));
+        }
+        std::printf("\n");
     }
 }
 
@@ -529,7 +576,10 @@ int main(int argc, char** argv) {
                     prop.multiProcessorCount, prop.l2CacheSize / 1048576.0, copy_gbs);
         if (wanted("gemm")) bench_gemm(stream, timer);
         if (wanted("pipelines")) bench_ws_pipelines(stream, timer);
-        if (wanted("half")) bench_half(stream, timer);
+        if (wanted("half")) {
+            bench_half(stream, timer);
+            bench_half_splits(stream, timer);
+        }
         if (wanted("crossover")) bench_crossover(stream, timer, size_t(prop.l2CacheSize));
         if (wanted("delta")) bench_delta_rule(stream, timer, copy_gbs);
         if (wanted("attention")) bench_attention(stream, timer);

@@ -452,9 +452,10 @@ void CudaModel::matmul(const float* x, const CudaMatrix& w, int64_t first_row, i
         return;
     }
     const cuda::GemvWeightView view = w.gemv.view().slice_rows(first_row, n_rows);
-    // Prompts: one tensor-core GEMM (ops/prefill_cuda.h matmul_prompt) on every token's activations quantised
-    // exactly as a decode step quantises its one token (the GEMV's terms, summed in another order), or with
-    // DELTABIT_GEMM_F16=1 on f16 activations for Q1_0 on Hopper. Below cuda::kGemmMinTokens the per-token GEMV.
+    // Prompts: one tensor-core GEMM (ops/prefill_cuda.h matmul_prompt) — for Q1_0 on Hopper on f16 activations
+    // (unless DELTABIT_GEMM_F16=0), otherwise on every token's activations quantised exactly as a decode step
+    // quantises its one token (the GEMV's terms, summed in another order). Below cuda::kGemmMinTokens the
+    // per-token GEMV.
     if (n_tokens > 1) {
         const size_t bytes = cuda::prompt_scratch_bytes(view, n_tokens);
         cuda::matmul_prompt(x, view, n_tokens, y, temp(int64_t((bytes + 3) / 4)), stream_);

@@ -68,6 +68,18 @@ __device__ __forceinline__ void bulk_copy_to_shared(void* shared, const void* gl
         : "memory");
 }
 
+// One box of a 2-D tensor map (ops/tensor_map_cuda.h) at element (col, row) into `shared` (128-byte aligned;
+// 1024 with the 128-byte swizzle), its bytes counted on `barrier` as a bulk copy's are. `map` is the address
+// of a __grid_constant__ kernel parameter (or of a map in global memory).
+__device__ __forceinline__ void tensor_copy_2d_to_shared(void* shared, const void* map, int col, int row,
+                                                         uint64_t* barrier) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];" ::
+            "r"(shared_address(shared)),
+        "l"(map), "r"(col), "r"(row), "r"(shared_address(barrier))
+        : "memory");
+}
+
 // Orders this thread's (and, after a barrier, its block's) earlier shared-memory accesses through the generic
 // proxy (ordinary loads and stores, cp.async) before later ones through the async proxy (bulk copies, wgmma).
 __device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }

@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstdint>
 #include <string>
 
@@ -52,12 +53,21 @@ WsTailPlan ws_tail_plan(int64_t tokens, int64_t rows, int sms);
 // gemm_q1_0_half's automatic choice (gemm_half_cuda.cu), from measured costs of a round of each tile: `tile`
 // for the whole matrix (head_rows 0), or head_tile on the first head_rows weight rows — the rows that fill
 // whole rounds of it — and `tile` on the rest.
+// `splits` > 1 (one launch only): each tile's k-tiles shared by that many blocks of a cluster.
 struct HalfGemmPlan {
     GemmTile head_tile = GemmTile::automatic;
     int64_t head_rows = 0;
     GemmTile tile = GemmTile::automatic;
+    int splits = 1;
 };
-HalfGemmPlan half_gemm_plan(int64_t tokens, int64_t rows, int sms);
+inline constexpr int kHalfGemmMaxSplits = 8;
+// How many clusters of s blocks of the f16 GEMM run at once, at index s (of[1]: the SMs).
+struct HalfGemmClusters {
+    std::array<int, kHalfGemmMaxSplits + 1> of{};
+};
+HalfGemmClusters half_gemm_clusters_for(int sms);  // sms / s each: a device whose GPCs never strand an SM
+HalfGemmClusters half_gemm_device_clusters();      // this device's, as the automatic choice uses them
+HalfGemmPlan half_gemm_plan(int64_t tokens, int64_t rows, int64_t k_tiles, const HalfGemmClusters& clusters);
 
 int ws_pipeline_count();
 std::string ws_pipeline_name(int pipeline);

@@ -3,7 +3,7 @@
 // Decode keeps its own kernels (ops/matmul_cuda.h, ops/ops_cuda.h); the model picks by T.
 //
 //   gemm_quant_cuda.cu            y = x · Wᵀ for quantised W on int8 tensor cores; the prompt matmul
-//   gemm_half_cuda.cu             y = x · Wᵀ for Q1_0 W on f16 activations (an experiment, off by default)
+//   gemm_half_cuda.cu             y = x · Wᵀ for Q1_0 W on f16 activations (Hopper's prompt matmul for Q1_0)
 //   delta_rule_chunked_cuda.cu    the gated delta rule in chunks of 64 (the WY form)
 //   attention_prefill_cuda.cu     causal GQA attention, flash-style (online softmax over key tiles)
 //
@@ -100,6 +100,7 @@ struct GemmLaunchReport {
     // launch of `tile` covered everything).
     GemmTile tail_tile = GemmTile::automatic;
     int64_t tail_rows = 0;
+    int splits = 1;  // the f16 GEMM's split k: blocks of a cluster sharing each tile's k-tiles
 };
 
 // y = x · Wᵀ for already quantised rows. Supported: the GEMV layout's dtypes (Q1_0, Q2_0, Q2_0_G64,
@@ -141,14 +142,18 @@ struct HalfActivationRows {
     uint16_t* h = nullptr;       // [rows][cols] binary16
     float* inv_scale = nullptr;  // [rows] 2^−e_t
     int64_t rows = 0, cols = 0;
+    float* partials = nullptr;   // room for split k's partial sums (partial_floats of them); none: no split
+    size_t partial_floats = 0;
 };
+// The rows, their scales and room for split k's partial sums (a tile's sums for every block of the device;
+// ~17 MB on an H200 for 128 rows and more, a few MB for short prompts).
 size_t half_activation_rows_bytes(int64_t rows, int64_t cols);
 HalfActivationRows half_activation_rows_view(void* buffer, int64_t rows, int64_t cols);  // buffer 16-byte aligned
 // cols a multiple of 4.
 void round_activation_rows_f16(const float* x, const HalfActivationRows& out, cudaStream_t stream);
 bool half_gemm_available();
-// half_gemm_available() and DELTABIT_GEMM_F16=1 (off by default: the model's prompts are slower with it so
-// far, docs/bench.md).
+// half_gemm_available() unless DELTABIT_GEMM_F16=0 (on by default since its copies went through the copy
+// engine: Bonsai-27B pp512 87 ms against 102 with the int8 GEMM, docs/bench.md; =0 measures the int8 path).
 bool half_prompt_gemm_enabled();
 // Whether matmul_prompt takes this GEMM for `tokens` rows of w: Q1_0, at least kGemmMinTokens tokens, and
 // half_prompt_gemm_enabled().
@@ -158,8 +163,10 @@ int half_tile_tokens(GemmTile t);
 // `tile` automatic or a half tile; automatic picks the tile from measured costs of a round of tiles and may
 // run a matrix's last weight rows on a second, narrower tile (tail_tile, tail_rows), as gemm_quantized does.
 // Error on other weights or shapes.
+// `splits` (a named tile only; 0 = 1): each tile's k-tiles shared by that many blocks of a cluster, the blocks'
+// sums added in rank order through the rows' partials (for tests and benchmarks; automatic picks its own).
 GemmLaunchReport gemm_q1_0_half(const HalfActivationRows& x, const GemvWeightView& w, float* y, cudaStream_t stream,
-                                GemmTile tile = GemmTile::automatic, int64_t max_blocks = 0);
+                                GemmTile tile = GemmTile::automatic, int64_t max_blocks = 0, int splits = 0);
 
 // The prompt matmul the model runs: the f16 GEMM where half_gemm_serves, else matmul_prefill (int8).
 // `scratch` holds prompt_scratch_bytes(w, n_tokens) bytes of device memory, 16-byte aligned: the rows of

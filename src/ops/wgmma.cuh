@@ -31,17 +31,21 @@ __device__ __forceinline__ uint32_t core_matrix_offset(int row, int k_chunk) {
     return uint32_t((row >> 3) * 1024 + k_chunk * 128 + (row & 7) * 16);
 }
 
-// The same for tiles `Chunks` · 16 bytes of K wide (a row of 128 f16 activations: 16 chunks); the stride byte
-// offset (next 8 rows) is then Chunks · 128.
-template <int Chunks>
-__device__ __forceinline__ uint32_t core_matrix_offset_wide(int row, int k_chunk) {
-    return uint32_t((row >> 3) * (Chunks * 128) + k_chunk * 128 + (row & 7) * 16);
-}
-
 // Descriptor of the tile at `smem` (the layout above; 16-byte aligned), no swizzle.
 __device__ __forceinline__ uint64_t wgmma_descriptor(const void* smem, uint32_t leading_bytes, uint32_t stride_bytes) {
     const uint32_t addr = uint32_t(__cvta_generic_to_shared(smem));
     return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(leading_bytes >> 4) << 16) | (uint64_t(stride_bytes >> 4) << 32);
+}
+
+// Descriptor of a K-major tile in the 128-byte swizzle layout (what the copy engine writes with
+// TensorMapSwizzle::bytes128, ops/tensor_map_cuda.h): rows of 128 bytes of K, each row's 16-byte chunks
+// permuted by the row's index modulo 8, groups of 8 rows 1024 bytes apart, the tile 1024-byte aligned. A later
+// k step within the 128 bytes (k16 of f16: 32 bytes on) is the same descriptor with `smem` that far into the
+// first row: the hardware applies the permutation to the address it forms. (The leading byte offset is
+// unused in this layout; 1 by convention.)
+__device__ __forceinline__ uint64_t wgmma_descriptor_swizzle128(const void* smem) {
+    const uint32_t addr = uint32_t(__cvta_generic_to_shared(smem));
+    return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
 }
 
 #if defined(DELTABIT_WGMMA_COMPILED)

@@ -97,7 +97,7 @@ void compare(const std::vector<float>& gpu, const std::vector<float>& reference,
 Model reference_model(const test::Fixture& f) {
     if (!is_binary(f.name)) return Model::load(f.dir);
     Model cpu = test::with_q1_matrices(Model::load(f.dir));
-    // With DELTABIT_GEMM_F16=1 on Hopper the engine's Q1_0 prompt GEMMs run on f16 activations
+    // On Hopper (unless DELTABIT_GEMM_F16=0) the engine's Q1_0 prompt GEMMs run on f16 activations
     // (ops/prefill_cuda.h gemm_q1_0_half); the reference then rounds those products' inputs as they do.
     cpu.set_matmul_numerics(cuda::half_prompt_gemm_enabled() ? MatmulNumerics::int8_and_f16_prompts
                                                               : MatmulNumerics::int8_activations);

@@ -8,8 +8,10 @@
 //   - y[t][n] equals the reference within the fp32 bound of the tensor cores' summation (below), on every
 //     token of a sample of weight rows and every weight row of a sample of tokens, for every tile and the
 //     automatic choice (with its tail cut), every output written (NaN poison) and the guard band intact;
-//   - blocks forced to walk many tiles cover every tile once; a row slice (the tail launch's) with an odd
-//     scale alignment; matmul_prompt's path by token count and dtype; bad shapes are refused;
+//   - blocks forced to walk many tiles cover every tile once; split k (2 to 8 blocks of a cluster sharing a
+//     tile's k-tiles) within the same bound and the same bits run after run, clusters walking many tiles;
+//     a row slice (the tail launch's) with an odd scale alignment; matmul_prompt's path by token count and
+//     dtype; bad shapes and impossible splits are refused;
 //   - the automatic choice's plan from its round costs (host only, so it runs without a GPU too).
 #include <gtest/gtest.h>
 
@@ -73,7 +75,8 @@ std::string describe(const Case& c) {
 // the tensor cores add them in k-steps of 16, each step's 16 products into the running fp32 sum, in an order
 // and with a rounding (nearest or toward zero) of their own: at most K/16 + 16 additions stand between a
 // product and y, each off by at most 2^−23 of a partial sum bounded by Σ|w·h|. The scale by 2^−e is exact;
-// the reference (double, rounded once to float) adds u·|ref|.
+// the reference (double, rounded once to float) adds u·|ref|. Split k over S blocks shortens each block's
+// chain to K/(16S) + 16 and adds S − 1 additions of the blocks' sums: never more (K ≥ 16S), same bound.
 double half_gemm_bound(int64_t cols, double abs_sum, double ref) {
     constexpr double kUlpStep = 1.0 / (1 << 23);
     return double(cols / 16 + 16) * kUlpStep * abs_sum + std::ldexp(1.0, -24) * std::fabs(ref);
@@ -197,6 +200,7 @@ void check_case(const Case& c, uint32_t seed, int64_t max_blocks = 0) {
             (report.tail_rows > 0
                  ? " + last " + std::to_string(report.tail_rows) + " rows " + cuda::gemm_tile_name(report.tail_tile)
                  : "") +
+            (report.splits > 1 ? " split " + std::to_string(report.splits) : "") +
             (tile == cuda::GemmTile::automatic ? " (automatic)" : "");
         if (tile != cuda::GemmTile::automatic) EXPECT_EQ(report.tile, tile) << what;
         if (max_blocks > 0) EXPECT_LE(report.blocks, max_blocks) << what;
@@ -255,6 +259,38 @@ TEST(PrefillGemmHalf, OddShapes) {
 TEST(PrefillGemmHalf, SmallGridWalksEveryTile) {
     DELTABIT_REQUIRE_HALF_GEMM();
     check_case(Case{300, 1000, 1024}, 7, 3);
+}
+
+TEST(PrefillGemmHalf, SplitKWithinTheBoundAndRepeatable) {
+    DELTABIT_REQUIRE_HALF_GEMM();
+    // 300 tokens × 1000 rows: many tiles for each cluster when the grid is 2 clusters (every slot handed over
+    // and freed again and again), partial tiles in both directions; 16 tokens × K = 4096: few tiles, long walks.
+    uint32_t seed = 40;
+    for (const Case& c : {Case{300, 1000, 2048}, Case{16, 1000, 4096}}) {
+        const Fixture f = make_fixture(c, seed++);
+        DeviceFixture d(f, nullptr);
+        for (cuda::GemmTile tile : {cuda::GemmTile::half_m128_n256, cuda::GemmTile::half_m64_n128,
+                                    cuda::GemmTile::half_m32_n256, cuda::GemmTile::half_m16_n128})
+            for (int splits : {2, 3, 4, 8})
+                for (int64_t max_blocks : {int64_t(0), int64_t(2 * splits)}) {
+                    GuardedDeviceArray<float> y(size_t(c.tokens * c.rows));
+                    const cuda::GemmLaunchReport report =
+                        cuda::gemm_q1_0_half(d.rows, d.w.view(), y.get(), nullptr, tile, max_blocks, splits);
+                    const std::string what = describe(c) + " tile " + cuda::gemm_tile_name(tile) + " split " +
+                                             std::to_string(splits) + " max_blocks " + std::to_string(max_blocks);
+                    EXPECT_EQ(report.splits, splits) << what;
+                    EXPECT_EQ(report.blocks % splits, 0) << what;
+                    const std::vector<float> first = y.download(what);
+                    const double worst = check_against_reference(f, first, what);
+                    cuda::gemm_q1_0_half(d.rows, d.w.view(), y.get(), nullptr, tile, max_blocks, splits);
+                    const std::vector<float> again = y.download(what + " again");
+                    for (size_t i = 0; i < first.size(); ++i)
+                        ASSERT_EQ(std::bit_cast<uint32_t>(first[i]), std::bit_cast<uint32_t>(again[i]))
+                            << what << ": y[" << i << "] differs between two runs";
+                    std::printf("[half gemm] %-60s worst %.3f of bound\n", what.c_str(), worst);
+                    if (::testing::Test::HasFailure()) return;
+                }
+    }
 }
 
 TEST(PrefillGemmHalf, RowSliceWithOddScaleAlignment) {
@@ -320,34 +356,65 @@ TEST(PrefillGemmHalf, MatmulPromptPathByTokensAndDtype) {
 }
 
 TEST(PrefillGemmHalf, PlanPicksTilesByRoundCosts) {
-    // Host only: the automatic choice's arithmetic on 132 SMs (H200) with the measured round costs
-    // (gemm_half_cuda.cu kHalfTiles). A few weight rows or tokens: the narrowest tile. ssm_gate and ffn_down at
-    // 512 tokens fill one round of the widest tile (96 and 80 tiles): one launch. ffn_gate/up: 272 tiles, two
-    // whole rounds (66 row blocks, 16896 rows) and the last 512 rows as 16 × 128 tiles (cost 2.26 against 3
-    // rounds). ssm_qkv: one round (8448 rows), the rest as 64 × 128 tiles (1.45 against 1.83 for 64 × 256
-    // alone). The 3% margin is against the one-launch cost only, not between the cuts.
+    // Host only: the automatic choice's arithmetic on 132 SMs (clusters of s blocks taken as 132 / s; the
+    // device's own counts are lower for 3 and more) with the measured round costs (gemm_half_cuda.cu kHalfTiles,
+    // per 40 k-tiles) and a split's costs per round. ffn_gate/up at 512 tokens: 272 tiles, two whole rounds
+    // (66 row blocks, 16896 rows) and the last 512 rows as 16 × 128 tiles (cost 2.30 against 2.60 for
+    // 128 × 128 alone). ssm_qkv: one round (8448 rows), the rest as 64 × 128 tiles (1.375 against 1.56).
+    // ffn_down (K = 17408) fills only 80 SMs with one round of the widest tile: its k split over 3 blocks, two
+    // rounds of 44 clusters (2.67 against 3.4); ssm_gate's 96 tiles stay unsplit (a split gains under 10%).
+    // A few weight rows or tokens: narrow tiles, split (beta/alpha: 0.16 against 0.30), but not a walk of
+    // fewer than 4 k-tiles a block. The 3% margin of a cut is against the one-launch cost only.
     using cuda::GemmTile;
     using cuda::detail::half_gemm_plan;
     struct Expect {
-        int64_t tokens, rows;
+        int64_t tokens, rows, k_tiles;
         GemmTile head_tile;
         int64_t head_rows;
         GemmTile tile;
+        int splits;
     };
-    for (const Expect& e : {Expect{512, 48, GemmTile::automatic, 0, GemmTile::half_m16_n128},
-                            Expect{512, 6144, GemmTile::automatic, 0, GemmTile::half_m128_n256},
-                            Expect{512, 5120, GemmTile::automatic, 0, GemmTile::half_m128_n256},
-                            Expect{512, 17408, GemmTile::half_m128_n256, 16896, GemmTile::half_m16_n128},
-                            Expect{512, 10240, GemmTile::half_m128_n256, 8448, GemmTile::half_m64_n128},
-                            Expect{16, 10240, GemmTile::automatic, 0, GemmTile::half_m16_n128},
-                            Expect{8, 1, GemmTile::automatic, 0, GemmTile::half_m16_n128}}) {
-        const cuda::detail::HalfGemmPlan plan = half_gemm_plan(e.tokens, e.rows, 132);
-        const std::string what = std::to_string(e.tokens) + " tokens × " + std::to_string(e.rows) + " rows";
+    const cuda::detail::HalfGemmClusters h200 = cuda::detail::half_gemm_clusters_for(132);
+    EXPECT_EQ(h200.of[1], 132);
+    EXPECT_EQ(h200.of[3], 44);
+    for (const Expect& e : {Expect{512, 48, 40, GemmTile::automatic, 0, GemmTile::half_m16_n128, 4},
+                            Expect{512, 6144, 40, GemmTile::automatic, 0, GemmTile::half_m128_n256, 1},
+                            Expect{512, 5120, 136, GemmTile::automatic, 0, GemmTile::half_m128_n256, 3},
+                            Expect{512, 1024, 40, GemmTile::automatic, 0, GemmTile::half_m64_n128, 2},
+                            Expect{512, 17408, 40, GemmTile::half_m128_n256, 16896, GemmTile::half_m16_n128, 1},
+                            Expect{512, 10240, 40, GemmTile::half_m128_n256, 8448, GemmTile::half_m64_n128, 1},
+                            Expect{16, 10240, 40, GemmTile::automatic, 0, GemmTile::half_m16_n256, 3},
+                            Expect{16, 5120, 136, GemmTile::automatic, 0, GemmTile::half_m16_n128, 3},
+                            Expect{8, 1, 40, GemmTile::automatic, 0, GemmTile::half_m16_n128, 4},
+                            Expect{8, 1, 7, GemmTile::automatic, 0, GemmTile::half_m16_n128, 1}}) {
+        const cuda::detail::HalfGemmPlan plan = half_gemm_plan(e.tokens, e.rows, e.k_tiles, h200);
+        const std::string what = std::to_string(e.tokens) + " tokens × " + std::to_string(e.rows) + " rows × " +
+                                 std::to_string(e.k_tiles) + " k-tiles";
         EXPECT_EQ(plan.head_rows, e.head_rows) << what;
         EXPECT_EQ(plan.head_tile, e.head_tile) << what;
         EXPECT_EQ(plan.tile, e.tile) << what << ": " << cuda::gemm_tile_name(plan.tile);
+        EXPECT_EQ(plan.splits, e.splits) << what;
         if (plan.head_rows > 0) EXPECT_EQ(plan.head_rows % 256, 0) << what;
     }
+}
+
+TEST(PrefillGemmHalf, RefusesImpossibleSplits) {
+    DELTABIT_REQUIRE_HALF_GEMM();
+    std::mt19937 rng(6);
+    const std::vector<uint8_t> q1 = random_weights(DType::Q1_0, 256, 512, rng);
+    const cuda::GemvWeights w = cuda::upload_gemv_weights(WeightView{q1.data(), DType::Q1_0, 256, 512}, "test");
+    cuda::DeviceBuffer buffer(cuda::half_activation_rows_bytes(16, 512));
+    const cuda::HalfActivationRows rows = cuda::half_activation_rows_view(buffer.get(), 16, 512);
+    GuardedDeviceArray<float> y(size_t(16 * 256));
+    const auto tile = cuda::GemmTile::half_m16_n128;
+    EXPECT_THROW(cuda::gemm_q1_0_half(rows, w.view(), y.get(), nullptr, tile, 0, 8), Error);  // 4 k-tiles
+    EXPECT_THROW(cuda::gemm_q1_0_half(rows, w.view(), y.get(), nullptr, tile, 0, 9), Error);
+    EXPECT_THROW(cuda::gemm_q1_0_half(rows, w.view(), y.get(), nullptr, cuda::GemmTile::automatic, 0, 2), Error);
+    cuda::HalfActivationRows no_room = rows;
+    no_room.partials = nullptr;
+    no_room.partial_floats = 0;
+    EXPECT_THROW(cuda::gemm_q1_0_half(no_room, w.view(), y.get(), nullptr, tile, 0, 2), Error);
+    EXPECT_EQ(cuda::gemm_q1_0_half(no_room, w.view(), y.get(), nullptr).splits, 1);  // automatic: unsplit
 }
 
 TEST(PrefillGemmHalf, RefusesBadShapes) {

@@ -1,6 +1,6 @@
 // The reference's rounding modes (models/blocks.h MatmulNumerics) on the binary fixtures with their matrices
-// stored as Q1_0: the f16 prompt rounding (int8_and_f16_prompts, the CPU mirror of the CUDA engine with
-// DELTABIT_GEMM_F16=1) keeps a prompt's logits closer to the exact f32 model than the int8 rounding does —
+// stored as Q1_0: the f16 prompt rounding (int8_and_f16_prompts, the CPU mirror of the CUDA engine's prompts
+// on Hopper) keeps a prompt's logits closer to the exact f32 model than the int8 rounding does —
 // measured here on every prompt long enough to take it, not assumed (docs/bench.md states it).
 #include "fixture.h"
 #include "q1_fixture.h"
