@@ -422,22 +422,32 @@ void configure_kernels() {
 
 // How many clusters of s blocks of the widest tile's kernel the device runs at once (s = 1: one block an SM);
 // every tile's kernel takes a whole SM's shared memory, so the counts hold for all of them.
+// A launch of `blocks` blocks in clusters of `splits`; the cluster attribute lives in *attribute.
+cudaLaunchConfig_t cluster_launch(unsigned blocks, size_t smem, cudaStream_t stream, int splits,
+                                  cudaLaunchAttribute* attribute) {
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(blocks);
+    config.blockDim = dim3(kThreads);
+    config.dynamicSmemBytes = smem;
+    config.stream = stream;
+    *attribute = {};
+    attribute->id = cudaLaunchAttributeClusterDimension;
+    attribute->val.clusterDim.x = unsigned(splits);
+    attribute->val.clusterDim.y = attribute->val.clusterDim.z = 1;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+    return config;
+}
+
 const detail::HalfGemmClusters& device_clusters() {
     static const detail::HalfGemmClusters clusters = [] {
         configure_kernels();
         detail::HalfGemmClusters c;
         c.of[1] = device_attribute(cudaDevAttrMultiProcessorCount, "SM count");
         for (int s = 2; s <= detail::kHalfGemmMaxSplits; ++s) {
-            cudaLaunchConfig_t config{};
-            config.gridDim = dim3(unsigned(s * c.of[1]));
-            config.blockDim = dim3(kThreads);
-            config.dynamicSmemBytes = kHalfTiles[0].smem;
-            cudaLaunchAttribute cluster{};
-            cluster.id = cudaLaunchAttributeClusterDimension;
-            cluster.val.clusterDim.x = unsigned(s);
-            cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
-            config.attrs = &cluster;
-            config.numAttrs = 1;
+            cudaLaunchAttribute cluster;
+            const cudaLaunchConfig_t config =
+                cluster_launch(unsigned(s * c.of[1]), kHalfTiles[0].smem, nullptr, s, &cluster);
             int count = 0;
             cuda_check(cudaOccupancyMaxActiveClusters(&count, kHalfTiles[0].kernel, &config),
                        "half gemm cluster occupancy");
@@ -487,17 +497,8 @@ Launch launch(const HalfActivationRows& x, const GemvWeightView& w, float* y, in
     if (splits == 1) {
         t.kernel<<<blocks, kThreads, t.smem, stream>>>(x_map, code_map, a);
     } else {
-        cudaLaunchConfig_t config{};
-        config.gridDim = dim3(blocks);
-        config.blockDim = dim3(kThreads);
-        config.dynamicSmemBytes = t.smem;
-        config.stream = stream;
-        cudaLaunchAttribute cluster{};
-        cluster.id = cudaLaunchAttributeClusterDimension;
-        cluster.val.clusterDim.x = unsigned(splits);
-        cluster.val.clusterDim.y = cluster.val.clusterDim.z = 1;
-        config.attrs = &cluster;
-        config.numAttrs = 1;
+        cudaLaunchAttribute cluster;
+        const cudaLaunchConfig_t config = cluster_launch(blocks, t.smem, stream, splits, &cluster);
         cuda_check(cudaLaunchKernelEx(&config, t.kernel, x_map, code_map, a), "gemm_q1_0_half_kernel (clusters)");
     }
     cuda_check_launch("gemm_q1_0_half_kernel");

@@ -401,20 +401,29 @@ TEST(PrefillGemmHalf, PlanPicksTilesByRoundCosts) {
 TEST(PrefillGemmHalf, RefusesImpossibleSplits) {
     DELTABIT_REQUIRE_HALF_GEMM();
     std::mt19937 rng(6);
-    const std::vector<uint8_t> q1 = random_weights(DType::Q1_0, 256, 512, rng);
-    const cuda::GemvWeights w = cuda::upload_gemv_weights(WeightView{q1.data(), DType::Q1_0, 256, 512}, "test");
-    cuda::DeviceBuffer buffer(cuda::half_activation_rows_bytes(16, 512));
-    const cuda::HalfActivationRows rows = cuda::half_activation_rows_view(buffer.get(), 16, 512);
-    GuardedDeviceArray<float> y(size_t(16 * 256));
     const auto tile = cuda::GemmTile::half_m16_n128;
-    EXPECT_THROW(cuda::gemm_q1_0_half(rows, w.view(), y.get(), nullptr, tile, 0, 8), Error);  // 4 k-tiles
-    EXPECT_THROW(cuda::gemm_q1_0_half(rows, w.view(), y.get(), nullptr, tile, 0, 9), Error);
-    EXPECT_THROW(cuda::gemm_q1_0_half(rows, w.view(), y.get(), nullptr, cuda::GemmTile::automatic, 0, 2), Error);
-    cuda::HalfActivationRows no_room = rows;
-    no_room.partials = nullptr;
-    no_room.partial_floats = 0;
-    EXPECT_THROW(cuda::gemm_q1_0_half(no_room, w.view(), y.get(), nullptr, tile, 0, 2), Error);
-    EXPECT_EQ(cuda::gemm_q1_0_half(no_room, w.view(), y.get(), nullptr).splits, 1);  // automatic: unsplit
+    for (const int64_t K : {int64_t(512), int64_t(4096)}) {
+        const std::vector<uint8_t> q1 = random_weights(DType::Q1_0, 256, K, rng);
+        const cuda::GemvWeights w = cuda::upload_gemv_weights(WeightView{q1.data(), DType::Q1_0, 256, K}, "test");
+        cuda::DeviceBuffer buffer(cuda::half_activation_rows_bytes(16, K));
+        const cuda::HalfActivationRows rows = cuda::half_activation_rows_view(buffer.get(), 16, K);
+        GuardedDeviceArray<float> y(size_t(16 * 256));
+        if (K == 512) {  // 4 k-tiles: not 8 blocks' worth; 9 blocks a cluster never; no split on automatic
+            EXPECT_THROW(cuda::gemm_q1_0_half(rows, w.view(), y.get(), nullptr, tile, 0, 8), Error);
+            EXPECT_THROW(cuda::gemm_q1_0_half(rows, w.view(), y.get(), nullptr, tile, 0, 9), Error);
+            EXPECT_THROW(cuda::gemm_q1_0_half(rows, w.view(), y.get(), nullptr, cuda::GemmTile::automatic, 0, 2),
+                         Error);
+            continue;
+        }
+        // 16 tokens × 256 rows × 32 k-tiles: two 16 × 128 tiles, which the automatic choice splits — unless the
+        // rows have no room for the partial sums, where it runs unsplit and a named split is refused.
+        EXPECT_GT(cuda::gemm_q1_0_half(rows, w.view(), y.get(), nullptr).splits, 1);
+        cuda::HalfActivationRows no_room = rows;
+        no_room.partials = nullptr;
+        no_room.partial_floats = 0;
+        EXPECT_THROW(cuda::gemm_q1_0_half(no_room, w.view(), y.get(), nullptr, tile, 0, 2), Error);
+        EXPECT_EQ(cuda::gemm_q1_0_half(no_room, w.view(), y.get(), nullptr).splits, 1);
+    }
 }
 
 TEST(PrefillGemmHalf, RefusesBadShapes) {
