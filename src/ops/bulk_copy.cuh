@@ -37,18 +37,29 @@ __device__ __forceinline__ void mbarrier_arrive(uint64_t* barrier) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(shared_address(barrier)) : "memory");
 }
 
-// Blocks until the barrier's phase of this parity has completed (its bytes landed and are visible).
+// Blocks until the barrier's phase of this parity has completed (its bytes landed and are visible). Cluster:
+// acquire at cluster scope, for phases completed by arrivals from other blocks of a cluster (ops/cluster.cuh).
+template <bool Cluster = false>
 __device__ __forceinline__ void mbarrier_wait_parity(uint64_t* barrier, uint32_t parity) {
     const uint32_t address = shared_address(barrier);
     uint32_t done = 0;
     do {
-        asm volatile(
-            "{\n\t.reg .pred p;\n\t"
-            "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
-            "selp.u32 %0, 1, 0, p;\n\t}"
-            : "=r"(done)
-            : "r"(address), "r"(parity)
-            : "memory");
+        if constexpr (Cluster)
+            asm volatile(
+                "{\n\t.reg .pred p;\n\t"
+                "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n\t"
+                "selp.u32 %0, 1, 0, p;\n\t}"
+                : "=r"(done)
+                : "r"(address), "r"(parity)
+                : "memory");
+        else
+            asm volatile(
+                "{\n\t.reg .pred p;\n\t"
+                "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+                "selp.u32 %0, 1, 0, p;\n\t}"
+                : "=r"(done)
+                : "r"(address), "r"(parity)
+                : "memory");
     } while (done == 0);
 }
 

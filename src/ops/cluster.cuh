@@ -1,13 +1,14 @@
 // Thread-block clusters (sm_90): the blocks of a cluster run at the same time on one GPC and can reach each
 // other's shared memory. What the f16 GEMM's split k needs of them: arriving on a barrier in another block
-// of the cluster, waiting on one's own with cluster-wide ordering, and one barrier over the whole cluster.
+// of the cluster, and one barrier over the whole cluster (waiting on one's own barrier with cluster-wide
+// ordering is mbarrier_wait_parity<true>, ops/bulk_copy.cuh).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
-#include "ops/bulk_copy.cuh"  // shared_address
+#include "ops/bulk_copy.cuh"  // shared_address, mbarrier_wait_parity
 
 namespace deltabit::cuda {
 
@@ -24,21 +25,6 @@ __device__ __forceinline__ uint32_t cluster_shared_address(const void* p, uint32
 // memory accesses — global ones included — to whoever acquires the phase cluster-wide.
 __device__ __forceinline__ void mbarrier_arrive_remote(uint32_t remote) {
     asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
-}
-
-// mbarrier_wait_parity with cluster-wide acquire: what the arrivals from other blocks released is visible.
-__device__ __forceinline__ void mbarrier_wait_parity_cluster(uint64_t* barrier, uint32_t parity) {
-    const uint32_t address = shared_address(barrier);
-    uint32_t done = 0;
-    do {
-        asm volatile(
-            "{\n\t.reg .pred p;\n\t"
-            "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n\t"
-            "selp.u32 %0, 1, 0, p;\n\t}"
-            : "=r"(done)
-            : "r"(address), "r"(parity)
-            : "memory");
-    } while (done == 0);
 }
 
 // Every thread of every block of the cluster (all of them must call it, warp by warp together).

@@ -280,7 +280,7 @@ __device__ void consume(const HalfGemmArgs& a, uint8_t* smem, uint64_t* full, ui
         }
         if (a.splits > 1) {
             if (walk.rank > 0) {
-                if (handed > 0) mbarrier_wait_parity_cluster(freed, uint32_t((handed - 1) & 1));
+                if (handed > 0) mbarrier_wait_parity<true>(freed, uint32_t((handed - 1) & 1));
                 hand_over_sums<BM, RG>(acc, slots.slot(walk, walk.rank, a.splits), t);
                 __threadfence();
                 __syncwarp();
@@ -288,7 +288,7 @@ __device__ void consume(const HalfGemmArgs& a, uint8_t* smem, uint64_t* full, ui
                 ++handed;
                 continue;
             }
-            mbarrier_wait_parity_cluster(ready, uint32_t(handed & 1));
+            mbarrier_wait_parity<true>(ready, uint32_t(handed & 1));
             for (int r = 1; r < a.splits; ++r) add_handed_sums<BM, RG>(acc, slots.slot(walk, r, a.splits), t);
             __syncwarp();
             if (lane == 0)
@@ -311,7 +311,7 @@ __device__ void consume(const HalfGemmArgs& a, uint8_t* smem, uint64_t* full, ui
         }
     }
     // Rank 0's warps arrive on this block's `freed` after their last read of its slot: stay until they have.
-    if (a.splits > 1 && walk.rank > 0 && handed > 0) mbarrier_wait_parity_cluster(freed, uint32_t((handed - 1) & 1));
+    if (a.splits > 1 && walk.rank > 0 && handed > 0) mbarrier_wait_parity<true>(freed, uint32_t((handed - 1) & 1));
 }
 
 #endif  // DELTABIT_WGMMA_COMPILED
@@ -458,6 +458,11 @@ const detail::HalfGemmClusters& device_clusters() {
     return clusters;
 }
 
+// Partial sums `clusters` clusters of `splits` blocks on tile t hand over at once: a tile's per block of rank ≥ 1.
+size_t split_floats(int64_t clusters, int splits, const HalfTile& t) {
+    return size_t(clusters) * size_t(splits - 1) * size_t(t.tokens) * size_t(t.rows);
+}
+
 struct Launch {
     int64_t tiles = 0, blocks = 0;
 };
@@ -486,13 +491,10 @@ Launch launch(const HalfActivationRows& x, const GemvWeightView& w, float* y, in
     a.tiles = a.m_tiles * ((w.rows + t.rows - 1) / t.rows);
     const int64_t cap = max_blocks > 0 ? std::max<int64_t>(1, max_blocks / splits) : device_clusters().of[size_t(splits)];
     const int64_t clusters = std::min<int64_t>(a.tiles, cap);
-    if (splits > 1) {
-        const size_t slots = size_t(clusters) * size_t(splits - 1);
-        if (splits > a.k_tiles || slots * size_t(t.tokens) * size_t(t.rows) > x.partial_floats)
-            fail_message("cuda half gemm: " + std::to_string(splits) + " splits of " + std::to_string(a.k_tiles) +
-                         " k-tiles need " + std::to_string(slots * size_t(t.tokens) * size_t(t.rows)) +
-                         " floats of partial sums; the rows hold " + std::to_string(x.partial_floats));
-    }
+    if (splits > 1 && (splits > a.k_tiles || split_floats(clusters, splits, t) > x.partial_floats))
+        fail_message("cuda half gemm: " + std::to_string(splits) + " splits of " + std::to_string(a.k_tiles) +
+                     " k-tiles need " + std::to_string(split_floats(clusters, splits, t)) +
+                     " floats of partial sums; the rows hold " + std::to_string(x.partial_floats));
     const unsigned blocks = unsigned(clusters * splits);
     if (splits == 1) {
         t.kernel<<<blocks, kThreads, t.smem, stream>>>(x_map, code_map, a);
@@ -655,8 +657,7 @@ GemmLaunchReport gemm_q1_0_half(const HalfActivationRows& x, const GemvWeightVie
                                                : detail::half_gemm_plan(x.rows, w.rows, w.cols / kKTile, clusters);
     const HalfTile& rest = tile_of(plan.tile);
     // Rows viewed without room for partial sums (not through half_activation_rows_view) run unsplit.
-    if (plan.splits > 1 && size_t(clusters.of[size_t(plan.splits)]) * size_t(plan.splits - 1) * size_t(rest.tokens) *
-                                   size_t(rest.rows) > x.partial_floats)
+    if (plan.splits > 1 && split_floats(clusters.of[size_t(plan.splits)], plan.splits, rest) > x.partial_floats)
         plan.splits = 1;
     if (plan.head_rows == 0) {
         const Launch l = launch(x, w, y, w.rows, rest, plan.splits, max_blocks, stream);

@@ -170,8 +170,8 @@ GemmLaunchReport gemm_q1_0_half(const HalfActivationRows& x, const GemvWeightVie
 
 // The prompt matmul the model runs: the f16 GEMM where half_gemm_serves, else matmul_prefill (int8).
 // `scratch` holds prompt_scratch_bytes(w, n_tokens) bytes of device memory, 16-byte aligned: the rows of
-// the rounding that path takes (the f16 rows are twice the int8 ones; a matrix of the same dtype and K
-// takes the same path).
+// the rounding that path takes (the f16 rows are twice the int8 ones and carry the split-k workspace; a
+// matrix of the same dtype and K takes the same path).
 enum class PromptMatmulPath : uint8_t { gemv, int8_gemm, f16_gemm };
 size_t prompt_scratch_bytes(const GemvWeightView& w, int64_t n_tokens);
 PromptMatmulPath matmul_prompt(const float* x, const GemvWeightView& w, int64_t n_tokens, float* y, void* scratch,

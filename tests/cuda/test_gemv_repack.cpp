@@ -10,24 +10,16 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/quant.h"
+#include "cuda/quantized_test_data.h"
 #include "ops/weight_repack.h"
 
 namespace deltabit {
 namespace {
 
-// Random blocks: random code bytes and a random finite fp16 scale of either sign in every block.
+// Random blocks (tests/cuda/quantized_test_data.h): random code bytes, a random fp16 scale of either sign.
 std::vector<uint8_t> random_rows(DType t, int64_t rows, int64_t cols, uint32_t seed) {
-    const DTypeInfo& info = dtype_info(t);
-    std::vector<uint8_t> bytes(size_t(rows) * dtype_bytes(t, uint64_t(cols)));
     std::mt19937 rng(seed);
-    std::uniform_int_distribution<int> byte(0, 255);
-    std::uniform_real_distribution<float> scale(-0.1f, 0.1f);
-    for (size_t b = 0; b < bytes.size(); b += info.block_bytes) {
-        const uint16_t d = float_to_half(scale(rng));
-        std::memcpy(&bytes[b], &d, sizeof d);
-        for (size_t i = sizeof d; i < info.block_bytes; ++i) bytes[b + i] = uint8_t(byte(rng));
-    }
-    return bytes;
+    return test::random_weights(t, rows, cols, rng);
 }
 
 TEST(GemvRepack, Q1_0BitLandsWhereTheLayoutSays) {
