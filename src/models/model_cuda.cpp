@@ -675,25 +675,29 @@ void CudaModel::deltanet_block(const Layer& L, const float* x, const cuda::Quant
     float* a = temp(T * H_v);
     matmul_prompt_group(x, T, {{&L.qkv, mixed}, {&L.z_gate, z}, {&L.beta, b}, {&L.alpha, a}});
 
-    float* conv = temp(T * channels);
-    cuda::conv1d_causal_silu(mixed, L.conv, state.conv[parity].get<float>(), T, channels, c.ssm_conv_kernel, conv,
-                             stream_);
-
     // Channels are [q (key_dim) | k (key_dim) | v (value_dim)].
-    float* q = temp(T * key_dim);
-    float* k = temp(T * key_dim);
-    float* v = temp(T * value_dim);
-    const size_t pitch = size_t(channels) * sizeof(float);
-    check(cudaMemcpy2DAsync(q, size_t(key_dim) * 4, conv, pitch, size_t(key_dim) * 4, size_t(T),
-                            cudaMemcpyDeviceToDevice, stream_), "split conv q");
-    check(cudaMemcpy2DAsync(k, size_t(key_dim) * 4, conv + key_dim, pitch, size_t(key_dim) * 4, size_t(T),
-                            cudaMemcpyDeviceToDevice, stream_), "split conv k");
-    check(cudaMemcpy2DAsync(v, size_t(value_dim) * 4, conv + 2 * key_dim, pitch, size_t(value_dim) * 4, size_t(T),
-                            cudaMemcpyDeviceToDevice, stream_), "split conv v");
     float* q_normed = temp(T * key_dim);
     float* k_normed = temp(T * key_dim);
-    cuda::l2_norm(q, T * H_k, d_k, kL2NormEps, q_normed, stream_);
-    cuda::l2_norm(k, T * H_k, d_k, kL2NormEps, k_normed, stream_);
+    float* v = temp(T * value_dim);
+    if (cuda::conv1d_split_l2_supported(d_k, c.ssm_conv_kernel)) {
+        cuda::conv1d_split_l2(mixed, L.conv, state.conv[parity].get<float>(), T, H_k, d_k, value_dim,
+                              c.ssm_conv_kernel, kL2NormEps, q_normed, k_normed, v, stream_);
+    } else {
+        float* conv = temp(T * channels);
+        cuda::conv1d_causal_silu(mixed, L.conv, state.conv[parity].get<float>(), T, channels, c.ssm_conv_kernel, conv,
+                                 stream_);
+        const size_t pitch = size_t(channels) * sizeof(float);
+        float* q = temp(T * key_dim);
+        float* k = temp(T * key_dim);
+        check(cudaMemcpy2DAsync(q, size_t(key_dim) * 4, conv, pitch, size_t(key_dim) * 4, size_t(T),
+                                cudaMemcpyDeviceToDevice, stream_), "split conv q");
+        check(cudaMemcpy2DAsync(k, size_t(key_dim) * 4, conv + key_dim, pitch, size_t(key_dim) * 4, size_t(T),
+                                cudaMemcpyDeviceToDevice, stream_), "split conv k");
+        check(cudaMemcpy2DAsync(v, size_t(value_dim) * 4, conv + 2 * key_dim, pitch, size_t(value_dim) * 4,
+                                size_t(T), cudaMemcpyDeviceToDevice, stream_), "split conv v");
+        cuda::l2_norm(q, T * H_k, d_k, kL2NormEps, q_normed, stream_);
+        cuda::l2_norm(k, T * H_k, d_k, kL2NormEps, k_normed, stream_);
+    }
 
     float* beta = temp(T * H_v);
     float* g = temp(T * H_v);
@@ -730,6 +734,15 @@ void CudaModel::swiglu_ffn(const CudaMatrix& gate, const CudaMatrix& up, const C
         matmul_shared_input(x, xq, {{&gate, g}, {&up, u}});
     } else {
         matmul_prompt_group(x, T, {{&gate, g}, {&up, u}});
+    }
+    if (T >= cuda::kGemmMinTokens && all_quantized({&down}, width)) {
+        // The activations go straight into ffn_down's prompt rows (on the f16 path without an fp32 copy):
+        // what matmul(act, down) would prepare, bit for bit.
+        const size_t bytes = cuda::prompt_scratch_bytes(down.gemv.view(), T);
+        const cuda::PromptRows rows = cuda::prepare_prompt_rows_swiglu(g, u, act, down.gemv.view(), T,
+                                                                       temp(int64_t((bytes + 3) / 4)), stream_);
+        cuda::gemm_prompt_rows(rows, down.gemv.view(), out, stream_);
+        return;
     }
     cuda::swiglu(g, u, T * width, act, stream_);
     matmul(act, down, T, out);

@@ -20,11 +20,18 @@
 // memory rows padded so that a warp's loads fall in distinct banks. The reference works each chunk in
 // double and keeps S in fp32 between chunks; the differences are fp32 rounding of the products, of T
 // (an explicit triangular inverse where the reference substitutes forward), and of the exponentials.
+//
+// Measured in the model (H200, Bonsai-27B heads, T = 512, a layer's kernel in the prompt timeline): walk
+// 215 → 185 µs and prep 108 → 84 µs from four keys a step in Q S / K S, V requested ahead of them, the
+// prep's rows by cp.async with its decays loaded at once, and its product tiles packed into five warps —
+// each the same arithmetic in the same order. What limits the walk now (Nsight Compute): SMs active 62% of
+// its time (192 blocks on 132 SMs: 60 SMs run two, the rest one), issue ~73% busy where two run.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
 
+#include "ops/async_copy.cuh"
 #include "ops/cuda_launch.h"
 #include "ops/prefill_cuda.h"
 
@@ -73,7 +80,26 @@ constexpr int kTransposedRow = kL + 4;  // [key][token] rows in kernel 1, 16-byt
 constexpr int kSquareRow = kL + 1;      // [L][L] scratch rows in kernel 1 (column walks)
 
 size_t prep_smem_bytes(int64_t key_dim) {
-    return size_t(2 * key_dim * kTransposedRow + 2 * kL * kSquareRow + kL) * sizeof(float) + kL * sizeof(double);
+    return size_t(2 * key_dim * kTransposedRow + 2 * kL * kSquareRow + 2 * kL) * sizeof(float) + kL * sizeof(double);
+}
+
+// The 16 × 16 grid of 4×4 tiles of an L × L matrix: 136 on or below the diagonal, 120 above.
+constexpr int kTileRows = kL / 4;
+constexpr int kLowerTiles = kTileRows * (kTileRows + 1) / 2;
+static_assert(kLowerTiles + kTileRows * (kTileRows - 1) / 2 == kThreads, "one thread per tile");
+
+// Tile n of the lower triangle (row by row: (0,0), (1,0), (1,1), ...) or, when !lower, of the strict
+// upper one ((0,1), (0,2), ..., (1,2), ...), as its first row and column.
+__device__ __forceinline__ void lower_triangle_tile(int n, bool lower, int& i0, int& j0) {
+    int row = 0;
+    if (lower) {
+        while ((row + 1) * (row + 2) / 2 <= n) ++row;
+        i0 = 4 * row, j0 = 4 * (n - row * (row + 1) / 2);
+    } else {
+        // Row r of the strict upper triangle holds kTileRows − 1 − r tiles.
+        while (n >= kTileRows - 1 - row) n -= kTileRows - 1 - row, ++row;
+        i0 = 4 * row, j0 = 4 * (row + 1 + n);
+    }
 }
 
 // Kernel 1: per (head, chunk) of the slab, Tbᵀ, Mᵀ and the decay factors.
@@ -85,7 +111,8 @@ __global__ void __launch_bounds__(kThreads) delta_rule_chunk_prep_kernel(ChunkAr
     float* a_s = qt + dk * kTransposedRow;     // [L][L+1]   A
     float* t_s = a_s + kL * kSquareRow;        // [L][L+1]   T = (I + A)^{-1}
     float* beta_s = t_s + kL * kSquareRow;     // [L]
-    double* gamma = reinterpret_cast<double*>(beta_s + kL);  // [L], 8-byte aligned: the floats before are even
+    float* g_s = beta_s + kL;                  // [L]
+    double* gamma = reinterpret_cast<double*>(g_s + kL);  // [L], 8-byte aligned: the floats before are even
     const int tid = int(threadIdx.x);
 
     for (int64_t item = blockIdx.x; item < hv * a.n_chunks; item += gridDim.x) {
@@ -94,27 +121,39 @@ __global__ void __launch_bounds__(kThreads) delta_rule_chunk_prep_kernel(ChunkAr
         const int len = int(min(int64_t(kL), a.n_tokens - t0));
         const int64_t kh = key_head(a, h);
 
-        // Rows by warp, keys by lane: coalesced, and no 64-bit division per element.
+        // Rows by warp, keys by lane: coalesced, and no 64-bit division per element. Copies, not loads and
+        // stores: all of a thread's 2·L·dk/256 values are in flight at once (a load into a register and its
+        // store to shared memory went one after the other, the compiler unable to move a load of global
+        // memory past a store that might alias it). Rows past len are zero-filled from a valid address.
         for (int i = tid >> 5; i < kL; i += kThreads / 32) {
-            const float* k_row = a.k + ((t0 + i) * a.n_key_heads + kh) * dk;
-            const float* q_row = a.q + ((t0 + i) * a.n_key_heads + kh) * dk;
-#pragma unroll 4
+            const int64_t src = ((t0 + min(i, len - 1)) * a.n_key_heads + kh) * dk;
             for (int x = tid & 31; x < int(dk); x += 32) {
-                kt[x * kTransposedRow + i] = i < len ? k_row[x] : 0.0f;
-                qt[x * kTransposedRow + i] = i < len ? q_row[x] : 0.0f;
+                cp_async4(kt + x * kTransposedRow + i, a.k + src + x, i >= len);
+                cp_async4(qt + x * kTransposedRow + i, a.q + src + x, i >= len);
             }
         }
+        cp_async_commit_group();
         if (tid < kL) beta_s[tid] = tid < len ? a.beta[(t0 + tid) * hv + h] : 0.0f;  // padded tokens write nothing
-        if (tid == 0) {
-            double cum = 0.0;  // padded tokens do not decay: γ stays at γ_last
-            for (int i = 0; i < kL; ++i) gamma[i] = cum += i < len ? double(a.g[(t0 + i) * hv + h]) : 0.0;
+        // The log-decays land in shared memory with the rows (64 loads at once; one thread loading them in
+        // turn behind its own dependent sum waited out 64 memory latencies an item).
+        if (tid >= kThreads - kL) {
+            const int i = tid - (kThreads - kL);
+            g_s[i] = i < len ? a.g[(t0 + i) * hv + h] : 0.0f;  // padded tokens do not decay: γ stays at γ_last
         }
+        cp_async_wait_group<0>();
         __syncthreads();
+        if (tid == kThreads - 1) {  // a warp with no product tiles
+            double cum = 0.0;
+            for (int i = 0; i < kL; ++i) gamma[i] = cum += double(g_s[i]);
+        }
 
-        // 4×4 tiles of (i, j); tiles wholly above the diagonal are zero.
-        const int i0 = 4 * (tid >> 4), j0 = 4 * (tid & 15);
+        // 4×4 tiles of (i, j): the 136 on or below the diagonal are the first 136 threads (warps 0–4 do
+        // the products; the rest store the 120 zero tiles above it).
+        int i0, j0;
+        const bool lower = tid < kLowerTiles;
+        lower_triangle_tile(lower ? tid : tid - kLowerTiles, lower, i0, j0);
         float kk[4][4] = {}, qk[4][4] = {};
-        if (j0 <= i0 + 3) {
+        if (lower) {
             for (int64_t x = 0; x < dk; ++x) {
                 const float4 ki = *reinterpret_cast<const float4*>(kt + x * kTransposedRow + i0);
                 const float4 qi = *reinterpret_cast<const float4*>(qt + x * kTransposedRow + i0);
@@ -130,6 +169,7 @@ __global__ void __launch_bounds__(kThreads) delta_rule_chunk_prep_kernel(ChunkAr
                     }
             }
         }
+        __syncthreads();  // γ is in place
         float* prep = a.prep + item * kPrepFloats;
         float* m_t = prep + kL * kL;  // Mᵀ [j][i]
 #pragma unroll
@@ -177,16 +217,6 @@ size_t walk_smem_bytes(int64_t key_dim) {
     return size_t(2 * rows + s + 2 * kL * kValueTile + 2 * kL) * sizeof(float);
 }
 
-__device__ __forceinline__ void cp_async(float* smem, const float* global, int bytes, bool valid) {
-    const unsigned dst = unsigned(__cvta_generic_to_shared(smem));
-    if (bytes == 16)
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global), "r"(valid ? 16 : 0));
-    else
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(global), "r"(valid ? 4 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
-
 // q or k rows of one chunk into x_s ([L][x_row]), all in flight at once; rows past len are zero-filled.
 __device__ __forceinline__ void issue_rows(float* x_s, int x_row, const float* src, const ChunkArgs& a, int64_t kh,
                                            int64_t t0, int len) {
@@ -196,18 +226,22 @@ __device__ __forceinline__ void issue_rows(float* x_s, int x_row, const float* s
     for (int i = warp; i < kL; i += kWalkThreads / 32) {
         const float* row = src + ((t0 + min(i, len - 1)) * a.n_key_heads + kh) * a.key_dim;  // a valid address
         if (vec) {
-            for (int x = 4 * lane; x < dk; x += 128) cp_async(x_s + i * x_row + x, row + x, 16, i < len);
+            for (int x = 4 * lane; x < dk; x += 128) cp_async16(x_s + i * x_row + x, row + x, i >= len);
         } else {
-            for (int x = lane; x < dk; x += 32) cp_async(x_s + i * x_row + x, row + x, 4, i < len);
+            for (int x = lane; x < dk; x += 32) cp_async4(x_s + i * x_row + x, row + x, i >= len);
         }
     }
+}
+
+__device__ __forceinline__ float component(const float4& v, int e) {
+    return e == 0 ? v.x : e == 1 ? v.y : e == 2 ? v.z : v.w;  // e is a constant after unrolling
 }
 
 // o[r][c] += Σ_{j ≤ i0+3} Lᵀ[j][i0 + r] · B[j][c0 + c] for a lower-triangular L stored transposed in the
 // workspace (read through L1: the 16 lanes that share i0 read the same 16 bytes).
 __device__ __forceinline__ void lower_times(const float* __restrict__ lt, const float* b, int i0, int c0,
                                             float (&o)[4][2]) {
-#pragma unroll 4
+#pragma unroll 8
     for (int j = 0; j <= i0 + 3; ++j) {
         const float4 l = __ldg(reinterpret_cast<const float4*>(lt + j * kL + i0));
         const float2 v = *reinterpret_cast<const float2*>(b + j * kValueTile + c0);
@@ -255,7 +289,7 @@ __global__ void __launch_bounds__(kWalkThreads) delta_rule_chunk_walk_kernel(Chu
         auto chunk_len = [&](int64_t c) { return int(min(int64_t(kL), a.n_tokens - (a.first_chunk + c) * kL)); };
         issue_rows(q_s, x_row, a.q, a, kh, a.first_chunk * kL, chunk_len(0));
         issue_rows(k_s, x_row, a.k, a, kh, a.first_chunk * kL, chunk_len(0));
-        cp_async_commit();
+        cp_async_commit_group();
 
         for (int64_t c = 0; c < a.n_chunks; ++c) {
             const int64_t t0 = (a.first_chunk + c) * kL;
@@ -264,11 +298,47 @@ __global__ void __launch_bounds__(kWalkThreads) delta_rule_chunk_walk_kernel(Chu
             const float* tb_t = prep;          // Tbᵀ [L][L]
             const float* m_t = prep + kL * kL;  // Mᵀ [L][L]
             if (tid < 2 * kL) exp_gamma[tid] = prep[2 * kL * kL + tid];  // exp_to_end follows exp_gamma
-            cp_async_wait_all();
+            cp_async_wait_group<0>();
             __syncthreads();  // q_s, k_s, s_s and the decay factors of this chunk are in place
 
-            float o[4][2] = {}, p[4][2] = {};  // Q S and K S
-            for (int x = 0; x < int(dk); ++x) {
+            // This thread's values of V, requested now so that their latency hides behind Q S and K S.
+            float v_in[4][2];
+#pragma unroll
+            for (int r = 0; r < 4; ++r)
+#pragma unroll
+                for (int s = 0; s < 2; ++s) {
+                    const int i = i0 + r;
+                    const int64_t col = col0 + c0 + s;
+                    v_in[r][s] = i < len && col < dv ? a.v[((t0 + i) * hv + h) * dv + col] : 0.0f;
+                }
+
+            // Q S and K S, each output a sum over keys in key order. Four keys a step: a 16-byte load of
+            // each row and four of the state give 64 multiply-adds for 12 shared-memory loads (one key a
+            // step gave 16 for 9). Same order, same bits.
+            float o[4][2] = {}, p[4][2] = {};
+            const int dk4 = int(dk) & ~3;
+            for (int x = 0; x < dk4; x += 4) {
+                float4 qv[4], kv[4];
+                float2 sv[4];
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    qv[r] = *reinterpret_cast<const float4*>(q_s + (i0 + r) * x_row + x);
+                    kv[r] = *reinterpret_cast<const float4*>(k_s + (i0 + r) * x_row + x);
+                }
+#pragma unroll
+                for (int e = 0; e < 4; ++e) sv[e] = *reinterpret_cast<const float2*>(s_s + (x + e) * kValueTile + c0);
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+#pragma unroll
+                    for (int r = 0; r < 4; ++r) {
+                        const float qe = component(qv[r], e), ke = component(kv[r], e);
+                        o[r][0] = fmaf(qe, sv[e].x, o[r][0]);
+                        o[r][1] = fmaf(qe, sv[e].y, o[r][1]);
+                        p[r][0] = fmaf(ke, sv[e].x, p[r][0]);
+                        p[r][1] = fmaf(ke, sv[e].y, p[r][1]);
+                    }
+            }
+            for (int x = dk4; x < int(dk); ++x) {  // key_dim % 4 keys, one at a time
                 const float2 sv = *reinterpret_cast<const float2*>(s_s + x * kValueTile + c0);
 #pragma unroll
                 for (int r = 0; r < 4; ++r) {
@@ -284,13 +354,11 @@ __global__ void __launch_bounds__(kWalkThreads) delta_rule_chunk_walk_kernel(Chu
 #pragma unroll
                 for (int s = 0; s < 2; ++s) {
                     const int i = i0 + r;
-                    const int64_t col = col0 + c0 + s;
-                    const float v = i < len && col < dv ? a.v[((t0 + i) * hv + h) * dv + col] : 0.0f;
-                    r_s[i * kValueTile + c0 + s] = fmaf(-exp_gamma[i], p[r][s], v);
+                    r_s[i * kValueTile + c0 + s] = fmaf(-exp_gamma[i], p[r][s], v_in[r][s]);
                 }
             __syncthreads();  // q_s is free; r_s is complete
             if (c + 1 < a.n_chunks) issue_rows(q_s, x_row, a.q, a, kh, t0 + kL, chunk_len(c + 1));
-            cp_async_commit();
+            cp_async_commit_group();
 
             float vn[4][2] = {};
             lower_times(tb_t, r_s, i0, c0, vn);  // V' = Tb R
@@ -324,6 +392,9 @@ __global__ void __launch_bounds__(kWalkThreads) delta_rule_chunk_walk_kernel(Chu
 #pragma unroll
                     for (int s = 0; s < 4; ++s)
                         acc[r][s] = x0 + r < dk ? decay_all * s_s[(x0 + r) * kValueTile + 4 * sx + s] : 0.0f;
+                // Unrolled by 4: 4% faster than rolled (H200, Bonsai-27B heads, T = 512); with the Q S loop
+                // also unrolled by 2, 3% slower than rolled.
+#pragma unroll 4
                 for (int i = 0; i < len; ++i) {
                     const float4 kv = *reinterpret_cast<const float4*>(k_s + i * x_row + x0);
                     const float4 vv = *reinterpret_cast<const float4*>(vn_s + i * kValueTile + 4 * sx);
@@ -343,9 +414,9 @@ __global__ void __launch_bounds__(kWalkThreads) delta_rule_chunk_walk_kernel(Chu
             }
             __syncthreads();  // k_s, vn_s and exp_* are consumed
             if (c + 1 < a.n_chunks) issue_rows(k_s, x_row, a.k, a, kh, t0 + kL, chunk_len(c + 1));
-            cp_async_commit();
+            cp_async_commit_group();
         }
-        cp_async_wait_all();
+        cp_async_wait_group<0>();
 
         for (int e = tid; e < int(dk) * kValueTile; e += kWalkThreads) {
             const int x = e / kValueTile;

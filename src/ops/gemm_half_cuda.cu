@@ -39,7 +39,6 @@
 #include "ops/async_copy.cuh"
 #include "ops/bulk_copy.cuh"
 #include "ops/cluster.cuh"
-#include "ops/f16_activations.h"
 #include "ops/gemm_wgmma_cuda.h"  // wgmma_gemm_available
 #include "ops/tensor_map_cuda.h"
 #include "ops/weight_repack.h"
@@ -351,41 +350,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-// Row t rounded to f16 at its power-of-two scale (cpu::f16_activation_exponent): one block a row, the
-// row's max by the block, then every value scaled and rounded (the second read hits L1/L2).
-constexpr int kRoundThreads = 256;
-__global__ void __launch_bounds__(kRoundThreads) round_rows_f16_kernel(const float* x, uint16_t* h, float* inv_scale,
-                                                                      int64_t rows, int64_t cols) {
-    __shared__ float warp_max[kRoundThreads / 32];
-    for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
-        const float4* row = reinterpret_cast<const float4*>(x + r * cols);
-        const int64_t quads = cols / 4;
-        float amax = 0.0f;
-        for (int64_t i = threadIdx.x; i < quads; i += kRoundThreads) {
-            const float4 v = row[i];
-            amax = fmaxf(amax, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
-        }
-#pragma unroll
-        for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, offset));
-        if (threadIdx.x % 32 == 0) warp_max[threadIdx.x / 32] = amax;
-        __syncthreads();
-        amax = warp_max[0];
-#pragma unroll
-        for (int w = 1; w < kRoundThreads / 32; ++w) amax = fmaxf(amax, warp_max[w]);
-        __syncthreads();  // warp_max is rewritten by the next row
-        const int e = f16_activation_exponent(__float_as_uint(amax));
-        const float s = __uint_as_float(power_of_two_bits(e)), inv = __uint_as_float(power_of_two_bits(-e));
-        if (threadIdx.x == 0) inv_scale[r] = inv;
-        uint2* out = reinterpret_cast<uint2*>(h + r * cols);
-        for (int64_t i = threadIdx.x; i < quads; i += kRoundThreads) {
-            const float4 v = row[i];
-            const __half2 lo = __halves2half2(__float2half_rn(v.x * s), __float2half_rn(v.y * s));
-            const __half2 hi = __halves2half2(__float2half_rn(v.z * s), __float2half_rn(v.w * s));
-            out[i] = make_uint2(*reinterpret_cast<const uint32_t*>(&lo), *reinterpret_cast<const uint32_t*>(&hi));
-        }
-    }
-}
-
 using Kernel = void (*)(CUtensorMap, CUtensorMap, HalfGemmArgs);
 
 // The tiles: tokens × weight rows, the kernel, its shared memory, and the relative cost of one round of one
@@ -621,15 +585,6 @@ HalfActivationRows half_activation_rows_view(void* buffer, int64_t rows, int64_t
     auto* base = static_cast<uint8_t*>(buffer);
     return {reinterpret_cast<uint16_t*>(base), reinterpret_cast<float*>(base + halves_bytes(rows, cols)), rows, cols,
             reinterpret_cast<float*>(base + scales_end(rows, cols)), partial_floats()};
-}
-
-void round_activation_rows_f16(const float* x, const HalfActivationRows& out, cudaStream_t stream) {
-    if (out.rows == 0 || out.cols == 0) return;
-    if (out.cols % 4 != 0) fail_message("cuda round_activation_rows_f16: " + std::to_string(out.cols) +
-                                        " values a row (a multiple of 4 is needed)");
-    const unsigned blocks = unsigned(std::min<int64_t>(out.rows, 65535));
-    round_rows_f16_kernel<<<blocks, kRoundThreads, 0, stream>>>(x, out.h, out.inv_scale, out.rows, out.cols);
-    cuda_check_launch("round_rows_f16_kernel");
 }
 
 GemmLaunchReport gemm_q1_0_half(const HalfActivationRows& x, const GemvWeightView& w, float* y, cudaStream_t stream,

@@ -32,6 +32,7 @@
 #include "ops/gemm_args.h"
 #include "ops/gemm_terms.cuh"
 #include "ops/gemm_wgmma_cuda.h"
+#include "ops/ops_cuda.h"
 #include "ops/tensor_core.cuh"
 
 namespace deltabit::cuda {
@@ -708,6 +709,19 @@ PromptRows prepare_prompt_rows(const float* x, const GemvWeightView& like, int64
         quantize_activation_rows(x, rows.int8, stream);
     }
     return rows;
+}
+
+PromptRows prepare_prompt_rows_swiglu(const float* gate, const float* up, float* act, const GemvWeightView& like,
+                                      int64_t n_tokens, void* scratch, cudaStream_t stream) {
+    if (n_tokens >= kGemmMinTokens && half_gemm_serves(like, n_tokens)) {
+        PromptRows rows;
+        rows.path = PromptMatmulPath::f16_gemm;
+        rows.half = half_activation_rows_view(scratch, n_tokens, like.cols);
+        round_swiglu_rows_f16(gate, up, rows.half, stream);
+        return rows;
+    }
+    swiglu(gate, up, n_tokens * like.cols, act, stream);
+    return prepare_prompt_rows(act, like, n_tokens, scratch, stream);
 }
 
 void gemm_prompt_rows(const PromptRows& rows, const GemvWeightView& w, float* y, cudaStream_t stream) {

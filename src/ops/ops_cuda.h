@@ -56,6 +56,14 @@ void rope_neox(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_h
 // Two launches: the outputs (reading the old state), then the state roll, one thread per channel.
 void conv1d_causal_silu(const float* x, const float* w, float* state, int64_t n_tokens, int64_t channels,
                         int64_t kernel, float* out, cudaStream_t stream);
+// The gated DeltaNet's prompt input in one pass: conv1d_causal_silu over the [q | k | v] channels
+// (n_key_heads · key_dim twice, then value_dim), each part written to its own array ([T][n_key_heads · key_dim],
+// [T][value_dim]) and q and k L2-normalised per head of key_dim — the bits of conv1d_causal_silu, the split
+// and l2_norm(eps). Error unless conv1d_split_l2_supported (key_dim ≤ 256, kernel ≤ 4).
+bool conv1d_split_l2_supported(int64_t key_dim, int64_t kernel);
+void conv1d_split_l2(const float* x, const float* w, float* state, int64_t n_tokens, int64_t n_key_heads,
+                     int64_t key_dim, int64_t value_dim, int64_t kernel, float eps, float* q, float* k, float* v,
+                     cudaStream_t stream);
 
 // ---- embedding.h ----
 // `table.data` is on the device in the dtype's GGUF block layout (not the GEMV repack); `ids` too.

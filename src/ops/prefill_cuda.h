@@ -149,8 +149,11 @@ struct HalfActivationRows {
 // ~17 MB on an H200 for 128 rows and more, a few MB for short prompts).
 size_t half_activation_rows_bytes(int64_t rows, int64_t cols);
 HalfActivationRows half_activation_rows_view(void* buffer, int64_t rows, int64_t cols);  // buffer 16-byte aligned
-// cols a multiple of 4.
+// cols a multiple of 4 (round_rows_f16_cuda.cu).
 void round_activation_rows_f16(const float* x, const HalfActivationRows& out, cudaStream_t stream);
+// The rows of silu(gate) · up ([rows][cols] each, 16-byte aligned) rounded the same way, without the fp32
+// products going through memory: the bits of cuda::swiglu then round_activation_rows_f16.
+void round_swiglu_rows_f16(const float* gate, const float* up, const HalfActivationRows& out, cudaStream_t stream);
 bool half_gemm_available();
 // half_gemm_available() unless DELTABIT_GEMM_F16=0 (on by default since its copies went through the copy
 // engine: Bonsai-27B pp512 87 ms against 102 with the int8 GEMM, docs/bench.md; =0 measures the int8 path).
@@ -188,6 +191,11 @@ struct PromptRows {
 PromptRows prepare_prompt_rows(const float* x, const GemvWeightView& like, int64_t n_tokens, void* scratch,
                                cudaStream_t stream);
 void gemm_prompt_rows(const PromptRows& rows, const GemvWeightView& w, float* y, cudaStream_t stream);
+// prepare_prompt_rows of swiglu(gate, up) (the FFN's activations for ffn_down, `like`): on the f16 path
+// computed and rounded in one pass (round_swiglu_rows_f16); on the int8 path written to `act`
+// (n_tokens × like.cols floats) by cuda::swiglu and quantised from there. The same rows either way.
+PromptRows prepare_prompt_rows_swiglu(const float* gate, const float* up, float* act, const GemvWeightView& like,
+                                      int64_t n_tokens, void* scratch, cudaStream_t stream);
 
 // ---- chunked gated delta rule (delta_rule_chunked_cuda.cu) ----
 //

@@ -3,6 +3,7 @@
 // against the naive CPU references. Skips cleanly without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <string>
@@ -180,12 +181,76 @@ TEST(OpParityElementwise, Conv1dHostileShapes) {
     // T below, at and above K − 1 (the state roll shifts in place when T < K − 1).
     for (int64_t t : {int64_t(1), int64_t(2), int64_t(3), int64_t(63), int64_t(65), int64_t(129), int64_t(1000)}) {
         for (int64_t c : {int64_t(1), int64_t(63), int64_t(65), int64_t(129)}) {
-            for (int64_t k : {int64_t(1), int64_t(2), int64_t(4)}) check_conv1d(t, c, k, seed++);
+            // K ≤ 4 take the slab kernel (16 tokens a thread: T = 63, 65 end mid-slab), K = 5 the other.
+            for (int64_t k : {int64_t(1), int64_t(2), int64_t(3), int64_t(4), int64_t(5)}) check_conv1d(t, c, k, seed++);
         }
     }
     // Bonsai-27B's DeltaNet conv: K = 4 over 2·16·128 + 48·128 = 10240 channels.
     check_conv1d(1, 10240, 4, seed++);
     check_conv1d(129, 10240, 4, seed++);
+}
+
+// The DeltaNet prompt's fused conv (conv1d_split_l2) against its three steps on the GPU — conv1d_causal_silu
+// (held to the CPU reference above), the split, l2_norm (held to its reference in test_op_parity_norms) —
+// every bit of q, k, v and the state: head dims on and off the warp (64, 96, 128, 200, 256), value parts
+// shorter than, equal to and past one warp's 256 channels, 1 to 4 taps, T within one 16-token slab and
+// across several, a nonzero incoming state.
+void check_conv1d_split(int64_t T, int64_t heads, int64_t dk, int64_t dv_total, int64_t kernel, uint32_t seed) {
+    std::mt19937 rng(seed);
+    const int64_t key_dim = heads * dk, channels = 2 * key_dim + dv_total, history = kernel - 1;
+    const std::vector<float> x = uniform(size_t(T * channels), rng, -3.0f, 3.0f);
+    const std::vector<float> w = uniform(size_t(channels * kernel), rng, -1.0f, 1.0f);
+    const std::vector<float> state = uniform(size_t(history * channels), rng, -3.0f, 3.0f);
+    const float eps = 1e-6f;
+    const std::string what = "conv1d_split_l2 T=" + std::to_string(T) + " heads=" + std::to_string(heads) +
+                             " dk=" + std::to_string(dk) + " v=" + std::to_string(dv_total) + " K=" +
+                             std::to_string(kernel);
+
+    GuardedDeviceArray<float> dx(x), dw(w), state_fused(state), state_steps(state);
+    GuardedDeviceArray<float> q(size_t(T * key_dim)), k(size_t(T * key_dim)), v(size_t(T * dv_total));
+    ASSERT_TRUE(cuda::conv1d_split_l2_supported(dk, kernel)) << what;
+    cuda::conv1d_split_l2(dx.get(), dw.get(), state_fused.get(), T, heads, dk, dv_total, kernel, eps, q.get(), k.get(),
+                          v.get(), nullptr);
+
+    GuardedDeviceArray<float> conv(x.size()), q_steps(size_t(T * key_dim)), k_steps(size_t(T * key_dim));
+    cuda::conv1d_causal_silu(dx.get(), dw.get(), state_steps.get(), T, channels, kernel, conv.get(), nullptr);
+    const std::vector<float> out = conv.download(what + " conv");
+    std::vector<float> q_raw(size_t(T * key_dim)), k_raw(q_raw.size()), v_want(size_t(T * dv_total));
+    for (int64_t t = 0; t < T; ++t) {
+        const float* row = out.data() + t * channels;
+        std::copy(row, row + key_dim, q_raw.begin() + t * key_dim);
+        std::copy(row + key_dim, row + 2 * key_dim, k_raw.begin() + t * key_dim);
+        std::copy(row + 2 * key_dim, row + channels, v_want.begin() + t * dv_total);
+    }
+    GuardedDeviceArray<float> dq_raw(q_raw), dk_raw(k_raw);
+    cuda::l2_norm(dq_raw.get(), T * heads, dk, eps, q_steps.get(), nullptr);
+    cuda::l2_norm(dk_raw.get(), T * heads, dk, eps, k_steps.get(), nullptr);
+    expect_ulps(q.download(what + " q"), q_steps.download(what + " q steps"), 0, what + " q");
+    expect_ulps(k.download(what + " k"), k_steps.download(what + " k steps"), 0, what + " k");
+    expect_ulps(v.download(what + " v"), v_want, 0, what + " v");
+    expect_ulps(state_fused.download(what + " state"), state_steps.download(what + " state steps"), 0,
+                what + " state");
+}
+
+TEST(OpParityElementwise, Conv1dSplitL2IsConvSplitAndNormBitForBit) {
+    DELTABIT_REQUIRE_GPU();
+    uint32_t seed = 600;
+    for (int64_t T : {int64_t(1), int64_t(2), int64_t(16), int64_t(17), int64_t(129)}) {
+        for (int64_t kernel : {int64_t(1), int64_t(2), int64_t(3), int64_t(4)}) {
+            check_conv1d_split(T, 2, 128, 384, kernel, seed++);
+        }
+        check_conv1d_split(T, 3, 64, 256, 4, seed++);
+        check_conv1d_split(T, 1, 96, 100, 4, seed++);
+        check_conv1d_split(T, 2, 200, 520, 4, seed++);
+        check_conv1d_split(T, 1, 256, 32, 3, seed++);
+    }
+    // Bonsai-27B's DeltaNet: 16 key heads of 128, 48 value heads of 128, K = 4.
+    check_conv1d_split(130, 16, 128, 48 * 128, 4, seed++);
+    EXPECT_FALSE(cuda::conv1d_split_l2_supported(257, 4));
+    EXPECT_FALSE(cuda::conv1d_split_l2_supported(128, 5));
+    EXPECT_THROW(cuda::conv1d_split_l2(nullptr, nullptr, nullptr, 4, 1, 300, 8, 4, 1e-6f, nullptr, nullptr, nullptr,
+                                       nullptr),
+                 std::exception);
 }
 
 TEST(OpParityElementwise, Conv1dStateCarriesAcrossCalls) {

@@ -5,6 +5,7 @@
 // What is checked:
 //   - the rounding: every f16 bit and every row scale equal the CPU's (ops/f16_activations.h), on rows that
 //     f16 could not hold unscaled (max 3e5), rows deep in its subnormals (1e-9), zero rows, odd magnitudes;
+//     the FFN's rows rounded straight from gate and up equal swiglu then the rounding, bit for bit;
 //   - y[t][n] equals the reference within the fp32 bound of the tensor cores' summation (below), on every
 //     token of a sample of weight rows and every weight row of a sample of tokens, for every tile and the
 //     automatic choice (with its tail cut), every output written (NaN poison) and the guard band intact;
@@ -36,6 +37,7 @@
 #include "cuda/quantized_test_data.h"
 #include "ops/gemm_wgmma_cuda.h"
 #include "ops/matmul_cuda.h"
+#include "ops/ops_cuda.h"
 #include "ops/prefill_cuda.h"
 #endif
 
@@ -353,6 +355,58 @@ TEST(PrefillGemmHalf, MatmulPromptPathByTokensAndDtype) {
     const cuda::GemvWeights w8 = cuda::upload_gemv_weights(WeightView{q8.data(), DType::Q8_0, N, K}, "test");
     EXPECT_EQ(cuda::matmul_prompt(dx.get(), w8.view(), 16, y.get(), scratch.get(), nullptr),
               cuda::PromptMatmulPath::int8_gemm);
+}
+
+// The FFN's activations rounded for ffn_down in one pass (round_swiglu_rows_f16) are swiglu's output rounded
+// by round_activation_rows_f16, every bit of every f16 and row scale: rows short and long, one beyond what the
+// kernel keeps in shared memory (24580 > 24576 values: the products computed again), rows scaled past f16's
+// range and deep in its subnormals. And the FFN's matmul through prepare_prompt_rows_swiglu is
+// matmul_prompt of swiglu's output bit for bit, on whichever path the switch gives.
+TEST(PrefillGemmHalf, SwigluRowsAreSwigluThenRounding) {
+    DELTABIT_REQUIRE_GPU();
+    std::mt19937 rng(21);
+    struct Shape {
+        int64_t rows, cols;
+    };
+    for (const Shape sh : {Shape{9, 17408}, Shape{3, 24580}, Shape{5, 4}, Shape{13, 1028}}) {
+        const std::string what = std::to_string(sh.rows) + "×" + std::to_string(sh.cols);
+        std::vector<float> gate(size_t(sh.rows * sh.cols));
+        for (float& v : gate) v = std::uniform_real_distribution<float>(-12.0f, 12.0f)(rng);
+        const std::vector<float> up = random_activations(sh.rows, sh.cols, rng);
+        GuardedDeviceArray<float> dg(gate), du(up), act(gate.size());
+        cuda::swiglu(dg.get(), du.get(), int64_t(gate.size()), act.get(), nullptr);
+        const size_t bytes = cuda::half_activation_rows_bytes(sh.rows, sh.cols);
+        GuardedDeviceArray<uint8_t> fused(bytes), two_steps(bytes);
+        const cuda::HalfActivationRows a = cuda::half_activation_rows_view(fused.get(), sh.rows, sh.cols);
+        const cuda::HalfActivationRows b = cuda::half_activation_rows_view(two_steps.get(), sh.rows, sh.cols);
+        cuda::round_swiglu_rows_f16(dg.get(), du.get(), a, nullptr);
+        cuda::round_activation_rows_f16(act.get(), b, nullptr);
+        // The f16 values, then the row scales.
+        const size_t used = size_t(reinterpret_cast<uint8_t*>(a.inv_scale) - fused.get()) + size_t(sh.rows) * 4;
+        const std::vector<uint8_t> got = fused.download(what), want = two_steps.download(what);
+        for (size_t i = 0; i < used; ++i)
+            ASSERT_EQ(got[i], want[i]) << what << ": byte " << i << " of the rounded rows";
+    }
+
+    const int64_t T = 16, N = 256, K = 1024;
+    const std::vector<uint8_t> q1 = random_weights(DType::Q1_0, N, K, rng);
+    const cuda::GemvWeights w = cuda::upload_gemv_weights(WeightView{q1.data(), DType::Q1_0, N, K}, "test");
+    std::vector<float> gate(size_t(T * K));
+    for (float& v : gate) v = std::uniform_real_distribution<float>(-6.0f, 6.0f)(rng);
+    const std::vector<float> up = random_activations(T, K, rng);
+    GuardedDeviceArray<float> dg(gate), du(up), act(gate.size()), act_direct(gate.size()), y(size_t(T * N)),
+        y_direct(size_t(T * N));
+    cuda::DeviceBuffer scratch(cuda::prompt_scratch_bytes(w.view(), T));
+    const cuda::PromptRows rows =
+        cuda::prepare_prompt_rows_swiglu(dg.get(), du.get(), act.get(), w.view(), T, scratch.get(), nullptr);
+    EXPECT_EQ(rows.path, cuda::half_prompt_gemm_enabled() ? cuda::PromptMatmulPath::f16_gemm
+                                                          : cuda::PromptMatmulPath::int8_gemm);
+    cuda::gemm_prompt_rows(rows, w.view(), y.get(), nullptr);
+    cuda::swiglu(dg.get(), du.get(), T * K, act_direct.get(), nullptr);
+    cuda::matmul_prompt(act_direct.get(), w.view(), T, y_direct.get(), scratch.get(), nullptr);
+    const std::vector<float> got = y.download("through the swiglu rows"), want = y_direct.download("matmul_prompt");
+    for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i])) << "output " << i;
 }
 
 TEST(PrefillGemmHalf, PlanPicksTilesByRoundCosts) {
