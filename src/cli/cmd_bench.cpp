@@ -2,7 +2,7 @@
 // copy bandwidth and tensor-core peak, appended to bench/history.tsv (docs/bench.md).
 //
 //   deltabit bench (-m MODEL | --geometry NAME) [--type q1_0] [--json] [--depths 0,4096,32768]
-//                  [--prompts 512,4096] [--kv f32|f16] [--fill auto|prefill|synthetic]
+//                  [--prompts 512,4096] [--first-tokens 2,16,64] [--kv f32|f16] [--fill auto|prefill|synthetic]
 //                  [--prompt-budget S] [--fill-budget S] [--max-seconds S]
 //                  [--no-history | --history FILE] [--commit HASH] [--seed N]
 //
@@ -45,6 +45,7 @@ struct BenchArgs {
     // Each as given: one comma-separated list or several values (`--depths 0 32768`), joined before parsing.
     std::vector<std::string> depths{"0,4096,32768"};
     std::vector<std::string> prompts{"512,4096"};
+    std::vector<std::string> first_tokens{"2,16,64"};
     std::string kv = "f32";
     std::string fill = "auto";
     bool no_history = false;
@@ -89,6 +90,7 @@ BenchPlan plan_from(const BenchArgs& args) {
     BenchPlan plan;
     plan.depths = parse_counts(args.depths, "--depths", 0);
     plan.prompt_lengths = parse_counts(args.prompts, "--prompts", 2);
+    plan.first_token_lengths = parse_counts(args.first_tokens, "--first-tokens", 1);
     const std::optional<KvFormat> kv = parse_kv_format(args.kv);
     if (!kv) fail("bench: --kv {:?}: expected f32, f16 or kivi4", args.kv);
     plan.kv = *kv;
@@ -248,6 +250,9 @@ void add_bench_command(CLI::App& app) {
         ->default_str("0,4096,32768");
     cmd->add_option("--prompts", args->prompts, "Prompt lengths of the prefill tests (512,4096 or 512 4096)")
         ->default_str("512,4096");
+    cmd->add_option("--first-tokens", args->first_tokens,
+                    "Prompt lengths of the time-to-first-token tests (2,16,64 or 2 16 64)")
+        ->default_str("2,16,64");
     cmd->add_option("--kv", args->kv, "KV cache format: f32, f16 or kivi4")->default_str("f32");
     cmd->add_option("--fill", args->fill,
                     "How a decode test reaches its depth: prefill, synthetic (random KV, no model run), or auto "

@@ -335,6 +335,7 @@ CudaModel::CudaModel(const Model& model, const UploadProgress& progress) : confi
     // An experiment switch for measuring what the fold saves (docs/bench.md): DELTABIT_SEAM_FOLD=0.
     seam_folding_ = env_switch("DELTABIT_SEAM_FOLD", true);
     rope_table_ = env_switch("DELTABIT_ROPE_TABLE", true);
+    prompt_steps_ = env_switch("DELTABIT_PROMPT_STEPS", true);
     // A blocking stream: it orders after the synchronous uploads and memsets of the legacy stream.
     check(cudaStreamCreate(&stream_), "create stream");
     const ModelParts& parts = model.parts();
@@ -1010,7 +1011,7 @@ void CudaModel::release_graph() {
     graph_state_id_ = 0;
 }
 
-const float* CudaModel::decode_step(CudaSequenceState& state, int32_t id) {
+const float* CudaModel::decode_step(CudaSequenceState& state, int32_t id, bool may_capture) {
     begin_call(decode_arena_);
     // The pinned inputs may be rewritten once the previous step's upload has read them.
     check(cudaEventSynchronize(step_uploaded_), "wait for the previous decode inputs");
@@ -1023,7 +1024,7 @@ const float* CudaModel::decode_step(CudaSequenceState& state, int32_t id) {
     const float* logits = nullptr;
     bool graph = graphs_enabled_ && graphable_ && decode_sized_;
     if (graph && (graph_state_id_ != state.id() || graphs_[state.parity()].exec == nullptr))
-        graph = capture_decode_graph(state);
+        graph = may_capture && capture_decode_graph(state);
     if (graph) {
         const DecodeGraph& g = graphs_[state.parity()];
         check(cudaGraphLaunch(g.exec, stream_), "replay decode graph");
@@ -1093,6 +1094,15 @@ const float* CudaModel::forward_last(CudaSequenceState& state, std::span<const i
     if (T == 0) fail("cuda forward_last: no tokens to consume");
     if (T == 1) return decode_step(state, ids[0]);
     const float* logits = nullptr;
+    if (T <= kStepPromptMaxTokens && prompt_steps_) {
+        // A few tokens: one decode step each (~420 launches a Bonsai-27B step, with fused seams and DeltaNet
+        // kernels) instead of the prompt path's ~1600 launches, which the host cannot issue as fast as the
+        // GPU runs them at these lengths. Eager steps: a graph captured here would be this state's, and the
+        // capture costs more than it saves over a few tokens (the next decode step captures it). The matmuls
+        // round as this short a prompt's do (the per-token GEMV); the delta rule runs recurrently.
+        for (const int32_t id : ids) logits = decode_step(state, id, false);
+        return logits;
+    }
     for (int64_t first = 0; first < T; first += kPromptChunk) {
         const int64_t n = std::min(kPromptChunk, T - first);
         logits = prompt_chunk(state, ids.subspan(size_t(first), size_t(n)), false);

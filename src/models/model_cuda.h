@@ -237,8 +237,15 @@ public:
     // Consumes `ids` and returns a DEVICE pointer to the last token's logits [n_vocab]; nothing is copied
     // to the host and nothing waits. Valid until the next call on this model. One id is one decode step:
     // a replay of the CUDA graph of the whole step (captured on the second step of a state, the first
-    // running eagerly to size the decode arena). Same errors as forward().
+    // running eagerly to size the decode arena). So are up to kStepPromptMaxTokens ids, one step each: the
+    // step's fused kernels cost less than the prompt path's launches at these lengths (DELTABIT_PROMPT_STEPS=0
+    // runs them as a prompt, for measuring). Same errors as forward().
     const float* forward_last(CudaSequenceState& state, std::span<const int32_t> ids);
+    // H200, bench --first-tokens, 2026-12-02 (ms to the first token; prompt path → eager steps):
+    // Bonsai-27B T = 2 13.9 → 7.2, T = 3 17.0 → 10.8 (a step ~3.6 ms, the prompt path ~13.9 + 3.1 a token
+    // below kGemmMinTokens, 20.0 at 8 with the GEMM); Bonsai-4B T = 2 5.0 → 2.7, T = 3 6.7 → 4.0 (8.3 at
+    // T = 4 by the prompt path, 5.8 at 8).
+    static constexpr int64_t kStepPromptMaxTokens = 4;
 
     // The index of the largest logit, ties to the lowest id (sampling/sampler.h argmax_lowest_id),
     // computed on the GPU; copies back 4 bytes.
@@ -325,8 +332,9 @@ private:
     void decode_layers(CudaSequenceState& state, const int32_t* d_token, const int32_t* d_position, float* logits);
     // T > 1: one chunk; logits of every token (all_logits) or of the last one, into `logits`.
     const float* prompt_chunk(CudaSequenceState& state, std::span<const int32_t> ids, bool all_logits);
-    // T = 1: the step of one token, replayed from the graph when it can be.
-    const float* decode_step(CudaSequenceState& state, int32_t id);
+    // T = 1: the step of one token, replayed from the graph when it can be (captured first where none is,
+    // unless !may_capture: then eager).
+    const float* decode_step(CudaSequenceState& state, int32_t id, bool may_capture = true);
     // The kernels of one decode step, reading step_ (what the graph records); returns the logits.
     const float* enqueue_decode_step(CudaSequenceState& state);
     // False (nothing captured) when the step outgrew the decode arena: it then runs eagerly.
@@ -360,6 +368,7 @@ private:
     bool graphs_enabled_ = true;
     bool seam_folding_ = true;           // set_seam_folding
     bool rope_table_ = true;             // set_rope_table
+    bool prompt_steps_ = true;           // DELTABIT_PROMPT_STEPS: short prompts as decode steps (forward_last)
     bool graphable_ = true;              // false with MoE layers: their router syncs with the host
     bool decode_sized_ = false;          // an eager step has sized the decode arena
     // The decode step of one state, captured once per parity of its DeltaNet copies (each reads one copy

@@ -35,6 +35,7 @@
 
 #if DELTABIT_HAVE_CUDA
 
+#include "core/env_switch.h"
 #include "core/quant.h"
 #include "models/model.h"
 #include "models/model_cuda.h"
@@ -262,6 +263,48 @@ TEST_P(ModelParityCuda, PromptAcrossCallChunksMatchesCpu) {
     } else {
         EXPECT_LE(vs_cpu.max_diff, tolerance);
     }
+}
+
+// forward_last takes a prompt of up to kStepPromptMaxTokens tokens as decode steps (one per token, no prompt
+// chunk) and a longer one as a prompt; either way its last logits are the CPU's by the rules above, and
+// the token after them too.
+TEST_P(ModelParityCuda, ShortPromptsAsDecodeStepsMatchCpu) {
+    DELTABIT_REQUIRE_GPU();
+    Parity p(GetParam());
+    auto& [f, binary, cpu, gpu, tolerance] = p;
+    const int64_t V = f.vocab;
+    const std::vector<int32_t>& tokens =
+        std::max_element(f.cases.begin(), f.cases.end(), [](const auto& a, const auto& b) {
+            return a.tokens.size() < b.tokens.size();
+        })->tokens;
+    ASSERT_GT(int64_t(tokens.size()), CudaModel::kStepPromptMaxTokens + 1) << f.name;
+    Comparison vs_cpu;
+    for (int64_t T = 2; T <= CudaModel::kStepPromptMaxTokens + 1; ++T) {
+        const std::span<const int32_t> prompt(tokens.data(), size_t(T));
+        SequenceState cpu_state = cpu.new_sequence();
+        CudaSequenceState gpu_state = gpu.new_sequence(kMaxPositions);
+        const CudaDecodeStats before = gpu.decode_stats();
+        std::vector<float> got(static_cast<size_t>(V));
+        cuda::cuda_check(cudaMemcpy(got.data(), gpu.forward_last(gpu_state, prompt), size_t(V) * sizeof(float),
+                                    cudaMemcpyDeviceToHost),
+                         "download logits");
+        const CudaDecodeStats after = gpu.decode_stats();
+        const bool as_steps = T <= CudaModel::kStepPromptMaxTokens && env_switch("DELTABIT_PROMPT_STEPS", true);
+        EXPECT_EQ(after.prompt_chunks - before.prompt_chunks, as_steps ? 0 : 1) << T << " tokens";
+        if (as_steps)
+            EXPECT_EQ((after.graph_replays + after.eager_steps) - (before.graph_replays + before.eager_steps), T)
+                << T << " tokens";
+        const std::vector<float> all = cpu.forward(cpu_state, prompt);
+        compare(got, std::vector<float>(all.end() - V, all.end()), V, 2 * tolerance, vs_cpu);
+        const int32_t next = tokens.at(size_t(T));
+        const std::vector<float> gpu_next = gpu.forward(gpu_state, std::span(&next, 1));
+        compare(gpu_next, cpu.forward(cpu_state, std::span(&next, 1)), V, 2 * tolerance, vs_cpu);
+        EXPECT_EQ(gpu_state.position(), T + 1);
+    }
+    std::printf("[ model cuda ] %-22s short prompts by forward_last: max|dlogit| vs cpu %.3e (%.2e of max|logit|)\n",
+                f.name.c_str(), vs_cpu.max_diff, vs_cpu.max_diff / f.max_abs_logit);
+    EXPECT_EQ(vs_cpu.argmax_mismatches, 0);
+    if (!binary || std::getenv("DELTABIT_CHECK_INT8_BOUND") != nullptr) EXPECT_LE(vs_cpu.max_diff, tolerance);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ModelParityCuda, ::testing::ValuesIn(test::fixture_names()),

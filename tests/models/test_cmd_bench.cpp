@@ -49,6 +49,8 @@ void expect_refused(const std::string& args, const std::string& message) {
 TEST(BenchCli, BadListsAndFormatsAreRefusedBeforeAnyWork) {
     expect_refused("bench --geometry tiny-qwen3 --depths 0,,8 --no-history", "--depths \"0,,8\"");
     expect_refused("bench --geometry tiny-qwen3 --prompts 1 --no-history", "below the minimum 2");
+    expect_refused("bench --geometry tiny-qwen3 --first-tokens 2,0 --no-history",
+                   "--first-tokens \"2,0\": 0 is below the minimum 1");
     expect_refused("bench --geometry tiny-qwen3 --max-seconds 0 --no-history",
                    "--max-seconds 0: must be a positive number of seconds");
     expect_refused("bench --geometry tiny-qwen3 --kv q8 --no-history", "expected f32, f16 or kivi4");
