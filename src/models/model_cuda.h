@@ -242,9 +242,9 @@ public:
     // runs them as a prompt, for measuring). Same errors as forward().
     const float* forward_last(CudaSequenceState& state, std::span<const int32_t> ids);
     // H200, bench --first-tokens, 2026-12-02 (ms to the first token; prompt path → eager steps):
-    // Bonsai-27B T = 2 13.9 → 7.2, T = 3 17.0 → 10.8 (a step ~3.6 ms, the prompt path ~13.9 + 3.1 a token
-    // below kGemmMinTokens, 20.0 at 8 with the GEMM); Bonsai-4B T = 2 5.0 → 2.7, T = 3 6.7 → 4.0 (8.3 at
-    // T = 4 by the prompt path, 5.8 at 8).
+    // Bonsai-27B T = 2 13.9 → 7.2, 3: 17.0 → 10.8, 4: 20.1 → 14.5 (a step ~3.6 ms; the prompt path ~13.9 +
+    // 3.1 a token below kGemmMinTokens, 20.0 at 8 with the GEMM); Bonsai-4B 2: 5.0 → 2.7, 3: 6.7 → 4.0,
+    // 4: 8.3 → 5.8 (5.8 at 8). At 5 tokens steps lose to the GEMM that 8 tokens take.
     static constexpr int64_t kStepPromptMaxTokens = 4;
 
     // The index of the largest logit, ties to the lowest id (sampling/sampler.h argmax_lowest_id),

@@ -1,13 +1,13 @@
 // CUDA conv1d_causal_silu (ops/conv1d.h). Two launches on the stream:
-//   1. the outputs: for K ≤ 4 (Qwen3.5's is 4) one thread per (channel, slab of kSlabTokens tokens) keeps the
-//      channel's taps and its window of K inputs in registers and walks the slab, so each input is read
-//      once (a warp reads consecutive channels); other K, one thread per out[t][c];
+//   1. every out[t][c] (grid-stride over T·C, channels fastest so a warp reads consecutive channels),
+//      reading window rows from the old state or from x;
 //   2. the state roll, one thread per channel, which may only run after every output has read the old
 //      state (hence a second launch rather than a fused tail).
-// The K-term sum is fp32 fmaf in tap order in both forms (the reference sums in double).
+// The K-term sum is fp32 fmaf in tap order (the reference sums in double).
 // conv1d_split_l2 is the gated DeltaNet prompt's conv, split into q, k and v and L2 norm of q and k in
 // one launch (then the same state roll): the conv's 3 copies and 2 norm launches a layer were host-bound
-// gaps on the GPU (the host launching ~17 µs a call against ~3 µs of work each).
+// gaps on the GPU (the host launching ~17 µs a call against ~3 µs of work each). The model's prompt path
+// takes it; conv1d_causal_silu stays for shapes it does not serve.
 #include <string>
 
 #include "backend/cuda_buffer.h"
@@ -43,41 +43,6 @@ __global__ void conv1d_out_kernel(const float* x, const float* w, const float* s
     }
 }
 
-constexpr int64_t kSlabTokens = 16;  // the K − 1 inputs before a slab are read twice: 3/16 more at K = 4
-
-template <int K>
-__global__ void conv1d_out_slab_kernel(const float* x, const float* w, const float* state, int64_t n_tokens,
-                                       int64_t channels, int64_t n_slabs, float* out) {
-    constexpr int64_t history = K - 1;
-    const int64_t items = channels * n_slabs;
-    const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < items; i += stride) {
-        const int64_t c = i % channels, t_begin = (i / channels) * kSlabTokens;
-        const int64_t t_end = min(n_tokens, t_begin + kSlabTokens);
-        float taps[K], window[K];
-#pragma unroll
-        for (int j = 0; j < K; ++j) taps[j] = w[c * K + j];
-#pragma unroll
-        for (int j = 0; j < K - 1; ++j) window[j] = window_row(state, x, t_begin + j, history, channels)[c];
-        for (int64_t t = t_begin; t < t_end; ++t) {
-            window[K - 1] = x[t * channels + c];  // window row t + K − 1
-            float sum = 0.0f;
-#pragma unroll
-            for (int j = 0; j < K; ++j) sum = fmaf(taps[j], window[j], sum);
-            out[t * channels + c] = silu_f(sum);
-#pragma unroll
-            for (int j = 0; j < K - 1; ++j) window[j] = window[j + 1];
-        }
-    }
-}
-
-template <int K>
-void launch_slab_kernel(const float* x, const float* w, const float* state, int64_t n_tokens, int64_t channels,
-                        float* out, cudaStream_t stream) {
-    const int64_t n_slabs = (n_tokens + kSlabTokens - 1) / kSlabTokens;
-    conv1d_out_slab_kernel<K><<<grid_blocks(channels * n_slabs, kThreads), kThreads, 0, stream>>>(
-        x, w, state, n_tokens, channels, n_slabs, out);
-}
 
 // New state row r = window row T + r. Rows are rewritten in increasing r, and row T + r > r is read
 // before anything overwrites it, so the roll is safe in place.
@@ -97,6 +62,7 @@ __global__ void conv1d_state_kernel(const float* x, float* state, int64_t n_toke
 // tokens in turn: lane l owns the unit's channels l, l + 32, ... with their taps in registers, so the sum of
 // squares is l2_norm's warp-per-row sum term for term (each lane's channels in order, then warp_sum). (One
 // warp walking its slab with the window in registers, one load after another, took 70 µs a Bonsai-27B layer.)
+constexpr int64_t kSlabTokens = 16;      // tokens a block: the K − 1 inputs before them are copied twice
 constexpr int kSplitLaneChannels = 8;  // key_dim ≤ 256
 constexpr int64_t kSplitUnitChannels = 32 * kSplitLaneChannels;
 constexpr int kSplitWarps = 8;
@@ -228,15 +194,8 @@ void conv1d_split_l2(const float* x, const float* w, float* state, int64_t n_tok
 void conv1d_causal_silu(const float* x, const float* w, float* state, int64_t n_tokens, int64_t channels,
                         int64_t kernel, float* out, cudaStream_t stream) {
     if (n_tokens <= 0 || channels <= 0) return;
-    switch (kernel) {
-        case 1: launch_slab_kernel<1>(x, w, state, n_tokens, channels, out, stream); break;
-        case 2: launch_slab_kernel<2>(x, w, state, n_tokens, channels, out, stream); break;
-        case 3: launch_slab_kernel<3>(x, w, state, n_tokens, channels, out, stream); break;
-        case 4: launch_slab_kernel<4>(x, w, state, n_tokens, channels, out, stream); break;
-        default:
-            conv1d_out_kernel<<<grid_blocks(n_tokens * channels, kThreads), kThreads, 0, stream>>>(
-                x, w, state, n_tokens, channels, kernel, out);
-    }
+    conv1d_out_kernel<<<grid_blocks(n_tokens * channels, kThreads), kThreads, 0, stream>>>(x, w, state, n_tokens,
+                                                                                             channels, kernel, out);
     cuda_check_launch("conv1d_causal_silu outputs");
     roll_state(x, state, n_tokens, channels, kernel, stream);
 }

@@ -1,5 +1,6 @@
-// The gated DeltaNet decode step in two launches (ops/decode_cuda.h); the prompt path keeps the chain of
-// single ops (conv1d, three splits, two l2_norms, gdn_gates, delta rule, gated_rms_norm: ten launches).
+// The gated DeltaNet decode step in two launches (ops/decode_cuda.h); the prompt path runs conv1d_split_l2
+// (conv, split and the q/k norms in one launch, then the state roll), gdn_gates, the chunked delta rule's two
+// kernels and gated_rms_norm.
 //
 // gdn_decode_prepare: one block per channel segment — a q head, a k head or a v head of the conv's
 // [q | k | v] channels. Each thread owns its channels: the causal conv over the K−1 stored inputs and the

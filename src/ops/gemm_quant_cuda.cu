@@ -713,7 +713,7 @@ PromptRows prepare_prompt_rows(const float* x, const GemvWeightView& like, int64
 
 PromptRows prepare_prompt_rows_swiglu(const float* gate, const float* up, float* act, const GemvWeightView& like,
                                       int64_t n_tokens, void* scratch, cudaStream_t stream) {
-    if (n_tokens >= kGemmMinTokens && half_gemm_serves(like, n_tokens)) {
+    if (half_gemm_serves(like, n_tokens)) {  // which also means at least kGemmMinTokens tokens
         PromptRows rows;
         rows.path = PromptMatmulPath::f16_gemm;
         rows.half = half_activation_rows_view(scratch, n_tokens, like.cols);

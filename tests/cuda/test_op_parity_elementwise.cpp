@@ -181,7 +181,7 @@ TEST(OpParityElementwise, Conv1dHostileShapes) {
     // T below, at and above K − 1 (the state roll shifts in place when T < K − 1).
     for (int64_t t : {int64_t(1), int64_t(2), int64_t(3), int64_t(63), int64_t(65), int64_t(129), int64_t(1000)}) {
         for (int64_t c : {int64_t(1), int64_t(63), int64_t(65), int64_t(129)}) {
-            // K ≤ 4 take the slab kernel (16 tokens a thread: T = 63, 65 end mid-slab), K = 5 the other.
+            // Every K up to 5: conv1d_split_l2 (below) is held to this op for K ≤ 4.
             for (int64_t k : {int64_t(1), int64_t(2), int64_t(3), int64_t(4), int64_t(5)}) check_conv1d(t, c, k, seed++);
         }
     }
