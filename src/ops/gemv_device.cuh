@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "ops/activation_quant.cuh"
 #include "ops/cuda_math.cuh"
@@ -231,16 +232,24 @@ __device__ __forceinline__ void reduce_and_store(const KernelArgs& a, float (&ac
 // counter for the next launch. Called by every thread of the block; the run touches at most
 // kMaxCompletedGroups groups (the launchers keep it so: a classic tile spans at most two, a staged block's
 // run is bounded on the host). Each completed group is quantised by one warp, warps taking them in turn.
+//
+// The threads taking part are `tid` of `threads` (the block's, or the consumer warps of ops/gemv_chain_cuda.cu),
+// `sync` their barrier.
 constexpr int kMaxCompletedGroups = 8;
-__device__ inline void quantize_completed_groups(const KernelArgs& a, int64_t row_begin, int64_t n_rows, int64_t rows) {
+struct BlockSync {
+    __device__ void operator()() const { __syncthreads(); }
+};
+template <typename Sync>
+__device__ inline void quantize_completed_groups_by(const KernelArgs& a, int64_t row_begin, int64_t n_rows, int64_t rows,
+                                                    int tid, int threads, const Sync& sync) {
     __shared__ int64_t s_complete[kMaxCompletedGroups];
     __shared__ int s_found;
     const int64_t end = row_begin + n_rows < rows ? row_begin + n_rows : rows;
     // One fence, by the counting thread, after the barrier: the barrier orders every thread's stores before
     // it and the fence is cumulative over what thread 0 has thus observed (the PTX memory model; cooperative
     // groups' grid sync relies on the same). A fence by every thread cost each warp a membar wait per tile.
-    __syncthreads();
-    if (threadIdx.x == 0) {
+    sync();
+    if (tid == 0) {
         __threadfence();
         int found = 0;
         for (int64_t g = row_begin / kActivationGroup; g * kActivationGroup < end; ++g) {
@@ -253,9 +262,9 @@ __device__ inline void quantize_completed_groups(const KernelArgs& a, int64_t ro
         s_found = found;
         __threadfence();
     }
-    __syncthreads();
-    const int lane = int(threadIdx.x) & 31;
-    for (int c = int(threadIdx.x) / 32; c < s_found; c += int(blockDim.x) / 32) {
+    sync();
+    const int lane = tid & 31;
+    for (int c = tid / 32; c < s_found; c += threads / 32) {
         const int64_t g = s_complete[c];
         float y[4], v[4];
 #pragma unroll
@@ -278,7 +287,10 @@ __device__ inline void quantize_completed_groups(const KernelArgs& a, int64_t ro
             a.arrivals[g] = 0;
         }
     }
-    __syncthreads();  // s_complete is rewritten by the next call
+    sync();  // s_complete is rewritten by the next call
+}
+__device__ inline void quantize_completed_groups(const KernelArgs& a, int64_t row_begin, int64_t n_rows, int64_t rows) {
+    quantize_completed_groups_by(a, row_begin, n_rows, rows, int(threadIdx.x), int(blockDim.x), BlockSync{});
 }
 
 // The activations the kernel before wrote, into shared memory: x one group per kSmemGroupStride bytes, the
@@ -290,9 +302,17 @@ __device__ inline void quantize_completed_groups(const KernelArgs& a, int64_t ro
 // butterfly — the order of the loop this replaced, so the values are bit for bit those of before.
 // kCopyBatch, kMetaBatch, kSumBatch: the x vectors, meta entries and group sums a thread loads at once (the
 // kernel's weight registers are live meanwhile: wide batches only where they cost no spills, see gemv_kernel).
-template <int kCopyBatch, int kMetaBatch, int kSumBatch>
-__device__ __forceinline__ void copy_activations(const KernelArgs& a, uint8_t* x_smem, int2* meta_smem) {
-    const int tid = int(threadIdx.x), threads = int(blockDim.x), lane = tid & 31;
+// The copying threads are `tid` of `threads`. kFresh: the activations were written by this same kernel (the
+// chain of ops/gemv_chain_cuda.cu), so they are read at L2 (ld.global.cg), not through the read-only path,
+// which may hold what this SM read of them before.
+template <typename V>
+__device__ __forceinline__ V load_activation(const V* p, bool fresh) {
+    return fresh ? __ldcg(p) : __ldg(p);
+}
+template <int kCopyBatch, int kMetaBatch, int kSumBatch, bool kFresh = false>
+__device__ __forceinline__ void copy_activations_by(const KernelArgs& a, uint8_t* x_smem, int2* meta_smem, int tid,
+                                                    int threads) {
+    const int lane = tid & 31;
     const int4* x_src = reinterpret_cast<const int4*>(a.xq);
     const int2* meta_src = reinterpret_cast<const int2*>(a.x_meta);
     const int x_vectors = a.x_groups * 8;
@@ -303,20 +323,20 @@ __device__ __forceinline__ void copy_activations(const KernelArgs& a, uint8_t* x
 #pragma unroll
         for (int j = 0; j < kSumBatch; ++j) {
             const int g = lane + 32 * j;
-            sums[j] = g < a.x_groups ? __ldg(a.x_sum_sq + g) : 0.0f;
+            sums[j] = g < a.x_groups ? load_activation(a.x_sum_sq + g, kFresh) : 0.0f;
         }
     }
     int2 meta[kMetaBatch];
 #pragma unroll
     for (int j = 0; j < kMetaBatch; ++j) {
         const int g = tid + j * threads;
-        if (g < a.x_groups) meta[j] = __ldg(meta_src + g);
+        if (g < a.x_groups) meta[j] = load_activation(meta_src + g, kFresh);
     }
     for (int base = tid; base < x_vectors; base += kCopyBatch * threads) {
         int4 v[kCopyBatch];
 #pragma unroll
         for (int j = 0; j < kCopyBatch; ++j)
-            if (base + j * threads < x_vectors) v[j] = __ldg(x_src + base + j * threads);
+            if (base + j * threads < x_vectors) v[j] = load_activation(x_src + base + j * threads, kFresh);
 #pragma unroll
         for (int j = 0; j < kCopyBatch; ++j) {
             const int i = base + j * threads;
@@ -330,7 +350,7 @@ __device__ __forceinline__ void copy_activations(const KernelArgs& a, uint8_t* x
 #pragma unroll
         for (int j = 0; j < kSumBatch; ++j)
             if (lane + 32 * j < a.x_groups) sum += sums[j];
-        for (int g = lane + 32 * kSumBatch; g < a.x_groups; g += 32) sum += __ldg(a.x_sum_sq + g);
+        for (int g = lane + 32 * kSumBatch; g < a.x_groups; g += 32) sum += load_activation(a.x_sum_sq + g, kFresh);
 #pragma unroll
         for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(kFullMask, sum, offset);
         norm_scale = 1.0f / sqrtf(sum / float(a.x_cols) + a.x_norm_eps);
@@ -342,9 +362,26 @@ __device__ __forceinline__ void copy_activations(const KernelArgs& a, uint8_t* x
 #pragma unroll
     for (int j = 0; j < kMetaBatch; ++j)
         if (tid + j * threads < a.x_groups) store_meta(tid + j * threads, meta[j]);
-    for (int g = tid + kMetaBatch * threads; g < a.x_groups; g += threads) store_meta(g, __ldg(meta_src + g));
+    for (int g = tid + kMetaBatch * threads; g < a.x_groups; g += threads) store_meta(g, load_activation(meta_src + g, kFresh));
+}
+template <int kCopyBatch, int kMetaBatch, int kSumBatch>
+__device__ __forceinline__ void copy_activations(const KernelArgs& a, uint8_t* x_smem, int2* meta_smem) {
+    copy_activations_by<kCopyBatch, kMetaBatch, kSumBatch>(a, x_smem, meta_smem, int(threadIdx.x), int(blockDim.x));
 }
 
+
+// What a launch does with its outputs besides storing them: quantise them for the next matmul (SwiGLU's
+// y_quantized; gemv_quantized_add_norm's out, with norm_w and the residual add).
+struct OutputEpilogue {
+    const QuantizedActivationsView* y_quantized = nullptr;
+    const float* norm_w = nullptr;  // set: y += W·x and the codes are of y ⊙ norm_w (gemv_quantized_add_norm)
+};
+
+// The kernel arguments of matrices sharing x (a SwiGLU pair: outputs[0] the gate, `up` its partner), every
+// shape and view checked (deltabit::Error naming `what` otherwise); segments of no rows are left out, and
+// each segment's first_tile is 0 for the launcher to set in its own tiles.
+KernelArgs make_gemv_args(const QuantizedActivationsView& x, std::span<const GemvOutput> outputs,
+                          const GemvWeightView* up, const OutputEpilogue& epilogue, const char* what);
 
 // The staged kernel's launch (ops/gemv_staged_cuda.cu): one launch over args' segments (their first_tile is
 // recomputed in staged tiles); throws deltabit::Error naming what does not fit (staged_gemv_fits,

@@ -35,6 +35,7 @@
 #include "backend/cuda_probe.h"
 #include "core/env_switch.h"
 #include "ops/bulk_copy.cuh"
+#include "ops/gemv_stage.cuh"
 #include "ops/gemv_shapes.h"
 #include "ops/programmatic_launch.cuh"
 
@@ -92,14 +93,6 @@ __device__ __forceinline__ StagedTile staged_tile(const KernelArgs& a, const Sta
     return {seg, row0, int(left < s.tile_rows ? left : s.tile_rows)};
 }
 
-// The 16-byte word holding a row run's first scale, and how far into it the run begins.
-__device__ __forceinline__ const uint8_t* scale_words(const uint16_t* first_scale) {
-    return reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(first_scale) & ~uintptr_t(15));
-}
-__device__ __forceinline__ int scale_lead(const uint16_t* first_scale) {
-    return int(reinterpret_cast<uintptr_t>(first_scale) & 15);
-}
-
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 
 // One thread: the bulk copies of a tile into its slot, announced on the slot's barrier.
@@ -108,29 +101,12 @@ __device__ void issue_tile(const KernelArgs& a, const StagedArgs& s, int64_t til
                            uint64_t l2_policy) {
     const StagedTile t = staged_tile(a, s, tile);
     const Segment& seg = a.seg[t.seg];
-    const uint32_t code_bytes = uint32_t(t.rows) * uint32_t(s.code_row_bytes);
-    const uint16_t* scales = seg.scales + t.row0 * a.scales_per_row;
-    const uint8_t* words = scale_words(scales);
-    const uint32_t scale_end = uint32_t(scale_lead(scales) + t.rows * s.scale_row_bytes);
-    const uint32_t scale_bytes = (scale_end + 15) / 16 * 16;
-    const int matrices = kSwiglu ? 2 : 1;
-    uint32_t up_scale_bytes = 0;
-    const uint8_t* up_words = nullptr;
-    if constexpr (kSwiglu) {
-        const uint16_t* up_scales = a.up_scales + t.row0 * a.scales_per_row;
-        up_words = scale_words(up_scales);
-        up_scale_bytes = (uint32_t(scale_lead(up_scales) + t.rows * s.scale_row_bytes) + 15) / 16 * 16;
-    }
-    mbarrier_arrive_expect_tx(full, code_bytes * matrices + scale_bytes + up_scale_bytes);
+    const StageLayout layout{s.code_row_bytes, s.scale_row_bytes, s.codes_area_bytes, s.scale_area_bytes};
     const uint8_t* codes = reinterpret_cast<const uint8_t*>(seg.codes) + t.row0 * s.code_row_bytes;
-    uint8_t* scale_area = slot + size_t(matrices) * s.codes_area_bytes;
-    bulk_copy_to_shared(slot, codes, code_bytes, full, l2_policy);
-    bulk_copy_to_shared(scale_area, words, scale_bytes, full, l2_policy);
-    if constexpr (kSwiglu) {
-        const uint8_t* up_codes = reinterpret_cast<const uint8_t*>(a.up_codes) + t.row0 * s.code_row_bytes;
-        bulk_copy_to_shared(slot + s.codes_area_bytes, up_codes, code_bytes, full, l2_policy);
-        bulk_copy_to_shared(scale_area + s.scale_area_bytes, up_words, up_scale_bytes, full, l2_policy);
-    }
+    const uint8_t* up_codes =
+        kSwiglu ? reinterpret_cast<const uint8_t*>(a.up_codes) + t.row0 * s.code_row_bytes : nullptr;
+    stage_rows(layout, codes, seg.scales + t.row0 * a.scales_per_row, up_codes,
+               kSwiglu ? a.up_scales + t.row0 * a.scales_per_row : nullptr, t.rows, slot, full, l2_policy);
 }
 
 #endif

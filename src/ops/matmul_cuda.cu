@@ -347,20 +347,12 @@ std::string config_text(const GemvLaunchConfig& c) {
            std::to_string(c.rows_per_thread) + ", warps_per_block " + std::to_string(c.warps_per_block);
 }
 
-// What a launch does with its outputs besides storing them: quantise them for the next matmul (SwiGLU's
-// y_quantized; gemv_quantized_add_norm's out, with norm_w and the residual add).
-struct OutputEpilogue {
-    const QuantizedActivationsView* y_quantized = nullptr;
-    const float* norm_w = nullptr;  // set: y += W·x and the codes are of y ⊙ norm_w (gemv_quantized_add_norm)
-};
+}  // namespace
 
-// The launch of matrices sharing x (gemv_quantized_group; a SwiGLU pair counts as one matrix whose
-// outputs are pairs of rows), split along the tiles so that no launch exceeds the grid limit.
-template <bool kSwiglu>
-GemvLaunchReport launch_group(const QuantizedActivationsView& x, std::span<const GemvOutput> outputs,
-                              const GemvWeightView* up, cudaStream_t stream, const GemvLaunchConfig& config,
-                              const OutputEpilogue& epilogue = {}) {
-    const char* what = kSwiglu ? "cuda gemv (swiglu)" : epilogue.norm_w != nullptr ? "cuda gemv (add norm)" : "cuda gemv";
+namespace gemv_detail {
+
+KernelArgs make_gemv_args(const QuantizedActivationsView& x, std::span<const GemvOutput> outputs,
+                          const GemvWeightView* up, const OutputEpilogue& epilogue, const char* what) {
     if (outputs.empty() || outputs.size() > size_t(kMaxGemvGroup))
         fail_message("cuda gemv: a launch takes 1 to " + std::to_string(kMaxGemvGroup) + " matrices, got " +
                      std::to_string(outputs.size()));
@@ -371,13 +363,6 @@ GemvLaunchReport launch_group(const QuantizedActivationsView& x, std::span<const
             fail_message("cuda gemv: matrices of one launch must share dtype and K: " + shape_text(first) + " and " +
                          shape_text(o.w));
     }
-    const LaunchFn fn = pick_kernel<kSwiglu>(first.dtype, config);
-    if (fn == nullptr || config.warps_per_block < 1 || config.warps_per_block * 32 > kMaxThreadsPerBlock) {
-        fail_message(std::string(what) + ": no kernel for " + config_text(config));
-    }
-    GemvLaunchReport report;
-    report.config = config;
-
     KernelArgs args{};
     args.xq = x.q;
     args.x_meta = x.meta;
@@ -387,13 +372,9 @@ GemvLaunchReport launch_group(const QuantizedActivationsView& x, std::span<const
     args.x_sum_sq = x.norm_sum_sq;
     args.x_cols = int(x.cols);
     args.x_norm_eps = x.norm_eps;
-    const int64_t rows_per_tile =
-        int64_t(config.warps_per_block) * (32 / config.lanes_per_row) * (kSwiglu ? 1 : config.rows_per_thread);
     for (const GemvOutput& o : outputs) {
-        if (o.w.rows == 0) continue;  // no tiles: nothing to launch for it
-        Segment& seg = args.seg[args.n_segments++];
-        seg = {reinterpret_cast<const uint4*>(o.w.codes), o.w.scales, o.y, o.w.rows, report.blocks};
-        report.blocks += (o.w.rows + rows_per_tile - 1) / rows_per_tile;
+        if (o.w.rows == 0) continue;  // no rows: nothing to compute for it
+        args.seg[args.n_segments++] = {reinterpret_cast<const uint4*>(o.w.codes), o.w.scales, o.y, o.w.rows, 0};
     }
     if (up != nullptr) {
         args.up_codes = reinterpret_cast<const uint4*>(up->codes);
@@ -419,9 +400,36 @@ GemvLaunchReport launch_group(const QuantizedActivationsView& x, std::span<const
         args.norm_w = epilogue.norm_w;
         args.yq_sum_sq = epilogue.norm_w != nullptr ? yq->norm_sum_sq : nullptr;
     }
+    return args;
+}
+
+}  // namespace gemv_detail
+
+namespace {
+
+// The launch of matrices sharing x (gemv_quantized_group; a SwiGLU pair counts as one matrix whose
+// outputs are pairs of rows), split along the tiles so that no launch exceeds the grid limit.
+template <bool kSwiglu>
+GemvLaunchReport launch_group(const QuantizedActivationsView& x, std::span<const GemvOutput> outputs,
+                              const GemvWeightView* up, cudaStream_t stream, const GemvLaunchConfig& config,
+                              const OutputEpilogue& epilogue = {}) {
+    const char* what = kSwiglu ? "cuda gemv (swiglu)" : epilogue.norm_w != nullptr ? "cuda gemv (add norm)" : "cuda gemv";
+    KernelArgs args = make_gemv_args(x, outputs, up, epilogue, what);
+    const LaunchFn fn = pick_kernel<kSwiglu>(outputs[0].w.dtype, config);
+    if (fn == nullptr || config.warps_per_block < 1 || config.warps_per_block * 32 > kMaxThreadsPerBlock) {
+        fail_message(std::string(what) + ": no kernel for " + config_text(config));
+    }
+    GemvLaunchReport report;
+    report.config = config;
+    const int64_t rows_per_tile =
+        int64_t(config.warps_per_block) * (32 / config.lanes_per_row) * (kSwiglu ? 1 : config.rows_per_thread);
+    for (int i = 0; i < args.n_segments; ++i) {
+        args.seg[i].first_tile = report.blocks;
+        report.blocks += (args.seg[i].rows + rows_per_tile - 1) / rows_per_tile;
+    }
     if (report.blocks == 0) return report;
     if (config.staged) {
-        const StagedLaunch staged = launch_staged_gemv(args, first.dtype, config, kSwiglu, stream);
+        const StagedLaunch staged = launch_staged_gemv(args, outputs[0].w.dtype, config, kSwiglu, stream);
         report.blocks = staged.blocks;
         report.staged_tiles = staged.tiles;
         report.launches = 1;
