@@ -4,8 +4,9 @@
 // outputs) are cut into warp items of (32 / lanes) row groups × 2 rows (SwiGLU: × 1 output, its gate and up
 // rows); block b owns the items [b·items/grid, (b+1)·items/grid) of every op, cut into tiles of up to
 // tile_items items (never across two matrices) that each fill one ring slot. A block's tiles are numbered
-// across the whole chain: tile j lands in slot j % slots and is computed by consumer warp j % warps, which
-// hands the slot back (its `empty` barrier) for the producer to refill with tile j + slots. The producer warp
+// across the whole chain: tile j lands in slot j % slots; its items go to the consumer warps in turn (item g
+// of the block's chain to warp g % warps), and the warp completing the tile's items hands the slot back (its
+// `empty` barrier) for the producer to refill with tile j + slots. The producer warp
 // walks the same numbering and waits only for empty slots; the consumers wait, per op, for the grid barrier
 // (ops after the first), copy the op's activations into shared memory, compute their tiles, run the
 // quantised-output epilogue over the block's rows, and arrive at the next barrier.
@@ -29,14 +30,19 @@ namespace gemv_detail {
 
 namespace {
 
+// 8 consumer warps: 12 measured the same (bench_gemv_cuda --chain, docs/bench.md "The GEMV chain").
+constexpr int kConsumerWarps = 8;
+constexpr int kConsumers = kConsumerWarps * 32;
+constexpr int kChainThreads = kConsumers + 32;  // and the producer warp
 constexpr int kMaxSlots = 32;
 constexpr int kChainRows = 2;  // rows per thread (a SwiGLU pair: its gate row and its up row)
-// Slots of at least this many bytes (an op's tile is as many items as fit). DELTABIT_CHAIN_SLOT_BYTES=n
-// overrides it (an experiment switch).
+// Slots of at least this many bytes (an op's tile is as many items as fit). Measured (bench_gemv_cuda --chain,
+// a Bonsai-27B layer): 8 KB slots 53.4 µs, 16 KB 45.8, 32 KB 43.2. DELTABIT_CHAIN_SLOT_BYTES=n overrides it
+// (an experiment switch).
 int64_t target_slot_bytes() {
     static const int64_t bytes = [] {
         const char* v = std::getenv("DELTABIT_CHAIN_SLOT_BYTES");
-        return v != nullptr && std::atoll(v) > 0 ? std::max<int64_t>(1024, std::atoll(v)) : int64_t(16 * 1024);
+        return v != nullptr && std::atoll(v) > 0 ? std::max<int64_t>(1024, std::atoll(v)) : int64_t(32 * 1024);
     }();
     return bytes;
 }
@@ -57,7 +63,6 @@ struct ChainArgs {
     int slots;
     int slot_bytes;
     unsigned* counters;
-    int mode;  // EXPERIMENT: 1 = consumers skip compute, 2 = producer skips copies
 };
 
 // The tile of an op that begins at `item`, within the block's items [.., item_end).
@@ -89,7 +94,6 @@ __device__ __forceinline__ int64_t block_item_end(const ChainOpArgs& op) {
 }
 
 // The consumer warps' own barrier (the producer warp never joins it).
-template <int kConsumers>
 struct ConsumerSync {
     __device__ void operator()() const { asm volatile("bar.sync 1, %0;" ::"n"(kConsumers) : "memory"); }
 };
@@ -102,61 +106,34 @@ __device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
     return v;
 }
 
-// One warp computes one tile from its slot: staged_kernel's item loop (ops/gemv_staged_cuda.cu) — the same
-// unit dots, order and butterfly, so the same bits as the classic kernel with these lanes.
+// A warp's items of one tile (first_item, first_item + item_stride, ...), from the tile's slot.
 template <int KT, bool kSwiglu>
-__device__ __forceinline__ void compute_tile(const ChainOpArgs& op, const ChainTile& t, const uint8_t* slot,
-                                             const uint8_t* x_smem, const int2* meta_smem, int lane) {
-    using L = Layout<DType::Q1_0>;
+__device__ __forceinline__ void compute_tile(const ChainOpArgs& op, const ChainTile& t, int first_item, int item_stride,
+                                             const uint8_t* slot, const uint8_t* x_smem, const int2* meta_smem, int lane) {
     constexpr int R = kChainRows;
     constexpr int kRowsPerGroup = kSwiglu ? 1 : R;
     constexpr int kItemRows = (32 / KT) * kRowsPerGroup;
     const KernelArgs& a = op.a;
     const Segment& seg = a.seg[t.seg];
-    const StageLayout& s = op.stage;
-    const uint8_t* scale_area = slot + size_t(kSwiglu ? 2 : 1) * s.codes_area_bytes;
-    const uint16_t* gate_scales =
-        reinterpret_cast<const uint16_t*>(scale_area + scale_lead(seg.scales + t.row0 * a.scales_per_row));
-    const uint16_t* up_scales = gate_scales;
-    if constexpr (kSwiglu)
-        up_scales = reinterpret_cast<const uint16_t*>(scale_area + s.scale_area_bytes +
-                                                      scale_lead(a.up_scales + t.row0 * a.scales_per_row));
+    const StagedScales scales = staged_scales<kSwiglu>(op.stage, slot, seg.scales + t.row0 * a.scales_per_row,
+                                                       kSwiglu ? a.up_scales + t.row0 * a.scales_per_row : nullptr);
     const int k_lane = lane % KT;
-    for (int item = 0; item < t.n_items; ++item) {
-        const int row = item * kItemRows + (lane / KT) * kRowsPerGroup;  // this lane group's first row in the tile
-        const uint4* codes[R];
-        const uint16_t* scales[R];
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            // Rows past the tile's end are clamped for loading (every lane joins the shuffles), never stored.
-            const int local = kSwiglu ? min(row, t.rows - 1) : min(row + r, t.rows - 1);
-            const bool up = kSwiglu && r == 1;
-            codes[r] = reinterpret_cast<const uint4*>(slot + (up ? s.codes_area_bytes : 0) +
-                                                      size_t(local) * s.code_row_bytes);
-            scales[r] = (up ? up_scales : gate_scales) + size_t(local) * a.scales_per_row;
-        }
-        float acc[R];
-#pragma unroll
-        for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-#pragma unroll 2
-        for (int u = k_lane; u < a.units_per_row; u += KT) {
-            accumulate_unit<DType::Q1_0, R>(
-                x_smem, meta_smem, u, [&](int r) -> const uint4& { return codes[r][u]; },
-                [&](int r) { return scales[r][u * L::unit / L::group]; }, acc);
-        }
-        reduce_and_store<KT, R, kSwiglu>(a, acc, k_lane, seg.y + t.row0, row, t.rows);
-    }
+    for (int item = first_item; item < t.n_items; item += item_stride)
+        compute_staged_item<DType::Q1_0, KT, R, kSwiglu>(a, op.stage, slot, scales.gate, scales.up,
+                                                        item * kItemRows + (lane / KT) * kRowsPerGroup, t.rows, k_lane,
+                                                        x_smem, meta_smem, seg.y + t.row0);
 }
 
-__device__ __forceinline__ void compute_tile_of(const ChainOpArgs& op, const ChainTile& t, const uint8_t* slot,
+__device__ __forceinline__ void compute_tile_of(const ChainOpArgs& op, const ChainTile& t, int first_item,
+                                                int item_stride, const uint8_t* slot,
                                                 const uint8_t* x_smem, const int2* meta_smem, int lane) {
     switch (op.lanes * 2 + op.swiglu) {
-        case 16: compute_tile<8, false>(op, t, slot, x_smem, meta_smem, lane); break;
-        case 17: compute_tile<8, true>(op, t, slot, x_smem, meta_smem, lane); break;
-        case 32: compute_tile<16, false>(op, t, slot, x_smem, meta_smem, lane); break;
-        case 33: compute_tile<16, true>(op, t, slot, x_smem, meta_smem, lane); break;
-        case 64: compute_tile<32, false>(op, t, slot, x_smem, meta_smem, lane); break;
-        default: compute_tile<32, true>(op, t, slot, x_smem, meta_smem, lane); break;
+        case 16: compute_tile<8, false>(op, t, first_item, item_stride, slot, x_smem, meta_smem, lane); break;
+        case 17: compute_tile<8, true>(op, t, first_item, item_stride, slot, x_smem, meta_smem, lane); break;
+        case 32: compute_tile<16, false>(op, t, first_item, item_stride, slot, x_smem, meta_smem, lane); break;
+        case 33: compute_tile<16, true>(op, t, first_item, item_stride, slot, x_smem, meta_smem, lane); break;
+        case 64: compute_tile<32, false>(op, t, first_item, item_stride, slot, x_smem, meta_smem, lane); break;
+        default: compute_tile<32, true>(op, t, first_item, item_stride, slot, x_smem, meta_smem, lane); break;
     }
 }
 
@@ -178,7 +155,6 @@ __device__ void produce(const ChainArgs& c, uint8_t* ring, uint64_t* full, uint6
             const int64_t code_offset = t.row0 * op.stage.code_row_bytes;
             const uint8_t* up_codes =
                 op.swiglu ? reinterpret_cast<const uint8_t*>(op.a.up_codes) + code_offset : nullptr;
-            if (c.mode == 2 || c.mode == 3) { mbarrier_arrive(full + slot); item = t.next; continue; }
             stage_rows(op.stage, reinterpret_cast<const uint8_t*>(seg.codes) + code_offset,
                        seg.scales + t.row0 * op.a.scales_per_row, up_codes,
                        op.swiglu ? op.a.up_scales + t.row0 * op.a.scales_per_row : nullptr, t.rows,
@@ -190,9 +166,7 @@ __device__ void produce(const ChainArgs& c, uint8_t* ring, uint64_t* full, uint6
 
 #endif
 
-template <int kConsumerWarps>
-__global__ void __launch_bounds__(kConsumerWarps * 32 + 32, 1) gemv_chain_kernel(const __grid_constant__ ChainArgs c) {
-    constexpr int kConsumers = kConsumerWarps * 32;
+__global__ void __launch_bounds__(kChainThreads, 1) gemv_chain_kernel(const __grid_constant__ ChainArgs c) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     extern __shared__ __align__(128) uint8_t smem[];
     uint8_t* ring = smem;
@@ -202,12 +176,14 @@ __global__ void __launch_bounds__(kConsumerWarps * 32 + 32, 1) gemv_chain_kernel
     int2* meta_smem = reinterpret_cast<int2*>(x_smem + size_t(max_groups) * kSmemGroupStride);
     uint64_t* full = reinterpret_cast<uint64_t*>(meta_smem + max_groups);  // 8-byte aligned: see the host
     uint64_t* empty = full + c.slots;
+    int* done = reinterpret_cast<int*>(empty + c.slots);  // per slot: the tile's items computed so far
 
     const int tid = int(threadIdx.x), lane = tid & 31, warp = tid / 32;
     if (tid == 0) {
         for (int i = 0; i < c.slots; ++i) {
             mbarrier_init(full + i, 1);
             mbarrier_init(empty + i, 1);
+            done[i] = 0;
         }
         fence_mbarrier_init();
     }
@@ -217,15 +193,15 @@ __global__ void __launch_bounds__(kConsumerWarps * 32 + 32, 1) gemv_chain_kernel
         return;
     }
 
-    const ConsumerSync<kConsumers> consumers;
-    int64_t j = 0;
+    const ConsumerSync consumers;
+    int64_t j = 0, g = 0;  // the block's tiles and items so far
     for (int o = 0; o < c.n_ops; ++o) {
         const ChainOpArgs& op = c.ops[o];
         if (o == 0) {
             wait_for_predecessor();
             if (c.n_ops == 1) allow_dependents();
         } else {
-            if (tid == 0 && c.mode != 4)
+            if (tid == 0)
                 while (load_acquire(c.counters) < unsigned(o) * gridDim.x) {
                 }
             consumers();
@@ -235,16 +211,28 @@ __global__ void __launch_bounds__(kConsumerWarps * 32 + 32, 1) gemv_chain_kernel
         copy_activations_by<4, 2, 8, true>(op.a, x_smem, meta_smem, tid, kConsumers);
         consumers();
 
+        // Items go to the warps in turn (item g of the block's chain to warp g % warps), so every warp works on
+        // an op however few tiles a block has of it; the warp completing a tile's items hands its slot back.
         const int64_t item_begin = block_item_begin(op), item_end = block_item_end(op);
         for (int64_t item = item_begin; item < item_end; ++j) {
             const ChainTile t = chain_tile(op, item, item_end);
-            if (int(j % kConsumerWarps) == warp) {
+            const int first = int((warp - g % kConsumerWarps + kConsumerWarps) % kConsumerWarps);
+            if (first < t.n_items) {
                 const int slot = int(j % c.slots);
                 mbarrier_wait_parity(full + slot, uint32_t(j / c.slots) & 1u);
-                if (c.mode == 0 || c.mode == 2) compute_tile_of(op, t, ring + size_t(slot) * c.slot_bytes, x_smem, meta_smem, lane);
+                compute_tile_of(op, t, first, kConsumerWarps, ring + size_t(slot) * c.slot_bytes, x_smem, meta_smem,
+                                lane);
                 __syncwarp();
-                if (lane == 0) mbarrier_arrive(empty + slot);
+                if (lane == 0) {
+                    const int mine = (t.n_items - first + kConsumerWarps - 1) / kConsumerWarps;
+                    __threadfence_block();
+                    if (atomicAdd(done + slot, mine) + mine == t.n_items) {
+                        done[slot] = 0;
+                        mbarrier_arrive(empty + slot);
+                    }
+                }
             }
+            g += t.n_items;
             item = t.next;
         }
 
@@ -378,7 +366,6 @@ GemvChainReport GemvChain::launch(cudaStream_t stream) const {
     ChainArgs c{};
     c.n_ops = int(ops_.size());
     c.counters = scratch_->counters.get<unsigned>();
-    c.mode = std::getenv("DELTABIT_CHAIN_MODE") ? std::atoi(std::getenv("DELTABIT_CHAIN_MODE")) : 0;
     int max_groups = 0;
     int64_t slot_bytes = target_slot_bytes();
     auto slot_need = [](const ChainOpArgs& o, int64_t items) {
@@ -422,10 +409,9 @@ GemvChainReport GemvChain::launch(cudaStream_t stream) const {
         o.stage.scale_area_bytes = int(round_up(items * o.item_rows * o.stage.scale_row_bytes, 16) + 16);
     }
     // x and meta (meta is 8 bytes an entry, so the barriers after it are 8-byte aligned), two barriers a slot.
-    const size_t fixed = activation_smem_bytes(max_groups) + size_t(kMaxSlots) * 2 * sizeof(uint64_t);
-    const int warps = std::getenv("DELTABIT_CHAIN_WARPS") && std::atoi(std::getenv("DELTABIT_CHAIN_WARPS")) == 16 ? 16 : 8;
-    const auto kernel = warps == 16 ? gemv_chain_kernel<16> : gemv_chain_kernel<8>;
-    const int threads = warps * 32 + 32;
+    const size_t fixed = activation_smem_bytes(max_groups) + size_t(kMaxSlots) * (2 * sizeof(uint64_t) + sizeof(int));
+    const auto kernel = gemv_chain_kernel;
+    constexpr int threads = kChainThreads;
     cudaFuncAttributes attributes{};
     cuda_check(cudaFuncGetAttributes(&attributes, kernel), "gemv chain attributes");
     const int64_t limit = int64_t(device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, "smem limit")) -

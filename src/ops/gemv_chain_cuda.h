@@ -6,6 +6,10 @@
 // activations: the DRAM ramp and drain a kernel pays alone (deltabit bench's floors line: one kernel
 // streams 12 MiB at half the copy bandwidth) is paid once per chain instead of once per matrix.
 //
+// An experiment, not used by the model: measured on a Bonsai-27B layer's four GEMVs it is slower than the
+// calls (docs/bench.md, "The GEMV chain"): each op's barrier, activation copy and epilogue are serial L2
+// round trips (~6 µs an op), and its consumer warps compute the dp4a dots no faster than the classic kernel.
+//
 // Each op is one of the decode GEMV calls of ops/matmul_cuda.h (group, SwiGLU with or without its quantised
 // output, add-norm), with that call's checks and its planned lanes per row; a row's terms are summed in the
 // same order as the classic kernel's (the unit dots, fmaf and butterfly of ops/gemv_device.cuh), so every

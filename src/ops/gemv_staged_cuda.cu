@@ -115,11 +115,9 @@ __device__ void issue_tile(const KernelArgs& a, const StagedArgs& s, int64_t til
 template <DType T, int KT, int R, bool kSwiglu>
 __global__ void __launch_bounds__(kStagedThreads, 2) gemv_staged_kernel(KernelArgs a, StagedArgs s) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    using L = Layout<T>;
     constexpr int kRowGroupsPerWarp = 32 / KT;
     constexpr int kRowsPerGroup = kSwiglu ? 1 : R;  // outputs per group of KT lanes
     constexpr int kItemRows = kRowGroupsPerWarp * kRowsPerGroup;
-    constexpr int kMatrices = kSwiglu ? 2 : 1;
 
     extern __shared__ __align__(128) uint8_t smem[];
     uint8_t* ring = smem;
@@ -164,39 +162,16 @@ __global__ void __launch_bounds__(kStagedThreads, 2) gemv_staged_kernel(KernelAr
         mbarrier_wait_parity(full + slot_index, uint32_t(k / slots) & 1u);
         const StagedTile t = staged_tile(a, s, tile_begin + k);
         const Segment& seg = a.seg[t.seg];
-        const uint8_t* scale_area = slot + size_t(kMatrices) * s.codes_area_bytes;
-        const uint16_t* gate_scales =
-            reinterpret_cast<const uint16_t*>(scale_area + scale_lead(seg.scales + t.row0 * a.scales_per_row));
-        const uint16_t* up_scales = gate_scales;
-        if constexpr (kSwiglu)
-            up_scales = reinterpret_cast<const uint16_t*>(scale_area + s.scale_area_bytes +
-                                                          scale_lead(a.up_scales + t.row0 * a.scales_per_row));
+        const StageLayout layout{s.code_row_bytes, s.scale_row_bytes, s.codes_area_bytes, s.scale_area_bytes};
+        const StagedScales scales = staged_scales<kSwiglu>(layout, slot, seg.scales + t.row0 * a.scales_per_row,
+                                                           kSwiglu ? a.up_scales + t.row0 * a.scales_per_row : nullptr);
 
         // The block's items in turn: item g of the block (g = k·items_per_tile + i) is warp g % 8's.
         const int first_item = (warp - (k * items_per_tile) % kStagedWarps + kStagedWarps) % kStagedWarps;
         for (int item = first_item; item < items_per_tile && item * kItemRows < t.rows; item += kStagedWarps) {
-            const int row = item * kItemRows + row_in_item;  // this lane group's first row in the tile
-            const uint4* codes[R];
-            const uint16_t* scales[R];
-#pragma unroll
-            for (int r = 0; r < R; ++r) {
-                // Rows past the tile's end are clamped for loading (every lane joins the shuffles), never stored.
-                const int local = kSwiglu ? min(row, t.rows - 1) : min(row + r, t.rows - 1);
-                const bool up = kSwiglu && r == 1;
-                codes[r] = reinterpret_cast<const uint4*>(slot + (up ? s.codes_area_bytes : 0) +
-                                                          size_t(local) * s.code_row_bytes);
-                scales[r] = (up ? up_scales : gate_scales) + size_t(local) * a.scales_per_row;
-            }
-            float acc[R];
-#pragma unroll
-            for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-#pragma unroll 2
-            for (int u = k_lane; u < a.units_per_row; u += KT) {
-                accumulate_unit<T, R>(
-                    x_smem, meta_smem, u, [&](int r) -> const uint4& { return codes[r][u]; },
-                    [&](int r) { return scales[r][u * L::unit / L::group]; }, acc);
-            }
-            reduce_and_store<KT, R, kSwiglu>(a, acc, k_lane, seg.y + t.row0, row, t.rows);
+            compute_staged_item<T, KT, R, kSwiglu>(a, layout, slot, scales.gate, scales.up,
+                                                   item * kItemRows + row_in_item, t.rows, k_lane, x_smem, meta_smem,
+                                                   seg.y + t.row0);
         }
 
         // The last warp done with this tile hands its slot to the tile `slots` later.
