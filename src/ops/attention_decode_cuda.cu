@@ -211,6 +211,24 @@ void check_dims(const CachedAttentionDims& d) {
     }
 }
 
+SplitArgs split_args(const float* q, const KvCacheView& k_cache, const KvCacheView& v_cache, const int32_t* n_past,
+                     const CachedAttentionDims& dims, int64_t splits, float* scratch) {
+    SplitArgs args{};
+    args.q = q;
+    args.k = k_cache;
+    args.v = v_cache;
+    args.n_past = n_past;
+    args.part_acc = scratch;
+    args.part_ml = scratch + size_t(dims.n_tokens * dims.n_head * splits * dims.head_dim);
+    args.n_tokens = dims.n_tokens;
+    args.n_head = dims.n_head;
+    args.n_kv_head = dims.n_kv_head;
+    args.head_dim = dims.head_dim;
+    args.splits = splits;
+    args.score_scale = float(double(kLog2e) / std::sqrt(double(dims.head_dim)));
+    return args;
+}
+
 }  // namespace
 
 AttentionDecodeVariant attention_decode_variant_run(const CachedAttentionDims& dims, KvElement element) {
@@ -237,13 +255,19 @@ int64_t attention_decode_splits_run(const CachedAttentionDims& dims, KvElement e
     if (dims.n_tokens != 1 || !one_wave ||
         attention_decode_variant_run(dims, element) != AttentionDecodeVariant::staged_tiles)
         return splits;
-    const int64_t resident = staged_attention_resident_blocks(element, dims.head_dim, dims.n_head / dims.n_kv_head);
+    int64_t resident = staged_attention_resident_blocks(element, dims.head_dim, dims.n_head / dims.n_kv_head);
+    // Where the fused kernel takes the shape, its wave too (it may hold fewer blocks an SM): the fused launch
+    // and the separate ones then split alike, which is what makes their bytes equal (attention_decode_fused).
+    if (attention_decode_fused_supports(dims, element))
+        resident = std::min(resident, staged_attention_resident_blocks(element, dims.head_dim,
+                                                                       dims.n_head / dims.n_kv_head, /*fused=*/true));
     return std::min(splits, std::max<int64_t>(1, resident / dims.n_kv_head));
 }
 
 size_t attention_decode_scratch_floats(const CachedAttentionDims& dims) {
     return size_t(dims.n_tokens * dims.n_head * attention_decode_splits(dims) * (dims.head_dim + 2));
 }
+
 
 void attention_cached(const float* q, const KvCacheView& k_cache, const KvCacheView& v_cache, const float* gate,
                       const int32_t* n_past, const CachedAttentionDims& dims, float* scratch, float* out,
@@ -255,19 +279,7 @@ void attention_cached(const float* q, const KvCacheView& k_cache, const KvCacheV
         fail_message("attention_cached (cuda): a kivi4 cache needs head_dim a multiple of 8 and a ring of exact rows");
     if (dims.n_tokens == 0) return;
     const int64_t splits = attention_decode_splits_run(dims, k_cache.element);
-    SplitArgs args{};
-    args.q = q;
-    args.k = k_cache;
-    args.v = v_cache;
-    args.n_past = n_past;
-    args.part_acc = scratch;
-    args.part_ml = scratch + size_t(dims.n_tokens * dims.n_head * splits * dims.head_dim);
-    args.n_tokens = dims.n_tokens;
-    args.n_head = dims.n_head;
-    args.n_kv_head = dims.n_kv_head;
-    args.head_dim = dims.head_dim;
-    args.splits = splits;
-    args.score_scale = float(double(kLog2e) / std::sqrt(double(dims.head_dim)));
+    const SplitArgs args = split_args(q, k_cache, v_cache, n_past, dims, splits, scratch);
     const dim3 grid(unsigned(splits), unsigned(dims.n_kv_head), unsigned(std::min(dims.n_tokens, kMaxGridZ)));
     const int64_t group = dims.n_head / dims.n_kv_head;
     // staged_tiles where it supports the format and head_dim, else keys_across_lanes (ops/decode_cuda.h).
@@ -287,6 +299,64 @@ void attention_cached(const float* q, const KvCacheView& k_cache, const KvCacheV
                             unsigned(std::min(dims.n_tokens, kMaxGridZ)));
     launch_programmatic(attention_combine_kernel, combine_grid, dim3(kCombineThreads), 0, stream, "attention_combine",
                         combine);
+}
+
+bool attention_decode_fused_supports(const CachedAttentionDims& dims, KvElement element) {
+    if (dims.n_tokens != 1 || dims.variant != AttentionDecodeVariant::staged_tiles || element == KvElement::kivi4 ||
+        dims.n_kv_head <= 0 || dims.n_head <= 0 || dims.n_head % dims.n_kv_head != 0)
+        return false;
+    const int64_t group = dims.n_head / dims.n_kv_head;
+    // The last block of a kv head quantises the head group's outputs: whole groups of 128.
+    return staged_attention_supports(element, dims.head_dim, group) && group * dims.head_dim % kActivationGroup == 0;
+}
+
+void attention_decode_fused(const float* q_full, const float* k_raw, const float* v_raw, const float* q_norm,
+                            const float* k_norm, const int32_t* position, const double* rope_table,
+                            const AttentionPrologueDims& prologue, const KvCacheView& k_cache,
+                            const KvCacheView& v_cache, const float* gate, const CachedAttentionDims& dims,
+                            float* scratch, float* out, const QuantizedActivationsView& out_quantized,
+                            cudaStream_t stream) {
+    check_dims(dims);
+    if (k_cache.element != v_cache.element)
+        fail_message("attention_decode_fused (cuda): keys and values are stored in different formats");
+    if (!attention_decode_fused_supports(dims, k_cache.element))
+        fail_message("attention_decode_fused (cuda): " + std::to_string(dims.n_tokens) + " tokens, heads " +
+                     std::to_string(dims.n_head) + "/" + std::to_string(dims.n_kv_head) + " of " +
+                     std::to_string(dims.head_dim) + " over a " + kv_element_name(k_cache.element) +
+                     " cache is not a fused shape (attention_decode_fused_supports)");
+    if (prologue.n_head != dims.n_head || prologue.n_kv_head != dims.n_kv_head || prologue.head_dim != dims.head_dim ||
+        prologue.rope_dim % 2 != 0 || prologue.rope_dim < 0 || prologue.rope_dim > dims.head_dim)
+        fail_message("attention_decode_fused (cuda): the prologue's heads " + std::to_string(prologue.n_head) + "/" +
+                     std::to_string(prologue.n_kv_head) + " of " + std::to_string(prologue.head_dim) + ", rope_dim " +
+                     std::to_string(prologue.rope_dim) + " do not fit the attention's");
+    if (rope_table == nullptr && prologue.rope_dim > 0)
+        fail_message("attention_decode_fused (cuda): needs the step's rope table (rope_decode_table)");
+    require_plain_view(out_quantized, "attention_decode_fused (cuda)");
+    if (out_quantized.cols != dims.n_head * dims.head_dim || out_quantized.arrivals == nullptr)
+        fail_message("attention_decode_fused (cuda): the quantised output must be an ActivationScratch view of " +
+                     std::to_string(dims.n_head * dims.head_dim) + " inputs (got " + std::to_string(out_quantized.cols) +
+                     (out_quantized.arrivals == nullptr ? ", without arrival counters)" : ")"));
+    const int64_t splits = attention_decode_splits_run(dims, k_cache.element);
+    const SplitArgs args = split_args(nullptr, k_cache, v_cache, position, dims, splits, scratch);
+    FusedDecodeArgs fused{};
+    fused.q_full = q_full;
+    fused.k_raw = k_raw;
+    fused.v_raw = v_raw;
+    fused.q_norm = q_norm;
+    fused.k_norm = k_norm;
+    fused.rope_table = rope_table;
+    fused.gate = gate;
+    fused.out = out;
+    fused.out_q = out_quantized.q;
+    fused.out_meta = out_quantized.meta;
+    fused.arrivals = out_quantized.arrivals;
+    fused.q_head_stride = prologue.q_head_stride;
+    fused.rope_dim = prologue.rope_dim;
+    fused.gate_head_stride = dims.gate_head_stride;
+    fused.rms_eps = prologue.rms_eps;
+    launch_attention_decode_fused(dim3(unsigned(splits), unsigned(dims.n_kv_head), 1), args, fused, k_cache.element,
+                                  stream);
+    cuda_check_launch("attention_decode_fused");
 }
 
 void attention_cached(const float* q, const void* k_cache, const void* v_cache, KvElement kv, const float* gate,

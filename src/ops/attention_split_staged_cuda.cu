@@ -34,6 +34,7 @@
 
 #include "backend/cuda_buffer.h"
 #include "ops/async_copy.cuh"
+#include "ops/attention_decode_fused.cuh"
 #include "ops/attention_split.cuh"
 #include "ops/cuda_math.cuh"
 #include "ops/decode_cuda.h"
@@ -131,6 +132,46 @@ struct TileRing {
         cp_async_wait_group<1>();
         __syncthreads();
     }
+    // next_tile when tiles 0 and 1 were both requested before the loop (the fused kernels, before their wait):
+    // tile 1 is not requested again.
+    __device__ void next_tile_after_two(int64_t i, int64_t n_tiles, int64_t first, int64_t end) const {
+        if (i + 1 < n_tiles) {
+            if (i >= 1) issue(i + 1, first + kKeys, end);
+        } else {
+            cp_async_commit_group();
+        }
+        cp_async_wait_group<1>();
+        __syncthreads();
+    }
+    // Row j of tile i's keys and values set to k_row and v_row (head_dim elements, in the rows' own layout), by
+    // the block's threads; the caller synchronises the block after, and calls it only once tile i has landed
+    // (its zero-fill would otherwise land after these stores).
+    __device__ void put_row(int64_t i, int j, const KvT* k_row, const KvT* v_row, int head_dim) const {
+        for (int e = int(threadIdx.x); e < head_dim; e += int(blockDim.x)) {
+            const int chunk = e / kPerCopy;
+            const int at = j * row_bytes + (kSwizzled ? swizzled_chunk(j, chunk) : chunk) * 16 +
+                           (e % kPerCopy) * int(sizeof(KvT));
+            *reinterpret_cast<KvT*>(keys(i) + at) = k_row[e];
+            *reinterpret_cast<KvT*>(values(i) + at) = v_row[e];
+        }
+    }
+};
+
+// The fused kernels' shared memory beyond their split kernel's (at `base`, 16-byte aligned): the rope table [d]
+// doubles and the norms' weights [2][d] (fused_attention::stage_prologue_constants), a prologue row per warp and
+// the group's q rows [8][d] floats, the new key and value [d] in the cache's element type.
+template <typename KvT>
+struct FusedExtra {
+    size_t table, norms, rows, q_rows, new_k, new_v, total;
+    __host__ __device__ FusedExtra(size_t base, int d) {
+        table = base;
+        norms = table + size_t(d) * sizeof(double);
+        rows = norms + size_t(2) * d * sizeof(float);
+        q_rows = rows + size_t(fused_attention::kPrologueWarps) * d * sizeof(float);
+        new_k = q_rows + size_t(kAttentionDecodeMaxGroup) * d * sizeof(float);
+        new_v = new_k + size_t(d) * sizeof(KvT);
+        total = new_v + size_t(d) * sizeof(KvT);
+    }
 };
 
 // One tile's online-softmax step for the lane of key `key` of a head whose kKeys keys sit in kKeys
@@ -154,14 +195,22 @@ __device__ __forceinline__ float online_softmax_step(float score, bool past_end,
     return weight;
 }
 
-// f32 rows. G >= query heads per kv head; head_dim 128 or 256 (staged_attention_supports).
-template <int G>
-__global__ void __launch_bounds__(kStagedThreads) attention_split_f32_kernel(SplitArgs a) {
+// The fused kernels' FusedExtra starts after the split kernel's own arrays, on a 16-byte boundary.
+__host__ __device__ constexpr size_t align16(size_t bytes) { return (bytes + 15) / 16 * 16; }
+
+// f32 rows. G >= query heads per kv head; head_dim 128 or 256 (staged_attention_supports). kFused: the decode
+// step's whole attention (FusedDecodeArgs; one token): the first two tiles are requested before the wait, the
+// block forms its q (and, holding the new position, the new key and value) after it, and the last block of
+// the kv head combines and quantises.
+template <int G, bool kFused>
+__device__ __forceinline__ void split_f32(const SplitArgs& a, const FusedDecodeArgs& f) {
     constexpr int kKeys = kF32Keys, kParts = kF32Parts;
     static_assert(G * kKeys <= kStagedThreads, "one softmax thread per (head, key) of a tile");
     extern __shared__ __align__(16) unsigned char smem[];
-    wait_for_predecessor();  // ops/programmatic_launch.cuh: nothing of the step is read before this
-    allow_dependents();
+    if constexpr (!kFused) {
+        wait_for_predecessor();  // ops/programmatic_launch.cuh: nothing of the step is read before this
+        allow_dependents();
+    }
     const int tid = int(threadIdx.x);
     const int64_t split = blockIdx.x, kh = blockIdx.y;
     const int d = int(a.head_dim);
@@ -177,6 +226,7 @@ __global__ void __launch_bounds__(kStagedThreads) attention_split_f32_kernel(Spl
     float* s_weight = reinterpret_cast<float*>(smem + layout.weight);
     float* s_correction = reinterpret_cast<float*>(smem + layout.correction);
     const TileRing<float, kKeys> ring(smem, a, kh, row_bytes);
+    const FusedExtra<float> extra(align16(layout.total), d);
 
     const int key = tid % kKeys, row_group = tid / kKeys;  // scores: part row_group; softmax: head row_group
     const int dims_per_part = d / kParts;
@@ -184,10 +234,32 @@ __global__ void __launch_bounds__(kStagedThreads) attention_split_f32_kernel(Spl
         const int64_t visible = n_past + t + 1;
         const int64_t p_end = p_begin + per_split < visible ? p_begin + per_split : visible;
         const int64_t n_tiles = p_end > p_begin ? (p_end - p_begin + kKeys - 1) / kKeys : 0;
-        if (n_tiles > 0) ring.issue(0, p_begin, p_end);
+        // Fused: the keys before the new position are requested now, before the wait; the new one is put in
+        // its tile below.
+        [[maybe_unused]] const int64_t load_end = kFused && n_past < p_end ? n_past : p_end;
+        [[maybe_unused]] const bool owner = kFused && p_begin <= n_past && n_past < p_end;
+        const float* q_rows = reinterpret_cast<const float*>(smem + extra.q_rows);
+        if constexpr (kFused) {
+            if (n_tiles > 0) ring.issue(0, p_begin, load_end);
+            if (n_tiles > 1) ring.issue(1, p_begin + kKeys, load_end);
+            fused_attention::stage_prologue_constants(a, f, reinterpret_cast<float*>(smem + extra.norms),
+                                                      reinterpret_cast<double*>(smem + extra.table));
+            wait_for_predecessor();  // ops/programmatic_launch.cuh: the keys above were written steps before
+            allow_dependents();
+            fused_attention::prologue<float>(a, f, kh, group, owner, n_past,
+                                             reinterpret_cast<const float*>(smem + extra.norms),
+                                             reinterpret_cast<const double*>(smem + extra.table),
+                                             reinterpret_cast<float*>(smem + extra.rows),
+                                             reinterpret_cast<float*>(smem + extra.q_rows),
+                                             reinterpret_cast<float*>(smem + extra.new_k),
+                                             reinterpret_cast<float*>(smem + extra.new_v));
+        } else {
+            if (n_tiles > 0) ring.issue(0, p_begin, p_end);
+        }
         for (int idx = tid; idx < G * d; idx += kStagedThreads) {
             const int g = idx / d, i = idx % d;
-            s_q[idx] = g < group ? a.q[(t * a.n_head + kh * group + g) * a.head_dim + i] * a.score_scale : 0.0f;
+            if constexpr (kFused) s_q[idx] = g < group ? q_rows[idx] * a.score_scale : 0.0f;
+            else s_q[idx] = g < group ? a.q[(t * a.n_head + kh * group + g) * a.head_dim + i] * a.score_scale : 0.0f;
         }
         float m = -INFINITY, l = 0.0f;  // softmax threads: head row_group's running max, this lane's share of l
         float acc[G];
@@ -196,7 +268,16 @@ __global__ void __launch_bounds__(kStagedThreads) attention_split_f32_kernel(Spl
 
         for (int64_t i = 0; i < n_tiles; ++i) {
             const int64_t first = p_begin + i * kKeys;
-            ring.next_tile(i, n_tiles, first, p_end);
+            if constexpr (kFused) {
+                ring.next_tile_after_two(i, n_tiles, first, load_end);
+                if (owner && first <= n_past && n_past < first + kKeys) {
+                    ring.put_row(i, int(n_past - first), reinterpret_cast<const float*>(smem + extra.new_k),
+                                 reinterpret_cast<const float*>(smem + extra.new_v), d);
+                    __syncthreads();
+                }
+            } else {
+                ring.next_tile(i, n_tiles, first, p_end);
+            }
             const unsigned char* k_tile = ring.keys(i);
             const unsigned char* v_tile = ring.values(i);
 
@@ -254,6 +335,36 @@ __global__ void __launch_bounds__(kStagedThreads) attention_split_f32_kernel(Spl
             __syncthreads();  // tile i's stage, the partials and the weights are rewritten next
         }
 
+        if constexpr (kFused) {
+            // As split_mma's: one split, the outputs from registers.
+            if (fused_attention::active_splits(n_past + 1, a.splits) == 1) {
+                float* s_inv_l = reinterpret_cast<float*>(smem);
+                float* s_out = s_inv_l + kAttentionDecodeMaxGroup;
+                if (tid / 32 * 32 < G * kKeys) {
+                    float l_sum = l;
+#pragma unroll
+                    for (int offset = kKeys / 2; offset > 0; offset >>= 1)
+                        l_sum += __shfl_xor_sync(kFullWarpMask, l_sum, offset);
+                    if (row_group < group && key == 0) s_inv_l[row_group] = 1.0f / l_sum;
+                }
+                float gate[G] = {};
+                if (tid < d && f.gate != nullptr) {
+#pragma unroll
+                    for (int g = 0; g < G; ++g)
+                        if (g < group) gate[g] = f.gate[(kh * group + g) * f.gate_head_stride + tid];
+                }
+                __syncthreads();
+                if (tid < d) {
+#pragma unroll
+                    for (int g = 0; g < G; ++g)
+                        if (g < group)
+                            fused_attention::single_split_output(f, kh, group, d, g, tid, acc[g], s_inv_l[g], gate[g], s_out);
+                }
+                __syncthreads();
+                fused_attention::quantize_outputs(f, kh, group, d, s_out);
+                return;
+            }
+        }
         // The partials: (m, Σ lanes' l) from each head's key-0 lane, acc from the dim owners. A token that
         // saw no key of this split writes m = −inf, l = 0, acc = 0 (the combine gives it weight 0).
         if (tid / 32 * 32 < G * kKeys) {
@@ -276,6 +387,20 @@ __global__ void __launch_bounds__(kStagedThreads) attention_split_f32_kernel(Spl
         }
         __syncthreads();  // defensive: the last tile's barrier already ordered q's reads before the next token
     }
+    if constexpr (kFused)
+        fused_attention::combine_and_quantize(a, f, kh, group, fused_attention::active_splits(n_past + 1, a.splits), smem);
+}
+
+template <int G>
+__global__ void __launch_bounds__(kStagedThreads) attention_split_f32_kernel(SplitArgs a) {
+    split_f32<G, false>(a, FusedDecodeArgs{});
+}
+// Three blocks an SM, as attention_split_f32_kernel holds (80 registers; ~180 bytes spilled), so that both split
+// a kv head's keys alike (attention_decode_splits_run) and give the same bytes. Unbounded, the prologue and the
+// combine inlined around the split took ~180 registers: one block an SM.
+template <int G>
+__global__ void __launch_bounds__(kStagedThreads, 3) attention_decode_fused_f32_kernel(SplitArgs a, FusedDecodeArgs f) {
+    split_f32<G, true>(a, f);
 }
 
 // ---- f16 rows on tensor cores ----
@@ -327,14 +452,24 @@ struct MmaLayout {
 
 __device__ __forceinline__ uint32_t half_pair(const __half* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
-// G >= query heads per kv head (<= 8); head_dim 64, 128 or 256.
-// Two blocks an SM (__launch_bounds__: at most 128 registers a thread), as the shared memory allows.
-template <int G>
-__global__ void __launch_bounds__(kStagedThreads, 2) attention_split_mma_kernel(SplitArgs a) {
+// ilogbf and ldexpf's results without their library calls (the q conversion below was ~1 µs of a shallow
+// split): the exponent of a positive finite x (ilogbf's for a subnormal), and 2^e for |e| ≤ 126 — x · 2^e is
+// then ldexpf(x, e) exactly, one correctly rounded product.
+__device__ __forceinline__ int exponent_of(float x) {
+    const int field = (__float_as_int(x) >> 23) & 0xff;
+    return field != 0 ? field - 127 : ilogbf(x);
+}
+__device__ __forceinline__ float power_of_two(int e) { return __int_as_float((e + 127) << 23); }
+
+// G >= query heads per kv head (<= 8); head_dim 64, 128 or 256. kFused as split_f32's.
+template <int G, bool kFused>
+__device__ __forceinline__ void split_mma(const SplitArgs& a, const FusedDecodeArgs& f) {
     static_assert(G <= kMmaHeads && G * kMmaKeys <= kStagedThreads, "a warp per head for the softmax");
     extern __shared__ __align__(16) unsigned char smem[];
-    wait_for_predecessor();  // ops/programmatic_launch.cuh: nothing of the step is read before this
-    allow_dependents();
+    if constexpr (!kFused) {
+        wait_for_predecessor();  // ops/programmatic_launch.cuh: nothing of the step is read before this
+        allow_dependents();
+    }
     const int tid = int(threadIdx.x), warp = tid >> 5, lane = tid & 31, row = lane >> 2, col = lane & 3;
     const int64_t split = blockIdx.x, kh = blockIdx.y;
     const int d = int(a.head_dim);
@@ -352,6 +487,7 @@ __global__ void __launch_bounds__(kStagedThreads, 2) attention_split_mma_kernel(
     __half* s_w_lo = reinterpret_cast<__half*>(smem + layout.w_lo);
     float* s_correction = reinterpret_cast<float*>(smem + layout.correction);
     const TileRing<__half, kMmaKeys, true> ring(smem, a, kh, layout.row_bytes);
+    const FusedExtra<__half> extra(align16(layout.total), d);
     const int row_bytes = layout.row_bytes;
     const int m_tiles = d / 16;  // of the values: 16 dims each
     // The rows this lane addresses in ldmatrix (a_key, k0 + v_key below) are ≡ lane (mod 8), so their
@@ -362,24 +498,44 @@ __global__ void __launch_bounds__(kStagedThreads, 2) attention_split_mma_kernel(
         const int64_t visible = n_past + t + 1;
         const int64_t p_end = p_begin + per_split < visible ? p_begin + per_split : visible;
         const int64_t n_tiles = p_end > p_begin ? (p_end - p_begin + kMmaKeys - 1) / kMmaKeys : 0;
-        if (n_tiles > 0) ring.issue(0, p_begin, p_end);
+        // Fused: as split_f32's.
+        [[maybe_unused]] const int64_t load_end = kFused && n_past < p_end ? n_past : p_end;
+        [[maybe_unused]] const bool owner = kFused && p_begin <= n_past && n_past < p_end;
+        if constexpr (kFused) {
+            if (n_tiles > 0) ring.issue(0, p_begin, load_end);
+            if (n_tiles > 1) ring.issue(1, p_begin + kMmaKeys, load_end);
+            fused_attention::stage_prologue_constants(a, f, reinterpret_cast<float*>(smem + extra.norms),
+                                                      reinterpret_cast<double*>(smem + extra.table));
+            wait_for_predecessor();  // ops/programmatic_launch.cuh: the keys above were written steps before
+            allow_dependents();
+            fused_attention::prologue<__half>(a, f, kh, group, owner, n_past,
+                                              reinterpret_cast<const float*>(smem + extra.norms),
+                                              reinterpret_cast<const double*>(smem + extra.table),
+                                              reinterpret_cast<float*>(smem + extra.rows),
+                                              reinterpret_cast<float*>(smem + extra.q_rows),
+                                              reinterpret_cast<__half*>(smem + extra.new_k),
+                                              reinterpret_cast<__half*>(smem + extra.new_v));
+        } else {
+            if (n_tiles > 0) ring.issue(0, p_begin, p_end);
+        }
         {  // q of head `warp` (zero past the group) as hi and lo f16 terms
             const int g = warp;
-            const float* q = a.q + (t * a.n_head + kh * group + g) * a.head_dim;
+            const float* q = kFused ? reinterpret_cast<const float*>(smem + extra.q_rows) + g * a.head_dim
+                                    : a.q + (t * a.n_head + kh * group + g) * a.head_dim;
             float largest = 0.0f;
             for (int i = lane; i < d; i += 32) largest = fmaxf(largest, g < group ? fabsf(q[i] * a.score_scale) : 0.0f);
 #pragma unroll
             for (int offset = 16; offset > 0; offset >>= 1)
                 largest = fmaxf(largest, __shfl_xor_sync(kFullWarpMask, largest, offset));
             // (|e| <= 100 keeps 2^−e a normal float for a head of tiny values; such a head scores ~0.)
-            const int e = largest > 0.0f ? min(100, max(-100, 13 - ilogbf(largest))) : 0;
+            const int e = largest > 0.0f ? min(100, max(-100, 13 - exponent_of(largest))) : 0;
             for (int i = lane; i < d; i += 32) {
-                const float x = g < group ? ldexpf(q[i] * a.score_scale, e) : 0.0f;
+                const float x = g < group ? q[i] * a.score_scale * power_of_two(e) : 0.0f;
                 const __half hi = __float2half_rn(x);
                 s_q_hi[g * d + i] = hi;
                 s_q_lo[g * d + i] = __float2half_rn((x - __half2float(hi)) * kLoScale);
             }
-            if (lane == 0) s_q_unscale[g] = ldexpf(1.0f, -e);
+            if (lane == 0) s_q_unscale[g] = power_of_two(-e);
         }
         __syncthreads();
         // This warp's B fragments of q for its slice of the scores, in registers for every tile: read from
@@ -400,7 +556,16 @@ __global__ void __launch_bounds__(kStagedThreads, 2) attention_split_mma_kernel(
 
         for (int64_t i = 0; i < n_tiles; ++i) {
             const int64_t first = p_begin + i * kMmaKeys;
-            ring.next_tile(i, n_tiles, first, p_end);
+            if constexpr (kFused) {
+                ring.next_tile_after_two(i, n_tiles, first, load_end);
+                if (owner && first <= n_past && n_past < first + kMmaKeys) {
+                    ring.put_row(i, int(n_past - first), reinterpret_cast<const __half*>(smem + extra.new_k),
+                                 reinterpret_cast<const __half*>(smem + extra.new_v), d);
+                    __syncthreads();
+                }
+            } else {
+                ring.next_tile(i, n_tiles, first, p_end);
+            }
             const unsigned char* k_tile = ring.keys(i);
             const unsigned char* v_tile = ring.values(i);
 
@@ -473,6 +638,46 @@ __global__ void __launch_bounds__(kStagedThreads, 2) attention_split_mma_kernel(
             __syncthreads();  // tile i's stage, the partials and the weights are rewritten next
         }
 
+        if constexpr (kFused) {
+            // Every key in this one split (a shallow cache): no partials and no merge, the outputs from registers
+            // (fused_attention::single_split_output), in the tile ring's memory, free now.
+            if (fused_attention::active_splits(n_past + 1, a.splits) == 1) {
+                float* s_inv_l = reinterpret_cast<float*>(smem);
+                float* s_out = s_inv_l + kMmaHeads;
+                if (warp < group) {
+                    const float l_sum = warp_sum(l);
+                    if (lane == 0) s_inv_l[warp] = 1.0f / l_sum;
+                }
+                float gate[2][4] = {};
+#pragma unroll
+                for (int k = 0; k < 2; ++k) {
+                    const int mt = warp + 8 * k;
+                    if (mt >= m_tiles) break;
+#pragma unroll
+                    for (int r = 0; r < 4; ++r) {
+                        const int dim = 16 * mt + row + (r >> 1) * 8, head = 2 * col + (r & 1);
+                        if (head < group && f.gate != nullptr) gate[k][r] = f.gate[(kh * group + head) * f.gate_head_stride + dim];
+                    }
+                }
+                __syncthreads();
+#pragma unroll
+                for (int k = 0; k < 2; ++k) {
+                    const int mt = warp + 8 * k;
+                    if (mt >= m_tiles) break;
+#pragma unroll
+                    for (int r = 0; r < 4; ++r) {
+                        const int dim = 16 * mt + row + (r >> 1) * 8, head = 2 * col + (r & 1);
+                        if (head >= group) continue;
+                        fused_attention::single_split_output(f, kh, group, d, head, dim,
+                                                             fmaf(acc_lo[k][r], 1.0f / kLoScale, acc_hi[k][r]),
+                                                             s_inv_l[head], gate[k][r], s_out);
+                    }
+                }
+                __syncthreads();
+                fused_attention::quantize_outputs(f, kh, group, d, s_out);
+                return;
+            }
+        }
         // The partials: (m, Σ lanes' l) from each head's warp, acc from the dim tiles' owners. A token that
         // saw no key of this split writes m = −inf, l = 0, acc = 0 (the combine gives it weight 0).
         if (warp < group) {
@@ -497,6 +702,18 @@ __global__ void __launch_bounds__(kStagedThreads, 2) attention_split_mma_kernel(
         }
         __syncthreads();  // defensive: the last tile's barrier already ordered q's reads before the next token
     }
+    if constexpr (kFused)
+        fused_attention::combine_and_quantize(a, f, kh, group, fused_attention::active_splits(n_past + 1, a.splits), smem);
+}
+
+// Two blocks an SM (__launch_bounds__: at most 128 registers a thread), as the shared memory allows.
+template <int G>
+__global__ void __launch_bounds__(kStagedThreads, 2) attention_split_mma_kernel(SplitArgs a) {
+    split_mma<G, false>(a, FusedDecodeArgs{});
+}
+template <int G>
+__global__ void __launch_bounds__(kStagedThreads, 2) attention_decode_fused_mma_kernel(SplitArgs a, FusedDecodeArgs f) {
+    split_mma<G, true>(a, f);
 }
 
 // f(std::integral_constant<int, G>) with G the kernels' head count for `group` query heads per kv head.
@@ -526,6 +743,23 @@ StagedKernel staged_kernel(KvElement element, int d, int64_t group) {
                "attention_split_staged shared memory");
     return k;
 }
+struct FusedKernel {
+    void (*kernel)(SplitArgs, FusedDecodeArgs) = nullptr;
+    size_t smem = 0;
+};
+FusedKernel fused_kernel(KvElement element, int d, int64_t group) {
+    FusedKernel k;
+    with_heads(group, [&](auto heads) {
+        constexpr int G = decltype(heads)::value;
+        if (element == KvElement::f16)
+            k = {attention_decode_fused_mma_kernel<G>, FusedExtra<__half>(align16(MmaLayout(d).total), d).total};
+        else
+            k = {attention_decode_fused_f32_kernel<G>, FusedExtra<float>(align16(StagedLayout(d, G).total), d).total};
+    });
+    cuda_check(cudaFuncSetAttribute(k.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(k.smem)),
+               "attention_decode_fused shared memory");
+    return k;
+}
 
 }  // namespace
 
@@ -541,12 +775,18 @@ bool staged_attention_supports(KvElement element, int64_t head_dim, int64_t grou
     return head_dim % slice == 0 && kStagedThreads % pieces == 0;
 }
 
-int64_t staged_attention_resident_blocks(KvElement element, int64_t head_dim, int64_t group) {
+int64_t staged_attention_resident_blocks(KvElement element, int64_t head_dim, int64_t group, bool fused) {
     if (!staged_attention_supports(element, head_dim, group)) return 0;
-    const StagedKernel k = staged_kernel(element, int(head_dim), group);
     int per_sm = 0;
-    cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k.kernel, kStagedThreads, k.smem),
-               "attention_split_staged occupancy");
+    if (fused) {
+        const FusedKernel k = fused_kernel(element, int(head_dim), group);
+        cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k.kernel, kStagedThreads, k.smem),
+                   "attention_decode_fused occupancy");
+    } else {
+        const StagedKernel k = staged_kernel(element, int(head_dim), group);
+        cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k.kernel, kStagedThreads, k.smem),
+                   "attention_split_staged occupancy");
+    }
     return int64_t(per_sm) * device_attribute(cudaDevAttrMultiProcessorCount, "SM count");
 }
 
@@ -556,6 +796,16 @@ bool launch_attention_split_staged(dim3 grid, const SplitArgs& args, KvElement e
     const StagedKernel k = staged_kernel(element, int(args.head_dim), group);
     launch_programmatic(k.kernel, grid, dim3(kStagedThreads), k.smem, stream, "attention_split_staged", args);
     return true;
+}
+
+void launch_attention_decode_fused(dim3 grid, const SplitArgs& args, const FusedDecodeArgs& fused, KvElement element,
+                                   cudaStream_t stream) {
+    const int64_t group = args.n_head / args.n_kv_head;
+    const FusedKernel k = fused_kernel(element, int(args.head_dim), group);
+    // The combine reuses the tile ring (two stages of K and V tiles, at least 16 KB at head_dim 64).
+    static_assert(fused_attention::combine_smem_bytes(kAttentionDecodeMaxGroup, 64) <= size_t(kStages) * 2 * kMmaKeys * 64 * 2,
+                  "the combine's arrays fit in the smallest tile ring");
+    launch_programmatic(k.kernel, grid, dim3(kStagedThreads), k.smem, stream, "attention_decode_fused", args, fused);
 }
 
 }  // namespace deltabit::cuda

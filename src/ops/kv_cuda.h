@@ -28,6 +28,9 @@ namespace deltabit::cuda {
 enum class KvElement : uint8_t { f32, f16, kivi4 };
 // Bytes per element of a plain cache (f32 or f16); kivi4 has no single element size.
 inline size_t kv_element_bytes(KvElement e) { return e == KvElement::f16 ? 2 : 4; }
+inline const char* kv_element_name(KvElement e) {
+    return e == KvElement::f32 ? "f32" : e == KvElement::f16 ? "f16" : "kivi4";
+}
 
 // KIVI's layout parameters (models/kv_cache.h's constants, passed in so that ops/ does not depend on
 // models/).

@@ -260,7 +260,11 @@ TEST(DecodeKernels, AttentionDecodeSplitsFillOneWave) {
         for (const auto& [n_head, n_kv_head, head_dim] :
              std::vector<std::tuple<int64_t, int64_t, int64_t>>{{24, 4, 256}, {32, 8, 128}}) {
             const cuda::CachedAttentionDims decode{1, n_head, n_kv_head, head_dim, 131072, head_dim};
-            const int64_t resident = cuda::staged_attention_resident_blocks(e, head_dim, n_head / n_kv_head);
+            // Both shapes are fused ones: the wave is the smaller of the two kernels'.
+            ASSERT_TRUE(cuda::attention_decode_fused_supports(decode, e));
+            const int64_t resident =
+                std::min(cuda::staged_attention_resident_blocks(e, head_dim, n_head / n_kv_head),
+                         cuda::staged_attention_resident_blocks(e, head_dim, n_head / n_kv_head, /*fused=*/true));
             const int64_t splits = cuda::attention_decode_splits_run(decode, e);
             const std::string what = std::string(e == KvElement::f16 ? "f16 " : "f32 ") + std::to_string(n_head) +
                                      "/" + std::to_string(n_kv_head) + "x" + std::to_string(head_dim);
@@ -562,6 +566,171 @@ TEST(DecodeKernels, AttentionPrologue) {
     check_prologue(24, 4, 256, 64, true, false, 31999, 4);  // Bonsai-27B: partial rope, gate interleaved
     check_prologue(24, 4, 256, 64, true, true, 4095, 5);
     check_prologue(32, 8, 128, 128, false, true, 131071, 6);  // Bonsai-4B at a deep position
+}
+
+// ---- the fused decode attention (attention_decode_fused) ----
+
+struct FusedCase {
+    int64_t n_head, n_kv_head, head_dim, rope_dim;
+    int32_t position;  // the new token's; rows 0 .. position − 1 of the cache hold earlier keys and values
+    int64_t capacity;  // the graph's planned length: the split count
+    bool gated, half;
+};
+
+// One fused launch against the three it replaces (attention_decode_prologue with the rope table,
+// attention_cached, quantize_activations) from the same inputs and caches: the caches, out and its int8
+// groups equal byte for byte, every arrival counter back at zero, and a second launch from the state the
+// first left gives the same bytes again.
+void check_fused_attention(const FusedCase& c, uint32_t seed) {
+    std::mt19937 rng(seed);
+    const int64_t H = c.n_head, H_kv = c.n_kv_head, d = c.head_dim, per_head = c.gated ? 2 * d : d;
+    const std::vector<float> q_full = uniform(static_cast<size_t>(H * per_head), rng, -3.0f, 3.0f);
+    const std::vector<float> k_raw = uniform(static_cast<size_t>(H_kv * d), rng, -3.0f, 3.0f);
+    const std::vector<float> v_raw = uniform(static_cast<size_t>(H_kv * d), rng, -3.0f, 3.0f);
+    const std::vector<float> q_norm = uniform(static_cast<size_t>(d), rng, 0.5f, 1.5f);
+    const std::vector<float> k_norm = uniform(static_cast<size_t>(d), rng, 0.5f, 1.5f);
+    const float eps = 1e-6f, theta = 1e7f;
+    // Earlier rows random, the rest poison (NaN in both formats): a kernel reading past the new row fails.
+    const int64_t row = H_kv * d;
+    const size_t elem = c.half ? 2 : 4, cache_bytes = size_t(c.capacity * row) * elem;
+    std::vector<uint8_t> k_bytes(cache_bytes, 0xFF), v_bytes(cache_bytes, 0xFF);
+    {
+        const std::vector<float> k_old = uniform(static_cast<size_t>(c.position * row), rng, -1.0f, 1.0f);
+        const std::vector<float> v_old = uniform(k_old.size(), rng, -1.0f, 1.0f);
+        if (c.half) {
+            const std::vector<uint16_t> kh = to_half(k_old), vh = to_half(v_old);
+            std::memcpy(k_bytes.data(), kh.data(), kh.size() * 2);
+            std::memcpy(v_bytes.data(), vh.data(), vh.size() * 2);
+        } else {
+            std::memcpy(k_bytes.data(), k_old.data(), k_old.size() * 4);
+            std::memcpy(v_bytes.data(), v_old.data(), v_old.size() * 4);
+        }
+    }
+    const cuda::KvElement kv = c.half ? cuda::KvElement::f16 : cuda::KvElement::f32;
+    const std::string what = std::string("fused attention ") + (c.half ? "f16" : "f32") + " H=" + std::to_string(H) +
+                             "/" + std::to_string(H_kv) + " d=" + std::to_string(d) + " rope=" +
+                             std::to_string(c.rope_dim) + (c.gated ? " gate" : "") + " pos=" +
+                             std::to_string(c.position) + " cap=" + std::to_string(c.capacity);
+
+    GuardedDeviceArray<float> dq_full(q_full), dk_raw(k_raw), dv_raw(v_raw), dqn(q_norm), dkn(k_norm);
+    GuardedDeviceArray<int32_t> dpos(std::vector<int32_t>{c.position});
+    GuardedDeviceArray<double> table(size_t(cuda::rope_decode_table_doubles(std::max<int64_t>(c.rope_dim, 2))));
+    if (c.rope_dim > 0) cuda::rope_decode_table(dpos.get(), c.rope_dim, theta, table.get(), nullptr);
+    // The fused kernel reads the table, the position and the old rows before its wait: written before a sync.
+    cuda::cuda_check(cudaDeviceSynchronize(), "fused attention inputs");
+    const cuda::AttentionPrologueDims prologue{H, H_kv, d, per_head, c.rope_dim, theta, eps};
+    const cuda::CachedAttentionDims dims{1, H, H_kv, d, c.capacity, per_head};
+    ASSERT_TRUE(cuda::attention_decode_fused_supports(dims, kv)) << what;
+    const float* gate = c.gated ? dq_full.get() + d : nullptr;
+
+    // The three launches.
+    GuardedDeviceArray<uint8_t> sep_k(k_bytes), sep_v(v_bytes);
+    GuardedDeviceArray<float> q(static_cast<size_t>(H * d)), sep_out(static_cast<size_t>(H * d));
+    GuardedDeviceArray<float> sep_scratch(cuda::attention_decode_scratch_floats(dims));
+    const cuda::KvCacheView sep_kv = cuda::plain_kv_view(kv, sep_k.get()), sep_vv = cuda::plain_kv_view(kv, sep_v.get());
+    cuda::attention_decode_prologue(dq_full.get(), dk_raw.get(), dv_raw.get(), dqn.get(), dkn.get(), dpos.get(), prologue,
+                                    sep_kv, sep_vv, q.get(), nullptr, c.rope_dim > 0 ? table.get() : nullptr);
+    cuda::attention_cached(q.get(), sep_kv, sep_vv, gate, dpos.get(), dims, sep_scratch.get(), sep_out.get(), nullptr);
+    const std::vector<float> want_out = sep_out.download(what + " separate out");
+    const std::vector<uint8_t> want_k = sep_k.download(what + " separate k"), want_v = sep_v.download(what + " separate v");
+
+    // The one launch, twice from one state (the second over the caches the first wrote).
+    GuardedDeviceArray<uint8_t> fk(k_bytes), fv(v_bytes);
+    const cuda::KvCacheView fkv = cuda::plain_kv_view(kv, fk.get()), fvv = cuda::plain_kv_view(kv, fv.get());
+    const GuardedQuantizedOutput fq(H * d);
+    for (int run = 0; run < 2; ++run) {
+        const std::string pass = what + (run == 0 ? "" : " (again)");
+        GuardedDeviceArray<float> out(static_cast<size_t>(H * d)), scratch(cuda::attention_decode_scratch_floats(dims));
+        fq.poison();
+        cuda::attention_decode_fused(dq_full.get(), dk_raw.get(), dv_raw.get(), dqn.get(), dkn.get(), dpos.get(),
+                                     c.rope_dim > 0 ? table.get() : nullptr, prologue, fkv, fvv, gate, dims,
+                                     scratch.get(), out.get(), fq.view(), nullptr);
+        const std::vector<float> got = out.download(pass + " out");
+        ASSERT_EQ(std::memcmp(got.data(), want_out.data(), got.size() * sizeof(float)), 0)
+            << pass << ": out differs from the separate launches' (first at "
+            << std::distance(got.begin(), std::mismatch(got.begin(), got.end(), want_out.begin(),
+                                                        [](float a, float b) { return std::bit_cast<uint32_t>(a) ==
+                                                                                      std::bit_cast<uint32_t>(b); })
+                                              .first)
+            << ")";
+        EXPECT_TRUE(fq.matches_host_quantizer(got)) << pass;
+        EXPECT_TRUE(fq.arrivals_all_zero()) << pass;
+        ASSERT_TRUE(fk.download(pass + " k") == want_k) << pass << ": key cache";
+        ASSERT_TRUE(fv.download(pass + " v") == want_v) << pass << ": value cache";
+    }
+}
+
+TEST(DecodeKernels, AttentionDecodeFusedIsTheSeparateLaunchesByteForByte) {
+    DELTABIT_REQUIRE_GPU();
+    uint32_t seed = 700;
+    for (const bool half : {false, true}) {
+        // Bonsai-4B (32/8 × 128, full rope) and Bonsai-27B (24/4 × 256, rope 64, the gate in q_proj): positions
+        // around the 32-key tile and 64-key split edges (the new key alone in a tile, first and last of one), a
+        // long capacity with most splits empty, and depths where the one-wave cap gives ragged splits.
+        for (const int32_t position : {0, 1, 15, 16, 31, 32, 33, 63, 64, 65, 127, 1000, 4095})
+            check_fused_attention({32, 8, 128, 128, position, position + 3, false, half}, seed++);
+        check_fused_attention({32, 8, 128, 128, 100, 32768, false, half}, seed++);
+        check_fused_attention({32, 8, 128, 128, 8191, 8200, false, half}, seed++);
+        for (const int32_t position : {0, 31, 64, 2999})
+            check_fused_attention({24, 4, 256, 64, position, 32768, true, half}, seed++);
+        check_fused_attention({24, 4, 256, 64, 8191, 8200, true, half}, seed++);
+        // 8 query heads a kv head; one query head a kv head; no rope.
+        check_fused_attention({16, 2, 128, 128, 777, 4096, true, half}, seed++);
+        check_fused_attention({2, 2, 128, 0, 300, 512, false, half}, seed++);
+    }
+    // head_dim 64 (f16 only: the f32 kernel takes 128 and 256): groups of 128 are two query heads.
+    check_fused_attention({4, 2, 64, 64, 200, 1024, true, true}, seed++);
+    check_fused_attention({8, 1, 64, 32, 65, 70, false, true}, seed++);
+}
+
+TEST(DecodeKernels, AttentionDecodeFusedRefusesWhatItCannotRun) {
+    DELTABIT_REQUIRE_GPU();
+    using cuda::KvElement;
+    const cuda::CachedAttentionDims bonsai4b{1, 32, 8, 128, 4096, 128};
+    EXPECT_TRUE(cuda::attention_decode_fused_supports(bonsai4b, KvElement::f16));
+    EXPECT_TRUE(cuda::attention_decode_fused_supports(bonsai4b, KvElement::f32));
+    EXPECT_FALSE(cuda::attention_decode_fused_supports(bonsai4b, KvElement::kivi4)) << "kivi4";
+    cuda::CachedAttentionDims two_tokens = bonsai4b;
+    two_tokens.n_tokens = 2;
+    EXPECT_FALSE(cuda::attention_decode_fused_supports(two_tokens, KvElement::f16)) << "two tokens";
+    // A kv head's outputs must be whole groups of 128 (its last block quantises them): 1 × 64 is not.
+    EXPECT_FALSE(cuda::attention_decode_fused_supports({1, 4, 4, 64, 4096, 64}, KvElement::f16)) << "group 1 of 64";
+    EXPECT_FALSE(cuda::attention_decode_fused_supports({1, 4, 2, 64, 4096, 64}, KvElement::f32)) << "f32 of 64";
+    cuda::CachedAttentionDims keys = bonsai4b;
+    keys.variant = cuda::AttentionDecodeVariant::keys_across_lanes;
+    EXPECT_FALSE(cuda::attention_decode_fused_supports(keys, KvElement::f16)) << "another variant asked for";
+
+    // The call refuses what the check refuses, a view without counters or of another width, and a prologue
+    // of other heads — before launching anything.
+    const int64_t H = 32, H_kv = 8, d = 128;
+    auto zeros = [](int64_t n) { return GuardedDeviceArray<float>(std::vector<float>(static_cast<size_t>(n), 0.0f)); };
+    const GuardedDeviceArray<float> q_full = zeros(H * d), k_raw = zeros(H_kv * d), v_raw = zeros(H_kv * d),
+                                    norm = zeros(d), out = zeros(H * d),
+                                    scratch = zeros(int64_t(cuda::attention_decode_scratch_floats(bonsai4b)));
+    GuardedDeviceArray<uint8_t> k(size_t(4096 * H_kv * d * 2)), v(size_t(4096 * H_kv * d * 2));
+    GuardedDeviceArray<int32_t> pos(std::vector<int32_t>{10});
+    GuardedDeviceArray<double> table(size_t(cuda::rope_decode_table_doubles(d)));
+    const cuda::AttentionPrologueDims prologue{H, H_kv, d, d, d, 1e6f, 1e-6f};
+    const GuardedQuantizedOutput view(H * d), narrow(H * d - 128);
+    auto call = [&](const cuda::AttentionPrologueDims& p, const cuda::CachedAttentionDims& dims,
+                    const cuda::QuantizedActivationsView& q, const double* rope_table) {
+        cuda::attention_decode_fused(q_full.get(), k_raw.get(), v_raw.get(), norm.get(), norm.get(), pos.get(),
+                                     rope_table, p, cuda::plain_kv_view(KvElement::f16, k.get()),
+                                     cuda::plain_kv_view(KvElement::f16, v.get()), nullptr, dims, scratch.get(),
+                                     out.get(), q, nullptr);
+    };
+    EXPECT_THROW(call(prologue, two_tokens, view.view(), table.get()), Error) << "two tokens";
+    EXPECT_THROW(call(prologue, bonsai4b, narrow.view(), table.get()), Error) << "a view of another width";
+    cuda::QuantizedActivationsView uncounted = view.view();
+    uncounted.arrivals = nullptr;
+    EXPECT_THROW(call(prologue, bonsai4b, uncounted, table.get()), Error) << "a view without counters";
+    EXPECT_THROW(call(prologue, bonsai4b, view.deferred_view(1e-6f), table.get()), Error) << "a deferred-norm view";
+    EXPECT_THROW(call(prologue, bonsai4b, view.view(), nullptr), Error) << "no rope table";
+    cuda::AttentionPrologueDims other = prologue;
+    other.n_kv_head = 4;
+    EXPECT_THROW(call(other, bonsai4b, view.view(), table.get()), Error) << "a prologue of other heads";
+    cuda::cuda_check(cudaDeviceSynchronize(), "refusals");
+    EXPECT_TRUE(view.arrivals_all_zero());
 }
 
 TEST(DecodeKernels, RopeDecodeTableRefusesBadShapes) {
