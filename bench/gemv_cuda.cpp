@@ -177,7 +177,7 @@ struct Result {
 
 std::string config_text(const GemvLaunchConfig& c) {
     return "lanes" + std::to_string(c.lanes_per_row) + "/rows" + std::to_string(c.rows_per_thread) + "/warps" +
-           std::to_string(c.warps_per_block);
+           std::to_string(c.warps_per_block) + "/loads" + std::to_string(c.loads_in_flight);
 }
 
 // --chain: one Bonsai-27B DeltaNet layer's GEMVs (K = 5120 hidden, 6144 DeltaNet values, 17408 FFN), each
@@ -325,7 +325,12 @@ int main(int argc, char** argv) {
                 for (int r : {2, 4}) {
                     for (int warps : {1, 2, 4, 8}) {
                         if (t != DType::Q1_0 && (lanes == 16 || warps == 1 || warps == 8)) continue;
-                        sweep.push_back({lanes, r, warps, 0});
+                        for (int loads : {16, 8, 4}) {
+                            if (r != 2 && loads != 16) continue;  // fewer loads are compiled for 2 rows only
+                            GemvLaunchConfig c{lanes, r, warps, 0};
+                            c.loads_in_flight = loads;
+                            sweep.push_back(c);
+                        }
                     }
                 }
             }

@@ -174,6 +174,53 @@ struct FusedExtra {
     }
 };
 
+// The two split kernels' start and tile step, shared. A block's keys are [p_begin, p_end); load_end is where
+// its copies stop: the fused kernels put the new position (n_past, written by this launch) into its tile
+// themselves, the others load every key (load_end = p_end).
+//
+// Start: the first tile requested (the separate kernel waited at its top). Fused: tiles 0 and 1 requested
+// before the wait (the keys before n_past were written steps before), the prologue's constants staged, then
+// the wait and the prologue — q into extra.q_rows, and for the `owner` of n_past the new key and value.
+template <bool kFused, typename KvT, int kKeys, bool kSwizzled>
+__device__ __forceinline__ void start_tiles(const TileRing<KvT, kKeys, kSwizzled>& ring, const SplitArgs& a,
+                                            const FusedDecodeArgs& f, unsigned char* smem,
+                                            const FusedExtra<KvT>& extra, int64_t kh, int64_t group, bool owner,
+                                            int64_t n_past, int64_t n_tiles, int64_t p_begin, int64_t load_end) {
+    if constexpr (kFused) {
+        if (n_tiles > 0) ring.issue(0, p_begin, load_end);
+        if (n_tiles > 1) ring.issue(1, p_begin + kKeys, load_end);
+        fused_attention::stage_prologue_constants(a, f, reinterpret_cast<float*>(smem + extra.norms),
+                                                  reinterpret_cast<double*>(smem + extra.table));
+        wait_for_predecessor();  // ops/programmatic_launch.cuh: the keys above were written steps before
+        allow_dependents();
+        fused_attention::prologue<KvT>(a, f, kh, group, owner, n_past, reinterpret_cast<const float*>(smem + extra.norms),
+                                       reinterpret_cast<const double*>(smem + extra.table),
+                                       reinterpret_cast<float*>(smem + extra.rows),
+                                       reinterpret_cast<float*>(smem + extra.q_rows),
+                                       reinterpret_cast<KvT*>(smem + extra.new_k),
+                                       reinterpret_cast<KvT*>(smem + extra.new_v));
+    } else {
+        if (n_tiles > 0) ring.issue(0, p_begin, load_end);
+    }
+}
+// Before computing tile i (keys [first, first + kKeys)): the ring's next tile requested and tile i waited for;
+// fused, the owner's tile holding n_past gets the new key and value.
+template <bool kFused, typename KvT, int kKeys, bool kSwizzled>
+__device__ __forceinline__ void step_tiles(const TileRing<KvT, kKeys, kSwizzled>& ring, const unsigned char* smem,
+                                           const FusedExtra<KvT>& extra, int d, bool owner, int64_t n_past,
+                                           int64_t i, int64_t n_tiles, int64_t first, int64_t load_end) {
+    if constexpr (kFused) {
+        ring.next_tile_after_two(i, n_tiles, first, load_end);
+        if (owner && first <= n_past && n_past < first + kKeys) {
+            ring.put_row(i, int(n_past - first), reinterpret_cast<const KvT*>(smem + extra.new_k),
+                         reinterpret_cast<const KvT*>(smem + extra.new_v), d);
+            __syncthreads();
+        }
+    } else {
+        ring.next_tile(i, n_tiles, first, load_end);
+    }
+}
+
 // One tile's online-softmax step for the lane of key `key` of a head whose kKeys keys sit in kKeys
 // consecutive lanes: the score (−inf for a key past the end), the tile's max by a butterfly over those
 // lanes, then the running max m and this lane's share l of the denominator. Returns the key's weight
@@ -234,28 +281,12 @@ __device__ __forceinline__ void split_f32(const SplitArgs& a, const FusedDecodeA
         const int64_t visible = n_past + t + 1;
         const int64_t p_end = p_begin + per_split < visible ? p_begin + per_split : visible;
         const int64_t n_tiles = p_end > p_begin ? (p_end - p_begin + kKeys - 1) / kKeys : 0;
-        // Fused: the keys before the new position are requested now, before the wait; the new one is put in
-        // its tile below.
-        [[maybe_unused]] const int64_t load_end = kFused && n_past < p_end ? n_past : p_end;
-        [[maybe_unused]] const bool owner = kFused && p_begin <= n_past && n_past < p_end;
+        // Fused: the keys before the new position are requested before the wait; the new one is put in its
+        // tile by step_tiles.
+        const int64_t load_end = kFused && n_past < p_end ? n_past : p_end;
+        const bool owner = kFused && p_begin <= n_past && n_past < p_end;
         const float* q_rows = reinterpret_cast<const float*>(smem + extra.q_rows);
-        if constexpr (kFused) {
-            if (n_tiles > 0) ring.issue(0, p_begin, load_end);
-            if (n_tiles > 1) ring.issue(1, p_begin + kKeys, load_end);
-            fused_attention::stage_prologue_constants(a, f, reinterpret_cast<float*>(smem + extra.norms),
-                                                      reinterpret_cast<double*>(smem + extra.table));
-            wait_for_predecessor();  // ops/programmatic_launch.cuh: the keys above were written steps before
-            allow_dependents();
-            fused_attention::prologue<float>(a, f, kh, group, owner, n_past,
-                                             reinterpret_cast<const float*>(smem + extra.norms),
-                                             reinterpret_cast<const double*>(smem + extra.table),
-                                             reinterpret_cast<float*>(smem + extra.rows),
-                                             reinterpret_cast<float*>(smem + extra.q_rows),
-                                             reinterpret_cast<float*>(smem + extra.new_k),
-                                             reinterpret_cast<float*>(smem + extra.new_v));
-        } else {
-            if (n_tiles > 0) ring.issue(0, p_begin, p_end);
-        }
+        start_tiles<kFused>(ring, a, f, smem, extra, kh, group, owner, n_past, n_tiles, p_begin, load_end);
         for (int idx = tid; idx < G * d; idx += kStagedThreads) {
             const int g = idx / d, i = idx % d;
             if constexpr (kFused) s_q[idx] = g < group ? q_rows[idx] * a.score_scale : 0.0f;
@@ -268,16 +299,7 @@ __device__ __forceinline__ void split_f32(const SplitArgs& a, const FusedDecodeA
 
         for (int64_t i = 0; i < n_tiles; ++i) {
             const int64_t first = p_begin + i * kKeys;
-            if constexpr (kFused) {
-                ring.next_tile_after_two(i, n_tiles, first, load_end);
-                if (owner && first <= n_past && n_past < first + kKeys) {
-                    ring.put_row(i, int(n_past - first), reinterpret_cast<const float*>(smem + extra.new_k),
-                                 reinterpret_cast<const float*>(smem + extra.new_v), d);
-                    __syncthreads();
-                }
-            } else {
-                ring.next_tile(i, n_tiles, first, p_end);
-            }
+            step_tiles<kFused>(ring, smem, extra, d, owner, n_past, i, n_tiles, first, load_end);
             const unsigned char* k_tile = ring.keys(i);
             const unsigned char* v_tile = ring.values(i);
 
@@ -499,25 +521,9 @@ __device__ __forceinline__ void split_mma(const SplitArgs& a, const FusedDecodeA
         const int64_t p_end = p_begin + per_split < visible ? p_begin + per_split : visible;
         const int64_t n_tiles = p_end > p_begin ? (p_end - p_begin + kMmaKeys - 1) / kMmaKeys : 0;
         // Fused: as split_f32's.
-        [[maybe_unused]] const int64_t load_end = kFused && n_past < p_end ? n_past : p_end;
-        [[maybe_unused]] const bool owner = kFused && p_begin <= n_past && n_past < p_end;
-        if constexpr (kFused) {
-            if (n_tiles > 0) ring.issue(0, p_begin, load_end);
-            if (n_tiles > 1) ring.issue(1, p_begin + kMmaKeys, load_end);
-            fused_attention::stage_prologue_constants(a, f, reinterpret_cast<float*>(smem + extra.norms),
-                                                      reinterpret_cast<double*>(smem + extra.table));
-            wait_for_predecessor();  // ops/programmatic_launch.cuh: the keys above were written steps before
-            allow_dependents();
-            fused_attention::prologue<__half>(a, f, kh, group, owner, n_past,
-                                              reinterpret_cast<const float*>(smem + extra.norms),
-                                              reinterpret_cast<const double*>(smem + extra.table),
-                                              reinterpret_cast<float*>(smem + extra.rows),
-                                              reinterpret_cast<float*>(smem + extra.q_rows),
-                                              reinterpret_cast<__half*>(smem + extra.new_k),
-                                              reinterpret_cast<__half*>(smem + extra.new_v));
-        } else {
-            if (n_tiles > 0) ring.issue(0, p_begin, p_end);
-        }
+        const int64_t load_end = kFused && n_past < p_end ? n_past : p_end;
+        const bool owner = kFused && p_begin <= n_past && n_past < p_end;
+        start_tiles<kFused>(ring, a, f, smem, extra, kh, group, owner, n_past, n_tiles, p_begin, load_end);
         {  // q of head `warp` (zero past the group) as hi and lo f16 terms
             const int g = warp;
             const float* q = kFused ? reinterpret_cast<const float*>(smem + extra.q_rows) + g * a.head_dim
@@ -556,16 +562,7 @@ __device__ __forceinline__ void split_mma(const SplitArgs& a, const FusedDecodeA
 
         for (int64_t i = 0; i < n_tiles; ++i) {
             const int64_t first = p_begin + i * kMmaKeys;
-            if constexpr (kFused) {
-                ring.next_tile_after_two(i, n_tiles, first, load_end);
-                if (owner && first <= n_past && n_past < first + kMmaKeys) {
-                    ring.put_row(i, int(n_past - first), reinterpret_cast<const __half*>(smem + extra.new_k),
-                                 reinterpret_cast<const __half*>(smem + extra.new_v), d);
-                    __syncthreads();
-                }
-            } else {
-                ring.next_tile(i, n_tiles, first, p_end);
-            }
+            step_tiles<kFused>(ring, smem, extra, d, owner, n_past, i, n_tiles, first, load_end);
             const unsigned char* k_tile = ring.keys(i);
             const unsigned char* v_tile = ring.values(i);
 

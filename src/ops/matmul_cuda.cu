@@ -19,6 +19,7 @@
 
 #include <cuda_fp16.h>
 
+#include "backend/cuda_probe.h"
 #include "ops/activation_quant.cuh"
 #include "ops/cuda_math.cuh"
 #include "ops/gemv_device.cuh"
@@ -27,7 +28,10 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <string>
+#include <utility>
 
 namespace deltabit::cuda {
 
@@ -35,10 +39,6 @@ namespace {
 
 using namespace gemv_detail;
 
-#ifndef DELTABIT_GEMV_LOADS_IN_FLIGHT
-#define DELTABIT_GEMV_LOADS_IN_FLIGHT 16
-#endif
-constexpr int kLoadsInFlight = DELTABIT_GEMV_LOADS_IN_FLIGHT;
 constexpr int kMaxThreadsPerBlock = 256;
 
 // The R rows one thread walks in one tile (rows past the end are clamped for loading, so every lane
@@ -104,18 +104,21 @@ __device__ __forceinline__ void load_units(const ThreadRows<R>& rows, int u0, in
     }
 }
 
-// KT threads per row, R rows per thread (SwiGLU: the gate row and the up row of one output); tiles
+// KT threads per row, R rows per thread (SwiGLU: the gate row and the up row of one output), kLoads code
+// loads in flight a thread (GemvLaunchConfig::loads_in_flight: a batch is kLoads / R units of each row); tiles
 // [first_tile + blockIdx.x, first_tile + blockIdx.x + gridDim.x, ...) < first_tile + tiles (a grid sized
 // to what stays resident, so each block fills its activations once and then streams many tiles).
 //
 // Order of work, for the overlap with the kernel before (ops/programmatic_launch.cuh): the first batch of
 // weight codes is requested before waiting for that kernel, then the activations it wrote are copied
 // into shared memory while those loads are in flight.
-template <DType T, int KT, int R, bool kSwiglu>
-__global__ void __launch_bounds__(kMaxThreadsPerBlock) gemv_kernel(KernelArgs a, int64_t first_tile, int64_t tiles) {
+// The body of both kernels below (they differ only in their register limit).
+template <DType T, int KT, int R, bool kSwiglu, int kLoads>
+__device__ __forceinline__ void gemv_tiles(const KernelArgs& a, int64_t first_tile, int64_t tiles) {
     using L = Layout<T>;
     constexpr int kRowGroupsPerWarp = 32 / KT;
-    constexpr int kUnroll = kLoadsInFlight / R;  // code loads in flight per thread, whatever R
+    constexpr int kUnroll = kLoads / R;  // units of each row a batch requests
+    static_assert(kUnroll >= 1, "a batch holds one unit of each row at least");
     constexpr int kRowsPerThreadGroup = kSwiglu ? 1 : R;  // outputs per group of KT lanes
 
     extern __shared__ __align__(16) uint8_t smem[];
@@ -178,6 +181,20 @@ __global__ void __launch_bounds__(kMaxThreadsPerBlock) gemv_kernel(KernelArgs a,
     }
 }
 
+// 16 or 4 loads in flight: the registers they need (~155 and ~80 a thread, ptxas CUDA 13).
+template <DType T, int KT, int R, bool kSwiglu, int kLoads>
+__global__ void __launch_bounds__(kMaxThreadsPerBlock) gemv_kernel(KernelArgs a, int64_t first_tile, int64_t tiles) {
+    gemv_tiles<T, KT, R, kSwiglu, kLoads>(a, first_tile, tiles);
+}
+// 8 loads in flight, held to 96 registers a thread: what lets five 4-warp blocks share an SM's 64K. Q1_0
+// takes 99–111 uncapped (the wide activation copy), four blocks an SM, and the Bonsai-4B SwiGLU's 608 tiles
+// then do not fit one round of blocks; capped it spills 8–16 bytes. The other dtypes need 91–92 anyway.
+template <DType T, int KT, int R, bool kSwiglu, int kLoads>
+__global__ void __maxnreg__(96)
+    gemv_kernel_96_registers(KernelArgs a, int64_t first_tile, int64_t tiles) {
+    gemv_tiles<T, KT, R, kSwiglu, kLoads>(a, first_tile, tiles);
+}
+
 __global__ void quantize_activations_kernel(const float* __restrict__ x, int8_t* __restrict__ q,
                                             ActivationGroupMeta* __restrict__ meta, int64_t cols, int64_t groups) {
     // One warp per group of 128: each lane owns 4 consecutive inputs.
@@ -198,6 +215,12 @@ __global__ void quantize_activations_kernel(const float* __restrict__ x, int8_t*
 
 using LaunchFn = void (*)(int64_t tiles, int threads, cudaStream_t stream, const KernelArgs& args,
                           int64_t first_tile);
+using ResidentFn = int (*)(int threads, size_t smem);
+// One compiled kernel: its launch, and how many of its blocks an SM holds.
+struct GemvKernel {
+    LaunchFn launch = nullptr;
+    ResidentFn blocks_per_sm = nullptr;
+};
 
 // DELTABIT_GEMV_BLOCKS_PER_SM=n (unset or 0: as many as stay resident): at most n GEMV blocks per SM, an
 // experiment switch — a grid that leaves room on every SM lets the next kernel's blocks become resident
@@ -210,11 +233,39 @@ int gemv_blocks_per_sm_cap() {
     return cap;
 }
 
+template <DType T, int KT, int R, bool kSwiglu, int kLoads>
+constexpr auto gemv_kernel_of() {
+    if constexpr (kLoads == 8) return gemv_kernel_96_registers<T, KT, R, kSwiglu, kLoads>;
+    else return gemv_kernel<T, KT, R, kSwiglu, kLoads>;
+}
+
+// Blocks of `threads` threads and `smem` bytes of shared memory an SM holds at once (at least 1), each
+// pair asked of the driver once (the planner asks on every eager call).
+template <DType T, int KT, int R, bool kSwiglu, int kLoads>
+int blocks_per_sm(int threads, size_t smem) {
+    const auto kernel = gemv_kernel_of<T, KT, R, kSwiglu, kLoads>();
+    static std::mutex mutex;
+    static std::map<std::pair<int, size_t>, int> known;
+    const std::lock_guard<std::mutex> lock(mutex);
+    const auto [at, fresh] = known.try_emplace({threads, smem}, 0);
+    if (fresh) {
+        if (smem > 48 * 1024) {  // the query needs it allowed; each launch sets its own before launching
+            cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+                       "gemv shared memory");
+        }
+        int per_sm = 0;
+        cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem), "occupancy");
+        if (gemv_blocks_per_sm_cap() > 0) per_sm = std::min(per_sm, gemv_blocks_per_sm_cap());
+        at->second = std::max(per_sm, 1);
+    }
+    return at->second;
+}
+
 // Grid: no more blocks than stay resident at once (each fills its activations once), never more than
 // there are tiles.
-template <DType T, int KT, int R, bool kSwiglu>
+template <DType T, int KT, int R, bool kSwiglu, int kLoads>
 void launch(int64_t tiles, int threads, cudaStream_t stream, const KernelArgs& args, int64_t first_tile) {
-    const auto kernel = gemv_kernel<T, KT, R, kSwiglu>;
+    const auto kernel = gemv_kernel_of<T, KT, R, kSwiglu, kLoads>();
     const size_t smem = activation_smem_bytes(args.x_groups);
     const int sms = device_attribute(cudaDevAttrMultiProcessorCount, "SM count");
     const int smem_limit = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, "smem limit");
@@ -227,23 +278,46 @@ void launch(int64_t tiles, int threads, cudaStream_t stream, const KernelArgs& a
         cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
                    "gemv shared memory");
     }
-    int per_sm = 0;
-    cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem), "occupancy");
-    if (gemv_blocks_per_sm_cap() > 0) per_sm = std::min(per_sm, gemv_blocks_per_sm_cap());
-    const int64_t grid = std::min<int64_t>(tiles, int64_t(std::max(per_sm, 1)) * sms);
+    const int per_sm = blocks_per_sm<T, KT, R, kSwiglu, kLoads>(threads, smem);
+    const int64_t grid = std::min<int64_t>(tiles, int64_t(per_sm) * sms);
     launch_programmatic(kernel, dim3(unsigned(grid)), dim3(unsigned(threads)), smem, stream, "gemv_kernel", args,
                         first_tile, tiles);
 }
 
+// The kernels compiled: every shape with 16 loads in flight; the planned rows_per_thread 2 also with 8 and 4.
+bool loads_compiled(int loads_in_flight, int rows_per_thread) {
+    return loads_in_flight == 16 || (rows_per_thread == 2 && (loads_in_flight == 8 || loads_in_flight == 4));
+}
+
+template <DType T, int KT, int R, bool kSwiglu, int kLoads>
+GemvKernel kernel_entry() {
+    return {launch<T, KT, R, kSwiglu, kLoads>, blocks_per_sm<T, KT, R, kSwiglu, kLoads>};
+}
+
 template <bool kSwiglu>
-LaunchFn pick_kernel(DType t, const GemvLaunchConfig& c) {
+GemvKernel pick_kernel(DType t, const GemvLaunchConfig& c) {
+    if (!loads_compiled(c.loads_in_flight, c.rows_per_thread)) return {};
     return pick_gemv_shape<kSwiglu>(
         t, c.lanes_per_row, c.rows_per_thread,
-        [](auto shape) -> LaunchFn {
+        [&c](auto shape) -> GemvKernel {
             using S = decltype(shape);
-            return launch<S::type, S::lanes, S::rows, kSwiglu>;
+            if constexpr (S::rows == 2) {
+                if (c.loads_in_flight == 8) return kernel_entry<S::type, S::lanes, S::rows, kSwiglu, 8>();
+                if (c.loads_in_flight == 4) return kernel_entry<S::type, S::lanes, S::rows, kSwiglu, 4>();
+            }
+            return kernel_entry<S::type, S::lanes, S::rows, kSwiglu, 16>();
         },
-        LaunchFn(nullptr));
+        GemvKernel{});
+}
+
+// DELTABIT_GEMV_LOADS_IN_FLIGHT=n (16, 8 or 4; unset: planned per shape), an experiment switch.
+int loads_in_flight_override() {
+    static const int loads = [] {
+        const char* v = std::getenv("DELTABIT_GEMV_LOADS_IN_FLIGHT");
+        const int n = v == nullptr ? 0 : std::atoi(v);
+        return n == 16 || n == 8 || n == 4 ? n : 0;
+    }();
+    return loads;
 }
 
 int64_t device_max_grid_x() {
@@ -266,12 +340,43 @@ GemvLaunchConfig plan_gemv(DType t, int64_t rows, int64_t cols) {
     c.lanes_per_row = rows >= 16384 ? 8 : rows >= 4096 ? 16 : 32;
     c.rows_per_thread = 2;
     c.warps_per_block = 4;
+    // Fewer loads in flight where one batch still holds all of a lane's units AND the smaller kernel's extra
+    // blocks take the launch's row tiles through fewer rounds. Measured (H200, docs/bench.md "Loads in
+    // flight"): the Bonsai-4B SwiGLU pair (608 tiles; 3 blocks an SM at 16 loads, 5 at 8) 798 → 839 tok/s;
+    // fewer loads without fewer rounds (every 4B GEMV, the 27B's lanes-16 shapes) were slower (27B 291 → 286).
+    if (const int forced = loads_in_flight_override(); forced != 0) {
+        if (loads_compiled(forced, c.rows_per_thread)) c.loads_in_flight = forced;
+    } else if (const int fewer = planned_loads_in_flight(t, cols, c.lanes_per_row, c.rows_per_thread); fewer < 16) {
+        GemvLaunchConfig smaller = c;
+        smaller.loads_in_flight = fewer;
+        if (gemv_tile_rounds(t, smaller, rows, cols) < gemv_tile_rounds(t, c, rows, cols)) c = smaller;
+    }
     // Staged (when switched on) for the 1-bit weights, whose GEMVs are short enough that a kernel's ramp and
     // drain dominate; the same lanes and rows, so the same y bit for bit. Both uses of the planned shape must
     // fit (a SwiGLU pair stages two matrices' rows).
     c.staged = t == DType::Q1_0 && staged_gemv_planned() && staged_gemv_fits(t, cols, rows, c, false) &&
                staged_gemv_fits(t, cols, rows, c, true);
     return c;
+}
+
+int planned_loads_in_flight(DType t, int64_t cols, int lanes_per_row, int rows_per_thread) {
+    if (lanes_per_row <= 0 || !gemv_layout_supports(t)) return 16;
+    const int64_t units = int64_t(gemv_code_row_bytes(t, cols) / 16);
+    const int64_t lane_loads = (units + lanes_per_row - 1) / lanes_per_row * rows_per_thread;
+    for (const int loads : {4, 8})
+        if (lane_loads <= loads && loads_compiled(loads, rows_per_thread)) return loads;
+    return 16;
+}
+
+int64_t gemv_tile_rounds(DType t, const GemvLaunchConfig& config, int64_t rows, int64_t cols) {
+    const GemvKernel kernel = pick_kernel<false>(t, config);
+    if (kernel.launch == nullptr || rows <= 0 || cols <= 0 || device_count() == 0) return 0;
+    const int64_t rows_per_tile = int64_t(config.warps_per_block) * (32 / config.lanes_per_row) * config.rows_per_thread;
+    const int64_t tiles = (rows + rows_per_tile - 1) / rows_per_tile;
+    const int sms = device_attribute(cudaDevAttrMultiProcessorCount, "SM count");
+    const int64_t resident = int64_t(kernel.blocks_per_sm(config.warps_per_block * 32,
+                                                          activation_smem_bytes(int(activation_groups(cols))))) * sms;
+    return (tiles + resident - 1) / resident;
 }
 
 // Layout: q [groups·128] | meta [groups] | arrivals [groups] | norm_sum_sq [groups].
@@ -344,7 +449,8 @@ void check_weights(const QuantizedActivationsView& x, const GemvWeightView& w) {
 
 std::string config_text(const GemvLaunchConfig& c) {
     return "lanes_per_row " + std::to_string(c.lanes_per_row) + ", rows_per_thread " +
-           std::to_string(c.rows_per_thread) + ", warps_per_block " + std::to_string(c.warps_per_block);
+           std::to_string(c.rows_per_thread) + ", warps_per_block " + std::to_string(c.warps_per_block) +
+           ", loads_in_flight " + std::to_string(c.loads_in_flight);
 }
 
 }  // namespace
@@ -415,7 +521,7 @@ GemvLaunchReport launch_group(const QuantizedActivationsView& x, std::span<const
                               const OutputEpilogue& epilogue = {}) {
     const char* what = kSwiglu ? "cuda gemv (swiglu)" : epilogue.norm_w != nullptr ? "cuda gemv (add norm)" : "cuda gemv";
     KernelArgs args = make_gemv_args(x, outputs, up, epilogue, what);
-    const LaunchFn fn = pick_kernel<kSwiglu>(outputs[0].w.dtype, config);
+    const LaunchFn fn = pick_kernel<kSwiglu>(outputs[0].w.dtype, config).launch;
     if (fn == nullptr || config.warps_per_block < 1 || config.warps_per_block * 32 > kMaxThreadsPerBlock) {
         fail_message(std::string(what) + ": no kernel for " + config_text(config));
     }

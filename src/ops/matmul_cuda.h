@@ -125,10 +125,25 @@ struct GemvLaunchConfig {
     int64_t max_blocks = 0;     // row tiles per launch; 0 = the device's grid limit (tests lower it to force splits)
     bool staged = false;        // the staged kernel (needs staged_gemv_supported())
     int64_t staged_ring_bytes = 0;  // staged: the shared-memory ring's bytes; 0 = what two blocks per SM leave
+    // classic: code loads a thread requests at once (16; 8 or 4 with rows_per_thread 2). The registers holding
+    // them are most of the kernel's (~158 a thread at 16, 96 at 8, ~80 at 4: ptxas, CUDA 13) and decide how
+    // many blocks an SM holds; a row whose units a lane owns fit a batch of fewer loads is served by the same
+    // loads in one batch with fewer registers. The same terms in the same order: y equal bit for bit.
+    int loads_in_flight = 16;
 };
-// The planned shape: lanes per row from the row count, 2 rows per thread; staged for Q1_0 where
-// staged_gemv_planned() and the shape fits in shared memory.
+// The planned shape: lanes per row from the row count, 2 rows per thread, fewer loads in flight where they
+// still request all of a lane's codes at once and need fewer rounds of blocks (planned_loads_in_flight,
+// gemv_tile_rounds); staged for Q1_0 where staged_gemv_planned() and the shape fits in shared memory.
 GemvLaunchConfig plan_gemv(DType t, int64_t rows, int64_t cols);
+// The fewest loads in flight (4, 8, else 16) that hold every unit a lane owns of a row of `cols` inputs split
+// lanes_per_row ways, rows_per_thread rows a thread. plan_gemv takes them where they also take the tiles
+// through fewer rounds (gemv_tile_rounds). DELTABIT_GEMV_LOADS_IN_FLIGHT=16, 8 or 4 makes plan_gemv take that
+// number wherever it is compiled (an experiment switch).
+int planned_loads_in_flight(DType t, int64_t cols, int lanes_per_row, int rows_per_thread);
+// Rounds of resident blocks the classic kernel of `config` takes over `rows` rows of K = cols (a SwiGLU pair:
+// 2N rows; a group: its rows together, one tile more a matrix at most): ceil(tiles / (blocks an SM · SMs)).
+// 0 where no kernel is compiled for config or there is no device.
+int64_t gemv_tile_rounds(DType t, const GemvLaunchConfig& config, int64_t rows, int64_t cols);
 // The staged kernel can run here: a device of compute capability 9.0 or above.
 bool staged_gemv_supported();
 // The planner chooses it: supported and DELTABIT_GEMV_STAGED=1 in the environment. Off by default: in the

@@ -9,16 +9,20 @@
 //   - y is within the activation-quantisation bound Σ|w|·scale/2 of dot_row on the raw f32 x (and the
 //     measured error is printed);
 //   - every output was written (the buffer starts NaN) and the guard bytes after it are untouched;
-//   - a launch larger than the grid limit is split and still covers every row.
+//   - a launch larger than the grid limit is split and still covers every row;
+//   - fewer loads in flight (GemvLaunchConfig::loads_in_flight 8, 4: more, shorter batches) give y equal bit
+//     for bit to 16 in the same shape, and the planner asks for them only where one batch holds a lane's row.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -175,6 +179,13 @@ TEST_P(GemvCuda, MatchesCpuReferenceOnHostileShapes) {
             for (int warps : {1, 3}) configs.push_back({lanes, rows_per_thread, warps, 0});
         }
     }
+    for (int lanes : {8, 32}) {
+        for (int loads : {8, 4}) {
+            cuda::GemvLaunchConfig c{lanes, 2, 3, 0};
+            c.loads_in_flight = loads;
+            configs.push_back(c);
+        }
+    }
     Check check;
     uint32_t seed = 1;
     for (int64_t k : ks) {
@@ -206,11 +217,19 @@ TEST_P(GemvCuda, MatchesCpuReferenceOnHostileShapes) {
             EXPECT_EQ(planned.report.launches, 1) << shape;
             for (const auto& c : configs) {
                 const DeviceRun run = run_gemv(xq, w.view(), n, &c);
-                expect_matches(f, run, classic_depth(f, c.lanes_per_row),
-                               shape + " lanes " + std::to_string(c.lanes_per_row) + " rows/thread " +
-                                   std::to_string(c.rows_per_thread) + " warps " + std::to_string(c.warps_per_block),
-                               check);
+                const std::string what = shape + " lanes " + std::to_string(c.lanes_per_row) + " rows/thread " +
+                                         std::to_string(c.rows_per_thread) + " warps " +
+                                         std::to_string(c.warps_per_block) + " loads " +
+                                         std::to_string(c.loads_in_flight);
+                expect_matches(f, run, classic_depth(f, c.lanes_per_row), what, check);
                 if (HasFatalFailure()) return;
+                if (c.loads_in_flight != 16) {  // the same terms in the same order as 16 loads in flight
+                    cuda::GemvLaunchConfig sixteen = c;
+                    sixteen.loads_in_flight = 16;
+                    const DeviceRun twin = run_gemv(xq, w.view(), n, &sixteen);
+                    ASSERT_EQ(0, std::memcmp(run.y.data(), twin.y.data(), run.y.size() * sizeof(float)))
+                        << what << ": differs from 16 loads in flight";
+                }
             }
             // The twin of cpu::matmul: quantise + GEMV in one call gives the same y as the two steps.
             cuda::DeviceBuffer y(size_t(n) * sizeof(float));
@@ -306,6 +325,67 @@ TEST(GemvCudaLaunch, LargeNIsSplitAcrossLaunchesAndCoversEveryRow) {
     EXPECT_GT(run.report.launches, 1);
     Check check;
     expect_matches(f, run, classic_depth(f, 8), "split launch", check);
+}
+
+// Fewer loads in flight are a candidate only where one batch requests all of a lane's units (a row of
+// ceil(units / lanes) · 2 loads), and the planner takes them only where their smaller kernel's extra blocks
+// take the tiles through fewer rounds; the kernels not compiled are refused by name.
+TEST(GemvCudaLaunch, PlansFewerLoadsInFlightOnlyWhereTheyTakeFewerRounds) {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device on this machine";
+    // Bonsai-4B (K 2560 = 20 Q1_0 units, 9728 = 76, 4096 = 32) and -27B (K 5120 = 40, 17408 = 136) shapes.
+    EXPECT_EQ(cuda::planned_loads_in_flight(DType::Q1_0, 2560, 16, 2), 4);    // 2 units a lane
+    EXPECT_EQ(cuda::planned_loads_in_flight(DType::Q1_0, 2560, 8, 2), 8);     // 3
+    EXPECT_EQ(cuda::planned_loads_in_flight(DType::Q1_0, 4096, 32, 2), 4);    // 1
+    EXPECT_EQ(cuda::planned_loads_in_flight(DType::Q1_0, 9728, 32, 2), 8);    // 3
+    EXPECT_EQ(cuda::planned_loads_in_flight(DType::Q1_0, 5120, 8, 2), 16);    // 5
+    EXPECT_EQ(cuda::planned_loads_in_flight(DType::Q1_0, 17408, 16, 2), 16);  // 9
+    EXPECT_EQ(cuda::planned_loads_in_flight(DType::Q4_0, 2560, 8, 2), 16);    // 80 units: 10 a lane
+    EXPECT_EQ(cuda::planned_loads_in_flight(DType::Q1_0, 1024, 8, 4), 16);    // 1 unit, but 4 rows a thread: 16 only
+
+    if (std::getenv("DELTABIT_GEMV_LOADS_IN_FLIGHT") == nullptr) {
+        struct Shape {
+            int64_t rows, cols;
+        };
+        // SwiGLU pairs count 2N rows: Bonsai-4B gate/up, ffn_down, q/k/v, o-proj, LM head; Bonsai-27B q/gate/k/v.
+        for (const Shape& sh : {Shape{2 * 9728, 2560}, Shape{2560, 9728}, Shape{6144, 2560}, Shape{2560, 4096},
+                                Shape{151936, 2560}, Shape{14336, 5120}, Shape{1000, 640}}) {
+            const cuda::GemvLaunchConfig plan = cuda::plan_gemv(DType::Q1_0, sh.rows, sh.cols);
+            cuda::GemvLaunchConfig sixteen = plan, fewer = plan;
+            sixteen.loads_in_flight = 16;
+            fewer.loads_in_flight = cuda::planned_loads_in_flight(DType::Q1_0, sh.cols, plan.lanes_per_row, 2);
+            const int64_t rounds16 = cuda::gemv_tile_rounds(DType::Q1_0, sixteen, sh.rows, sh.cols);
+            const int64_t rounds_fewer = cuda::gemv_tile_rounds(DType::Q1_0, fewer, sh.rows, sh.cols);
+            ASSERT_GT(rounds16, 0);
+            ASSERT_GT(rounds_fewer, 0);
+            EXPECT_LE(rounds_fewer, rounds16) << "fewer registers cannot make fewer blocks resident";
+            EXPECT_EQ(plan.loads_in_flight, rounds_fewer < rounds16 ? fewer.loads_in_flight : 16)
+                << sh.rows << "×" << sh.cols << ": rounds " << rounds16 << " at 16 loads, " << rounds_fewer << " at "
+                << fewer.loads_in_flight;
+        }
+        // On an H200 (132 SMs) the Bonsai-4B SwiGLU's 608 tiles take two rounds at 16 loads (3 blocks an SM) and
+        // one at 8 (5); its ffn_down's 320 take one either way.
+        if (cuda::device_attribute(cudaDevAttrMultiProcessorCount, "SM count") == 132) {
+            EXPECT_EQ(cuda::plan_gemv(DType::Q1_0, 2 * 9728, 2560).loads_in_flight, 8);
+            EXPECT_EQ(cuda::plan_gemv(DType::Q1_0, 2560, 9728).loads_in_flight, 16);
+        }
+    }
+
+    std::mt19937 rng(6);
+    const std::vector<uint8_t> bytes = random_weights(DType::Q1_0, 4, 256, rng);
+    const cuda::GemvWeights w = cuda::upload_gemv_weights(WeightView{bytes.data(), DType::Q1_0, 4, 256}, "t");
+    const cuda::ActivationScratch scratch(256);
+    cuda::DeviceBuffer y(4 * sizeof(float));
+    for (const auto& [rows, loads] : {std::pair{4, 8}, std::pair{2, 12}, std::pair{2, 2}}) {
+        cuda::GemvLaunchConfig c{8, rows, 4, 0};
+        c.loads_in_flight = loads;
+        try {
+            cuda::gemv_quantized(scratch.view(256), w.view(), y.get<float>(), nullptr, c);
+            ADD_FAILURE() << "rows_per_thread " << rows << ", loads_in_flight " << loads << " was not refused";
+        } catch (const Error& e) {
+            EXPECT_NE(std::string(e.what()).find("loads_in_flight " + std::to_string(loads)), std::string::npos)
+                << e.what();
+        }
+    }
 }
 
 TEST(GemvCudaLaunch, RefusesMismatchedShapesAndTokenCounts) {
