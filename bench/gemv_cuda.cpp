@@ -26,8 +26,8 @@
 // bandwidth: the next steps are PDL / one fused per-layer kernel, not a faster inner loop.
 // 2026-11-29, with programmatic launch (back-to-back launches overlap) and 16 code loads in flight per
 // thread (Q1_0, planned / best µs, % of copy): attn_qkv 5.71 / 5.03 (35%), ffn_gate/up 7.88 / 7.82
-// (38%), ffn_down 9.21 / 9.13 (33%), lm_head 56.5 (75%). 8 or 4 loads in flight (-DDELTABIT_GEMV_
-// LOADS_IN_FLIGHT) moved each shape by −15%…+10%, no consistent winner. ncu on the decode step: 137
+// (38%), ffn_down 9.21 / 9.13 (33%), lm_head 56.5 (75%). 8 or 4 loads in flight (then a build flag, now
+// GemvLaunchConfig::loads_in_flight, in the sweep) moved each shape by −15%…+10%, no consistent winner. ncu on the decode step: 137
 // registers per thread, 12 warps per SM, 8.4 cycles between issues per warp, ~0.6 instructions per
 // weight (dp4a). More warps alone (fewer loads in flight) did not help: every tile is load → wait →
 // compute with all warps in the same phase. Measured since and no faster: cp.async stages for the codes,
