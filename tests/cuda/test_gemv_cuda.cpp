@@ -11,7 +11,8 @@
 //   - every output was written (the buffer starts NaN) and the guard bytes after it are untouched;
 //   - a launch larger than the grid limit is split and still covers every row;
 //   - fewer loads in flight (GemvLaunchConfig::loads_in_flight 8, 4: more, shorter batches) give y equal bit
-//     for bit to 16 in the same shape, and the planner asks for them only where one batch holds a lane's row.
+//     for bit to 16 in the same shape, and the planner asks for them only where one batch holds a lane's row
+//     and their extra resident blocks take the tiles through fewer rounds.
 #include <gtest/gtest.h>
 
 #include <algorithm>
