@@ -29,7 +29,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 #include <type_traits>
 
 #include "backend/cuda_buffer.h"
@@ -483,6 +486,24 @@ __device__ __forceinline__ int exponent_of(float x) {
 }
 __device__ __forceinline__ float power_of_two(int e) { return __int_as_float((e + 127) << 23); }
 
+// fn(k, r, dim, head) for each value output this lane holds of a head in the group: the mma accumulators of
+// the dim tiles warp (k = 0) and warp + 8 (k = 1), element r of the C fragment (dims row, row + 8; heads 2·col,
+// 2·col + 1).
+template <typename Fn>
+__device__ __forceinline__ void for_each_value_output(int warp, int row, int col, int m_tiles, int64_t group,
+                                                      const Fn& fn) {
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+        const int mt = warp + 8 * k;
+        if (mt >= m_tiles) break;
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const int dim = 16 * mt + row + (r >> 1) * 8, head = 2 * col + (r & 1);
+            if (head < group) fn(k, r, dim, head);
+        }
+    }
+}
+
 // G >= query heads per kv head (<= 8); head_dim 64, 128 or 256. kFused as split_f32's.
 template <int G, bool kFused>
 __device__ __forceinline__ void split_mma(const SplitArgs& a, const FusedDecodeArgs& f) {
@@ -646,30 +667,15 @@ __device__ __forceinline__ void split_mma(const SplitArgs& a, const FusedDecodeA
                     if (lane == 0) s_inv_l[warp] = 1.0f / l_sum;
                 }
                 float gate[2][4] = {};
-#pragma unroll
-                for (int k = 0; k < 2; ++k) {
-                    const int mt = warp + 8 * k;
-                    if (mt >= m_tiles) break;
-#pragma unroll
-                    for (int r = 0; r < 4; ++r) {
-                        const int dim = 16 * mt + row + (r >> 1) * 8, head = 2 * col + (r & 1);
-                        if (head < group && f.gate != nullptr) gate[k][r] = f.gate[(kh * group + head) * f.gate_head_stride + dim];
-                    }
-                }
+                for_each_value_output(warp, row, col, m_tiles, group, [&](int k, int r, int dim, int head) {
+                    if (f.gate != nullptr) gate[k][r] = f.gate[(kh * group + head) * f.gate_head_stride + dim];
+                });
                 __syncthreads();
-#pragma unroll
-                for (int k = 0; k < 2; ++k) {
-                    const int mt = warp + 8 * k;
-                    if (mt >= m_tiles) break;
-#pragma unroll
-                    for (int r = 0; r < 4; ++r) {
-                        const int dim = 16 * mt + row + (r >> 1) * 8, head = 2 * col + (r & 1);
-                        if (head >= group) continue;
-                        fused_attention::single_split_output(f, kh, group, d, head, dim,
-                                                             fmaf(acc_lo[k][r], 1.0f / kLoScale, acc_hi[k][r]),
-                                                             s_inv_l[head], gate[k][r], s_out);
-                    }
-                }
+                for_each_value_output(warp, row, col, m_tiles, group, [&](int k, int r, int dim, int head) {
+                    fused_attention::single_split_output(f, kh, group, d, head, dim,
+                                                         fmaf(acc_lo[k][r], 1.0f / kLoScale, acc_hi[k][r]),
+                                                         s_inv_l[head], gate[k][r], s_out);
+                });
                 __syncthreads();
                 fused_attention::quantize_outputs(f, kh, group, d, s_out);
                 return;
@@ -685,18 +691,10 @@ __device__ __forceinline__ void split_mma(const SplitArgs& a, const FusedDecodeA
                 a.part_ml[2 * part + 1] = l_sum;
             }
         }
-#pragma unroll
-        for (int k = 0; k < 2; ++k) {
-            const int mt = warp + 8 * k;
-            if (mt >= m_tiles) break;
-#pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                const int dim = 16 * mt + row + (r >> 1) * 8, head = 2 * col + (r & 1);
-                if (head >= group) continue;
-                const int64_t part = (t * a.n_head + kh * group + head) * a.splits + split;
-                a.part_acc[part * a.head_dim + dim] = fmaf(acc_lo[k][r], 1.0f / kLoScale, acc_hi[k][r]);
-            }
-        }
+        for_each_value_output(warp, row, col, m_tiles, group, [&](int k, int r, int dim, int head) {
+            const int64_t part = (t * a.n_head + kh * group + head) * a.splits + split;
+            a.part_acc[part * a.head_dim + dim] = fmaf(acc_lo[k][r], 1.0f / kLoScale, acc_hi[k][r]);
+        });
         __syncthreads();  // defensive: the last tile's barrier already ordered q's reads before the next token
     }
     if constexpr (kFused)
@@ -774,6 +772,15 @@ bool staged_attention_supports(KvElement element, int64_t head_dim, int64_t grou
 
 int64_t staged_attention_resident_blocks(KvElement element, int64_t head_dim, int64_t group, bool fused) {
     if (!staged_attention_supports(element, head_dim, group)) return 0;
+    // Asked of the driver once per shape and device: the split planner asks on every eager or captured decode
+    // attention call, for both kernels.
+    int device = 0;
+    cuda_check(cudaGetDevice(&device), "current device");
+    static std::mutex mutex;
+    static std::map<std::tuple<int, KvElement, int64_t, int64_t, bool>, int64_t> known;
+    const std::lock_guard<std::mutex> lock(mutex);
+    const auto key = std::make_tuple(device, element, head_dim, group, fused);
+    if (const auto at = known.find(key); at != known.end()) return at->second;
     int per_sm = 0;
     if (fused) {
         const FusedKernel k = fused_kernel(element, int(head_dim), group);
@@ -784,7 +791,9 @@ int64_t staged_attention_resident_blocks(KvElement element, int64_t head_dim, in
         cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k.kernel, kStagedThreads, k.smem),
                    "attention_split_staged occupancy");
     }
-    return int64_t(per_sm) * device_attribute(cudaDevAttrMultiProcessorCount, "SM count");
+    const int64_t resident = int64_t(per_sm) * device_attribute(cudaDevAttrMultiProcessorCount, "SM count");
+    known.emplace(key, resident);  // only once the driver answered: a failed query is asked again
+    return resident;
 }
 
 bool launch_attention_split_staged(dim3 grid, const SplitArgs& args, KvElement element, cudaStream_t stream) {

@@ -31,7 +31,7 @@
 #include <map>
 #include <mutex>
 #include <string>
-#include <utility>
+#include <tuple>
 
 namespace deltabit::cuda {
 
@@ -239,26 +239,28 @@ constexpr auto gemv_kernel_of() {
     else return gemv_kernel<T, KT, R, kSwiglu, kLoads>;
 }
 
-// Blocks of `threads` threads and `smem` bytes of shared memory an SM holds at once (at least 1), each
-// pair asked of the driver once (the planner asks on every eager call).
+// Blocks of `threads` threads and `smem` bytes of shared memory an SM of the current device holds at once (at
+// least 1), asked of the driver once per device, threads and smem (the planner asks on every eager call).
 template <DType T, int KT, int R, bool kSwiglu, int kLoads>
 int blocks_per_sm(int threads, size_t smem) {
     const auto kernel = gemv_kernel_of<T, KT, R, kSwiglu, kLoads>();
+    int device = 0;
+    cuda_check(cudaGetDevice(&device), "current device");
     static std::mutex mutex;
-    static std::map<std::pair<int, size_t>, int> known;
+    static std::map<std::tuple<int, int, size_t>, int> known;
     const std::lock_guard<std::mutex> lock(mutex);
-    const auto [at, fresh] = known.try_emplace({threads, smem}, 0);
-    if (fresh) {
-        if (smem > 48 * 1024) {  // the query needs it allowed; each launch sets its own before launching
-            cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
-                       "gemv shared memory");
-        }
-        int per_sm = 0;
-        cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem), "occupancy");
-        if (gemv_blocks_per_sm_cap() > 0) per_sm = std::min(per_sm, gemv_blocks_per_sm_cap());
-        at->second = std::max(per_sm, 1);
+    const auto key = std::make_tuple(device, threads, smem);
+    if (const auto at = known.find(key); at != known.end()) return at->second;
+    if (smem > 48 * 1024) {  // the query needs it allowed; each launch sets its own before launching
+        cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+                   "gemv shared memory");
     }
-    return at->second;
+    int per_sm = 0;
+    cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem), "occupancy");
+    if (gemv_blocks_per_sm_cap() > 0) per_sm = std::min(per_sm, gemv_blocks_per_sm_cap());
+    per_sm = std::max(per_sm, 1);
+    known.emplace(key, per_sm);  // only once the driver answered: a failed query is asked again
+    return per_sm;
 }
 
 // Grid: no more blocks than stay resident at once (each fills its activations once), never more than
@@ -310,12 +312,17 @@ GemvKernel pick_kernel(DType t, const GemvLaunchConfig& c) {
         GemvKernel{});
 }
 
-// DELTABIT_GEMV_LOADS_IN_FLIGHT=n (16, 8 or 4; unset: planned per shape), an experiment switch.
+// DELTABIT_GEMV_LOADS_IN_FLIGHT=n (16, 8 or 4; unset: planned per shape), an experiment switch; 0 when unset.
+// Any other value stops the run with an error (every GEMV plans through here), never a silent default.
 int loads_in_flight_override() {
     static const int loads = [] {
         const char* v = std::getenv("DELTABIT_GEMV_LOADS_IN_FLIGHT");
-        const int n = v == nullptr ? 0 : std::atoi(v);
-        return n == 16 || n == 8 || n == 4 ? n : 0;
+        if (v == nullptr) return 0;
+        const std::string text(v);
+        if (text != "16" && text != "8" && text != "4")
+            fail_message("DELTABIT_GEMV_LOADS_IN_FLIGHT=\"" + text +
+                         "\": expected 16, 8 or 4 (unset it to plan the loads per launch)");
+        return std::stoi(text);
     }();
     return loads;
 }

@@ -138,7 +138,7 @@ GemvLaunchConfig plan_gemv(DType t, int64_t rows, int64_t cols);
 // The fewest loads in flight (4, 8, else 16) that hold every unit a lane owns of a row of `cols` inputs split
 // lanes_per_row ways, rows_per_thread rows a thread. plan_gemv takes them where they also take the tiles
 // through fewer rounds (gemv_tile_rounds). DELTABIT_GEMV_LOADS_IN_FLIGHT=16, 8 or 4 makes plan_gemv take that
-// number wherever it is compiled (an experiment switch).
+// number wherever it is compiled (an experiment switch; any other value is an error).
 int planned_loads_in_flight(DType t, int64_t cols, int lanes_per_row, int rows_per_thread);
 // Rounds of resident blocks the classic kernel of `config` takes over `rows` rows of K = cols (a SwiGLU pair:
 // 2N rows; a group: its rows together, one tile more a matrix at most): ceil(tiles / (blocks an SM · SMs)).
