@@ -347,16 +347,14 @@ GemvLaunchConfig plan_gemv(DType t, int64_t rows, int64_t cols) {
     c.lanes_per_row = rows >= 16384 ? 8 : rows >= 4096 ? 16 : 32;
     c.rows_per_thread = 2;
     c.warps_per_block = 4;
-    // Fewer loads in flight where one batch still holds all of a lane's units AND the smaller kernel's extra
-    // blocks take the launch's row tiles through fewer rounds. Measured (H200, docs/bench.md "Loads in
-    // flight"): the Bonsai-4B SwiGLU pair (608 tiles; 3 blocks an SM at 16 loads, 5 at 8) 798 → 839 tok/s;
-    // fewer loads without fewer rounds (every 4B GEMV, the 27B's lanes-16 shapes) were slower (27B 291 → 286).
+    // Fewer loads in flight where the smaller kernel's extra resident blocks take the launch's row tiles
+    // through fewer rounds (planned_gemv_loads). Measured (H200, docs/bench.md "Loads in flight"): the
+    // Bonsai-4B SwiGLU pair (608 tiles; 3 blocks an SM at 16 loads, 5 at 8) 798 → 839 tok/s; fewer loads
+    // without fewer rounds (every 4B GEMV, the 27B's lanes-16 shapes) were slower (27B 291 → 286).
     if (const int forced = loads_in_flight_override(); forced != 0) {
         if (loads_compiled(forced, c.rows_per_thread)) c.loads_in_flight = forced;
-    } else if (const int fewer = planned_loads_in_flight(t, cols, c.lanes_per_row, c.rows_per_thread); fewer < 16) {
-        GemvLaunchConfig smaller = c;
-        smaller.loads_in_flight = fewer;
-        if (gemv_tile_rounds(t, smaller, rows, cols) < gemv_tile_rounds(t, c, rows, cols)) c = smaller;
+    } else {
+        c.loads_in_flight = planned_gemv_loads(t, c, rows, cols);
     }
     // Staged (when switched on) for the 1-bit weights, whose GEMVs are short enough that a kernel's ramp and
     // drain dominate; the same lanes and rows, so the same y bit for bit. Both uses of the planned shape must
@@ -372,6 +370,24 @@ int planned_loads_in_flight(DType t, int64_t cols, int lanes_per_row, int rows_p
     const int64_t lane_loads = (units + lanes_per_row - 1) / lanes_per_row * rows_per_thread;
     for (const int loads : {4, 8})
         if (lane_loads <= loads && loads_compiled(loads, rows_per_thread)) return loads;
+    return 16;
+}
+
+int planned_gemv_loads(DType t, const GemvLaunchConfig& config, int64_t rows, int64_t cols) {
+    GemvLaunchConfig candidate = config;
+    candidate.loads_in_flight = 16;
+    const int64_t rounds16 = gemv_tile_rounds(t, candidate, rows, cols);
+    if (rounds16 <= 1) return 16;
+    // One round of blocks, even where a lane's row then takes two or more batches: the most loads that do it.
+    for (const int loads : {8, 4}) {
+        if (!loads_compiled(loads, config.rows_per_thread)) continue;
+        candidate.loads_in_flight = loads;
+        if (gemv_tile_rounds(t, candidate, rows, cols) == 1) return loads;
+    }
+    // Else one batch, where it still saves rounds.
+    candidate.loads_in_flight = planned_loads_in_flight(t, cols, config.lanes_per_row, config.rows_per_thread);
+    if (candidate.loads_in_flight < 16 && gemv_tile_rounds(t, candidate, rows, cols) < rounds16)
+        return candidate.loads_in_flight;
     return 16;
 }
 

@@ -131,15 +131,20 @@ struct GemvLaunchConfig {
     // loads in one batch with fewer registers. The same terms in the same order: y equal bit for bit.
     int loads_in_flight = 16;
 };
-// The planned shape: lanes per row from the row count, 2 rows per thread, fewer loads in flight where they
-// still request all of a lane's codes at once and need fewer rounds of blocks (planned_loads_in_flight,
-// gemv_tile_rounds); staged for Q1_0 where staged_gemv_planned() and the shape fits in shared memory.
+// The planned shape: lanes per row from the row count, 2 rows per thread, loads in flight by
+// planned_gemv_loads; staged for Q1_0 where staged_gemv_planned() and the shape fits in shared memory.
 GemvLaunchConfig plan_gemv(DType t, int64_t rows, int64_t cols);
 // The fewest loads in flight (4, 8, else 16) that hold every unit a lane owns of a row of `cols` inputs split
-// lanes_per_row ways, rows_per_thread rows a thread. plan_gemv takes them where they also take the tiles
-// through fewer rounds (gemv_tile_rounds). DELTABIT_GEMV_LOADS_IN_FLIGHT=16, 8 or 4 makes plan_gemv take that
-// number wherever it is compiled (an experiment switch; any other value is an error).
+// lanes_per_row ways, rows_per_thread rows a thread (planned_gemv_loads' last resort).
+// DELTABIT_GEMV_LOADS_IN_FLIGHT=16, 8 or 4 makes plan_gemv take that number wherever it is compiled (an
+// experiment switch; any other value is an error).
 int planned_loads_in_flight(DType t, int64_t cols, int lanes_per_row, int rows_per_thread);
+// The loads in flight plan_gemv gives `config` (its lanes and rows a thread) over `rows` × `cols`: 16 where
+// that takes the tiles in one round of resident blocks; else the most of 8 and 4 whose smaller kernel takes
+// them in one round, even with a lane's row in several batches (the Bonsai-8B SwiGLU at 4 loads: 758 vs 713
+// tok/s); else planned_loads_in_flight where it takes fewer rounds (one batch); else 16. Two rounds for
+// three at two batches did not pay (Bonsai-27B SwiGLU at 8 loads: 290.6 vs 291.3).
+int planned_gemv_loads(DType t, const GemvLaunchConfig& config, int64_t rows, int64_t cols);
 // Rounds of resident blocks the classic kernel of `config` takes over `rows` rows of K = cols (a SwiGLU pair:
 // 2N rows; a group: its rows together, one tile more a matrix at most): ceil(tiles / (blocks an SM · SMs)).
 // 0 where no kernel is compiled for config or there is no device.

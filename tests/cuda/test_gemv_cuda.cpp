@@ -328,9 +328,9 @@ TEST(GemvCudaLaunch, LargeNIsSplitAcrossLaunchesAndCoversEveryRow) {
     expect_matches(f, run, classic_depth(f, 8), "split launch", check);
 }
 
-// Fewer loads in flight are a candidate only where one batch requests all of a lane's units (a row of
-// ceil(units / lanes) · 2 loads), and the planner takes them only where their smaller kernel's extra blocks
-// take the tiles through fewer rounds; the kernels not compiled are refused by name.
+// The planner takes fewer loads in flight only for fewer rounds of resident blocks: first the most loads that
+// take the whole launch in one round (even with a lane's row in several batches), else the one-batch
+// candidate where it saves rounds, else 16; the kernels not compiled are refused by name.
 TEST(GemvCudaLaunch, PlansFewerLoadsInFlightOnlyWhereTheyTakeFewerRounds) {
     if (!have_gpu()) GTEST_SKIP() << "no CUDA device on this machine";
     // Bonsai-4B (K 2560 = 20 Q1_0 units, 9728 = 76, 4096 = 32) and -27B (K 5120 = 40, 17408 = 136) shapes.
@@ -347,27 +347,41 @@ TEST(GemvCudaLaunch, PlansFewerLoadsInFlightOnlyWhereTheyTakeFewerRounds) {
         struct Shape {
             int64_t rows, cols;
         };
-        // SwiGLU pairs count 2N rows: Bonsai-4B gate/up, ffn_down, q/k/v, o-proj, LM head; Bonsai-27B q/gate/k/v.
+        // SwiGLU pairs count 2N rows. Bonsai-4B gate/up, ffn_down, q/k/v, o-proj, LM head; Bonsai-8B gate/up,
+        // LM head; Bonsai-27B q/gate/k/v, gate/up, DeltaNet in-projection; a small odd shape.
         for (const Shape& sh : {Shape{2 * 9728, 2560}, Shape{2560, 9728}, Shape{6144, 2560}, Shape{2560, 4096},
-                                Shape{151936, 2560}, Shape{14336, 5120}, Shape{1000, 640}}) {
+                                Shape{151936, 2560}, Shape{2 * 12288, 4096}, Shape{151936, 4096}, Shape{14336, 5120},
+                                Shape{2 * 17408, 5120}, Shape{16480, 5120}, Shape{1000, 640}}) {
             const cuda::GemvLaunchConfig plan = cuda::plan_gemv(DType::Q1_0, sh.rows, sh.cols);
-            cuda::GemvLaunchConfig sixteen = plan, fewer = plan;
-            sixteen.loads_in_flight = 16;
-            fewer.loads_in_flight = cuda::planned_loads_in_flight(DType::Q1_0, sh.cols, plan.lanes_per_row, 2);
-            const int64_t rounds16 = cuda::gemv_tile_rounds(DType::Q1_0, sixteen, sh.rows, sh.cols);
-            const int64_t rounds_fewer = cuda::gemv_tile_rounds(DType::Q1_0, fewer, sh.rows, sh.cols);
-            ASSERT_GT(rounds16, 0);
-            ASSERT_GT(rounds_fewer, 0);
-            EXPECT_LE(rounds_fewer, rounds16) << "fewer registers cannot make fewer blocks resident";
-            EXPECT_EQ(plan.loads_in_flight, rounds_fewer < rounds16 ? fewer.loads_in_flight : 16)
-                << sh.rows << "×" << sh.cols << ": rounds " << rounds16 << " at 16 loads, " << rounds_fewer << " at "
-                << fewer.loads_in_flight;
+            EXPECT_EQ(cuda::planned_gemv_loads(DType::Q1_0, plan, sh.rows, sh.cols), plan.loads_in_flight);
+            const auto rounds = [&](int loads) {
+                cuda::GemvLaunchConfig c = plan;
+                c.loads_in_flight = loads;
+                return cuda::gemv_tile_rounds(DType::Q1_0, c, sh.rows, sh.cols);
+            };
+            const int64_t r16 = rounds(16), r8 = rounds(8), r4 = rounds(4);
+            ASSERT_GT(r16, 0);
+            EXPECT_LE(r8, r16) << "fewer registers cannot make fewer blocks resident";
+            EXPECT_LE(r4, r8) << "fewer registers cannot make fewer blocks resident";
+            const int one_batch = cuda::planned_loads_in_flight(DType::Q1_0, sh.cols, plan.lanes_per_row, 2);
+            const int expected = r16 == 1                                ? 16
+                                 : r8 == 1                                ? 8
+                                 : r4 == 1                                ? 4
+                                 : one_batch < 16 && rounds(one_batch) < r16 ? one_batch
+                                                                          : 16;
+            EXPECT_EQ(plan.loads_in_flight, expected)
+                << sh.rows << "×" << sh.cols << ": rounds " << r16 << " / " << r8 << " / " << r4
+                << " at 16 / 8 / 4 loads; one batch at " << one_batch;
+            if (plan.loads_in_flight != 16) EXPECT_LT(rounds(plan.loads_in_flight), r16) << "fewer loads, no round saved";
         }
-        // On an H200 (132 SMs) the Bonsai-4B SwiGLU's 608 tiles take two rounds at 16 loads (3 blocks an SM) and
-        // one at 8 (5); its ffn_down's 320 take one either way.
+        // On an H200 (132 SMs): the Bonsai-4B SwiGLU's 608 tiles take two rounds at 16 loads (3 blocks an SM),
+        // one at 8 (5); its ffn_down's 320 one either way. The 8B SwiGLU's 768 take one round only at 4 loads
+        // (6 an SM); the 27B SwiGLU's 1088 take two at best, which did not pay with a lane's row in two batches.
         if (cuda::device_attribute(cudaDevAttrMultiProcessorCount, "SM count") == 132) {
             EXPECT_EQ(cuda::plan_gemv(DType::Q1_0, 2 * 9728, 2560).loads_in_flight, 8);
             EXPECT_EQ(cuda::plan_gemv(DType::Q1_0, 2560, 9728).loads_in_flight, 16);
+            EXPECT_EQ(cuda::plan_gemv(DType::Q1_0, 2 * 12288, 4096).loads_in_flight, 4);
+            EXPECT_EQ(cuda::plan_gemv(DType::Q1_0, 2 * 17408, 5120).loads_in_flight, 16);
         }
     }
 
