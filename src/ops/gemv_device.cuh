@@ -225,6 +225,37 @@ __device__ __forceinline__ void reduce_and_store(const KernelArgs& a, float (&ac
     }
 }
 
+// Each of the `found` groups in `complete` quantised by one warp of the `threads` taking part (warps taking them
+// in turn): y read past L1 (other blocks wrote it), times norm_w where set, into yq and its meta; the group's
+// sum of squares where the view keeps them; its arrival counter zeroed for the next launch.
+__device__ inline void quantize_groups_by_warps(const KernelArgs& a, const int64_t* complete, int found, int64_t rows,
+                                                int tid, int threads) {
+    const int lane = tid & 31;
+    for (int c = tid / 32; c < found; c += threads / 32) {
+        const int64_t g = complete[c];
+        float y[4], v[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int64_t k = g * kActivationGroup + lane * 4 + i;
+            y[i] = k < rows ? __ldcg(a.seg[0].y + k) : 0.0f;
+            v[i] = a.norm_w != nullptr && k < rows ? y[i] * __ldg(a.norm_w + k) : y[i];
+        }
+        const ActivationGroupMeta meta = quantize_group_by_warp(v, lane, a.yq + g * kActivationGroup);
+        float sum_sq = 0.0f;  // the order ops/matmul_cuda.h promises: in-lane fmaf, then the butterfly
+        if (a.yq_sum_sq != nullptr) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) sum_sq = fmaf(y[i], y[i], sum_sq);
+#pragma unroll
+            for (int offset = 16; offset > 0; offset /= 2) sum_sq += __shfl_xor_sync(kFullMask, sum_sq, offset);
+        }
+        if (lane == 0) {
+            a.yq_meta[g] = meta;
+            if (a.yq_sum_sq != nullptr) a.yq_sum_sq[g] = sum_sq;
+            a.arrivals[g] = 0;
+        }
+    }
+}
+
 // A quantised output (SwiGLU's y_quantized, gemv_quantized_add_norm's out): after a block has stored the
 // outputs [row_begin, row_begin + n_rows) of a matrix of `rows` rows, count them into their groups of 128;
 // the block that completes a group quantises it (ops/activation_quant.cuh; its fence-then-count and
@@ -263,34 +294,50 @@ __device__ inline void quantize_completed_groups_by(const KernelArgs& a, int64_t
         __threadfence();
     }
     sync();
-    const int lane = tid & 31;
-    for (int c = tid / 32; c < s_found; c += threads / 32) {
-        const int64_t g = s_complete[c];
-        float y[4], v[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int64_t k = g * kActivationGroup + lane * 4 + i;
-            y[i] = k < rows ? __ldcg(a.seg[0].y + k) : 0.0f;
-            v[i] = a.norm_w != nullptr && k < rows ? y[i] * __ldg(a.norm_w + k) : y[i];
-        }
-        const ActivationGroupMeta meta = quantize_group_by_warp(v, lane, a.yq + g * kActivationGroup);
-        float sum_sq = 0.0f;  // the order ops/matmul_cuda.h promises: in-lane fmaf, then the butterfly
-        if (a.yq_sum_sq != nullptr) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) sum_sq = fmaf(y[i], y[i], sum_sq);
-#pragma unroll
-            for (int offset = 16; offset > 0; offset /= 2) sum_sq += __shfl_xor_sync(kFullMask, sum_sq, offset);
-        }
-        if (lane == 0) {
-            a.yq_meta[g] = meta;
-            if (a.yq_sum_sq != nullptr) a.yq_sum_sq[g] = sum_sq;
-            a.arrivals[g] = 0;
-        }
-    }
+    quantize_groups_by_warps(a, s_complete, s_found, rows, tid, threads);
     sync();  // s_complete is rewritten by the next call
 }
 __device__ inline void quantize_completed_groups(const KernelArgs& a, int64_t row_begin, int64_t n_rows, int64_t rows) {
     quantize_completed_groups_by(a, row_begin, n_rows, rows, int(threadIdx.x), int(blockDim.x), BlockSync{});
+}
+
+// The classic kernel's epilogue for a block's last n_tiles tiles at once: the last holds the outputs
+// [last_row0, + tile_rows) of a matrix of `rows`, each before it those `stride` rows earlier (a block's tiles lie
+// gridDim.x tiles apart), each spanning at most two groups of 128. One lane of warp 0 a (tile, group) pair
+// fences, then counts the tile's outputs into the group, so the counts of all the tiles fly together (one round
+// trip, where one thread counting them in turn took one each); a lane whose count completes its group fences
+// again and hands the group to quantize_groups_by_warps. Called by every thread of the block. 32-bit row
+// numbers (a quantised output has at most an activation vector's inputs): the kernel's registers are tight.
+constexpr int kMaxDeferredTiles = 8;  // two groups a tile: 16 of warp 0's lanes
+__device__ inline void quantize_completed_tiles(const KernelArgs& a, int last_row0, int stride, int n_tiles,
+                                                int tile_rows, int rows) {
+    __shared__ int64_t s_complete[2 * kMaxDeferredTiles];
+    __shared__ int s_found;
+    __syncthreads();  // every output of the tiles stored (the fences below are cumulative over it)
+    const int tid = int(threadIdx.x);
+    if (tid < 32) {
+        const int tile = tid / 2;  // 0 = the oldest
+        const int begin = last_row0 - (n_tiles - 1 - tile) * stride;
+        const int end = min(begin + tile_rows, rows);
+        const int g = begin / kActivationGroup + (tid & 1);
+        const int g_begin = g * kActivationGroup;
+        const int g_end = min(g_begin + kActivationGroup, rows);
+        bool completes = false;
+        if (tile < n_tiles && g_begin < end) {
+            const int mine = min(end, g_end) - max(begin, g_begin);
+            __threadfence();
+            completes = atomicAdd(a.arrivals + g, mine) + mine == g_end - g_begin;
+        }
+        const unsigned completing = __ballot_sync(kFullMask, completes);
+        if (completes) {
+            __threadfence();
+            s_complete[__popc(completing & ((1u << tid) - 1u))] = g;
+        }
+        if (tid == 0) s_found = __popc(completing);
+    }
+    __syncthreads();
+    quantize_groups_by_warps(a, s_complete, s_found, rows, tid, int(blockDim.x));
+    __syncthreads();  // s_complete is rewritten by the next call
 }
 
 // The activations the kernel before wrote, into shared memory: x one group per kSmemGroupStride bytes, the

@@ -144,6 +144,10 @@ __device__ __forceinline__ void gemv_tiles(const KernelArgs& a, int64_t first_ti
     copy_activations<kWideCopy ? 4 : 1, kWideCopy ? 2 : 1, kWideCopy ? 8 : 1>(a, x_smem, meta_smem);
     __syncthreads();
 
+    // A quantised output's epilogue (fence, arrival counts, quantising the completed groups) runs once for a
+    // block's last kMaxDeferredTiles tiles at once, not after each: in a launch of several rounds of blocks
+    // each of its round trips would otherwise sit between one tile's sums and the next tile's.
+    int deferred = 0;
     for (int64_t tile = first; tile < tiles; tile += gridDim.x) {
         float acc[R];
 #pragma unroll
@@ -174,9 +178,13 @@ __device__ __forceinline__ void gemv_tiles(const KernelArgs& a, int64_t first_ti
         reduce_and_store<KT, R, kSwiglu>(a, acc, k_lane, rows.y, rows.row0, rows.rows);
         // A tile holds at most kMaxThreadsPerBlock / 8 · 4 outputs (8 lanes per row, 4 rows per thread at the
         // most; a SwiGLU tile a quarter of that), so it touches at most two groups of 128.
-        static_assert(kMaxThreadsPerBlock / 8 * 4 <= kActivationGroup && 2 <= kMaxCompletedGroups,
+        static_assert(kMaxThreadsPerBlock / 8 * 4 <= kActivationGroup,
                       "a GEMV tile must span at most two activation groups");
-        if (a.yq != nullptr) quantize_completed_groups(a, rows.tile_row0, rows_per_tile, rows.rows);
+        if (a.yq != nullptr && (++deferred == kMaxDeferredTiles || next >= tiles)) {
+            quantize_completed_tiles(a, int(rows.tile_row0), int(gridDim.x * rows_per_tile), deferred,
+                                     int(rows_per_tile), int(rows.rows));
+            deferred = 0;
+        }
         rows = next_rows;
     }
 }
@@ -214,7 +222,7 @@ __global__ void quantize_activations_kernel(const float* __restrict__ x, int8_t*
 }
 
 using LaunchFn = void (*)(int64_t tiles, int threads, cudaStream_t stream, const KernelArgs& args,
-                          int64_t first_tile);
+                          int64_t first_tile, int64_t max_grid);
 using ResidentFn = int (*)(int threads, size_t smem);
 // One compiled kernel: its launch, and how many of its blocks an SM holds.
 struct GemvKernel {
@@ -264,9 +272,10 @@ int blocks_per_sm(int threads, size_t smem) {
 }
 
 // Grid: no more blocks than stay resident at once (each fills its activations once), never more than
-// there are tiles.
+// there are tiles, nor than max_grid where that is set (GemvLaunchConfig::max_grid).
 template <DType T, int KT, int R, bool kSwiglu, int kLoads>
-void launch(int64_t tiles, int threads, cudaStream_t stream, const KernelArgs& args, int64_t first_tile) {
+void launch(int64_t tiles, int threads, cudaStream_t stream, const KernelArgs& args, int64_t first_tile,
+            int64_t max_grid) {
     const auto kernel = gemv_kernel_of<T, KT, R, kSwiglu, kLoads>();
     const size_t smem = activation_smem_bytes(args.x_groups);
     const int sms = device_attribute(cudaDevAttrMultiProcessorCount, "SM count");
@@ -281,7 +290,8 @@ void launch(int64_t tiles, int threads, cudaStream_t stream, const KernelArgs& a
                    "gemv shared memory");
     }
     const int per_sm = blocks_per_sm<T, KT, R, kSwiglu, kLoads>(threads, smem);
-    const int64_t grid = std::min<int64_t>(tiles, int64_t(per_sm) * sms);
+    int64_t grid = std::min<int64_t>(tiles, int64_t(per_sm) * sms);
+    if (max_grid > 0) grid = std::min(grid, max_grid);
     launch_programmatic(kernel, dim3(unsigned(grid)), dim3(unsigned(threads)), smem, stream, "gemv_kernel", args,
                         first_tile, tiles);
 }
@@ -337,7 +347,7 @@ std::string shape_text(const GemvWeightView& w) {
 
 }  // namespace
 
-GemvLaunchConfig plan_gemv(DType t, int64_t rows, int64_t cols) {
+GemvLaunchConfig plan_gemv(DType t, int64_t rows, int64_t cols, GemvKind kind) {
     // Chosen from the sweep of bench_gemv_cuda on an H200 (Bonsai-27B shapes, all five dtypes' kernels
     // parity-tested): small N wants more threads per row to put enough loads in flight, large N wants
     // fewer (less shuffle and idle-lane waste); 2 rows per thread was best or within 1% everywhere
@@ -354,7 +364,7 @@ GemvLaunchConfig plan_gemv(DType t, int64_t rows, int64_t cols) {
     if (const int forced = loads_in_flight_override(); forced != 0) {
         if (loads_compiled(forced, c.rows_per_thread)) c.loads_in_flight = forced;
     } else {
-        c.loads_in_flight = planned_gemv_loads(t, c, rows, cols);
+        c.loads_in_flight = planned_gemv_loads(t, c, rows, cols, kind);
     }
     // Staged (when switched on) for the 1-bit weights, whose GEMVs are short enough that a kernel's ramp and
     // drain dominate; the same lanes and rows, so the same y bit for bit. Both uses of the planned shape must
@@ -373,28 +383,26 @@ int planned_loads_in_flight(DType t, int64_t cols, int lanes_per_row, int rows_p
     return 16;
 }
 
-int planned_gemv_loads(DType t, const GemvLaunchConfig& config, int64_t rows, int64_t cols) {
+int planned_gemv_loads(DType t, const GemvLaunchConfig& config, int64_t rows, int64_t cols, GemvKind kind) {
     GemvLaunchConfig candidate = config;
     candidate.loads_in_flight = 16;
-    const int64_t rounds16 = gemv_tile_rounds(t, candidate, rows, cols);
+    const int64_t rounds16 = gemv_tile_rounds(t, candidate, rows, cols, kind);
     if (rounds16 <= 1) return 16;
     // One round of blocks, even where a lane's row then takes two or more batches: the most loads that do it.
     for (const int loads : {8, 4}) {
         if (!loads_compiled(loads, config.rows_per_thread)) continue;
         candidate.loads_in_flight = loads;
-        if (gemv_tile_rounds(t, candidate, rows, cols) == 1) return loads;
+        if (gemv_tile_rounds(t, candidate, rows, cols, kind) == 1) return loads;
     }
     // Else one batch, where it still saves rounds.
     candidate.loads_in_flight = planned_loads_in_flight(t, cols, config.lanes_per_row, config.rows_per_thread);
-    if (candidate.loads_in_flight < 16 && gemv_tile_rounds(t, candidate, rows, cols) < rounds16)
+    if (candidate.loads_in_flight < 16 && gemv_tile_rounds(t, candidate, rows, cols, kind) < rounds16)
         return candidate.loads_in_flight;
     return 16;
 }
 
-int64_t gemv_tile_rounds(DType t, const GemvLaunchConfig& config, int64_t rows, int64_t cols) {
-    // The plain kernel's residency stands for a SwiGLU pair's too: at every planned shape the two take the same
-    // registers to within a few (ptxas, CUDA 13: Q1_0 158 / 158 at 16 loads, 96 / 96 at 8, 80–87 at 4).
-    const GemvKernel kernel = pick_kernel<false>(t, config);
+int64_t gemv_tile_rounds(DType t, const GemvLaunchConfig& config, int64_t rows, int64_t cols, GemvKind kind) {
+    const GemvKernel kernel = kind == GemvKind::swiglu ? pick_kernel<true>(t, config) : pick_kernel<false>(t, config);
     if (kernel.launch == nullptr || rows <= 0 || cols <= 0 || device_count() == 0) return 0;
     const int64_t rows_per_tile = int64_t(config.warps_per_block) * (32 / config.lanes_per_row) * config.rows_per_thread;
     const int64_t tiles = (rows + rows_per_tile - 1) / rows_per_tile;
@@ -568,7 +576,8 @@ GemvLaunchReport launch_group(const QuantizedActivationsView& x, std::span<const
     }
     const int64_t max_blocks = config.max_blocks > 0 ? config.max_blocks : device_max_grid_x();
     for (int64_t first_tile = 0; first_tile < report.blocks; first_tile += max_blocks) {
-        fn(std::min(max_blocks, report.blocks - first_tile), config.warps_per_block * 32, stream, args, first_tile);
+        fn(std::min(max_blocks, report.blocks - first_tile), config.warps_per_block * 32, stream, args, first_tile,
+           config.max_grid);
         ++report.launches;
     }
     return report;
@@ -619,7 +628,7 @@ GemvLaunchReport gemv_quantized_swiglu(const QuantizedActivationsView& x, const 
                                        const GemvWeightView& up, float* y, cudaStream_t stream,
                                        const QuantizedActivationsView* y_quantized) {
     // Planned as the two matrices' rows in one grid; the pair takes two rows per thread.
-    GemvLaunchConfig config = plan_gemv(gate.dtype, 2 * gate.rows, gate.cols);
+    GemvLaunchConfig config = plan_gemv(gate.dtype, 2 * gate.rows, gate.cols, GemvKind::swiglu);
     config.rows_per_thread = 2;
     return gemv_quantized_swiglu(x, gate, up, y, stream, config, y_quantized);
 }

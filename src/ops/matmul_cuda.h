@@ -117,12 +117,14 @@ void quantize_activations(const float* x, const QuantizedActivationsView& out, c
 //            Bonsai-27B matrix's share (~90 KB of ~100 KB a block) is requested BEFORE the wait for the
 //            kernel before, and a block takes under half an SM, so the next GEMV's block is resident and
 //            streaming while this one computes: weights stream across kernel boundaries.
-//            warps_per_block and max_blocks do not apply.
+//            warps_per_block, max_blocks and max_grid do not apply.
 struct GemvLaunchConfig {
     int lanes_per_row = 8;      // threads splitting one row's K (8, 16 or 32)
     int rows_per_thread = 2;    // rows sharing each activation load in registers (2 or 4)
     int warps_per_block = 4;    // 1..8
     int64_t max_blocks = 0;     // row tiles per launch; 0 = the device's grid limit (tests lower it to force splits)
+    int64_t max_grid = 0;       // classic: blocks per launch; 0 = as many as stay resident (tests lower it so that
+                                // each block walks many tiles)
     bool staged = false;        // the staged kernel (needs staged_gemv_supported())
     int64_t staged_ring_bytes = 0;  // staged: the shared-memory ring's bytes; 0 = what two blocks per SM leave
     // classic: code loads a thread requests at once (16; 8 or 4 with rows_per_thread 2). The registers holding
@@ -131,9 +133,12 @@ struct GemvLaunchConfig {
     // loads in one batch with fewer registers. The same terms in the same order: y equal bit for bit.
     int loads_in_flight = 16;
 };
+// Which kernel a plan is for: the plain one (a matrix, a group, add-norm) or a SwiGLU pair's (2N rows). Their
+// registers differ by up to a tenth (ptxas, CUDA 13), and with them how many blocks an SM holds.
+enum class GemvKind { plain, swiglu };
 // The planned shape: lanes per row from the row count, 2 rows per thread, loads in flight by
 // planned_gemv_loads; staged for Q1_0 where staged_gemv_planned() and the shape fits in shared memory.
-GemvLaunchConfig plan_gemv(DType t, int64_t rows, int64_t cols);
+GemvLaunchConfig plan_gemv(DType t, int64_t rows, int64_t cols, GemvKind kind = GemvKind::plain);
 // The fewest loads in flight (4, 8, else 16) that hold every unit a lane owns of a row of `cols` inputs split
 // lanes_per_row ways, rows_per_thread rows a thread (planned_gemv_loads' last resort).
 // DELTABIT_GEMV_LOADS_IN_FLIGHT=16, 8 or 4 makes plan_gemv take that number wherever it is compiled (an
@@ -144,11 +149,13 @@ int planned_loads_in_flight(DType t, int64_t cols, int lanes_per_row, int rows_p
 // them in one round, even with a lane's row in several batches (the Bonsai-8B SwiGLU at 4 loads: 758 vs 713
 // tok/s); else planned_loads_in_flight where it takes fewer rounds (one batch); else 16. Two rounds for
 // three at two batches did not pay (Bonsai-27B SwiGLU at 8 loads: 290.6 vs 291.3).
-int planned_gemv_loads(DType t, const GemvLaunchConfig& config, int64_t rows, int64_t cols);
-// Rounds of resident blocks the classic kernel of `config` takes over `rows` rows of K = cols (a SwiGLU pair:
-// 2N rows; a group: its rows together, one tile more a matrix at most): ceil(tiles / (blocks an SM · SMs)).
+int planned_gemv_loads(DType t, const GemvLaunchConfig& config, int64_t rows, int64_t cols,
+                       GemvKind kind = GemvKind::plain);
+// Rounds of resident blocks the classic kernel of `config` and `kind` takes over `rows` rows of K = cols (a SwiGLU
+// pair: 2N rows; a group: its rows together, one tile more a matrix at most): ceil(tiles / (blocks an SM · SMs)).
 // 0 where no kernel is compiled for config or there is no device.
-int64_t gemv_tile_rounds(DType t, const GemvLaunchConfig& config, int64_t rows, int64_t cols);
+int64_t gemv_tile_rounds(DType t, const GemvLaunchConfig& config, int64_t rows, int64_t cols,
+                         GemvKind kind = GemvKind::plain);
 // The staged kernel can run here: a device of compute capability 9.0 or above.
 bool staged_gemv_supported();
 // The planner chooses it: supported and DELTABIT_GEMV_STAGED=1 in the environment. Off by default: in the
@@ -196,7 +203,7 @@ GemvLaunchReport gemv_quantized_group(const QuantizedActivationsView& x, std::sp
 // SwiGLU of the two GEMVs). Each thread computes row i of gate and row i of up together, so the two
 // products never leave registers; rows_per_thread must be 2 (the pair), and a tile (GemvLaunchReport's
 // blocks) is warps·(32/lanes) outputs. Bit for bit gemv_quantized of each matrix with the same config
-// followed by cuda::swiglu. The planned config is plan_gemv for 2N rows with the pair.
+// followed by cuda::swiglu. The planned config is plan_gemv for 2N rows, GemvKind::swiglu.
 //
 // With y_quantized (a view of N inputs with arrival counters, NOT the one x lives in) it also writes y's
 // int8 activations for the next matmul, bit for bit quantize_activations(y): the block that completes a

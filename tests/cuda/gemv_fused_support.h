@@ -84,6 +84,7 @@ inline std::string config_text(const cuda::GemvLaunchConfig& c) {
     std::string s = "lanes " + std::to_string(c.lanes_per_row) + " rows/thread " + std::to_string(c.rows_per_thread) +
                     " warps " + std::to_string(c.warps_per_block);
     if (c.max_blocks > 0) s += " max_blocks " + std::to_string(c.max_blocks);
+    if (c.max_grid > 0) s += " max_grid " + std::to_string(c.max_grid);
     return s;
 }
 

@@ -228,6 +228,11 @@ TEST_P(GemvAddNorm, ResidualCodesSumsAndConsumersBitForBit) {
     configs.push_back({16, 4, 3, 0});  // 24-row tiles straddling groups
     configs.push_back({16, 2, 4, 7});  // split into many launches
     configs.push_back({8, 2, 3, 5});
+    // Three blocks walking every tile: the epilogue for 8 tiles at a time and the rest (quantize_completed_tiles).
+    for (cuda::GemvLaunchConfig c : {cuda::GemvLaunchConfig{16, 4, 3, 0}, cuda::GemvLaunchConfig{32, 2, 1, 0}}) {
+        c.max_grid = 3;
+        configs.push_back(c);
+    }
     uint32_t seed = 7100 + uint32_t(t);
     for (const int64_t k : {int64_t(128), int64_t(5120)}) {
         for (const int64_t n : {int64_t(1), int64_t(63), int64_t(128), int64_t(1000), int64_t(5120)}) {

@@ -346,18 +346,21 @@ TEST(GemvCudaLaunch, PlansFewerLoadsInFlightOnlyWhereTheyTakeFewerRounds) {
     if (std::getenv("DELTABIT_GEMV_LOADS_IN_FLIGHT") == nullptr) {
         struct Shape {
             int64_t rows, cols;
+            cuda::GemvKind kind = cuda::GemvKind::plain;
         };
+        constexpr cuda::GemvKind kSwiglu = cuda::GemvKind::swiglu;
         // SwiGLU pairs count 2N rows. Bonsai-4B gate/up, ffn_down, q/k/v, o-proj, LM head; Bonsai-8B gate/up,
         // LM head; Bonsai-27B q/gate/k/v, gate/up, DeltaNet in-projection; a small odd shape.
-        for (const Shape& sh : {Shape{2 * 9728, 2560}, Shape{2560, 9728}, Shape{6144, 2560}, Shape{2560, 4096},
-                                Shape{151936, 2560}, Shape{2 * 12288, 4096}, Shape{151936, 4096}, Shape{14336, 5120},
-                                Shape{2 * 17408, 5120}, Shape{16480, 5120}, Shape{1000, 640}}) {
-            const cuda::GemvLaunchConfig plan = cuda::plan_gemv(DType::Q1_0, sh.rows, sh.cols);
-            EXPECT_EQ(cuda::planned_gemv_loads(DType::Q1_0, plan, sh.rows, sh.cols), plan.loads_in_flight);
+        for (const Shape& sh : {Shape{2 * 9728, 2560, kSwiglu}, Shape{2560, 9728}, Shape{6144, 2560}, Shape{2560, 4096},
+                                Shape{151936, 2560}, Shape{2 * 12288, 4096, kSwiglu}, Shape{151936, 4096},
+                                Shape{14336, 5120}, Shape{2 * 17408, 5120, kSwiglu}, Shape{16480, 5120},
+                                Shape{1000, 640}}) {
+            const cuda::GemvLaunchConfig plan = cuda::plan_gemv(DType::Q1_0, sh.rows, sh.cols, sh.kind);
+            EXPECT_EQ(cuda::planned_gemv_loads(DType::Q1_0, plan, sh.rows, sh.cols, sh.kind), plan.loads_in_flight);
             const auto rounds = [&](int loads) {
                 cuda::GemvLaunchConfig c = plan;
                 c.loads_in_flight = loads;
-                return cuda::gemv_tile_rounds(DType::Q1_0, c, sh.rows, sh.cols);
+                return cuda::gemv_tile_rounds(DType::Q1_0, c, sh.rows, sh.cols, sh.kind);
             };
             const int64_t r16 = rounds(16), r8 = rounds(8), r4 = rounds(4);
             ASSERT_GT(r16, 0);
@@ -378,10 +381,10 @@ TEST(GemvCudaLaunch, PlansFewerLoadsInFlightOnlyWhereTheyTakeFewerRounds) {
         // one at 8 (5); its ffn_down's 320 one either way. The 8B SwiGLU's 768 take one round only at 4 loads
         // (6 an SM); the 27B SwiGLU's 1088 take two at best, which did not pay with a lane's row in two batches.
         if (cuda::device_attribute(cudaDevAttrMultiProcessorCount, "SM count") == 132) {
-            EXPECT_EQ(cuda::plan_gemv(DType::Q1_0, 2 * 9728, 2560).loads_in_flight, 8);
+            EXPECT_EQ(cuda::plan_gemv(DType::Q1_0, 2 * 9728, 2560, kSwiglu).loads_in_flight, 8);
             EXPECT_EQ(cuda::plan_gemv(DType::Q1_0, 2560, 9728).loads_in_flight, 16);
-            EXPECT_EQ(cuda::plan_gemv(DType::Q1_0, 2 * 12288, 4096).loads_in_flight, 4);
-            EXPECT_EQ(cuda::plan_gemv(DType::Q1_0, 2 * 17408, 5120).loads_in_flight, 16);
+            EXPECT_EQ(cuda::plan_gemv(DType::Q1_0, 2 * 12288, 4096, kSwiglu).loads_in_flight, 4);
+            EXPECT_EQ(cuda::plan_gemv(DType::Q1_0, 2 * 17408, 5120, kSwiglu).loads_in_flight, 16);
         }
     }
 

@@ -369,6 +369,14 @@ TEST_P(FusedGemvSwigluQuantizedOutput, YUnchangedAndQuantizedBitForBitTwice) {
     // Split into many launches: 16-output tiles (8 per group), and 12-output tiles that straddle groups.
     configs.push_back({16, 2, 4, 7});
     configs.push_back({8, 2, 3, 7});
+    // Grids of 3 and 2 blocks: each walks many tiles, its quantised output's epilogue run for 8 tiles at a time
+    // and for the rest at its end (quantize_completed_tiles), tiles of one group in one epilogue, 12-output
+    // tiles straddling groups, and a split launch.
+    for (cuda::GemvLaunchConfig c : {cuda::GemvLaunchConfig{16, 2, 3, 0}, cuda::GemvLaunchConfig{8, 2, 4, 0},
+                                     cuda::GemvLaunchConfig{32, 2, 3, 50}}) {
+        c.max_grid = c.max_blocks > 0 ? 2 : 3;
+        configs.push_back(c);
+    }
     std::mt19937 rng(5150 + uint32_t(t));
     for (int64_t k : {128, 5120}) {
         const cuda::ActivationScratch scratch = random_quantized_activations(k, rng);
