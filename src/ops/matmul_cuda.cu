@@ -144,9 +144,9 @@ __device__ __forceinline__ void gemv_tiles(const KernelArgs& a, int64_t first_ti
     copy_activations<kWideCopy ? 4 : 1, kWideCopy ? 2 : 1, kWideCopy ? 8 : 1>(a, x_smem, meta_smem);
     __syncthreads();
 
-    // A quantised output's epilogue (fence, arrival counts, quantising the completed groups) runs once for a
-    // block's last kMaxDeferredTiles tiles at once, not after each: in a launch of several rounds of blocks
-    // each of its round trips would otherwise sit between one tile's sums and the next tile's.
+    // A quantised output's epilogue (fence, arrival counts, quantising the completed groups) runs for up to
+    // kMaxDeferredTiles of a block's tiles together, not after each: in a launch of several rounds of blocks its
+    // round trips would otherwise sit between one tile's sums and the next tile's.
     int deferred = 0;
     for (int64_t tile = first; tile < tiles; tile += gridDim.x) {
         float acc[R];

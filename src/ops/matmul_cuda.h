@@ -134,7 +134,8 @@ struct GemvLaunchConfig {
     int loads_in_flight = 16;
 };
 // Which kernel a plan is for: the plain one (a matrix, a group, add-norm) or a SwiGLU pair's (2N rows). Their
-// registers differ by up to a tenth (ptxas, CUDA 13), and with them how many blocks an SM holds.
+// registers can differ enough to change how many blocks an SM holds (ptxas, CUDA 13: Q1_0 at 4 loads 90–96
+// plain, 80 SwiGLU — five blocks of 128 threads an SM against six).
 enum class GemvKind { plain, swiglu };
 // The planned shape: lanes per row from the row count, 2 rows per thread, loads in flight by
 // planned_gemv_loads; staged for Q1_0 where staged_gemv_planned() and the shape fits in shared memory.
