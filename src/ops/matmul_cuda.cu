@@ -83,20 +83,29 @@ __device__ __forceinline__ ThreadRows<R> thread_rows(const KernelArgs& a, int64_
     return t;
 }
 
+// Unit u of each of the thread's R rows into one slot of a batch.
+template <DType T, int R>
+__device__ __forceinline__ void load_slot(const ThreadRows<R>& rows, int u, uint4 (&codes)[R], uint16_t (&d)[R]) {
+    using L = Layout<T>;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        codes[r] = load_streaming(rows.codes[r] + u);
+        d[r] = __ldg(rows.scales[r] + u * L::unit / L::group);
+    }
+}
+
 // kUnroll units of each of the thread's R rows, starting at unit u0, KT apart; zeros past the row.
 template <DType T, int KT, int R, int kUnroll>
 __device__ __forceinline__ void load_units(const ThreadRows<R>& rows, int u0, int units_per_row, uint4 (&codes)[kUnroll][R],
                                            uint16_t (&d)[kUnroll][R]) {
-    using L = Layout<T>;
 #pragma unroll
     for (int j = 0; j < kUnroll; ++j) {
         const int u = u0 + j * KT;
+        if (u < units_per_row) {
+            load_slot<T, R>(rows, u, codes[j], d[j]);
+        } else {
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
-            if (u < units_per_row) {
-                codes[j][r] = load_streaming(rows.codes[r] + u);
-                d[j][r] = __ldg(rows.scales[r] + u * L::unit / L::group);
-            } else {
+            for (int r = 0; r < R; ++r) {
                 codes[j][r] = make_uint4(0, 0, 0, 0);
                 d[j][r] = 0;
             }
@@ -153,16 +162,23 @@ __device__ __forceinline__ void gemv_tiles(const KernelArgs& a, int64_t first_ti
 #pragma unroll
         for (int r = 0; r < R; ++r) acc[r] = 0.0f;
 
+        // A tile's first batch was requested before: the first tile's before the wait, the others' at the end of
+        // the tile before them. With kRolling its later batches roll: each slot's unit of the next batch is
+        // requested as soon as the slot's unit is multiplied, so a row longer than a batch waits for its next
+        // units' loads while the rest of this batch is multiplied, not after it (the same units in the same
+        // order: the same y). Only at 16 loads: ptxas hoists the rolled loads, which costs registers (Q1_0, CUDA
+        // 13: 158 → 163–166 at 16 loads, still three blocks an SM; 80–96 → 118–120 at 4, six blocks → four).
+        constexpr bool kRolling = kLoads == 16;
         for (int u0 = k_lane; u0 < a.units_per_row; u0 += KT * kUnroll) {
-            // A tile's first batch was requested before: the first tile's before the wait, the others' at the
-            // end of the tile before them.
-            if (u0 != k_lane) load_units<T, KT, R, kUnroll>(rows, u0, a.units_per_row, codes, d);
+            if (!kRolling && u0 != k_lane) load_units<T, KT, R, kUnroll>(rows, u0, a.units_per_row, codes, d);
 #pragma unroll
             for (int j = 0; j < kUnroll; ++j) {
                 const int u = u0 + j * KT;
                 if (u >= a.units_per_row) break;
                 accumulate_unit<T, R>(
                     x_smem, meta_smem, u, [&](int r) { return codes[j][r]; }, [&](int r) { return d[j][r]; }, acc);
+                if (const int later = u + KT * kUnroll; kRolling && later < a.units_per_row)
+                    load_slot<T, R>(rows, later, codes[j], d[j]);
             }
         }
 
@@ -189,7 +205,7 @@ __device__ __forceinline__ void gemv_tiles(const KernelArgs& a, int64_t first_ti
     }
 }
 
-// 16 or 4 loads in flight: the registers they need (~155 and ~80 a thread, ptxas CUDA 13).
+// 16 or 4 loads in flight: the registers they need (~165 with the rolling batches and ~80 a thread, ptxas CUDA 13).
 template <DType T, int KT, int R, bool kSwiglu, int kLoads>
 __global__ void __launch_bounds__(kMaxThreadsPerBlock) gemv_kernel(KernelArgs a, int64_t first_tile, int64_t tiles) {
     gemv_tiles<T, KT, R, kSwiglu, kLoads>(a, first_tile, tiles);
