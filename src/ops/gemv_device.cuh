@@ -256,6 +256,16 @@ __device__ inline void quantize_groups_by_warps(const KernelArgs& a, const int64
     }
 }
 
+// Adds v to an arrival counter at GPU scope, returning the count before: a release of everything the calling
+// thread has observed (the block's stores, ordered before it by a barrier: PTX releases are cumulative) and an
+// acquire of what the other arrivals released, in one operation. It replaces a fence.sc (__threadfence) before
+// the add and another after it.
+__device__ __forceinline__ int arrive_acq_rel(int* counter, int v) {
+    int before;
+    asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;" : "=r"(before) : "l"(counter), "r"(v) : "memory");
+    return before;
+}
+
 // A quantised output (SwiGLU's y_quantized, gemv_quantized_add_norm's out): after a block has stored the
 // outputs [row_begin, row_begin + n_rows) of a matrix of `rows` rows, count them into their groups of 128;
 // the block that completes a group quantises it (ops/activation_quant.cuh; its fence-then-count and
@@ -276,22 +286,20 @@ __device__ inline void quantize_completed_groups_by(const KernelArgs& a, int64_t
     __shared__ int64_t s_complete[kMaxCompletedGroups];
     __shared__ int s_found;
     const int64_t end = row_begin + n_rows < rows ? row_begin + n_rows : rows;
-    // One fence, by the counting thread, after the barrier: the barrier orders every thread's stores before
-    // it and the fence is cumulative over what thread 0 has thus observed (the PTX memory model; cooperative
-    // groups' grid sync relies on the same). A fence by every thread cost each warp a membar wait per tile.
+    // The counting thread releases after the barrier: the barrier orders every thread's stores before it and
+    // the release is cumulative over what thread 0 has thus observed (the PTX memory model; cooperative groups'
+    // grid sync relies on the same). A fence by every thread cost each warp a membar wait per tile.
     sync();
     if (tid == 0) {
-        __threadfence();
         int found = 0;
         for (int64_t g = row_begin / kActivationGroup; g * kActivationGroup < end; ++g) {
             const int64_t g_begin = g * kActivationGroup;
             const int64_t g_end = g_begin + kActivationGroup < rows ? g_begin + kActivationGroup : rows;
             const int64_t mine = (end < g_end ? end : g_end) - (row_begin > g_begin ? row_begin : g_begin);
-            const int before = atomicAdd(a.arrivals + g, int(mine));
+            const int before = arrive_acq_rel(a.arrivals + g, int(mine));
             if (before + mine == g_end - g_begin && found < kMaxCompletedGroups) s_complete[found++] = g;
         }
         s_found = found;
-        __threadfence();
     }
     sync();
     quantize_groups_by_warps(a, s_complete, s_found, rows, tid, threads);
@@ -304,16 +312,16 @@ __device__ inline void quantize_completed_groups(const KernelArgs& a, int64_t ro
 // The classic kernel's epilogue for a block's last n_tiles tiles at once: the last holds the outputs
 // [last_row0, + tile_rows) of a matrix of `rows`, each before it those `stride` rows earlier (a block's tiles lie
 // gridDim.x tiles apart), each spanning at most two groups of 128. One lane of warp 0 a (tile, group) pair
-// fences, then counts the tile's outputs into the group, so the counts of all the tiles fly together (one round
-// trip, where one thread counting them in turn took one each); a lane whose count completes its group fences
-// again and hands the group to quantize_groups_by_warps. Called by every thread of the block. 32-bit row
+// counts the tile's outputs into the group (arrive_acq_rel), so the counts of all the tiles fly together (one
+// round trip, where one thread counting them in turn took one each); a lane whose count completes its group
+// hands it to quantize_groups_by_warps. Called by every thread of the block. 32-bit row
 // numbers (a quantised output has at most an activation vector's inputs): the kernel's registers are tight.
 constexpr int kMaxDeferredTiles = 8;  // two groups a tile: 16 of warp 0's lanes
 __device__ inline void quantize_completed_tiles(const KernelArgs& a, int last_row0, int stride, int n_tiles,
                                                 int tile_rows, int rows) {
     __shared__ int64_t s_complete[2 * kMaxDeferredTiles];
     __shared__ int s_found;
-    __syncthreads();  // every output of the tiles stored (the fences below are cumulative over it)
+    __syncthreads();  // every output of the tiles stored (the releases below are cumulative over it)
     const int tid = int(threadIdx.x);
     if (tid < 32) {
         const int tile = tid / 2;  // 0 = the oldest
@@ -325,14 +333,10 @@ __device__ inline void quantize_completed_tiles(const KernelArgs& a, int last_ro
         bool completes = false;
         if (tile < n_tiles && g_begin < end) {
             const int mine = min(end, g_end) - max(begin, g_begin);
-            __threadfence();
-            completes = atomicAdd(a.arrivals + g, mine) + mine == g_end - g_begin;
+            completes = arrive_acq_rel(a.arrivals + g, mine) + mine == g_end - g_begin;
         }
         const unsigned completing = __ballot_sync(kFullMask, completes);
-        if (completes) {
-            __threadfence();
-            s_complete[__popc(completing & ((1u << tid) - 1u))] = g;
-        }
+        if (completes) s_complete[__popc(completing & ((1u << tid) - 1u))] = g;
         if (tid == 0) s_found = __popc(completing);
     }
     __syncthreads();
