@@ -268,8 +268,8 @@ __device__ __forceinline__ int arrive_acq_rel(int* counter, int v) {
 
 // A quantised output (SwiGLU's y_quantized, gemv_quantized_add_norm's out): after a block has stored the
 // outputs [row_begin, row_begin + n_rows) of a matrix of `rows` rows, count them into their groups of 128;
-// the block that completes a group quantises it (ops/activation_quant.cuh; its fence-then-count and
-// count-then-fence make the other blocks' outputs visible; they are read past L1) and zeroes the group's
+// the block that completes a group quantises it (ops/activation_quant.cuh; the acquire-release counts make the
+// other blocks' outputs visible; they are read past L1) and zeroes the group's
 // counter for the next launch. Called by every thread of the block; the run touches at most
 // kMaxCompletedGroups groups (the launchers keep it so: a classic tile spans at most two, a staged block's
 // run is bounded on the host). Each completed group is quantised by one warp, warps taking them in turn.

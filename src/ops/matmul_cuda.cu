@@ -153,7 +153,7 @@ __device__ __forceinline__ void gemv_tiles(const KernelArgs& a, int64_t first_ti
     copy_activations<kWideCopy ? 4 : 1, kWideCopy ? 2 : 1, kWideCopy ? 8 : 1>(a, x_smem, meta_smem);
     __syncthreads();
 
-    // A quantised output's epilogue (fence, arrival counts, quantising the completed groups) runs for up to
+    // A quantised output's epilogue (barrier, arrival counts, quantising the completed groups) runs for up to
     // kMaxDeferredTiles of a block's tiles together, not after each: in a launch of several rounds of blocks its
     // round trips would otherwise sit between one tile's sums and the next tile's.
     int deferred = 0;
