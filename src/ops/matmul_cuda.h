@@ -128,9 +128,10 @@ struct GemvLaunchConfig {
     bool staged = false;        // the staged kernel (needs staged_gemv_supported())
     int64_t staged_ring_bytes = 0;  // staged: the shared-memory ring's bytes; 0 = what two blocks per SM leave
     // classic: code loads a thread requests at once (16; 8 or 4 with rows_per_thread 2). The registers holding
-    // them are most of the kernel's (~158 a thread at 16, 96 at 8, ~80 at 4: ptxas, CUDA 13) and decide how
-    // many blocks an SM holds; a row whose units a lane owns fit a batch of fewer loads is served by the same
-    // loads in one batch with fewer registers. The same terms in the same order: y equal bit for bit.
+    // them are most of the kernel's (~165 a thread at 16 with its rolling batches, 96 at 8, ~80 at 4: ptxas,
+    // CUDA 13) and decide how many blocks an SM holds; a row whose units a lane owns fit a batch of fewer loads
+    // is served by the same loads in one batch with fewer registers. The same terms in the same order: y equal
+    // bit for bit.
     int loads_in_flight = 16;
 };
 // Which kernel a plan is for: the plain one (a matrix, a group, add-norm) or a SwiGLU pair's (2N rows). Their
