@@ -271,8 +271,9 @@ __device__ __forceinline__ int arrive_acq_rel(int* counter, int v) {
 // the block that completes a group quantises it (ops/activation_quant.cuh; the acquire-release counts make the
 // other blocks' outputs visible; they are read past L1) and zeroes the group's
 // counter for the next launch. Called by every thread of the block; the run touches at most
-// kMaxCompletedGroups groups (the launchers keep it so: a classic tile spans at most two, a staged block's
-// run is bounded on the host). Each completed group is quantised by one warp, warps taking them in turn.
+// kMaxCompletedGroups groups (the launchers keep it so: a staged block's run and a chain consumer's items are
+// bounded on the host). Each completed group is quantised by one warp, warps taking them in turn. The classic
+// kernel counts with quantize_completed_tiles instead (below: all its tiles' counts at once).
 //
 // The threads taking part are `tid` of `threads` (the block's, or the consumer warps of ops/gemv_chain_cuda.cu),
 // `sync` their barrier.

@@ -135,8 +135,8 @@ struct GemvLaunchConfig {
     int loads_in_flight = 16;
 };
 // Which kernel a plan is for: the plain one (a matrix, a group, add-norm) or a SwiGLU pair's (2N rows). Their
-// registers can differ enough to change how many blocks an SM holds (ptxas, CUDA 13: Q1_0 at 4 loads 90–96
-// plain, 80 SwiGLU — five blocks of 128 threads an SM against six).
+// registers can differ enough to change how many blocks an SM holds (ptxas, CUDA 13, at commit d4101fa: Q1_0 at
+// 4 loads 90 plain, 80 SwiGLU — five blocks of 128 threads an SM against six; both 80 again since c49b6c5).
 enum class GemvKind { plain, swiglu };
 // The planned shape: lanes per row from the row count, 2 rows per thread, loads in flight by
 // planned_gemv_loads; staged for Q1_0 where staged_gemv_planned() and the shape fits in shared memory.
