@@ -1,6 +1,7 @@
 // `deltabit chat`: an interactive, multi-turn conversation with a model.
 //
-//   deltabit chat -m MODEL [--system TEXT] [--max-tokens N] [--thinking on|off] [--on-full drop-oldest|stop]
+//   deltabit chat -m MODEL [--system TEXT] [--max-tokens N] [--thinking on|off] [--preserve-thinking]
+//                 [--on-full drop-oldest|stop]
 //                 [--backend cpu|cuda|auto] [--kv f32|f16|kivi4] [--ctx N] [sampling options]
 //                 [--stop S]... [--json] [--quiet]
 //
@@ -41,6 +42,7 @@ struct ChatArgs {
     SamplingParams sampling = default_sampling_params();
     std::vector<std::string> stop;
     std::string thinking;  // "", "on" or "off"
+    bool preserve_thinking = false;
     std::string on_full = "drop-oldest";
     bool json = false;
     bool quiet = false;
@@ -98,6 +100,7 @@ void run_chat(const ChatArgs& args) {
     settings.generation.max_tokens = args.max_tokens;
     settings.generation.stop = args.stop;
     if (!args.thinking.empty()) settings.thinking = args.thinking == "on";
+    settings.preserve_thinking = args.preserve_thinking;
     settings.on_full = args.on_full == "stop" ? OnContextFull::stop : OnContextFull::drop_oldest;
     settings.json = args.json;
     settings.show_progress = show_progress;
@@ -132,6 +135,10 @@ void add_chat_command(CLI::App& app) {
     cmd->add_option("--stop", args->stop, "end a reply when its text contains this (repeatable)");
     cmd->add_option("--thinking", args->thinking, "enable_thinking for the chat template (/thinking switches it)")
         ->check(CLI::IsMember({"on", "off"}));
+    cmd->add_flag("--preserve-thinking", args->preserve_thinking,
+                  "keep earlier replies' thinking in the conversation (the chat template's preserve_thinking, "
+                  "Qwen3.5): the next turn reuses the whole previous reply instead of re-reading it; "
+                  "/preserve-thinking switches it (default: off, the template drops old thinking)");
     cmd->add_option("--on-full", args->on_full,
                     "when the conversation outgrows the context: drop-oldest turns (never the system "
                     "message) or stop (refuse the message)")

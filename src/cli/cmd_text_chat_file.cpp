@@ -92,6 +92,7 @@ void save_chat_file(const fs::path& file, const ChatConversation& conversation, 
     ordered_json header;
     header["messages"] = conversation.messages;
     header["thinking"] = conversation.thinking ? ordered_json(*conversation.thinking) : ordered_json(nullptr);
+    header["preserve_thinking"] = conversation.preserve_thinking;
     header["messages_fnv1a64"] = messages_checksum(conversation.messages);
     header["session_bytes"] = session_bytes.size();
 
@@ -133,6 +134,11 @@ ChatConversation load_chat_file(const fs::path& file, Session& session) {
         fail("load: {}: the conversation's checksum does not match: the file was damaged or edited", file.string());
     if (header["thinking"].is_boolean()) conversation.thinking = header["thinking"].get<bool>();
     else if (!header["thinking"].is_null()) fail("load: {}: \"thinking\" must be true, false or null", file.string());
+    if (header.contains("preserve_thinking")) {
+        if (!header["preserve_thinking"].is_boolean())
+            fail("load: {}: \"preserve_thinking\" must be true or false", file.string());
+        conversation.preserve_thinking = header["preserve_thinking"].get<bool>();
+    }
 
     const size_t session_start = header_end + 1;
     const size_t session_size = bytes.size() - session_start;

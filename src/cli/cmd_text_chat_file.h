@@ -5,6 +5,7 @@
 // Layout, version 1:
 //   deltabit-chat 1\n
 //   {"messages": [{"role": .., "content": ..}, ..], "thinking": null|true|false,
+//    "preserve_thinking": true|false (optional: absent is false; files from before it have none),
 //    "messages_fnv1a64": "<16 hex digits>", "session_bytes": N}\n      (one line of JSON)
 //   N bytes: the session snapshot, exactly as Session::save writes it (its own magic and checksums)
 // The checksum covers the messages as serialised on that line, so an edited or damaged conversation
@@ -28,6 +29,7 @@ namespace deltabit::cli {
 struct ChatConversation {
     nlohmann::ordered_json messages = nlohmann::ordered_json::array();  // {"role", "content"} objects
     std::optional<bool> thinking;                                        // unset: the template's default
+    bool preserve_thinking = false;  // the template's preserve_thinking: earlier replies keep their thinking
 };
 
 // Written through FILE.tmp and a rename, so a failed save never leaves half a file behind.

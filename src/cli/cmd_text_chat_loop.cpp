@@ -30,6 +30,26 @@ void note(std::string_view line) {
 
 std::string mebibytes(int64_t bytes) { return fmt::format("{:.1f} MiB", double(bytes) / double(1 << 20)); }
 
+// What a turn reused and, when the prompt differed from the held state before its end, where: the
+// token index and the text around it on both sides (special tokens spelled out), which is what to
+// read when a template re-renders an earlier turn differently than the model wrote it.
+ordered_json reuse_json(const ReuseReport& r, const text::Tokenizer& tokenizer) {
+    ordered_json j;
+    j["common_prefix"] = r.common_prefix;
+    j["from"] = reuse_from_name(r.from);
+    if (r.from == ReuseFrom::checkpoint) j["checkpoint_kind"] = checkpoint_kind_name(r.checkpoint_kind);
+    if (r.first_divergence < 0) {
+        j["first_divergence"] = nullptr;
+        return j;
+    }
+    const text::DecodeOptions spelled{.skip_special = false};
+    j["first_divergence"] = r.first_divergence;
+    j["around_from"] = std::max<int64_t>(0, r.first_divergence - 4);  // plan_reuse's window: 4 tokens either side
+    j["held_around"] = tokenizer.decode(r.held_around, spelled);
+    j["prompt_around"] = tokenizer.decode(r.prompt_around, spelled);
+    return j;
+}
+
 // Thrown from the token callback when the user pressed Ctrl-C; not an Error, so nothing but send()
 // catches it.
 struct ReplyInterrupted {};
@@ -59,10 +79,14 @@ std::string printable_on_terminal(std::string_view text) {
 constexpr std::string_view kHelp =
     "commands:\n"
     "  /thinking on|off  let the model think before it answers (the chat template's enable_thinking)\n"
+    "  /preserve-thinking on|off\n"
+    "                    keep earlier replies' thinking in the conversation (the template's\n"
+    "                    preserve_thinking; Qwen3.5): the next turn then reuses the whole last reply\n"
     "  /save FILE        save the conversation and the model's state to FILE\n"
     "  /load FILE        continue a conversation saved by /save (same model and KV format)\n"
     "  /reset            forget the conversation (the system message stays)\n"
-    "  /stats            context used, tokens reused and recomputed, checkpoints, decode speed\n"
+    "  /stats            context used, tokens reused and recomputed (and where the last turn's prompt\n"
+    "                    first differed from the held state), checkpoints, decode speed\n"
     "  /help             this list\n"
     "  /quit             end the chat (Ctrl-D too)\n"
     "a line ending in \\ continues the message on the next line; "
@@ -73,6 +97,7 @@ constexpr std::string_view kHelp =
 ChatLoop::ChatLoop(Session& session, const TextFrontEnd& text, ChatSettings settings, const std::string& system_prompt)
     : session_(session), text_(text), settings_(std::move(settings)) {
     conversation_.thinking = settings_.thinking;
+    conversation_.preserve_thinking = settings_.preserve_thinking;
     if (!system_prompt.empty())
         conversation_.messages.push_back({{"role", "system"}, {"content", text::utf8_repair(system_prompt)}});
 }
@@ -113,6 +138,15 @@ void ChatLoop::command(std::string_view name, std::string_view argument) {
         } else {
             fail("/thinking {:?}: expected on or off", argument);
         }
+    } else if (name == "preserve-thinking") {
+        if (argument == "on" || argument == "off") {
+            conversation_.preserve_thinking = argument == "on";
+            note(fmt::format("preserve-thinking {}", argument));
+        } else if (argument.empty()) {
+            note(fmt::format("preserve-thinking is {}", conversation_.preserve_thinking ? "on" : "off"));
+        } else {
+            fail("/preserve-thinking {:?}: expected on or off", argument);
+        }
     } else if (name == "reset") {
         session_.reset();
         ordered_json kept = ordered_json::array();
@@ -143,7 +177,7 @@ void ChatLoop::send(std::string message) {
     // Whatever happens below, a failed or refused line leaves the conversation as it was.
     const ordered_json before = conversation_.messages;
     conversation_.messages.push_back({{"role", "user"}, {"content", text::utf8_repair(message)}});
-    std::optional<std::vector<int32_t>> prompt;
+    std::optional<RenderedPrompt> prompt;
     try {
         prompt = fit_prompt();
     } catch (...) {
@@ -159,7 +193,8 @@ void ChatLoop::send(std::string message) {
     GenerationCallbacks callbacks;
     callbacks.detokenize = [&](int32_t id) { return detokenizer.push(id); };
     callbacks.detokenize_finish = [&] { return detokenizer.finish(); };
-    ProgressLine progress(fmt::format("prefill ({} tokens of conversation)", prompt->size()), settings_.show_progress);
+    ProgressLine progress(fmt::format("prefill ({} tokens of conversation)", prompt->tokens.size()),
+                          settings_.show_progress);
     callbacks.on_prefill_progress = [&](int64_t done, int64_t total) {
         progress.set_fraction(double(done) / double(total));
     };
@@ -177,7 +212,9 @@ void ChatLoop::send(std::string message) {
 
     TurnResult turn;
     try {
-        turn = session_.run_turn(*prompt, settings_.generation, callbacks);
+        const std::vector<int64_t> turn_starts =
+            prompt->turn_start > 0 ? std::vector<int64_t>{prompt->turn_start} : std::vector<int64_t>{};
+        turn = session_.run_turn(prompt->tokens, settings_.generation, callbacks, turn_starts);
     } catch (const ReplyInterrupted&) {
         // The session stays consistent (session.h); the next turn re-renders without this exchange.
         progress.finish();
@@ -197,14 +234,7 @@ void ChatLoop::send(std::string message) {
     conversation_.messages.push_back({{"role", "assistant"}, {"content", reply.text}});
 
     if (settings_.json) {
-        ordered_json out;
-        out["reply"] = reply.text;
-        out["tokens"] = reply.tokens;
-        out["finish_reason"] = finish_reason_name(reply.finish);
-        out["prompt_tokens"] = turn.reuse.prompt_tokens;
-        out["reused"] = turn.reuse.reused;
-        out["recomputed"] = turn.reuse.recomputed;
-        fmt::print("{}\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+        print_turn_json(turn);
     } else {
         fmt::print("\n");
     }
@@ -220,16 +250,16 @@ void ChatLoop::send(std::string message) {
     last_turn_ = std::move(turn);
 }
 
-std::optional<std::vector<int32_t>> ChatLoop::fit_prompt() {
+std::optional<ChatLoop::RenderedPrompt> ChatLoop::fit_prompt() {
     const int64_t capacity = session_.stats().max_positions;
     int dropped_turns = 0;
     for (;;) {
-        std::vector<int32_t> prompt = render();
-        const int64_t needed = int64_t(prompt.size()) + reply_reserve();
+        RenderedPrompt prompt = render();
+        const int64_t needed = int64_t(prompt.tokens.size()) + reply_reserve();
         if (needed <= capacity) {
             if (dropped_turns > 0)
                 note(fmt::format("context full: dropped the oldest {} turn{} (the conversation is now {} of {} tokens)",
-                                 dropped_turns, dropped_turns == 1 ? "" : "s", prompt.size(), capacity));
+                                 dropped_turns, dropped_turns == 1 ? "" : "s", prompt.tokens.size(), capacity));
             return prompt;
         }
         ordered_json& messages = conversation_.messages;
@@ -255,12 +285,40 @@ std::optional<std::vector<int32_t>> ChatLoop::fit_prompt() {
     }
 }
 
-std::vector<int32_t> ChatLoop::render() const {
+ChatLoop::RenderedPrompt ChatLoop::render() const {
     text::ChatRequest request;
     request.messages = conversation_.messages;
     request.add_generation_prompt = true;
     request.enable_thinking = conversation_.thinking;
-    return encode_rendered(text_, text_.chat_template->render(request));
+    if (conversation_.preserve_thinking) request.preserve_thinking = true;
+    RenderedPrompt out;
+    out.tokens = encode_rendered(text_, text_.chat_template->render(request));
+    // The turn start: how far the conversation without its generation prompt renders the same. It is
+    // where a later turn may first differ from this one (a template re-renders the reply, and may drop
+    // the scaffold the generation prompt opened), so the session checkpoints it (runtime/session.h).
+    request.add_generation_prompt = false;
+    std::vector<int32_t> without;
+    try {
+        without = encode_rendered(text_, text_.chat_template->render(request));
+    } catch (const text::ChatTemplateError&) {
+        return out;  // a template that insists on a generation prompt: no turn start, reuse stays exact
+    }
+    const auto [a, b] = std::mismatch(without.begin(), without.end(), out.tokens.begin(), out.tokens.end());
+    out.turn_start = int64_t(b - out.tokens.begin());
+    return out;
+}
+
+void ChatLoop::print_turn_json(const TurnResult& turn) const {
+    const GenerationResult& reply = turn.generation;
+    ordered_json out;
+    out["reply"] = reply.text;
+    out["tokens"] = reply.tokens;
+    out["finish_reason"] = finish_reason_name(reply.finish);
+    out["prompt_tokens"] = turn.reuse.prompt_tokens;
+    out["reused"] = turn.reuse.reused;
+    out["recomputed"] = turn.reuse.recomputed;
+    out["reuse"] = reuse_json(turn.reuse, *text_.tokenizer);
+    fmt::print("{}\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
 }
 
 int64_t ChatLoop::reply_reserve() const {
@@ -290,6 +348,7 @@ void ChatLoop::print_stats() const {
             out["last_turn"] = {{"prompt_tokens", r.prompt_tokens},
                                 {"reused", r.reused},
                                 {"recomputed", r.recomputed},
+                                {"reuse", reuse_json(r, *text_.tokenizer)},
                                 {"generated", last_turn_->generation.tokens.size()},
                                 {"decode_tokens_per_s", last_turn_->generation.timings.decode_tokens_per_s()}};
         } else {
@@ -301,7 +360,12 @@ void ChatLoop::print_stats() const {
                         {"decode_tokens_per_s", tokens_per_s(decode_steps_total_, decode_ms_total_)}};
         out["checkpoints"] = s.checkpoints;
         out["checkpoint_bytes"] = s.checkpoint_bytes;
-        fmt::print("{}\n", ordered_json{{"stats", out}}.dump());
+        ordered_json kept = ordered_json::array();
+        for (const auto& [position, kind] : s.checkpoint_positions)
+            kept.push_back({{"position", position}, {"kind", checkpoint_kind_name(kind)}});
+        out["checkpoint_list"] = std::move(kept);
+        out["preserve_thinking"] = conversation_.preserve_thinking;
+        fmt::print("{}\n", ordered_json{{"stats", out}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
         std::fflush(stdout);
         return;
     }
@@ -312,13 +376,26 @@ void ChatLoop::print_stats() const {
         const GenerationResult& g = last_turn_->generation;
         fmt::print("last turn    {} prompt tokens: {} reused, {} recomputed; {} generated at {:.1f} tok/s\n",
                    r.prompt_tokens, r.reused, r.recomputed, g.tokens.size(), g.timings.decode_tokens_per_s());
+        const ordered_json reuse = reuse_json(r, *text_.tokenizer);
+        const auto quoted = [](const ordered_json& text) {
+            return text.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+        };
+        std::string from(reuse_from_name(r.from));
+        if (r.from == ReuseFrom::checkpoint) from = fmt::format("checkpoint ({})", checkpoint_kind_name(r.checkpoint_kind));
+        fmt::print("reused from  {}; common prefix {} tokens\n", from, r.common_prefix);
+        if (r.first_divergence >= 0)
+            fmt::print("divergence   at token {}: held {} | prompt {} (from token {})\n", r.first_divergence,
+                       quoted(reuse["held_around"]), quoted(reuse["prompt_around"]), reuse["around_from"].get<int64_t>());
     } else {
         fmt::print("last turn    none yet\n");
     }
     fmt::print("all turns    {} turn{}: {} reused, {} recomputed; decode {:.1f} tok/s\n", s.turns,
                s.turns == 1 ? "" : "s", s.tokens_reused, s.tokens_recomputed,
                tokens_per_s(decode_steps_total_, decode_ms_total_));
-    fmt::print("checkpoints  {} ({})\n", s.checkpoints, mebibytes(s.checkpoint_bytes));
+    std::string where;
+    for (const auto& [position, kind] : s.checkpoint_positions)
+        where += fmt::format("{}{} {}", where.empty() ? "" : ", ", position, checkpoint_kind_name(kind));
+    fmt::print("checkpoints  {} ({}){}{}\n", s.checkpoints, mebibytes(s.checkpoint_bytes), where.empty() ? "" : ": ", where);
     std::fflush(stdout);
 }
 

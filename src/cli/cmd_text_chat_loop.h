@@ -4,7 +4,10 @@
 // Every turn renders the WHOLE conversation through the model's chat template and hands it to the
 // Session, which reuses the longest prefix it already holds (runtime/session.h). The loop never
 // feeds deltas itself, so templates that rewrite earlier turns (Qwen drops old thinking blocks),
-// /thinking switches and dropped turns all stay exact.
+// /thinking switches and dropped turns all stay exact. With each prompt it names the turn start: the
+// end of the last message before the model's turn (the same conversation rendered without the
+// generation prompt), where the session checkpoints so that the next turn reuses at least everything
+// before this reply, whatever the template makes of it.
 //
 // Context limit. A turn needs room for its prompt plus its reply: --max-tokens tokens, or a quarter of
 // the context when no limit is set (at most half the context either way). When the rendered
@@ -36,6 +39,7 @@ enum class OnContextFull { drop_oldest, stop };
 struct ChatSettings {
     GenerationOptions generation;
     std::optional<bool> thinking;  // enable_thinking for the template; unset: the template's default
+    bool preserve_thinking = false;  // the template's preserve_thinking: earlier replies keep their thinking
     OnContextFull on_full = OnContextFull::drop_oldest;
     bool json = false;           // replies and /stats as one JSON object per line (for scripts)
     bool show_progress = false;  // a progress line on stderr for prefills over a second
@@ -54,12 +58,17 @@ public:
     const ChatConversation& conversation() const { return conversation_; }
 
 private:
+    struct RenderedPrompt {
+        std::vector<int32_t> tokens;
+        int64_t turn_start = 0;  // 0: none found (the template renders the turn's start differently)
+    };
     void send(std::string message);
     void command(std::string_view name, std::string_view argument);
     // The prompt of the next turn, after the context policy; nullopt when the message is refused (the
     // caller then takes it back out of the conversation).
-    std::optional<std::vector<int32_t>> fit_prompt();
-    std::vector<int32_t> render() const;
+    std::optional<RenderedPrompt> fit_prompt();
+    RenderedPrompt render() const;
+    void print_turn_json(const TurnResult& turn) const;
     int64_t reply_reserve() const;
     size_t first_droppable() const;  // index of the oldest non-system message
     void print_stats() const;

@@ -41,6 +41,25 @@ TokenLedger ledger_prefix(const TokenLedger& ledger, int64_t n) {
 
 }  // namespace
 
+std::string_view checkpoint_kind_name(CheckpointKind kind) {
+    switch (kind) {
+        case CheckpointKind::interval: return "interval";
+        case CheckpointKind::end_of_prompt: return "end_of_prompt";
+        case CheckpointKind::turn_start: return "turn_start";
+    }
+    return "?";
+}
+
+std::string_view reuse_from_name(ReuseFrom from) {
+    switch (from) {
+        case ReuseFrom::nothing: return "nothing";
+        case ReuseFrom::held: return "held";
+        case ReuseFrom::kv_cut: return "kv_cut";
+        case ReuseFrom::checkpoint: return "checkpoint";
+    }
+    return "?";
+}
+
 ReuseReport plan_reuse(std::span<const int32_t> held, std::span<const int32_t> prompt,
                        std::span<const int64_t> checkpoint_positions, bool any_position) {
     ReuseReport r;
@@ -56,13 +75,17 @@ ReuseReport plan_reuse(std::span<const int32_t> held, std::span<const int32_t> p
     const int64_t bound = std::min(r.common_prefix, int64_t(prompt.size()) - 1);
     if (int64_t(held.size()) <= bound) {
         r.reused = int64_t(held.size());
+        r.from = ReuseFrom::held;
     } else if (any_position) {
         r.reused = std::max<int64_t>(bound, 0);
+        r.from = ReuseFrom::kv_cut;
     } else {
         r.reused = 0;
         for (int64_t p : checkpoint_positions)
             if (p <= bound) r.reused = std::max(r.reused, p);
+        r.from = ReuseFrom::checkpoint;
     }
+    if (r.reused == 0) r.from = ReuseFrom::nothing;
     r.recomputed = r.prompt_tokens - r.reused;
     return r;
 }
@@ -74,6 +97,8 @@ Session::Session(Engine& engine, const SessionOptions& options)
              options.checkpoints.interval);
     if (options.checkpoints.max_kept < 0)
         fail("session: max_kept {} is negative (0 keeps no checkpoints)", options.checkpoints.max_kept);
+    if (options.checkpoints.max_bytes < 0)
+        fail("session: checkpoint max_bytes {} is negative (0 sets no byte budget)", options.checkpoints.max_bytes);
     // The chunk list does not depend on the position (only the chunks' sizes do), so an empty list at 0
     // means a KV cut alone returns to any position.
     any_position_ = state_checkpoint_layout(engine.config(), sequence_->kv_format(), 0).empty();
@@ -104,11 +129,10 @@ void Session::return_to(int64_t position) {
     while (!checkpoints_.empty() && checkpoints_.back().state->position > position) checkpoints_.pop_back();
 }
 
-void Session::keep_checkpoint(bool end_of_prompt) {
+void Session::keep_checkpoint(CheckpointKind kind) {
     if (any_position_ || options_.checkpoints.max_kept == 0) return;
     const Clock::time_point start = Clock::now();
-    KeptCheckpoint kept{std::make_shared<const StateCheckpoint>(sequence_->checkpoint()), end_of_prompt,
-                        next_serial_++};
+    KeptCheckpoint kept{std::make_shared<const StateCheckpoint>(sequence_->checkpoint()), kind, next_serial_++};
     totals_.checkpoint_ms += ms_since(start);
     ++totals_.checkpoints_taken;
 
@@ -116,7 +140,7 @@ void Session::keep_checkpoint(bool end_of_prompt) {
     auto at = std::lower_bound(checkpoints_.begin(), checkpoints_.end(), position,
                                [](const KeptCheckpoint& c, int64_t p) { return c.state->position < p; });
     if (at != checkpoints_.end() && at->state->position == position) {
-        kept.end_of_prompt = kept.end_of_prompt || at->end_of_prompt;
+        kept.kind = std::max(kept.kind, at->kind);  // one position, two reasons: the rarer-evicted class
         *at = std::move(kept);
     } else {
         checkpoints_.insert(at, std::move(kept));
@@ -125,16 +149,38 @@ void Session::keep_checkpoint(bool end_of_prompt) {
 }
 
 void Session::evict_over_limit() {
-    // Over the limit: drop the oldest interval checkpoint, or, when there is none, the oldest at an end
-    // of prompt (these are where the next turn's prompt usually diverges, so they go last).
-    while (int64_t(checkpoints_.size()) > options_.checkpoints.max_kept) {
-        auto victim = checkpoints_.end();
-        for (bool ends : {false, true}) {
-            for (auto it = checkpoints_.begin(); it != checkpoints_.end(); ++it)
-                if (it->end_of_prompt == ends && (victim == checkpoints_.end() || it->serial < victim->serial))
-                    victim = it;
-            if (victim != checkpoints_.end()) break;
-        }
+    // Eviction classes, least useful first (session.h): interval checkpoints; ends of prompts; turn
+    // starts; the newest end of prompt; the newest turn start. A turn start serves everything its turn's
+    // end of prompt serves (re-reading only the generation prompt) and more (a regenerated reply, a
+    // template that drops the reply's scaffold), so it outranks it; the newest pair serves the next turn.
+    const auto newest_serial = [&](CheckpointKind kind) {
+        uint64_t newest = 0;
+        bool any = false;
+        for (const KeptCheckpoint& c : checkpoints_)
+            if (c.kind == kind && (!any || c.serial > newest)) newest = c.serial, any = true;
+        return newest;
+    };
+    const auto bytes = [&] {
+        int64_t n = 0;
+        for (const KeptCheckpoint& c : checkpoints_) n += int64_t(c.state->byte_size());
+        return n;
+    };
+    const int64_t max_bytes = options_.checkpoints.max_bytes;
+    while (!checkpoints_.empty() && (int64_t(checkpoints_.size()) > options_.checkpoints.max_kept ||
+                                     (max_bytes > 0 && bytes() > max_bytes))) {
+        const uint64_t newest_end = newest_serial(CheckpointKind::end_of_prompt);
+        const uint64_t newest_start = newest_serial(CheckpointKind::turn_start);
+        const auto rank = [&](const KeptCheckpoint& c) {
+            switch (c.kind) {
+                case CheckpointKind::interval: return 0;
+                case CheckpointKind::end_of_prompt: return c.serial == newest_end ? 3 : 1;
+                case CheckpointKind::turn_start: return c.serial == newest_start ? 4 : 2;
+            }
+            return 0;
+        };
+        auto victim = checkpoints_.begin();
+        for (auto it = checkpoints_.begin(); it != checkpoints_.end(); ++it)
+            if (std::pair(rank(*it), it->serial) < std::pair(rank(*victim), victim->serial)) victim = it;
         checkpoints_.erase(victim);
     }
 }
@@ -145,7 +191,7 @@ void Session::feed_prompt_piece(std::span<const int32_t> piece) {
 }
 
 TurnResult Session::run_turn(std::span<const int32_t> prompt, const GenerationOptions& options,
-                             const GenerationCallbacks& callbacks) {
+                             const GenerationCallbacks& callbacks, std::span<const int64_t> turn_starts) {
     const ModelConfig& config = engine_.config();
     // Refusals, before anything changes.
     if (prompt.empty()) fail("session: the prompt is empty; a turn needs at least one token");
@@ -157,35 +203,52 @@ TurnResult Session::run_turn(std::span<const int32_t> prompt, const GenerationOp
         if (prompt[i] < 0 || prompt[i] >= config.n_vocab)
             fail("session: prompt token {} (at {}) is outside the vocabulary of {} entries", prompt[i], i,
                  config.n_vocab);
+    for (size_t i = 0; i < turn_starts.size(); ++i)
+        if (turn_starts[i] < 1 || turn_starts[i] > int64_t(prompt.size()) || (i > 0 && turn_starts[i] <= turn_starts[i - 1]))
+            fail("session: turn start {} is at {}; turn starts must ascend within 1 .. {} (the prompt's length)", i,
+                 turn_starts[i], prompt.size());
     check_generation_options(config.eos_ids, options, callbacks, config.arch_name);
 
     std::vector<int64_t> positions;
     for (const KeptCheckpoint& c : checkpoints_) positions.push_back(c.state->position);
     TurnResult turn;
     turn.reuse = plan_reuse(ledger_.tokens(), prompt, positions, any_position_);
+    if (turn.reuse.from == ReuseFrom::checkpoint)
+        for (const KeptCheckpoint& c : checkpoints_)
+            if (c.state->position == turn.reuse.reused) turn.reuse.checkpoint_kind = c.kind;
     return_to(turn.reuse.reused);
 
-    // The prompt in pieces that end at interval multiples, each followed by its checkpoint; the last
-    // piece goes to generate(), whose first forward call ends the prompt.
+    // The prompt in pieces that end at interval multiples and turn starts, each followed by its
+    // checkpoint; the last piece goes to generate(), whose first forward call ends the prompt.
     const Clock::time_point prefill_start = Clock::now();
     const int64_t end = int64_t(prompt.size());
     const int64_t interval = options_.checkpoints.interval;
     int64_t at = turn.reuse.reused;
     const int64_t to_read = end - turn.reuse.reused;
+    std::vector<std::pair<int64_t, CheckpointKind>> boundaries;  // in (at, end), ascending, distinct
     if (interval > 0)
-        for (int64_t boundary = (at / interval + 1) * interval; boundary < end; boundary += interval) {
-            feed_prompt_piece(prompt.subspan(size_t(at), size_t(boundary - at)));
-            keep_checkpoint(/*end_of_prompt=*/false);
-            at = boundary;
-            if (callbacks.on_prefill_progress) callbacks.on_prefill_progress(at - turn.reuse.reused, to_read);
-        }
+        for (int64_t b = (at / interval + 1) * interval; b < end; b += interval)
+            boundaries.emplace_back(b, CheckpointKind::interval);
+    for (int64_t b : turn_starts)
+        if (b > at && b < end) boundaries.emplace_back(b, CheckpointKind::turn_start);
+    std::sort(boundaries.begin(), boundaries.end());  // a turn start after an interval at the same position
+    for (size_t i = 0; i < boundaries.size(); ++i) {
+        const auto [boundary, kind] = boundaries[i];
+        if (i + 1 < boundaries.size() && boundaries[i + 1].first == boundary) continue;  // kept as the turn start
+        feed_prompt_piece(prompt.subspan(size_t(at), size_t(boundary - at)));
+        keep_checkpoint(kind);
+        at = boundary;
+        if (callbacks.on_prefill_progress) callbacks.on_prefill_progress(at - turn.reuse.reused, to_read);
+    }
     const double pieces_ms = ms_since(prefill_start);
     const int64_t pieces_tokens = at - turn.reuse.reused;
+    const bool turn_starts_at_end = !turn_starts.empty() && turn_starts.back() == end;
 
     GenerationCallbacks hooked = callbacks;
     hooked.after_forward = [&](int64_t position) {
-        if (position == end) keep_checkpoint(/*end_of_prompt=*/true);
-        else if (interval > 0 && position % interval == 0) keep_checkpoint(/*end_of_prompt=*/false);
+        if (position == end)
+            keep_checkpoint(turn_starts_at_end ? CheckpointKind::turn_start : CheckpointKind::end_of_prompt);
+        else if (interval > 0 && position % interval == 0) keep_checkpoint(CheckpointKind::interval);
         if (callbacks.after_forward) callbacks.after_forward(position);
     };
     if (callbacks.on_prefill_progress)
@@ -209,7 +272,10 @@ SessionStats Session::stats() const {
     s.kv_format = sequence_->kv_format();
     s.checkpoints = int64_t(checkpoints_.size());
     s.checkpoint_bytes = 0;
-    for (const KeptCheckpoint& c : checkpoints_) s.checkpoint_bytes += int64_t(c.state->byte_size());
+    for (const KeptCheckpoint& c : checkpoints_) {
+        s.checkpoint_bytes += int64_t(c.state->byte_size());
+        s.checkpoint_positions.emplace_back(c.state->position, c.kind);
+    }
     return s;
 }
 
@@ -223,7 +289,9 @@ void Session::save(const std::filesystem::path& file) const {
     std::vector<const KeptCheckpoint*> by_age;
     for (const KeptCheckpoint& c : checkpoints_) by_age.push_back(&c);
     std::sort(by_age.begin(), by_age.end(), [](auto* a, auto* b) { return a->serial < b->serial; });
-    for (const KeptCheckpoint* c : by_age) s.checkpoints.push_back({c->state, c->end_of_prompt});
+    for (const KeptCheckpoint* c : by_age)
+        s.checkpoints.push_back(
+            {c->state, c->kind == CheckpointKind::end_of_prompt, c->kind == CheckpointKind::turn_start});
     write_snapshot(file, s);
 }
 
@@ -238,7 +306,12 @@ void Session::load(const std::filesystem::path& file) {
     // taking order, so eviction compares them as the saving session did.
     std::deque<KeptCheckpoint> loaded;
     uint64_t serial = next_serial_;
-    for (SnapshotCheckpoint& c : s.checkpoints) loaded.push_back({std::move(c.state), c.end_of_prompt, serial++});
+    for (SnapshotCheckpoint& c : s.checkpoints) {
+        const CheckpointKind kind = c.turn_start      ? CheckpointKind::turn_start
+                                    : c.end_of_prompt ? CheckpointKind::end_of_prompt
+                                                      : CheckpointKind::interval;
+        loaded.push_back({std::move(c.state), kind, serial++});
+    }
     std::sort(loaded.begin(), loaded.end(),
               [](const KeptCheckpoint& a, const KeptCheckpoint& b) { return a.state->position < b.state->position; });
     try {
@@ -250,7 +323,7 @@ void Session::load(const std::filesystem::path& file) {
     ledger_ = std::move(s.ledger);
     checkpoints_ = std::move(loaded);
     // A version 1 file holds no checkpoints: the loaded position is then the one place to return to.
-    if (s.version < kFirstSnapshotVersionWithCheckpoints) keep_checkpoint(/*end_of_prompt=*/true);
+    if (s.version < kFirstSnapshotVersionWithCheckpoints) keep_checkpoint(CheckpointKind::end_of_prompt);
     else evict_over_limit();
 }
 

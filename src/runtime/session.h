@@ -17,15 +17,24 @@
 // their ledger flags (a reply the model generated stays "generated" for DRY), whatever the new prompt
 // is; the ones fed are "prompt".
 //
-// Checkpoint policy (CheckpointPolicy): always at the end of each turn's prompt (where the next turn's
-// prompt usually diverges: the template re-renders the reply), plus at every multiple of `interval`
-// positions — prompts are fed in pieces split there, and generation checks after each token — keeping
-// at most `max_kept` (oldest dropped first, the end-of-prompt ones last). Sizes and the reason for the
-// defaults: docs/sessions.md.
+// Checkpoint policy (CheckpointPolicy), where re-rendering can diverge:
+//   - turn starts: positions the caller names in run_turn's `turn_starts` — in a chat, the end of the
+//     last message before the model's turn (the chat template rendered without its generation
+//     prompt). Templates that re-render an earlier reply differently than the model wrote it (Qwen3.5
+//     drops the `<think>` scaffold of earlier replies) diverge right after it, so a later turn reuses at
+//     least everything before the previous reply;
+//   - the end of each turn's prompt (a template that re-renders the reply's scaffold as it was, but not
+//     its text: trimmed whitespace, a stop string, a re-encoded character);
+//   - every multiple of `interval` positions (edits deep inside a long prompt).
+// Prompts are fed in pieces split at turn starts and interval multiples; generation checks after each
+// token. Over `max_kept` checkpoints or `max_bytes` bytes, the least useful goes first: interval ones
+// (oldest first), then ends of prompts, then turn starts, then the newest end of prompt, then the
+// newest turn start (ties: oldest first). Sizes, measurements and the reason for the defaults:
+// docs/sessions.md and docs/notes/prefix-reuse.md.
 //
 // Exactness: a restored checkpoint is bit for bit the state at its position, so every logit of a reused
 // turn equals that of a fresh sequence fed the same tokens in the same forward calls (the earlier
-// turns' calls up to the reuse point, then this turn's). Whether it also equals a fresh run fed in other
+// turns' calls up to the reuse point, then this turn's; turn starts split calls like interval multiples). Whether it also equals a fresh run fed in other
 // calls depends on the forward pass: on the CPU it does for attention-only models with f32/f16 caches,
 // not for gated DeltaNet (prompts take the chunked form, single tokens the recurrence: other fp32
 // rounding) nor for kivi4 (it quantises between calls). Because prompts are split at absolute interval
@@ -59,6 +68,8 @@
 #include <filesystem>
 #include <memory>
 #include <span>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace deltabit {
@@ -66,7 +77,21 @@ namespace deltabit {
 struct CheckpointPolicy {
     int64_t interval = 512;  // checkpoint at every multiple of this position (0 = only at ends of prompts)
     int max_kept = 8;        // 0 = keep none (every divergence re-reads from the start)
+    int64_t max_bytes = 0;   // a memory budget for the kept checkpoints; 0 = none (max_kept alone)
 };
+
+// Why a checkpoint was taken; also its eviction class (see above).
+enum class CheckpointKind { interval, end_of_prompt, turn_start };
+std::string_view checkpoint_kind_name(CheckpointKind kind);  // "interval", "end_of_prompt", "turn_start"
+
+// Where a turn's reused tokens came from.
+enum class ReuseFrom {
+    nothing,     // reused 0: read from the start
+    held,        // the prompt extends what the sequence holds: all of it kept
+    kv_cut,      // a KV cache cut back (models that need no checkpoints)
+    checkpoint,  // a restored checkpoint (ReuseReport::checkpoint_kind)
+};
+std::string_view reuse_from_name(ReuseFrom from);  // "nothing", "held", "kv_cut", "checkpoint"
 
 struct SessionOptions {
     SequenceOptions sequence;
@@ -81,6 +106,8 @@ struct ReuseReport {
     // or (models that need no checkpoints) min(common_prefix, prompt_tokens − 1).
     int64_t reused = 0;
     int64_t recomputed = 0;         // prompt_tokens − reused
+    ReuseFrom from = ReuseFrom::nothing;
+    CheckpointKind checkpoint_kind = CheckpointKind::interval;  // when from == checkpoint
     // Index of the first differing token (= prompt_tokens when the prompt is a strict prefix of the
     // held sequence); −1 when the prompt extends or equals the held sequence.
     int64_t first_divergence = -1;
@@ -98,6 +125,7 @@ struct SessionStats {
     int64_t position = 0, max_positions = 0;
     int64_t turns = 0, tokens_reused = 0, tokens_recomputed = 0;
     int64_t checkpoints = 0, checkpoint_bytes = 0;  // kept now
+    std::vector<std::pair<int64_t, CheckpointKind>> checkpoint_positions;  // kept now, by position
     int64_t checkpoints_taken = 0;                    // over the session's life
     double checkpoint_ms = 0.0;                       // time spent taking them
     KvFormat kv_format = KvFormat::f32;
@@ -111,15 +139,18 @@ ReuseReport plan_reuse(std::span<const int32_t> held, std::span<const int32_t> p
 
 class Session {
 public:
-    // Error for a policy with a negative interval or max_kept, and as Engine::new_sequence.
+    // Error for a policy with a negative interval, max_kept or max_bytes, and as Engine::new_sequence.
     Session(Engine& engine, const SessionOptions& options);
 
-    // Runs one turn on the whole conversation `prompt` (see above). Error before any change for an
-    // empty prompt, one that does not fit, a token outside the vocabulary, or options generate()
-    // refuses. An error from the engine or a callback during the turn leaves the session consistent
-    // (the ledger matches the sequence; the turn's tokens fed so far stay).
+    // Runs one turn on the whole conversation `prompt` (see above). `turn_starts`: positions in
+    // 1 .. prompt.size(), ascending, where a model's turn begins (the caller's template knows them; a
+    // chat passes the end of the last message before the generation prompt); each past the reused
+    // prefix gets a checkpoint. Error before any change for an empty prompt, one that does not fit, a
+    // token outside the vocabulary, turn starts out of order or range, or options generate() refuses.
+    // An error from the engine or a callback during the turn leaves the session consistent (the
+    // ledger matches the sequence; the turn's tokens fed so far stay).
     TurnResult run_turn(std::span<const int32_t> prompt, const GenerationOptions& options,
-                        const GenerationCallbacks& callbacks = {});
+                        const GenerationCallbacks& callbacks = {}, std::span<const int64_t> turn_starts = {});
 
     void reset();  // empty sequence, no checkpoints
     // Snapshots (runtime/snapshot.h). load() verifies the whole file first and installs it only then;
@@ -135,11 +166,11 @@ public:
 private:
     struct KeptCheckpoint {
         std::shared_ptr<const StateCheckpoint> state;  // shared with snapshots being written, never changed
-        bool end_of_prompt = false;
+        CheckpointKind kind = CheckpointKind::interval;
         uint64_t serial = 0;  // taking order: "oldest" for eviction
     };
     void return_to(int64_t position);
-    void keep_checkpoint(bool end_of_prompt);
+    void keep_checkpoint(CheckpointKind kind);
     void evict_over_limit();
     void feed_prompt_piece(std::span<const int32_t> piece);
 

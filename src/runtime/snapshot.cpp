@@ -113,7 +113,9 @@ std::string header_json(const Snapshot& s) {
     nlohmann::ordered_json checkpoints = nlohmann::ordered_json::array();
     for (const SnapshotCheckpoint& c : s.checkpoints) {
         chunks += c.state->chunks.size();
-        checkpoints.push_back({{"position", c.state->position}, {"end_of_prompt", c.end_of_prompt}});
+        nlohmann::ordered_json entry = {{"position", c.state->position}, {"end_of_prompt", c.end_of_prompt}};
+        if (c.turn_start) entry["turn_start"] = true;  // written only when true: files without it read as before
+        checkpoints.push_back(std::move(entry));
     }
     h["chunks"] = chunks;
     h["checkpoints"] = std::move(checkpoints);
@@ -214,6 +216,7 @@ private:
 struct HeaderCheckpoint {
     int64_t position = 0;
     bool end_of_prompt = false;
+    bool turn_start = false;
 };
 
 struct Header {
@@ -260,7 +263,10 @@ std::vector<HeaderCheckpoint> parse_checkpoints(const std::string& file, const n
                  at, i, p, position);
         if (!positions.insert(p).second)
             fail("snapshot {}: header (byte {}): checkpoint {} is at position {}, like an earlier one", file, at, i, p);
-        out.push_back({p, c.at("end_of_prompt").get<bool>()});
+        if (c.contains("turn_start") && !c.at("turn_start").is_boolean())
+            fail("snapshot {}: header (byte {}): checkpoint {} has \"turn_start\": {}, not true or false", file, at, i,
+                 c.at("turn_start").dump());
+        out.push_back({p, c.at("end_of_prompt").get<bool>(), c.contains("turn_start") && c.at("turn_start").get<bool>()});
     }
     return out;
 }
@@ -468,6 +474,7 @@ Snapshot read_from(Reader& in, const SnapshotExpectation& expect) {
         const HeaderCheckpoint& c = h.checkpoints[i];
         checkpoints.push_back(std::make_shared<StateCheckpoint>(StateCheckpoint{c.position, {}}));
         s.checkpoints[i].end_of_prompt = c.end_of_prompt;
+        s.checkpoints[i].turn_start = c.turn_start;
         for (StateChunkSpec& spec : state_checkpoint_layout(*expect.config, h.kv_format, c.position))
             expected.emplace(checkpoint_chunk_name(i, spec.name), ExpectedChunk{spec.bytes, int64_t(i), spec.name});
     }

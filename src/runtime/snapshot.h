@@ -21,8 +21,9 @@
 //
 // The chunks are the sequence's StateImage (models/state_image.h), named and sized as
 // models/sequence_state.h lays them out, and then every checkpoint's chunks. "checkpoints" is a list
-// of {"position": P, "end_of_prompt": true|false}, in the order the session took them (oldest first:
-// the order it evicts in), at distinct positions 0 ≤ P ≤ "position", at most kMaxSnapshotCheckpoints;
+// of {"position": P, "end_of_prompt": true|false}, plus "turn_start": true for a checkpoint taken where a
+// model's turn begins (runtime/session.h; absent means false), in the order the session took them
+// (oldest first: the order it evicts in), at distinct positions 0 ≤ P ≤ "position", at most kMaxSnapshotCheckpoints;
 // checkpoint i's chunks are those of state_checkpoint_layout() at P, each named "checkpoint.<i>." +
 // its name ("checkpoint.0.blk.1.gdn.recurrent"). read_snapshot() checks every chunk against these
 // layouts for the header's positions, so every length is known before any large read or allocation.
@@ -75,6 +76,10 @@ inline constexpr size_t kMaxSnapshotCheckpoints = 1024;
 struct SnapshotCheckpoint {
     std::shared_ptr<const StateCheckpoint> state;  // position ≤ the snapshot's position
     bool end_of_prompt = false;                     // taken at the end of a turn's prompt (session.h)
+    // Taken where a model's turn begins (session.h). An optional header key added within version 3: a
+    // build from before it ignores the key and keeps such a checkpoint as an interval one (it evicts it
+    // sooner), and this build reads its files as having none — both load, and reuse stays exact.
+    bool turn_start = false;
 };
 
 struct Snapshot {
