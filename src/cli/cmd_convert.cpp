@@ -1,7 +1,8 @@
-// `deltabit convert HF_DIR -o OUT.gguf --type TYPE [--json] [--name NAME] [--no-logits-check]`:
+// `deltabit convert (HF_DIR | -m HF_DIR) -o OUT.gguf --type TYPE [--json] [--name NAME] [--no-logits-check]`:
 // a Hugging Face folder to a GGUF file as llama.cpp lays it out, every tensor proven on the way out
 // (models/convert.h). Progress goes to stderr, one line per tensor; the report (or --json) to stdout.
 #include "cli/commands.h"
+#include "cli/engine_options.h"
 #include "core/error.h"
 #include "models/convert.h"
 
@@ -15,7 +16,7 @@ namespace deltabit::cli {
 namespace {
 
 struct ConvertArgs {
-    std::string input;
+    ModelArgument input;
     std::string output;
     std::string type;
     std::string name;
@@ -43,7 +44,7 @@ void run_convert(const ConvertArgs& args) {
             std::fflush(stderr);
         };
     }
-    const ConvertReport report = convert_hf_folder(args.input, args.output, options);
+    const ConvertReport report = convert_hf_folder(model_argument(args.input, "convert"), args.output, options);
     if (args.json)
         fmt::print("{}\n", convert_report_to_json(report).dump(2));
     else
@@ -56,8 +57,8 @@ void add_convert_command(CLI::App& app) {
     auto args = std::make_shared<ConvertArgs>();
     CLI::App* cmd = app.add_subcommand(
         "convert", "Convert a Hugging Face folder to GGUF (llama.cpp's names and conventions), proving every tensor");
-    cmd->add_option("HF_DIR", args->input, "Hugging Face model folder (config.json + *.safetensors)")->required();
-    cmd->add_option("-o,--output", args->output, "output .gguf file (written as OUT.tmp, renamed when proven)")->required();
+    add_model_argument(*cmd, args->input, "HF_DIR", "Hugging Face model folder (config.json + *.safetensors)");
+    cmd->add_option("-o,--output", args->output, "output .gguf file (written beside it under a temporary name, renamed over it when proven; a device, FIFO or folder is refused)")->required();
     cmd->add_option("-t,--type", args->type, "storage type of the matrices: f32, f16, bf16, q8_0, q4_0, q1_0, q2_0")
         ->required();
     cmd->add_option("--name", args->name, "general.name (default: the folder's name)");
@@ -65,7 +66,8 @@ void add_convert_command(CLI::App& app) {
     cmd->add_flag("-q,--quiet", args->quiet, "no per-tensor progress on stderr");
     cmd->add_flag("--no-logits-check", args->no_logits_check,
                   "skip the whole-model check (a CPU forward of both models; slow for large models)");
-    cmd->add_option("--check-positions", args->positions, "prompt length of the whole-model check (default 8)");
+    cmd->add_option("--check-positions", args->positions, "prompt length of the whole-model check, 1 .. 4096")
+        ->capture_default_str();
     cmd->callback([args] { run_convert(*args); });
 }
 

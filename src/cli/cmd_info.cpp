@@ -5,6 +5,7 @@
 // outputs cannot disagree. Shapes are printed in each format's own order: ggml order for GGUF
 // (ne0, the contiguous row length, first), PyTorch order for safetensors.
 #include "cli/commands.h"
+#include "cli/engine_options.h"
 #include "core/error.h"
 #include "formats/gguf.h"
 #include "models/config_gguf.h"
@@ -363,16 +364,16 @@ void run_info(const std::string& model, bool as_json, bool kv) {
 
 void add_info_command(CLI::App& app) {
     struct Args {
-        std::string model;
+        ModelArgument model;
         bool json = false;
         bool kv = false;
     };
     auto args = std::make_shared<Args>();
     CLI::App* cmd = app.add_subcommand("info", "Show a model's metadata, tensors, types and sizes");
-    cmd->add_option("MODEL", args->model, "GGUF file or Hugging Face folder")->required();
+    add_model_argument(*cmd, args->model, "MODEL", "GGUF file or Hugging Face folder");
     cmd->add_flag("--json", args->json, "Print one JSON object instead of text");
     cmd->add_flag("--kv", args->kv, "Print only the KV cache's memory per token and at 1K/32K context, per format");
-    cmd->callback([args] { run_info(args->model, args->json, args->kv); });
+    cmd->callback([args] { run_info(model_argument(args->model, "info"), args->json, args->kv); });
 }
 
 }  // namespace deltabit::cli

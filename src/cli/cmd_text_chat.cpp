@@ -7,7 +7,8 @@
 //
 // Reads one line at a time from stdin: a message, or a /command (cmd_text_chat_loop.h); a line ending
 // in a backslash continues on the next, for messages of several lines. On a terminal
-// it prompts with "> " and streams each reply as it is made; from a pipe or file it reads one message
+// it prompts with "> ", edits lines with arrow keys and recalls earlier ones with Up/Down (libedit,
+// line_reader.h), and streams each reply as it is made; from a pipe or file it reads one message
 // per line, echoes each line after "> " so the output reads as a transcript, and ends at end of input —
 // so scripts, tests and `make run` drive it the same way a user does. --json turns replies and /stats
 // into one JSON object per line on stdout. Notes, progress and errors go to stderr.
@@ -15,6 +16,7 @@
 #include "cli/cmd_text_prompt.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
+#include "cli/line_reader.h"
 #include "cli/progress.h"
 #include "cli/sampling_options.h"
 #include "core/error.h"
@@ -53,15 +55,11 @@ struct ChatArgs {
 // One message from stdin: a line, or several when each but the last ends with a backslash (which
 // becomes a newline). False at the end of input. `echo` repeats the input after the prompt, so a
 // scripted chat's output reads as a transcript.
-bool read_message(bool interactive, bool echo, std::string& message) {
+bool read_message(LineReader& input, bool interactive, bool echo, std::string& message) {
     message.clear();
     std::string line;
     for (bool first = true;; first = false) {
-        if (interactive) {
-            fmt::print("{}", first ? "> " : ". ");
-            std::fflush(stdout);
-        }
-        if (!std::getline(std::cin, line)) {
+        if (!input.read(first ? "> " : ". ", line)) {
             if (interactive) fmt::print("\n");  // Ctrl-D leaves the cursor after the prompt
             return !first;  // a message cut short by the end of input is still sent
         }
@@ -111,15 +109,19 @@ void run_chat(const ChatArgs& args) {
 
     if (!args.quiet) {
         for (const std::string& line : text.notes) fmt::print(stderr, "chat: note: {}\n", line);
-        fmt::print(stderr, "chat: {} on {}; kv {}, context {} tokens. {}/help lists commands.\n", args.model,
+        fmt::print(stderr, "chat: {} on {}; kv {}, context {} tokens, seed {}. {}/help lists commands.\n", args.model,
                    engine->description(), kv_format_name(session_options.sequence.kv_format),
-                   session_options.sequence.max_positions,
+                   session_options.sequence.max_positions, args.sampling.seed,
                    interactive ? "Type a message; Ctrl-D or /quit ends. " : "");
     }
 
     std::string message;
-    while (read_message(interactive, /*echo=*/!interactive && !args.json, message))
+    LineReader input(interactive);
+    while (read_message(input, interactive, /*echo=*/!interactive && !args.json, message))
         if (!loop.handle_line(message)) break;
+    if (!interactive && loop.failed_lines() > 0)
+        fail("chat: {} line{} of the script failed (the errors above)", loop.failed_lines(),
+             loop.failed_lines() == 1 ? "" : "s");
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "cli/cmd_text_chat_file.h"
 
 #include "core/error.h"
+#include "core/file_io.h"
 
 #include <fmt/format.h>
 
@@ -37,27 +38,6 @@ std::string messages_checksum(const ordered_json& messages) {
     return fmt::format("{:016x}", fnv1a64(messages.dump()));
 }
 
-std::string read_whole_file(const fs::path& file, std::string_view what) {
-    std::ifstream in(file, std::ios::binary);
-    if (!in) {
-        std::error_code ec;
-        const bool exists = fs::exists(file, ec);
-        fail("{}: {}: cannot open for reading ({}){}", what, file.string(),
-             exists ? "permission denied or not a regular file" : "no such file",
-             !exists && what == "load" ? "; /save FILE writes one" : "");
-    }
-    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    if (in.bad()) fail("{}: {}: read failed", what, file.string());
-    return bytes;
-}
-
-void write_whole_file(const fs::path& file, std::string_view bytes, std::string_view what) {
-    std::ofstream out(file, std::ios::binary | std::ios::trunc);
-    if (!out) fail("{}: {}: cannot open for writing", what, file.string());
-    out.write(bytes.data(), std::streamsize(bytes.size()));
-    if (!out.flush()) fail("{}: {}: write failed", what, file.string());
-}
-
 // Removes a temporary file when the scope ends, whatever happened.
 struct TemporaryFile {
     fs::path path;
@@ -85,9 +65,11 @@ void check_messages(const ordered_json& messages, const fs::path& file) {
 }  // namespace
 
 void save_chat_file(const fs::path& file, const ChatConversation& conversation, const Session& session) {
-    const TemporaryFile session_file{fs::path(file.string() + ".session.tmp")};
+    // Refused before the snapshot is taken: a device, FIFO or folder is never replaced (core/file_io.h).
+    AtomicFile out(file, "save");
+    const TemporaryFile session_file{unique_temporary_path()};
     session.save(session_file.path);
-    const std::string session_bytes = read_whole_file(session_file.path, "save");
+    const std::string session_bytes = read_regular_file(session_file.path, "save");
 
     ordered_json header;
     header["messages"] = conversation.messages;
@@ -100,15 +82,12 @@ void save_chat_file(const fs::path& file, const ChatConversation& conversation, 
     bytes += header.dump();  // one line: dump() without indentation escapes every newline
     bytes += '\n';
     bytes += session_bytes;
-    const TemporaryFile partial{fs::path(file.string() + ".tmp")};
-    write_whole_file(partial.path, bytes, "save");
-    std::error_code error;
-    fs::rename(partial.path, file, error);
-    if (error) fail("save: {}: cannot rename {} into place: {}", file.string(), partial.path.string(), error.message());
+    out.write(bytes);
+    out.commit();
 }
 
 ChatConversation load_chat_file(const fs::path& file, Session& session) {
-    const std::string bytes = read_whole_file(file, "load");
+    const std::string bytes = read_regular_file(file, "load", "/save FILE writes one");
     if (!std::string_view(bytes).starts_with(kMagicLine))
         fail("load: {}: not a deltabit chat file (it should start with \"deltabit-chat 1\"; "
              "files written by /save do)",
@@ -148,7 +127,7 @@ ChatConversation load_chat_file(const fs::path& file, Session& session) {
 
     // Session::load reads a file; hand it the snapshot through a private temporary one.
     const TemporaryFile session_file{unique_temporary_path()};
-    write_whole_file(session_file.path, std::string_view(bytes).substr(session_start), "load");
+    write_file_atomically(session_file.path, std::string_view(bytes).substr(session_start), "load");
     try {
         session.load(session_file.path);
     } catch (const Error& e) {

@@ -32,7 +32,8 @@ struct ChatConversation {
     bool preserve_thinking = false;  // the template's preserve_thinking: earlier replies keep their thinking
 };
 
-// Written through FILE.tmp and a rename, so a failed save never leaves half a file behind.
+// Written through AtomicFile (core/file_io.h): a temporary file renamed over FILE, so a failed save never
+// leaves half a file behind, and a FILE that is a device, FIFO or folder is refused, never replaced.
 void save_chat_file(const std::filesystem::path& file, const ChatConversation& conversation, const Session& session);
 // Loads the snapshot into `session` and returns the conversation; on Error nothing has changed.
 ChatConversation load_chat_file(const std::filesystem::path& file, Session& session);

@@ -98,8 +98,10 @@ ChatLoop::ChatLoop(Session& session, const TextFrontEnd& text, ChatSettings sett
     : session_(session), text_(text), settings_(std::move(settings)) {
     conversation_.thinking = settings_.thinking;
     conversation_.preserve_thinking = settings_.preserve_thinking;
-    if (!system_prompt.empty())
+    if (!system_prompt.empty()) {
+        warn_if_not_utf8(system_prompt, "chat: warning: --system");
         conversation_.messages.push_back({{"role", "system"}, {"content", text::utf8_repair(system_prompt)}});
+    }
 }
 
 bool ChatLoop::handle_line(std::string_view line) {
@@ -119,6 +121,12 @@ bool ChatLoop::handle_line(std::string_view line) {
         }
     } catch (const Error& e) {
         note(fmt::format("error: {}", e.what()));
+        ++failed_lines_;
+    } catch (const std::exception& e) {
+        // Not an input error but a fault (out of memory, a library's own exception): the line failed,
+        // the conversation is as it was before it (send() restores it), and the chat goes on.
+        note(fmt::format("error: {}", e.what()));
+        ++failed_lines_;
     }
     return true;
 }
@@ -176,6 +184,7 @@ void ChatLoop::command(std::string_view name, std::string_view argument) {
 void ChatLoop::send(std::string message) {
     // Whatever happens below, a failed or refused line leaves the conversation as it was.
     const ordered_json before = conversation_.messages;
+    warn_if_not_utf8(message, "chat: warning: the message");
     conversation_.messages.push_back({{"role", "user"}, {"content", text::utf8_repair(message)}});
     std::optional<RenderedPrompt> prompt;
     try {
@@ -343,6 +352,7 @@ void ChatLoop::print_stats() const {
         out["capacity"] = s.max_positions;
         out["backend"] = engine.backend_name();
         out["kv_format"] = kv_format_name(s.kv_format);
+        out["seed"] = settings_.generation.sampling.seed;
         if (last_turn_) {
             const ReuseReport& r = last_turn_->reuse;
             out["last_turn"] = {{"prompt_tokens", r.prompt_tokens},
@@ -371,6 +381,7 @@ void ChatLoop::print_stats() const {
     }
     fmt::print("context      {} of {} tokens (kv {})\n", s.position, s.max_positions, kv_format_name(s.kv_format));
     fmt::print("backend      {}\n", engine.description());
+    fmt::print("seed         {} (--seed repeats the draws)\n", settings_.generation.sampling.seed);
     if (last_turn_) {
         const ReuseReport& r = last_turn_->reuse;
         const GenerationResult& g = last_turn_->generation;

@@ -18,7 +18,8 @@
 // A single message too long for the context on its own is refused under either policy.
 //
 // Errors (a bad /load file, a template that refuses the conversation, a failed turn) print one line
-// on stderr and leave the conversation as it was before that line.
+// on stderr and leave the conversation as it was before that line; the chat goes on. A scripted chat
+// (stdin not a terminal) then exits 1 at the end of its input.
 // (Files named cmd_text_*: built only with the text libraries.)
 #pragma once
 
@@ -56,6 +57,9 @@ public:
     bool handle_line(std::string_view line);
 
     const ChatConversation& conversation() const { return conversation_; }
+    // Lines that ended in an error (a bad /load, a refused command, a failed turn): a scripted chat
+    // exits 1 when there was any, so a script notices.
+    int failed_lines() const { return failed_lines_; }
 
 private:
     struct RenderedPrompt {
@@ -83,6 +87,7 @@ private:
     std::optional<TurnResult> last_turn_;
     double decode_ms_total_ = 0.0;
     int64_t decode_steps_total_ = 0;
+    int failed_lines_ = 0;
 };
 
 }  // namespace deltabit::cli

@@ -1,15 +1,19 @@
 #include "cli/cmd_text_prompt.h"
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "formats/gguf.h"
 #include "text/byte_tokenizer.h"
 #include "text/tokenizer_load.h"
+#include "text/unicode.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <fstream>
+#include <iostream>
+#include <iterator>
 
 namespace deltabit::cli {
 namespace {
@@ -87,6 +91,26 @@ std::vector<int32_t> encode_rendered(const TextFrontEnd& text, const std::string
 
 std::vector<int32_t> encode_raw(const TextFrontEnd& text, const std::string& prompt) {
     return text.tokenizer->encode(prompt, {.add_special = text.use_specials, .parse_special = text.use_specials});
+}
+
+std::string read_prompt_file(const std::string& path, std::string_view what) {
+    if (path != "-") return read_regular_file(path, what);
+    std::string text((std::istreambuf_iterator<char>(std::cin)), std::istreambuf_iterator<char>());
+    if (std::cin.bad()) fail("{} -: cannot read standard input", what);
+    return text;
+}
+
+bool warn_if_not_utf8(std::string_view text, std::string_view what) {
+    if (text::utf8_is_valid(text)) return true;
+    size_t at = 0;
+    while (at < text.size()) {
+        const text::DecodedCodePoint c = text::utf8_decode(text, at);
+        if (!c.valid) break;
+        at += c.length;
+    }
+    fmt::print(stderr, "{} is not valid UTF-8 (first bad byte at offset {}); invalid bytes are replaced with U+FFFD\n",
+               what, at);
+    return false;
 }
 
 }  // namespace deltabit::cli

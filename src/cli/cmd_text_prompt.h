@@ -41,4 +41,12 @@ std::vector<int32_t> encode_rendered(const TextFrontEnd& text, const std::string
 // A prompt used as is (run --raw): the tokenizer's own prefix/suffix tokens (BOS) added.
 std::vector<int32_t> encode_raw(const TextFrontEnd& text, const std::string& prompt);
 
+// The text of a prompt file (-f FILE; "-" reads stdin to its end). `what` names the flag in errors.
+std::string read_prompt_file(const std::string& path, std::string_view what);
+
+// Text that is not valid UTF-8 gets one line on stderr, "`what` is not valid UTF-8 (first bad byte at
+// offset N); invalid bytes are replaced with U+FFFD" — the tokenizer and templates then see the
+// repaired text. Returns whether it was valid.
+bool warn_if_not_utf8(std::string_view text, std::string_view what);
+
 }  // namespace deltabit::cli

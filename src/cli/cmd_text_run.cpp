@@ -1,11 +1,11 @@
 // `deltabit run`: one-shot generation from the command line, for scripts.
 //
-//   deltabit run -m MODEL (-p TEXT | --ids 1,2,3) [--raw] [--max-tokens N] [--temperature T] [--top-k K]
+//   deltabit run -m MODEL (-p TEXT | -f FILE | --ids 1,2,3) [--raw] [--max-tokens N] [--temperature T] [--top-k K]
 //                [--top-p P] [--min-p P] [--seed S] [--repeat-penalty R] [--dry-multiplier M]
 //                [--stop S]... [--thinking on|off] [--backend cpu|cuda|auto] [--kv f32|f16|kivi4]
 //                [--ctx N] [--json] [--quiet]
 //
-// -p TEXT is wrapped as one user message in the model's own chat template (unless --raw) and
+// -p TEXT (or the text of FILE, -f; "-f -" reads stdin) is wrapped as one user message in the model's own chat template (unless --raw) and
 // tokenized; the text is streamed to stdout as tokens arrive. --ids takes the prompt as token ids and
 // needs no tokenizer: generated ids are printed instead of text. --json prints one object at the end
 // instead: text (null with --ids), tokens, finish_reason, timings, and what ran it (backend, KV format,
@@ -23,6 +23,7 @@
 #include "runtime/engine.h"
 #include "runtime/session.h"
 #include "text/tokenizer_stream.h"
+#include "text/unicode.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -38,8 +39,9 @@ namespace {
 
 struct RunArgs {
     std::string model;
-    std::string prompt;
-    std::string ids;
+    std::optional<std::string> prompt;
+    std::optional<std::string> prompt_file;
+    std::optional<std::string> ids;
     bool raw = false;
     std::optional<int64_t> max_tokens;
     SamplingParams sampling = default_sampling_params();
@@ -51,21 +53,40 @@ struct RunArgs {
     SequenceArgs sequence;
 };
 
-std::vector<int32_t> encode_prompt(const RunArgs& args, const TextFrontEnd& text) {
-    if (args.raw) return encode_raw(text, args.prompt);
+std::vector<int32_t> encode_prompt(const RunArgs& args, const std::string& prompt, const TextFrontEnd& text) {
+    if (args.raw) return encode_raw(text, prompt);
     text::ChatRequest request;
-    request.messages.push_back({{"role", "user"}, {"content", args.prompt}});
+    request.messages.push_back({{"role", "user"}, {"content", prompt}});
     request.add_generation_prompt = true;
     if (!args.thinking.empty()) request.enable_thinking = args.thinking == "on";
     return encode_rendered(text, text.chat_template->render(request));
 }
 
+// The prompt text from -p or -f, checked before the model loads: an empty prompt is named as such.
+std::optional<std::string> prompt_text(const RunArgs& args) {
+    if (args.prompt) {
+        if (args.prompt->empty()) fail("run: -p: the prompt is empty; give some text");
+        return args.prompt;
+    }
+    if (!args.prompt_file) return std::nullopt;
+    const std::string text = read_prompt_file(*args.prompt_file, "run: -f");
+    if (text.empty()) fail("run: -f {}: the file is empty; the prompt needs some text", *args.prompt_file);
+    return text;
+}
+
 void run_generation(const RunArgs& args) {
-    if (args.prompt.empty() == args.ids.empty()) fail("run: give exactly one of -p TEXT or --ids 1,2,3");
-    if (!args.ids.empty() && !args.stop.empty())
+    if (int(args.prompt.has_value()) + int(args.prompt_file.has_value()) + int(args.ids.has_value()) != 1)
+        fail("run: give exactly one of -p TEXT, -f FILE or --ids 1,2,3");
+    if (args.ids && !args.stop.empty())
         fail("run: --stop matches text, and --ids runs without a tokenizer; drop one of them");
-    if (!args.ids.empty() && (args.raw || !args.thinking.empty()))
+    if (args.ids && (args.raw || !args.thinking.empty()))
         fail("run: --raw and --thinking shape a text prompt; --ids is used as given");
+    if (args.max_tokens && *args.max_tokens < 1) fail("run: --max-tokens {}: must be at least 1", *args.max_tokens);
+    std::optional<std::string> prompt_string = prompt_text(args);
+    // Checked before the model loads, so a typo costs nothing.
+    const std::vector<int32_t> given_ids = args.ids ? parse_token_ids(*args.ids, "run: --ids") : std::vector<int32_t>{};
+    if (prompt_string && !warn_if_not_utf8(*prompt_string, "run: warning: the prompt"))
+        prompt_string = text::utf8_repair(*prompt_string);
 
     const bool progress = !args.quiet && stderr_is_terminal();
     std::unique_ptr<Engine> engine = open_engine_for(args.model, args.engine, progress);
@@ -73,13 +94,13 @@ void run_generation(const RunArgs& args) {
     const SequenceOptions sequence = sequence_options(args.sequence, engine->config(), "run");
     std::optional<TextFrontEnd> text;
     std::vector<int32_t> prompt;
-    if (args.ids.empty()) {
+    if (prompt_string) {
         text = load_text_front_end(args.model, engine->config(), /*need_chat_template=*/!args.raw);
         if (!args.quiet)
             for (const std::string& note : text->notes) fmt::print(stderr, "run: note: {}\n", note);
-        prompt = encode_prompt(args, *text);
+        prompt = encode_prompt(args, *prompt_string, *text);
     } else {
-        prompt = parse_token_ids(args.ids, "run: --ids");
+        prompt = given_ids;
     }
 
     if (int64_t(prompt.size()) > sequence.max_positions)
@@ -137,6 +158,7 @@ void run_generation(const RunArgs& args) {
         out["backend_description"] = engine->description();
         out["kv_format"] = kv_format_name(sequence.kv_format);
         out["context"] = sequence.max_positions;
+        out["seed"] = args.sampling.seed;
         out["reuse"] = {{"prompt_tokens", turn.reuse.prompt_tokens},
                         {"common_prefix", turn.reuse.common_prefix},
                         {"reused", turn.reuse.reused},
@@ -146,9 +168,11 @@ void run_generation(const RunArgs& args) {
         fmt::print("\n");
     }
     if (!args.quiet)
-        fmt::print(stderr, "run: {} prompt tokens in {:.1f} ms; {} generated, {:.1f} tok/s decode; finish: {}; {}, kv {}\n",
+        fmt::print(stderr,
+                   "run: {} prompt tokens in {:.1f} ms; {} generated, {:.1f} tok/s decode; finish: {}; {}, kv {}; seed {}\n",
                    t.prompt_tokens, t.prefill_ms, result.tokens.size(), t.decode_tokens_per_s(),
-                   finish_reason_name(result.finish), engine->backend_name(), kv_format_name(sequence.kv_format));
+                   finish_reason_name(result.finish), engine->backend_name(), kv_format_name(sequence.kv_format),
+                   args.sampling.seed);
 }
 
 }  // namespace
@@ -158,13 +182,17 @@ void add_run_command(CLI::App& app) {
     CLI::App* cmd = app.add_subcommand("run", "Generate from a prompt (text through the chat template, or token ids)");
     cmd->add_option("-m,--model", args->model, "GGUF file or Hugging Face folder")->required();
     auto* prompt = cmd->add_option("-p,--prompt", args->prompt, "prompt text (a user message unless --raw)");
+    auto* file = cmd->add_option("-f,--file", args->prompt_file, "read the prompt text from FILE (- = stdin)");
     auto* ids = cmd->add_option("--ids", args->ids, "prompt as token ids, comma-separated; no tokenizer needed");
-    prompt->excludes(ids);
+    prompt->excludes(ids)->excludes(file);
+    file->excludes(ids);
     cmd->add_flag("--raw", args->raw, "tokenize the prompt as is, without the chat template");
-    cmd->add_option("--max-tokens", args->max_tokens, "stop after this many generated tokens");
+    cmd->add_option("--max-tokens", args->max_tokens,
+                    "stop after this many generated tokens (default: no limit but the context and EOS; "
+                    "required for a model without an EOS token)");
     add_sampling_options(*cmd, args->sampling);
-    cmd->add_option("--stop", args->stop, "stop when the text contains this (repeatable)");
-    cmd->add_option("--thinking", args->thinking, "enable_thinking for the chat template")
+    cmd->add_option("--stop", args->stop, "stop when the text contains this (repeatable; default: none)");
+    cmd->add_option("--thinking", args->thinking, "enable_thinking for the chat template (default: the template's own)")
         ->check(CLI::IsMember({"on", "off"}));
     add_backend_option(*cmd, args->engine);
     add_sequence_options(*cmd, args->sequence);

@@ -6,7 +6,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
+#include <thread>
 
 namespace deltabit::cli {
 
@@ -14,6 +16,35 @@ void add_backend_option(CLI::App& command, EngineArgs& args) {
     command.add_option("--backend", args.backend, fmt::format("where the model runs: {}", kBackendChoices))
         ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
         ->capture_default_str();
+    command.add_option("--threads", args.threads,
+                       fmt::format("CPU threads for the CPU backend (default: every core, {} here)", cpu_threads({})))
+        ->check(CLI::Validator(
+            [](std::string& text) -> std::string {
+                char* end = nullptr;
+                const long value = std::strtol(text.c_str(), &end, 10);
+                if (end == text.c_str() || *end != '\0' || value < 1 || value > kMaxThreads)
+                    return fmt::format("{} is out of range: it must be a whole number in 1 .. {}", text, kMaxThreads);
+                return {};
+            },
+            "", "thread count"));
+}
+
+void add_model_argument(CLI::App& command, ModelArgument& model, const std::string& positional_name,
+                        const std::string& description) {
+    CLI::Option* positional = command.add_option(positional_name, model.positional, description + " (or -m)");
+    CLI::Option* flag = command.add_option("-m,--model", model.flag, description);
+    positional->excludes(flag);
+}
+
+const std::string& model_argument(const ModelArgument& model, std::string_view command) {
+    if (!model.positional.empty()) return model.positional;
+    if (!model.flag.empty()) return model.flag;
+    fail("{}: no model given: deltabit {} MODEL, or -m MODEL", command, command);
+}
+
+int cpu_threads(const EngineArgs& args) {
+    if (args.threads > 0) return args.threads;
+    return std::max(1, int(std::thread::hardware_concurrency()));
 }
 
 void add_sequence_options(CLI::App& command, SequenceArgs& args) {

@@ -3,6 +3,7 @@
 //                             GPU is present
 //   --kv f32|f16|kivi4        how full-attention keys and values are stored (commands that keep a sequence)
 //   --ctx N                   the sequence's capacity in tokens (ditto)
+//   --threads N               CPU threads for the CPU backend's matmuls (default: every core)
 #pragma once
 
 #include "models/model_config.h"
@@ -24,9 +25,19 @@ inline constexpr int64_t kDefaultContextCap = 8192;
 // Used when the model's metadata states no training context.
 inline constexpr int64_t kFallbackContext = 4096;
 
+// The most --threads accepts: far past any CPU, and small enough that a typo (--threads 10000) is caught.
+inline constexpr int kMaxThreads = 1024;
+
 struct EngineArgs {
     std::string backend = "auto";
+    // --threads: parsed and range-checked here (1 .. kMaxThreads); 0 means "every core" and is
+    // resolved by cpu_threads(). The multi-threaded CPU matmuls that read it land separately; until
+    // then the CPU backend runs on one thread whatever this says.
+    int threads = 0;
 };
+
+// --threads resolved: the number given, or std::thread::hardware_concurrency() (at least 1).
+int cpu_threads(const EngineArgs& args);
 
 struct SequenceArgs {
     std::string kv = "f32";
@@ -34,6 +45,17 @@ struct SequenceArgs {
 };
 
 void add_backend_option(CLI::App& command, EngineArgs& args);
+
+// For commands that take the model as a positional argument (info, convert): `-m/--model PATH` is
+// accepted too, so every command can name its model the same way. Both given is a usage error.
+// Call model_argument() in the callback: the one given, or an Error naming `command` when neither is.
+struct ModelArgument {
+    std::string positional;
+    std::string flag;
+};
+void add_model_argument(CLI::App& command, ModelArgument& model, const std::string& positional_name,
+                        const std::string& description);
+const std::string& model_argument(const ModelArgument& model, std::string_view command);
 void add_sequence_options(CLI::App& command, SequenceArgs& args);
 
 int64_t default_context(const ModelConfig& config);

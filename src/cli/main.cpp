@@ -1,12 +1,39 @@
 // The `deltabit` command: parses the subcommand and reports errors as one line on stderr.
+//
+// Exit codes (README): 0 success (and --help, --version); 1 a usage or input error — a bad flag or
+// value, a file that cannot be read or written, a failed line of a scripted chat, standard output
+// that cannot be written (a full disk, /dev/full) — always one line "deltabit: error: ..."; 2 an
+// internal error (a bug: please report it).
 #include "cli/commands.h"
 #include "core/error.h"
 
 #include <fmt/core.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <exception>
+
+namespace {
+
+// CLI11's message (a missing, unknown or malformed option) as one line, naming the command's --help.
+void print_usage_error(CLI::App& app, int argc, char** argv, std::string message) {
+    for (char& c : message)
+        if (c == '\n') c = ' ';
+    std::string command = "deltabit";
+    if (argc > 1 && !app.get_subcommands([&](CLI::App* sub) { return sub->check_name(argv[1]); }).empty())
+        command += std::string(" ") + argv[1];
+    fmt::print(stderr, "deltabit: error: {} (see {} --help)\n", message, command);
+}
+
+int report_stdout_failure(int error) {
+    fmt::print(stderr, "deltabit: error: cannot write to standard output: {}\n",
+               error != 0 ? std::strerror(error) : "write failed");
+    return 1;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
     CLI::App app{"deltabit — run, certify and train 1-bit and hybrid language models"};
@@ -33,13 +60,18 @@ int main(int argc, char** argv) {
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
-        return app.exit(e);
+        if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+        print_usage_error(app, argc, argv, e.what());
+        return 1;
     } catch (const deltabit::Error& e) {
         fmt::print(stderr, "deltabit: error: {}\n", e.what());
         return 1;
     } catch (const std::exception& e) {
+        // A write to stdout that failed surfaces from fmt as an exception; it is the user's disk or pipe.
+        if (std::ferror(stdout)) return report_stdout_failure(errno);
         fmt::print(stderr, "deltabit: internal error: {}\n", e.what());
         return 2;
     }
+    if (std::fflush(stdout) != 0 || std::ferror(stdout)) return report_stdout_failure(errno);
     return 0;
 }

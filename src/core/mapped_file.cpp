@@ -14,7 +14,8 @@
 namespace deltabit {
 
 MappedFile MappedFile::open(const std::string& path, std::string_view format) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a FIFO must not wait for a writer; fstat below refuses it (no effect on files).
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) fail("{}: {}: cannot open: {}", format, path, std::strerror(errno));
     struct stat st {};
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {

@@ -84,20 +84,70 @@ void quantize_q1_0(const float* x, BlockQ1_0* y, int64_t nblocks) {
     }
 }
 
-// quantize_row_q2_0_ref (same function body in the PrismML fork with QK2_0 = 128 and upstream with
-// QK2_0 = 64): d = amax; code = clamp(roundf(x / d) + 1, 0, 3). The reciprocal is taken of the fp32
-// amax, not of the stored fp16 d. With d = amax, |x / d| <= 1, so code 3 (+2d) is never produced.
-void quantize_q2_0(const float* x, uint16_t* d_out, uint8_t* qs, int block_elems) {
-    float amax = 0.0f;
-    for (int j = 0; j < block_elems; ++j) {
-        const float a = std::fabs(x[j]);
-        if (a > amax) amax = a;
+// Q2_0's levels are (code − 1)·d for codes 0..3: {−d, 0, +d, +2d}. llama.cpp's quantize_row_q2_0_ref
+// (the PrismML fork with QK2_0 = 128, upstream with 64) takes d = amax and code = round(x / d) + 1, so
+// |x / d| ≤ 1 and code 3 is never used: the block is ternary {−amax, 0, +amax}, and on Gaussian-like
+// weights most values round to 0 — its error (rms rel 0.73 on tests/fixtures/qwen3_5_float) is larger
+// than Q1_0's 1 bit (0.58). Any fp16 d, negative included, is a valid block for every dequantiser
+// (y = (code − 1)·d), so this quantiser picks the d that minimises the block's squared error:
+//   - both signs of d (a negative d puts the 2× level on the negative side);
+//   - for each, scales from amax/2 (the largest value on the 2× level) to amax (the reference) on a grid
+//     of kQ2_0ScaleSteps, each with nearest-level codes, then the least-squares d for those codes;
+//   - the reference d = amax is the first candidate and a later one must be strictly better, so blocks
+//     the reference quantises exactly (ternary ±a/0 and binary ±a weights) come out the same.
+// The chosen d is rounded to fp16 and the codes are assigned again against the stored value.
+constexpr int kQ2_0ScaleSteps = 16;
+
+double q2_0_block_error(const float* x, int n, float d) {
+    if (d == 0.0f) {
+        double e = 0.0;
+        for (int j = 0; j < n; ++j) e += double(x[j]) * double(x[j]);
+        return e;
     }
-    const float id = amax > 0.0f ? 1.0f / amax : 0.0f;
-    *d_out = float_to_half(amax);
+    double e = 0.0;
+    for (int j = 0; j < n; ++j) {
+        const float level = float(std::clamp(int(std::lround(x[j] / d)), -1, 2)) * d;
+        e += double(x[j] - level) * double(x[j] - level);
+    }
+    return e;
+}
+
+// The least-squares scale for the nearest-level codes under d: Σ x·q / Σ q².
+float q2_0_refit(const float* x, int n, float d) {
+    double xq = 0.0, qq = 0.0;
+    for (int j = 0; j < n; ++j) {
+        const int q = std::clamp(int(std::lround(x[j] / d)), -1, 2);
+        xq += double(x[j]) * q;
+        qq += double(q) * q;
+    }
+    return qq > 0.0 ? float(xq / qq) : d;
+}
+
+float q2_0_best_scale(const float* x, int n) {
+    float amax = 0.0f;
+    for (int j = 0; j < n; ++j) amax = std::max(amax, std::fabs(x[j]));
+    if (amax == 0.0f) return 0.0f;
+    float best = amax;
+    double best_error = q2_0_block_error(x, n, half_to_float(float_to_half(amax)));
+    for (const float sign : {1.0f, -1.0f}) {
+        for (int step = 0; step <= kQ2_0ScaleSteps; ++step) {
+            const float start = sign * amax * (0.5f + 0.5f * float(step) / float(kQ2_0ScaleSteps));
+            for (const float d : {start, q2_0_refit(x, n, start)}) {
+                if (!(std::fabs(d) > 0.0f) || !std::isfinite(d)) continue;
+                const double error = q2_0_block_error(x, n, half_to_float(float_to_half(d)));
+                if (error < best_error) best = d, best_error = error;
+            }
+        }
+    }
+    return best;
+}
+
+void quantize_q2_0(const float* x, uint16_t* d_out, uint8_t* qs, int block_elems) {
+    *d_out = float_to_half(q2_0_best_scale(x, block_elems));
+    const float d = half_to_float(*d_out);
     std::memset(qs, 0, size_t(block_elems / 4));
     for (int j = 0; j < block_elems; ++j) {
-        const int code = std::clamp(int(std::roundf(x[j] * id)) + 1, 0, 3);
+        const int code = d == 0.0f ? 1 : std::clamp(int(std::lround(x[j] / d)), -1, 2) + 1;
         qs[j / 4] |= uint8_t(code << (2 * (j % 4)));
     }
 }
@@ -146,6 +196,42 @@ void dequantize_q2_0(uint16_t d_bits, const uint8_t* qs, float* y, int block_ele
 }
 
 }  // namespace
+
+float q2_0_block_scale(const float* x, int n) { return q2_0_best_scale(x, n); }
+
+int64_t first_non_finite(DType t, const void* data, int64_t count) {
+    const auto* bytes = static_cast<const uint8_t*>(data);
+    auto half_bits = [&](uint64_t offset) {
+        uint16_t bits;
+        std::memcpy(&bits, bytes + offset, 2);
+        return bits;
+    };
+    switch (t) {
+        case DType::F32:
+            for (int64_t i = 0; i < count; ++i) {
+                float v;
+                std::memcpy(&v, bytes + uint64_t(i) * 4, 4);
+                if (!std::isfinite(v)) return i;
+            }
+            return -1;
+        case DType::F16:  // exponent all ones: inf or NaN
+            for (int64_t i = 0; i < count; ++i)
+                if ((half_bits(uint64_t(i) * 2) & 0x7C00) == 0x7C00) return i;
+            return -1;
+        case DType::BF16:
+            for (int64_t i = 0; i < count; ++i)
+                if ((half_bits(uint64_t(i) * 2) & 0x7F80) == 0x7F80) return i;
+            return -1;
+        case DType::I32: return -1;
+        default: {
+            // Every quantised block starts with its fp16 scale d (quant_blocks.h); the codes are integers.
+            const DTypeInfo& info = dtype_info(t);
+            for (int64_t b = 0; b < count / info.block_elems; ++b)
+                if ((half_bits(uint64_t(b) * info.block_bytes) & 0x7C00) == 0x7C00) return b * info.block_elems;
+            return -1;
+        }
+    }
+}
 
 void dequantize_row(DType t, const void* row, float* out, int64_t k) {
     check_row("dequantize_row", t, k);

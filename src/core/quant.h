@@ -20,8 +20,20 @@ void dequantize_row(DType t, const void* row, float* out, int64_t k);
 
 // Writes x[0..k) into `row` (dtype_bytes(t, k) bytes) with llama.cpp's reference quantiser for t
 // (quantize_row_*_ref in ggml/src/ggml-quants.c), so files we write hold the same bytes llama.cpp
-// would write. F16 and BF16 round to nearest even.
+// would write — except Q2_0, whose reference quantiser never uses its +2 level and loses to Q1_0;
+// ours picks the least-squared-error scale (quant.cpp), still a valid block for llama.cpp's
+// dequantiser. F16 and BF16 round to nearest even.
 void quantize_row(DType t, const float* x, void* row, int64_t k);
+
+// The first element of `count` elements of type t at `data` whose value cannot be finite — a NaN or
+// infinite float, or any weight of a block whose fp16 scale is NaN or infinite — or -1 when all are.
+// One pass over the floats, or over the 2-byte scale of every block.
+int64_t first_non_finite(DType t, const void* data, int64_t count);
+
+// The scale Q2_0's quantiser picks for one block of n values (before rounding to fp16; may be
+// negative): the one that minimises the block's squared error (quant.cpp says how), for the converter's
+// check of every stored scale.
+float q2_0_block_scale(const float* x, int n);
 
 // Σ_j w[j]·x[j] for the stored row w, with every product and the running sum in double, summed in
 // order j = 0, 1, ..., k−1, then rounded once to float. Equal to dequantize_row followed by the same

@@ -32,6 +32,10 @@
 #include <string_view>
 #include <vector>
 
+namespace deltabit {
+class AtomicFile;
+}
+
 namespace deltabit::gguf {
 
 inline constexpr uint32_t kVersion = 3;
@@ -292,8 +296,11 @@ public:
     // Produced at write time.
     void add_tensor_produced(std::string name, DType dtype, std::vector<int64_t> shape, Producer producer);
 
-    // Writes path + ".tmp", then renames it over path; the .tmp is removed on failure.
+    // Through AtomicFile (core/file_io.h): a temporary file renamed over path; a path that is a device,
+    // FIFO or folder is refused; nothing is left behind on failure.
     void write(const std::string& path) const;
+    // The file's bytes into `file`, not committed (the caller checks the temporary file first).
+    void write_into(AtomicFile& file) const;
     // The whole file in memory (tests, fuzz seeds).
     std::vector<uint8_t> to_bytes() const;
 

@@ -1,7 +1,8 @@
 // gguf::Writer: GGUF v3 as llama.cpp writes it (header, metadata, tensor infos, padding, tensor data
-// each padded to the alignment). Files are written to PATH.tmp and renamed, so a reader never sees a
-// half-written model.
+// each padded to the alignment). Files are written through AtomicFile (core/file_io.h), so a reader
+// never sees a half-written model and a PATH that is a device, FIFO or folder is refused.
 #include "core/error.h"
+#include "core/file_io.h"
 #include "formats/gguf.h"
 #include "formats/gguf_codec.h"
 
@@ -22,13 +23,20 @@ struct MemorySink {
     void put(std::span<const uint8_t> bytes) { out.insert(out.end(), bytes.begin(), bytes.end()); }
 };
 
+// Collects small pieces (metadata, tensor infos) into large writes: a tokenizer's vocabulary is
+// hundreds of thousands of puts.
 struct FileSink {
-    std::FILE* file;
-    const std::string& path;
+    AtomicFile& file;
+    std::vector<uint8_t> buffer;
+    static constexpr size_t kFlushBytes = size_t(1) << 20;
     void put(std::span<const uint8_t> bytes) {
-        if (!bytes.empty() && std::fwrite(bytes.data(), 1, bytes.size(), file) != bytes.size()) {
-            fail("gguf: {}: write failed: {}", path, std::strerror(errno));
-        }
+        if (buffer.size() + bytes.size() > kFlushBytes) flush();
+        if (bytes.size() >= kFlushBytes) file.write(bytes.data(), bytes.size());
+        else buffer.insert(buffer.end(), bytes.begin(), bytes.end());
+    }
+    void flush() {
+        file.write(buffer.data(), buffer.size());
+        buffer.clear();
     }
 };
 
@@ -139,28 +147,15 @@ std::vector<uint8_t> Writer::to_bytes() const {
 }
 
 void Writer::write(const std::string& path) const {
-    const std::string tmp = path + ".tmp";
-    std::FILE* file = std::fopen(tmp.c_str(), "wb");
-    if (!file) fail("gguf: {}: cannot create: {}", tmp, std::strerror(errno));
-    try {
-        FileSink sink{file, tmp};
-        emit(sink);
-        if (std::fflush(file) != 0) fail("gguf: {}: write failed: {}", tmp, std::strerror(errno));
-    } catch (...) {
-        std::fclose(file);
-        std::remove(tmp.c_str());
-        throw;
-    }
-    if (std::fclose(file) != 0) {
-        std::remove(tmp.c_str());
-        fail("gguf: {}: write failed: {}", tmp, std::strerror(errno));
-    }
-    std::error_code ec;
-    std::filesystem::rename(tmp, path, ec);
-    if (ec) {
-        std::remove(tmp.c_str());
-        fail("gguf: {}: cannot rename {} into place: {}", path, tmp, ec.message());
-    }
+    AtomicFile file(path, "gguf");
+    write_into(file);
+    file.commit();
+}
+
+void Writer::write_into(AtomicFile& file) const {
+    FileSink sink{file, {}};
+    emit(sink);
+    sink.flush();
 }
 
 }  // namespace deltabit::gguf

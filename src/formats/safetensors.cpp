@@ -1,6 +1,7 @@
 #include "formats/safetensors.h"
 
 #include "core/error.h"
+#include "core/file_io.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -410,25 +411,8 @@ std::vector<uint8_t> serialize(const std::vector<TensorToWrite>& tensors,
 void write(const std::filesystem::path& path, const std::vector<TensorToWrite>& tensors,
            const std::map<std::string, std::string>& metadata) {
     const std::vector<uint8_t> bytes = serialize(tensors, metadata);
-    const std::filesystem::path tmp = path.string() + ".tmp";
-    {
-        std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-        if (!out) fail("safetensors: {}: cannot create", tmp.string());
-        out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
-        out.close();
-        if (!out) {
-            std::error_code ec;
-            std::filesystem::remove(tmp, ec);
-            fail("safetensors: {}: write failed", tmp.string());
-        }
-    }
-    std::error_code ec;
-    std::filesystem::rename(tmp, path, ec);
-    if (ec) {
-        const std::string reason = ec.message();
-        std::filesystem::remove(tmp, ec);
-        fail("safetensors: {}: cannot rename into place: {}", path.string(), reason);
-    }
+    write_file_atomically(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()),
+                          "safetensors");
 }
 
 }  // namespace deltabit::safetensors

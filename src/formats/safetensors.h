@@ -142,7 +142,7 @@ struct TensorToWrite {
 // padded to a multiple of 8, so every tensor is naturally aligned. Error on a bad name, dtype or size.
 std::vector<uint8_t> serialize(const std::vector<TensorToWrite>& tensors,
                                const std::map<std::string, std::string>& metadata = {});
-// serialize() to path + ".tmp", then rename over path.
+// serialize() through AtomicFile (core/file_io.h): renamed over path; a device, FIFO or folder is refused.
 void write(const std::filesystem::path& path, const std::vector<TensorToWrite>& tensors,
            const std::map<std::string, std::string>& metadata = {});
 

@@ -1,6 +1,7 @@
 #include "models/convert.h"
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/quant.h"
 #include "formats/gguf.h"
 #include "formats/safetensors.h"
@@ -29,20 +30,6 @@ namespace fs = std::filesystem;
 
 // GGML_QNT_VERSION (ggml.h): the block layouts of the legacy quants as they have been since 2023.
 constexpr uint32_t kQuantizationVersion = 2;
-
-// Refuses an output path we cannot write before any work is done: the folder must exist, OUT must
-// not be a folder, and OUT.tmp must be creatable.
-void check_writable(const fs::path& out, const fs::path& tmp) {
-    std::error_code ec;
-    if (fs::is_directory(out, ec)) fail("convert: output {} is a folder; give a file name such as model.gguf", out.string());
-    const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
-    if (!fs::is_directory(parent, ec)) fail("convert: cannot write {}: folder {} does not exist", out.string(), parent.string());
-    {
-        std::ofstream probe(tmp, std::ios::binary | std::ios::trunc);
-        if (!probe) fail("convert: cannot write {}: {}", tmp.string(), std::strerror(errno));
-    }
-    fs::remove(tmp, ec);
-}
 
 std::string default_name(const fs::path& dir) {
     fs::path p = dir;
@@ -134,8 +121,8 @@ double logits_tolerance(DType requested, bool lossless, double max_abs_logit) {
 }
 
 ConvertReport convert_hf_folder(const fs::path& hf_dir, const fs::path& out, const ConvertOptions& options) {
-    const fs::path tmp = fs::path(out.string() + ".tmp");
-    check_writable(out, tmp);
+    // Before any work: refuses a device, FIFO or folder as OUT, a missing folder, an unwritable one.
+    AtomicFile output(out, "convert");
 
     HfFolder folder = open_hf_folder(hf_dir);
     auto files = std::make_shared<const safetensors::Set>(std::move(folder.weights));
@@ -176,11 +163,12 @@ ConvertReport convert_hf_folder(const fs::path& hf_dir, const fs::path& out, con
     }
 
     try {
-        writer.write(tmp.string());
-        auto file = std::make_shared<const gguf::File>(gguf::File::open(tmp.string()));
+        writer.write_into(output);
+        output.finish_writing();
+        auto file = std::make_shared<const gguf::File>(gguf::File::open(output.temporary().string()));
         report.bytes = file->file_size();
         if (file->tensors().size() != count)
-            fail("convert: {}: holds {} tensors but {} were written", tmp.string(), file->tensors().size(), count);
+            fail("convert: {}: holds {} tensors but {} were written", out.string(), file->tensors().size(), count);
         double sum_err2 = 0.0, sum_x2 = 0.0;
         for (size_t i = 0; i < count; ++i) {
             TensorReport& r = report.tensors[i];
@@ -198,7 +186,7 @@ ConvertReport convert_hf_folder(const fs::path& hf_dir, const fs::path& out, con
         if (read.arch != plan.config.arch || read.n_layer() != plan.config.n_layer() ||
             read.value_head_order != plan.config.value_head_order || read.layers != plan.config.layers ||
             read.tied_embeddings != plan.config.tied_embeddings)
-            fail("convert: {}: the metadata read back describes a different model than was written", tmp.string());
+            fail("convert: {}: the metadata read back describes a different model than was written", out.string());
         if (options.check_logits) {
             const Model gguf_model(ModelWeights::from_gguf(file, std::move(read)));
             report.logits = compare_logits(hf_model, gguf_model, options.type, report.lossless, options.logit_positions);
@@ -210,13 +198,10 @@ ConvertReport convert_hf_folder(const fs::path& hf_dir, const fs::path& out, con
                      report.lossless ? "lossless" : "lossy", dtype_name(options.type), report.logits.max_abs_logit,
                      report.logits.top1_agree, report.logits.tokens.size(), out.string());
         }
-        std::error_code ec;
-        fs::rename(tmp, out, ec);
-        if (ec) fail("convert: cannot rename {} to {}: {}", tmp.string(), out.string(), ec.message());
-    } catch (...) {
-        std::error_code ec;
-        fs::remove(tmp, ec);
-        throw;
+        output.commit();
+    } catch (const Error& e) {
+        // Checks of the re-read file name the temporary file; the user knows only OUT.
+        throw Error(output.name_target_in(e.what()));
     }
     return report;
 }

@@ -2,15 +2,17 @@
 // before it is handed over.
 //
 //   1. plan (convert_plan.h): GGUF names, shapes, conventions and per-tensor types;
-//   2. write OUT.tmp: metadata (write_model_config_gguf + general.name / file_type /
+//   0. refuse an OUT that is a device, FIFO, socket or folder, or whose folder is missing, before any
+//      work (AtomicFile, core/file_io.h);
+//   2. write a temporary file beside OUT: metadata (write_model_config_gguf + general.name / file_type /
 //      quantization_version + tokenizer.ggml.* when the folder has tokenizer.json), then every
 //      tensor, quantised one at a time by the reference quantisers;
-//   3. re-open OUT.tmp with gguf::File and prove every tensor (convert_check.h): the round trip
+//   3. re-open the temporary file with gguf::File and prove every tensor (convert_check.h): the round trip
 //      within the format's bound, and every block scale against its formula;
-//   4. whole model: the CPU forward pass of the HF folder and of OUT.tmp on a few positions of a
+//   4. whole model: the CPU forward pass of the HF folder and of the temporary file on a few positions of a
 //      fixed prompt; the logits must agree within a tolerance set by type (see LogitsCheck);
-//   5. rename OUT.tmp → OUT only when all of that passed; on any failure OUT.tmp is removed and OUT
-//      is left as it was.
+//   5. rename it over OUT only when all of that passed; on any failure it is removed and OUT is left
+//      as it was. Messages name OUT, never the temporary file.
 #pragma once
 
 #include "core/dtype.h"

@@ -39,7 +39,13 @@ double element_bound(DType type, double x, double y, double d) {
         case DType::BF16: return ax * kHalfUlpBf16 + DBL_MIN;
         case DType::Q8_0: return 0.5 * ad * (1.0 + 4.0 * kHalfUlpF16) + scale_rounding(127) + ax * kFp32Slack;
         case DType::Q2_0:
-        case DType::Q2_0_G64: return 0.5 * ad * (1.0 + 4.0 * kHalfUlpF16) + scale_rounding(1) + ax * kFp32Slack;
+        case DType::Q2_0_G64: {
+            // Codes are the nearest of the levels {−d, 0, d, 2d} to x under the stored d, which need
+            // not be amax (quant.cpp): a value past an end level is off by its distance to that level.
+            double nearest = ax;
+            for (int level = -1; level <= 2; ++level) nearest = std::min(nearest, std::abs(x - level * d));
+            return nearest + 2.0 * ad * kHalfUlpF16 + scale_rounding(2) + ax * kFp32Slack;
+        }
         case DType::Q4_0: return ad * (1.0 + 4.0 * kHalfUlpF16) + scale_rounding(8) + ax * kFp32Slack;
         case DType::Q1_0: return std::max(ax, ad);
         case DType::I32: break;
@@ -50,7 +56,7 @@ double element_bound(DType type, double x, double y, double d) {
 // |stored d − exact| within fp16 rounding of `exact` (half an ulp, relative or subnormal) plus the
 // fp32 arithmetic the quantiser used to get it.
 bool scale_matches(double stored, double exact) {
-    const double bound = std::max(exact * (kHalfUlpF16 + 1.0 / 65536.0), kF16SubnormalHalfUlp);
+    const double bound = std::max(std::abs(exact) * (kHalfUlpF16 + 1.0 / 65536.0), kF16SubnormalHalfUlp);
     return std::abs(stored - exact) <= bound;
 }
 
@@ -125,10 +131,14 @@ int64_t check_block_scales(const std::string& name, DType type, int64_t row_leng
             case DType::Q8_0: expected = amax / 127.0, formula = "amax/127"; break;
             case DType::Q4_0: expected = amax / 8.0, formula = "amax/8"; break;
             case DType::Q2_0:
-            case DType::Q2_0_G64: expected = amax, formula = "amax"; break;
+            case DType::Q2_0_G64:
+                expected = q2_0_block_scale(x, int(block)), formula = "the least-squared-error scale (quant.cpp)";
+                break;
             default: fail("convert: tensor {}: no scale rule for {}", name, dtype_name(type));
         }
-        if (!scale_matches(std::abs(d), expected))
+        // Q2_0's scale is signed (a negative d puts its 2× level below zero); the others store |scale|.
+        const bool is_q2 = type == DType::Q2_0 || type == DType::Q2_0_G64;
+        if (!scale_matches(is_q2 ? d : std::abs(d), expected))
             fail("convert: tensor {}: row {} block at col {}: stored scale {} but {} of the source block is {}", name,
                  row, col, d, formula, expected);
         if (type == DType::Q1_0) {

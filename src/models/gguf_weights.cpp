@@ -5,6 +5,7 @@
 #include "models/weights.h"
 
 #include "core/error.h"
+#include "core/quant.h"
 
 namespace deltabit {
 
@@ -40,6 +41,12 @@ ModelWeights ModelWeights::from_gguf(std::shared_ptr<const gguf::File> file, Mod
     for (const gguf::TensorInfo& t : file->tensors()) total += t.bytes;
     for (const gguf::TensorInfo& t : file->tensors()) {
         const std::string origin = file->path() + ": tensor " + t.name;
+        // A NaN or infinite weight makes every logit downstream NaN: refuse the file, naming the tensor
+        // and element, instead of generating noise with exit code 0.
+        if (const int64_t bad = first_non_finite(t.dtype, t.data, int64_t(t.n_elements())); bad >= 0)
+            fail("{}: element {} is not finite (NaN or infinite{}); the file is damaged or was written from a "
+                 "diverged checkpoint",
+                 origin, bad, dtype_info(t.dtype).quantized ? ", its block's scale" : "");
         std::vector<int64_t> shape = t.shape;
         if (ends_with(t.name, ".ssm_ba.weight")) {
             add_split(weights, t, "ssm_ba.weight", "ssm_beta.weight", "ssm_alpha.weight",

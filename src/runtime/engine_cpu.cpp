@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <mutex>
 #include <utility>
 
@@ -73,7 +74,17 @@ public:
     }
 
     int32_t next_token(EngineSequence& sequence, Sampler& sampler, const TokenHistory& history) override {
-        return sampler.sample(logits_of(own(sequence)), history);
+        const CpuSequence& s = own(sequence);
+        const std::span<const float> logits = logits_of(s);
+        // A forward pass never yields NaN or ±inf from finite weights and inputs unless something
+        // overflowed or the file holds non-finite weights; sampling them would print noise with exit 0.
+        // One pass over the vocabulary, next to a whole forward pass per token.
+        for (size_t id = 0; id < logits.size(); ++id)
+            if (!std::isfinite(logits[id]))
+                fail("engine: the model's logit for token {} at position {} is {}: its weights or activations are "
+                     "not finite (deltabit info MODEL lists the tensors); generation stopped",
+                     id, s.position(), logits[id]);
+        return sampler.sample(logits, history);
     }
 
     std::vector<float> last_logits(const EngineSequence& sequence) const override {

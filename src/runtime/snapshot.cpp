@@ -1,6 +1,7 @@
 #include "runtime/snapshot.h"
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "models/config_summary.h"
 #include "models/sequence_state.h"
 
@@ -57,50 +58,6 @@ uint64_t get_le(const unsigned char* p, int bytes) {
 }
 
 // ---- writing ----
-
-class FileWriter {
-public:
-    explicit FileWriter(std::filesystem::path path) : path_(std::move(path)) {
-        fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (fd_ < 0) fail("snapshot {}: cannot create: {}", path_.string(), std::strerror(errno));
-    }
-    ~FileWriter() {
-        if (fd_ >= 0) ::close(fd_);
-    }
-    FileWriter(const FileWriter&) = delete;
-    FileWriter& operator=(const FileWriter&) = delete;
-
-    void write(const void* data, size_t n) {
-        const char* p = static_cast<const char*>(data);
-        while (n > 0) {
-            const ssize_t k = ::write(fd_, p, n);
-            if (k < 0 && errno == EINTR) continue;
-            if (k <= 0) fail("snapshot {}: write failed: {}", path_.string(), std::strerror(errno));
-            p += k;
-            n -= size_t(k);
-        }
-    }
-    void write(const std::string& s) { write(s.data(), s.size()); }
-    // fsync, then close: the data is on disk before the rename makes it visible.
-    void finish() {
-        if (::fsync(fd_) != 0) fail("snapshot {}: fsync failed: {}", path_.string(), std::strerror(errno));
-        const int fd = fd_;
-        fd_ = -1;
-        if (::close(fd) != 0) fail("snapshot {}: close failed: {}", path_.string(), std::strerror(errno));
-    }
-
-private:
-    std::filesystem::path path_;
-    int fd_ = -1;
-};
-
-void sync_folder(const std::filesystem::path& file) {
-    const std::filesystem::path folder = file.has_parent_path() ? file.parent_path() : ".";
-    const int fd = ::open(folder.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return;  // the rename is done; a folder that cannot be opened only loses durability
-    ::fsync(fd);
-    ::close(fd);
-}
 
 std::string header_json(const Snapshot& s) {
     nlohmann::ordered_json model = nlohmann::ordered_json::object();
@@ -181,9 +138,15 @@ private:
 
 // Streams the file rather than holding it whole: a snapshot of a long context is mostly KV cache, and
 // the chunks are the only copy of it the reader keeps.
+// A folder, FIFO or device is refused before it is opened (a FIFO would block, a folder fail mid-read).
+const std::filesystem::path& readable(const std::filesystem::path& path) {
+    check_readable_file(path, "snapshot");
+    return path;
+}
+
 class FileReader final : public Reader {
 public:
-    explicit FileReader(const std::filesystem::path& path) : Reader(path.string()), in_(path, std::ios::binary) {
+    explicit FileReader(const std::filesystem::path& path) : Reader(readable(path).string()), in_(path, std::ios::binary) {
         if (!in_) fail("snapshot {}: cannot open: {}", path.string(), std::strerror(errno));
         std::error_code ec;
         const uint64_t size = std::filesystem::file_size(path, ec);
@@ -342,35 +305,23 @@ void write_snapshot(const std::filesystem::path& file, const Snapshot& s) {
     head += header;
     put_le(head, xxh3(ledger.data(), ledger.size()), 8);
 
-    std::filesystem::path tmp = file;
-    tmp += ".tmp";
-    try {
-        FileWriter out(tmp);
-        out.write(head);
-        out.write(ledger);
-        auto write_chunk = [&](std::string_view name, const std::vector<std::byte>& bytes) {
-            std::string frame;
-            put_le(frame, name.size(), 4);
-            frame += name;
-            put_le(frame, bytes.size(), 8);
-            put_le(frame, chunk_checksum(name, bytes), 8);
-            out.write(frame);
-            out.write(bytes.data(), bytes.size());
-        };
-        for (const StateChunk& c : s.state.chunks) write_chunk(c.name, c.bytes);
-        for (size_t i = 0; i < s.checkpoints.size(); ++i)
-            for (const StateChunk& c : s.checkpoints[i].state->chunks)
-                write_chunk(checkpoint_chunk_name(i, c.name), c.bytes);
-        out.finish();
-        std::error_code ec;
-        std::filesystem::rename(tmp, file, ec);
-        if (ec) fail("snapshot {}: cannot rename {} over it: {}", file.string(), tmp.string(), ec.message());
-    } catch (...) {
-        std::error_code ignored;
-        std::filesystem::remove(tmp, ignored);
-        throw;
-    }
-    sync_folder(file);
+    AtomicFile out(file, "snapshot");
+    out.write(head);
+    out.write(ledger);
+    auto write_chunk = [&](std::string_view name, const std::vector<std::byte>& bytes) {
+        std::string frame;
+        put_le(frame, name.size(), 4);
+        frame += name;
+        put_le(frame, bytes.size(), 8);
+        put_le(frame, chunk_checksum(name, bytes), 8);
+        out.write(frame);
+        out.write(bytes.data(), bytes.size());
+    };
+    for (const StateChunk& c : s.state.chunks) write_chunk(c.name, c.bytes);
+    for (size_t i = 0; i < s.checkpoints.size(); ++i)
+        for (const StateChunk& c : s.checkpoints[i].state->chunks)
+            write_chunk(checkpoint_chunk_name(i, c.name), c.bytes);
+    out.commit();
 }
 
 namespace {

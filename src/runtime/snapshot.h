@@ -39,8 +39,9 @@
 // build's cache can hold. Every other version 1 or 2 file (f32, f16, or kivi4 of a model that starts
 // with DeltaNet layers) holds the same bytes as version 3 and loads.
 //
-// Writing goes to FILE.tmp, which is fsync'ed and renamed over FILE (then the folder is fsync'ed):
-// a crash leaves the old FILE or the new one, never a mix. Reading verifies every byte of the file
+// Writing goes through AtomicFile (core/file_io.h): a temporary file beside FILE, fsync'ed and renamed
+// over it, so a crash leaves the old FILE or the new one, never a mix; a FILE that is not a regular
+// file (a device, a FIFO, a folder) is refused before anything is written. Reading verifies every byte of the file
 // before returning anything, so a caller that installs the result only after read_snapshot() returns
 // never half-loads.
 #pragma once

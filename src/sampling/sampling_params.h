@@ -9,6 +9,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
 
 namespace deltabit {
 
@@ -34,7 +38,38 @@ struct SamplingParams {
     uint64_t seed = 0;
 };
 
-// Where the default sampling settings come from when the user gives none.
+// Where the default sampling settings come from when the user gives none. The seed stays 0 here (so
+// library callers and tests are deterministic); the commands and the server draw a random one with
+// random_seed() unless the user gives one, and report it so the run can be repeated.
 inline SamplingParams default_sampling_params() { return SamplingParams{}; }
+
+// A fresh seed from the system's entropy source, below 2^32 so it is short to type back (any value
+// 0 .. 2^64 − 1 is accepted as a seed).
+uint64_t random_seed();
+
+// The valid range of every setting, in one place for the command-line flags and the server's JSON
+// fields. Each field has its snake_case name (as in SamplingParams and docs/sampling.md).
+struct SamplingField {
+    std::string_view name;   // "top_p"
+    std::string_view range;  // "in (0, 1]; 1 = off", for messages and --help
+    bool integer;            // whole numbers only
+};
+std::span<const SamplingField> sampling_fields();
+
+// nullopt when `value` is valid for `field`, else the range it must lie in (SamplingField::range).
+// NaN and infinities are outside every range. Unknown names are a programming error (Error).
+std::optional<std::string_view> sampling_range_error(std::string_view field, double value);
+
+// The first field of `params` outside its range: {name, value as given} — for a request parser that
+// filled the struct first.
+struct SamplingRangeViolation {
+    std::string_view field;
+    double value;
+    std::string_view range;
+};
+std::optional<SamplingRangeViolation> check_sampling_params(const SamplingParams& params);
+
+// A seed given as text: a whole decimal number in 0 .. 2^64 − 1, else nullopt.
+std::optional<uint64_t> parse_seed(std::string_view text);
 
 }  // namespace deltabit

@@ -409,6 +409,25 @@ TEST(Convert, LossyQuantisedTypesReportErrorWithinTheirBounds) {
     }
 }
 
+// More bits must give less error, on real (float) weights: Q2_0's reference quantiser (d = amax, never
+// the +2 level) lost to Q1_0 on this fixture (rms rel 0.733 vs 0.582); the least-squared-error scale
+// (core/quant.cpp) must beat it. The figures printed here are the table in docs/convert.md.
+TEST(Convert, MoreBitsGiveLessErrorOnFloatWeights) {
+    std::vector<std::pair<DType, double>> errors;
+    for (DType type : {DType::Q8_0, DType::Q4_0, DType::Q2_0, DType::Q1_0}) {
+        const Converted result = convert("qwen3_5_float", type);
+        std::printf("[ convert ] qwen3_5_float %-5s rms rel %.3f max|err| %.3g, max|dlogit| %.3g, top-1 %lld/%zu\n",
+                    std::string(dtype_name(type)).c_str(), result.report.rms_rel, result.report.max_abs,
+                    result.report.logits.max_abs_diff, (long long)result.report.logits.top1_agree,
+                    result.report.logits.tokens.size());
+        errors.push_back({type, result.report.rms_rel});
+        fs::remove(result.path);
+    }
+    for (size_t i = 1; i < errors.size(); ++i)
+        EXPECT_LT(errors[i - 1].second, errors[i].second)
+            << dtype_name(errors[i - 1].first) << " vs " << dtype_name(errors[i].first);
+}
+
 // ---- the command line ----
 
 TEST(Convert, CommandLineJsonAndRefusal) {

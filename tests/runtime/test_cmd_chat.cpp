@@ -8,6 +8,7 @@
 #include "cli_command.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -227,14 +228,14 @@ TEST_F(CmdChat, DamagedFilesAreRefusedAndTheChatContinuesIntact) {
 
     const ChatOutput c = chat({"hello", "/stats", "/load " + truncated, "/load " + edited, "/load " + flipped,
                                "/load " + foreign, "/load " + (dir_ / "missing.chat").string(), "/stats", "how are you"});
-    ASSERT_EQ(c.exit_code, 0) << c.output;
+    ASSERT_EQ(c.exit_code, 1) << c.output;  // a scripted chat with failed lines says so in its exit code
+    EXPECT_EQ(count_lines_with(c.lines, "5 lines of the script failed"), 1u) << c.output;
     EXPECT_EQ(count_lines_with(c.lines, "chat: error: load: "), 5u) << c.output;
     EXPECT_EQ(count_lines_with(c.lines, "truncated"), 1u) << c.output;
     EXPECT_EQ(count_lines_with(c.lines, "conversation's checksum"), 1u) << c.output;
     EXPECT_EQ(count_lines_with(c.lines, "is refused: "), 1u) << c.output;  // by the session's own checks
     EXPECT_EQ(count_lines_with(c.lines, "not a deltabit chat file"), 1u) << c.output;
-    EXPECT_EQ(count_lines_with(c.lines, "cannot open for reading (no such file); /save FILE writes one"), 1u)
-        << c.output;
+    EXPECT_EQ(count_lines_with(c.lines, "missing.chat: no such file; /save FILE writes one"), 1u) << c.output;
 
     // Nothing changed: same position, and the next turn is the uninterrupted chat's.
     ASSERT_EQ(c.stats.size(), 2u) << c.output;
@@ -341,7 +342,7 @@ TEST_F(CmdChat, PlainOutputIsATranscript) {
 
 TEST_F(CmdChat, UnknownCommandsAndLeadingSlashes) {
     const ChatOutput c = chat({"/frobnicate", "//slash", "/stats"});
-    ASSERT_EQ(c.exit_code, 0) << c.output;
+    ASSERT_EQ(c.exit_code, 1) << c.output;  // the unknown command failed
     EXPECT_EQ(count_lines_with(c.lines, "unknown command /frobnicate"), 1u) << c.output;
     ASSERT_EQ(c.replies.size(), 1u) << c.output;
     EXPECT_EQ(c.replies[0].at("prompt_tokens"), rendered_tokens({{"user", "/slash"}}));  // one slash sent
@@ -354,6 +355,105 @@ TEST_F(CmdChat, BackslashContinuesAMessage) {
     ASSERT_EQ(c.exit_code, 0) << c.output;
     ASSERT_EQ(c.replies.size(), 1u) << c.output;
     EXPECT_EQ(c.replies[0].at("prompt_tokens"), rendered_tokens({{"user", "ab\ncd"}}));
+}
+
+// Every path a user can type after /save or /load that is not a regular file gets a one-line refusal
+// naming it, nothing is replaced, and the chat goes on; the scripted chat then exits 1.
+TEST_F(CmdChat, SaveAndLoadRefuseWhatIsNotARegularFile) {
+    const fs::path folder = dir_ / "a_folder";
+    const fs::path fifo = dir_ / "a_fifo";
+    fs::create_directories(folder);
+    fs::remove(fifo);
+    ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+    const fs::path device = "/dev/null";  // refused before anything touches it
+    const fs::path saved = dir_ / "after.chat";
+    fs::remove(saved);
+
+    const ChatOutput c = chat({"hello", "/load " + folder.string(), "/load " + fifo.string(), "/load " + device.string(),
+                               "/save " + folder.string(), "/save " + fifo.string(), "/save " + device.string(),
+                               "/save " + (dir_ / "no_such_folder" / "x.chat").string(), "/stats", "how are you",
+                               "/save " + saved.string()});
+    EXPECT_EQ(c.exit_code, 1) << c.output;
+    EXPECT_EQ(count_lines_with(c.lines, "7 lines of the script failed"), 1u) << c.output;
+    EXPECT_EQ(count_lines_with(c.lines, "internal error"), 0u) << c.output;
+    EXPECT_EQ(count_lines_with(c.lines, "chat: error: load: " + folder.string() + " is a folder, not a regular file"), 1u)
+        << c.output;
+    EXPECT_EQ(count_lines_with(c.lines, "chat: error: load: " + fifo.string() + " is a FIFO"), 1u) << c.output;
+    EXPECT_EQ(count_lines_with(c.lines, "chat: error: load: /dev/null is a character device"), 1u) << c.output;
+    EXPECT_EQ(count_lines_with(c.lines, "chat: error: save: " + folder.string() + " is a folder"), 1u) << c.output;
+    EXPECT_EQ(count_lines_with(c.lines, "chat: error: save: " + fifo.string() + " is a FIFO"), 1u) << c.output;
+    EXPECT_EQ(count_lines_with(c.lines, "chat: error: save: /dev/null is a character device"), 1u) << c.output;
+    EXPECT_EQ(count_lines_with(c.lines, "no_such_folder does not exist"), 1u) << c.output;
+    EXPECT_EQ(count_lines_with(c.lines, ".tmp"), 0u) << c.output;  // messages name the user's path only
+
+    // Nothing was replaced, nothing was left behind, and the chat went on to its end.
+    EXPECT_TRUE(fs::is_directory(folder));
+    EXPECT_TRUE(fs::is_empty(folder));
+    EXPECT_TRUE(fs::is_fifo(fifo));
+    EXPECT_TRUE(fs::is_character_file(device));
+    ASSERT_EQ(c.replies.size(), 2u) << c.output;
+    EXPECT_TRUE(fs::is_regular_file(saved)) << c.output;
+    for (const fs::directory_entry& e : fs::directory_iterator(dir_))
+        EXPECT_EQ(e.path().string().find(".deltabit-"), std::string::npos) << "left behind: " << e.path();
+}
+
+TEST_F(CmdChat, SaveThroughASymbolicLinkReplacesItsTargetAndKeepsTheLink) {
+    const fs::path target = dir_ / "target.chat", link = dir_ / "link.chat";
+    fs::remove(link);
+    std::ofstream(target) << "old";
+    fs::create_symlink(target, link);
+    const ChatOutput c = chat({"hello", "/save " + link.string()});
+    ASSERT_EQ(c.exit_code, 0) << c.output;
+    EXPECT_TRUE(fs::is_symlink(link));
+    std::ifstream in(target);
+    std::string first;
+    std::getline(in, first);
+    EXPECT_EQ(first, "deltabit-chat 1");
+}
+
+TEST_F(CmdChat, ConvertRefusesAnOutputThatIsNotARegularFile) {
+    const fs::path fifo = dir_ / "out_fifo";
+    fs::remove(fifo);
+    ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+    const std::string hf = (dir_ / "hf").string();
+    for (const std::string& out : {std::string("/dev/null"), fifo.string(), dir_.string()}) {
+        const CommandResult r = test::run_deltabit("convert -m " + hf + " -o " + out + " --type q1_0 --quiet");
+        EXPECT_EQ(r.exit_code, 1) << r.output;
+        EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+        EXPECT_TRUE(r.output.starts_with("deltabit: error: convert: " + out + " is a ")) << r.output;
+        EXPECT_EQ(r.output.find(".tmp"), std::string::npos) << r.output;
+    }
+    EXPECT_TRUE(fs::is_character_file("/dev/null"));
+    EXPECT_TRUE(fs::is_fifo(fifo));
+}
+
+// A scripted chat whose replies cannot be written (stdout on a full device) exits 1, saying so.
+TEST_F(CmdChat, StdoutThatCannotBeWrittenExitsOne) {
+    const fs::path input = dir_ / "full.txt";
+    std::ofstream(input) << "hello\n";
+    const std::string command = std::string(DELTABIT_BINARY) + " chat -m " + model_ +
+                                " --backend cpu --temperature 0 --quiet --max-tokens 4 < " + input.string() +
+                                " 2>&1 >/dev/full";
+    FILE* pipe = popen(command.c_str(), "r");
+    ASSERT_NE(pipe, nullptr);
+    std::string output;
+    char buffer[512];
+    for (size_t n; (n = fread(buffer, 1, sizeof buffer, pipe)) > 0;) output.append(buffer, n);
+    const int status = pclose(pipe);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 1) << output;
+    EXPECT_NE(output.find("deltabit: error: cannot write to standard output: No space left on device"),
+              std::string::npos)
+        << output;
+}
+
+TEST_F(CmdChat, InvalidUtf8GetsAOneLineWarning) {
+    const ChatOutput c = chat({"caf\xe9 au lait"});
+    ASSERT_EQ(c.exit_code, 0) << c.output;
+    EXPECT_EQ(count_lines_with(c.lines, "chat: warning: the message is not valid UTF-8 (first bad byte at offset 3)"),
+              1u)
+        << c.output;
+    ASSERT_EQ(c.replies.size(), 1u) << c.output;
 }
 
 TEST_F(CmdChat, RefusesWithoutAModelOrAnEndToReplies) {
