@@ -334,8 +334,7 @@ private:
 
 GpuProbe probe_gpu() {
     if (cuda::device_count() == 0)
-        fail("bench: no CUDA GPU is visible (cudaGetDeviceCount found none); `deltabit bench` measures a GPU "
-             "and there is no CPU bench");
+        fail("bench: no CUDA GPU is visible (cudaGetDeviceCount found none); give --backend cpu to measure the CPU");
     progress("measuring the device-to-device copy bandwidth");
     GpuProbe probe;
     cudaDeviceProp prop{};

@@ -1,14 +1,17 @@
 // `deltabit bench`: prefill, first-token and decode speed on the GPU, read against the card's measured
-// copy bandwidth and tensor-core peak, appended to bench/history.tsv (docs/bench.md).
+// copy bandwidth and tensor-core peak — or with --backend cpu, prompt and decode speed of the CPU engine read
+// against the machine's copy bandwidth (cli/bench_cpu.h) — appended to bench/history.tsv (docs/bench.md).
 //
-//   deltabit bench (-m MODEL | --geometry NAME) [--type q1_0] [--json] [--depths 0,4096,32768]
+//   deltabit bench (-m MODEL | --geometry NAME) [--backend cuda|cpu] [--threads N] [--type q1_0] [--json]
+//                  [--depths 0,4096,32768]
 //                  [--prompts 512,4096] [--first-tokens 2,16,64] [--kv f32|f16] [--fill auto|prefill|synthetic]
 //                  [--prompt-budget S] [--fill-budget S] [--max-seconds S]
 //                  [--no-history | --history FILE] [--commit HASH] [--seed N]
 //
 // --geometry builds a random-bit model of a real shape in memory (models/synthetic_model.h), so the
-// flagship shapes are measured without downloading them. Without a usable GPU the command says so and
-// exits non-zero: there is no CPU bench. Progress goes to stderr; the table (or JSON) to stdout.
+// flagship shapes are measured without downloading them. Without a usable GPU a CUDA bench says so and
+// exits non-zero. Progress goes to stderr; the table (or JSON) to stdout.
+#include "cli/bench_cpu.h"
 #include "cli/bench_gpu.h"
 #include "cli/bench_report.h"
 #include "cli/commands.h"
@@ -16,6 +19,8 @@
 #include "models/inference_cost.h"
 #include "models/model.h"
 #include "models/synthetic_model.h"
+#include "ops/matmul_cpu_fast.h"
+#include "runtime/engine.h"
 
 #if DELTABIT_HAVE_CUDA
 #include "models/model_cuda.h"
@@ -29,6 +34,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,12 +46,16 @@ namespace {
 struct BenchArgs {
     std::string model;
     std::string geometry;
+    std::string backend = "cuda";
+    int threads = 0;  // CPU bench: 0 = all hardware threads
     std::string type = "q1_0";
     bool json = false;
-    // Each as given: one comma-separated list or several values (`--depths 0 32768`), joined before parsing.
-    std::vector<std::string> depths{"0,4096,32768"};
-    std::vector<std::string> prompts{"512,4096"};
-    std::vector<std::string> first_tokens{"2,16,64"};
+    // Each as given: one comma-separated list or several values (`--depths 0 32768`), joined before parsing;
+    // empty: the backend's default (kGpuDefaults or kCpuDefaults).
+    std::vector<std::string> depths;
+    std::vector<std::string> prompts;
+    std::vector<std::string> first_tokens;
+    std::optional<int64_t> decode_tokens;
     std::string kv = "f32";
     std::string fill = "auto";
     bool no_history = false;
@@ -55,11 +65,23 @@ struct BenchArgs {
     double prompt_budget = 60.0, fill_budget = 45.0, max_seconds = 240.0;
 };
 
+// The lists a bench runs when not given. The CPU's fit in about a minute on a 2-core machine with
+// qwen35-0.8b: a CPU reads a prompt at tens to hundreds of tokens a second, not tens of thousands.
+struct PlanDefaults {
+    const char* depths;
+    const char* prompts;
+    const char* first_tokens;
+    int64_t decode_tokens;
+};
+constexpr PlanDefaults kGpuDefaults{"0,4096,32768", "512,4096", "2,16,64", 128};
+constexpr PlanDefaults kCpuDefaults{"0", "64", "", 32};
+
 // {"0,4096", "32768"} → {0, 4096, 32768}; every value ≥ `minimum`.
 std::vector<int64_t> parse_counts(const std::vector<std::string>& given, const char* option, int64_t minimum) {
     std::string text;
     for (const std::string& g : given) text += (text.empty() ? "" : ",") + g;
     std::vector<int64_t> values;
+    if (text.empty()) return values;
     size_t start = 0;
     while (start <= text.size()) {
         const size_t comma = std::min(text.find(',', start), text.size());
@@ -87,10 +109,22 @@ BenchPlan plan_from(const BenchArgs& args) {
         fail("bench: give exactly one of -m MODEL or --geometry NAME (geometries: bonsai-27b, bonsai-8b, "
              "bonsai-4b, qwen35-0.8b, tiny-qwen35, tiny-qwen3)");
     if (!args.geometry.empty()) find_geometry(args.geometry);
+    if (args.backend != "cuda" && args.backend != "cpu")
+        fail("bench: --backend {:?}: expected cuda or cpu", args.backend);
+    if (args.threads < 0) fail("bench: --threads {}: expected 0 (all hardware threads) or more", args.threads);
+    const bool cpu = args.backend == "cpu";
+    const PlanDefaults& defaults = cpu ? kCpuDefaults : kGpuDefaults;
+    const auto or_default = [](const std::vector<std::string>& given, const char* fallback) {
+        return given.empty() ? std::vector<std::string>{fallback} : given;
+    };
     BenchPlan plan;
-    plan.depths = parse_counts(args.depths, "--depths", 0);
-    plan.prompt_lengths = parse_counts(args.prompts, "--prompts", 2);
-    plan.first_token_lengths = parse_counts(args.first_tokens, "--first-tokens", 1);
+    plan.depths = parse_counts(or_default(args.depths, defaults.depths), "--depths", 0);
+    plan.prompt_lengths = parse_counts(or_default(args.prompts, defaults.prompts), "--prompts", 2);
+    plan.first_token_lengths = parse_counts(or_default(args.first_tokens, defaults.first_tokens), "--first-tokens", 1);
+    if (cpu && !plan.first_token_lengths.empty())
+        fail("bench: --first-tokens: the CPU bench has no time-to-first-token test (a CPU prompt test is its prefill)");
+    plan.decode_tokens = args.decode_tokens.value_or(defaults.decode_tokens);
+    if (plan.decode_tokens < 1) fail("bench: --decode-tokens {}: expected 1 or more", plan.decode_tokens);
     const std::optional<KvFormat> kv = parse_kv_format(args.kv);
     if (!kv) fail("bench: --kv {:?}: expected f32, f16 or kivi4", args.kv);
     plan.kv = *kv;
@@ -105,8 +139,6 @@ BenchPlan plan_from(const BenchArgs& args) {
     plan.max_seconds = args.max_seconds;
     return plan;
 }
-
-#if DELTABIT_HAVE_CUDA
 
 void progress(const std::string& line) {
     std::fputs(("bench: " + line + "\n").c_str(), stderr);
@@ -183,8 +215,49 @@ std::unique_ptr<Model> build_model(const BenchArgs& args, BenchReport& report) {
     return model;
 }
 
-void run_bench(const BenchArgs& args) {
-    const BenchPlan plan = plan_from(args);
+void finish(const BenchArgs& args, BenchReport& report) {
+    relate_decode_depths(report.measurements);
+    if (args.json)
+        fmt::print("{}\n", report_to_json(report).dump(2));
+    else
+        print_report(report);
+    if (!args.no_history) {
+        append_history(args.history, report);
+        progress(fmt::format("appended {} rows to {}", report.measurements.size(), args.history));
+    }
+}
+
+void run_cpu_bench_command(const BenchArgs& args, const BenchPlan& plan) {
+    const CpuProbe cpu = probe_cpu(args.threads);
+    progress(fmt::format("  {}: copy {:.1f} GB/s", cpu.summary, cpu.copy_gb_s));
+
+    BenchReport report;
+    report.date = utc_date();
+    report.commit = args.commit.empty() ? source_commit() : args.commit;
+    report.gpu = fmt::format("cpu {} x{}", cpu.name, cpu.threads);
+    report.device_summary = cpu.summary;
+    report.copy_gb_s = cpu.copy_gb_s;
+    report.kv_format = std::string(kv_format_name(plan.kv));
+    report.environment = deltabit_switches(environ);
+
+    std::shared_ptr<const Model> model = build_model(args, report);
+    const InferenceCost cost(model->weights(), plan.kv);
+    report.parameters = cost.parameters();
+    report.stored_bytes = cost.stored_weight_bytes();
+    const std::unique_ptr<Engine> engine = make_cpu_engine(model);
+    engine->set_cpu_threads(cpu.threads);
+    const cpu_fast::Counters before = cpu_fast::counters();
+    report.measurements = run_cpu_bench(*engine, cost, plan, cpu, report.notes);
+    const cpu_fast::Counters after = cpu_fast::counters();
+    // Habit 16: the products the measured steps ran, by path, so a reference run cannot pass for a fast one.
+    report.decode_path = fmt::format("{}; fast-path products: {} int8, {} f32", engine->description(),
+                                     after.int8 - before.int8, after.f32 - before.f32);
+    finish(args, report);
+}
+
+#if DELTABIT_HAVE_CUDA
+
+void run_gpu_bench_command(const BenchArgs& args, const BenchPlan& plan) {
     const GpuProbe gpu = probe_gpu();
     progress(fmt::format("  {}: {:.0f} GB/s", gpu.summary, gpu.copy_gb_s));
 
@@ -213,46 +286,52 @@ void run_bench(const BenchArgs& args) {
     progress(fmt::format("  {:.1f} s", report.upload_seconds));
 
     report.measurements = run_gpu_bench(cuda_model, cost, plan, gpu, report.notes, report.decode_path);
-    relate_decode_depths(report.measurements);
-    if (args.json)
-        fmt::print("{}\n", report_to_json(report).dump(2));
-    else
-        print_report(report);
-    if (!args.no_history) {
-        append_history(args.history, report);
-        progress(fmt::format("appended {} rows to {}", report.measurements.size(), args.history));
-    }
-}
-
-#else
-
-void run_bench(const BenchArgs& args) {
-    plan_from(args);
-    fail("bench: this build has no CUDA backend; `deltabit bench` measures a GPU and there is no CPU bench "
-         "(rebuild with nvcc present and -DDELTABIT_CUDA=ON)");
+    finish(args, report);
 }
 
 #endif
+
+void run_bench(const BenchArgs& args) {
+    const BenchPlan plan = plan_from(args);
+    if (args.backend == "cpu") return run_cpu_bench_command(args, plan);
+#if DELTABIT_HAVE_CUDA
+    run_gpu_bench_command(args, plan);
+#else
+    fail("bench: this build has no CUDA backend; give --backend cpu to measure the CPU, or rebuild with nvcc "
+         "present and -DDELTABIT_CUDA=ON");
+#endif
+}
 
 }  // namespace
 
 void add_bench_command(CLI::App& app) {
     auto args = std::make_shared<BenchArgs>();
-    CLI::App* cmd = app.add_subcommand("bench", "Measure prefill, first-token and decode speed on the GPU");
+    CLI::App* cmd = app.add_subcommand("bench", "Measure prefill, first-token and decode speed on the GPU (or the CPU: --backend cpu)");
     cmd->add_option("-m,--model", args->model, "GGUF file or Hugging Face folder");
     cmd->add_option("--geometry", args->geometry,
                     "Random-bit model of a real shape: bonsai-27b, bonsai-8b, bonsai-4b, qwen35-0.8b "
                     "(tiny-qwen35, tiny-qwen3 for smoke tests)");
+    cmd->add_option("--backend", args->backend, "What to measure: cuda (the GPU) or cpu (the CPU engine)")
+        ->check(CLI::IsMember({"cuda", "cpu"}))
+        ->capture_default_str();
+    cmd->add_option("--threads", args->threads, "CPU bench: threads of the CPU engine (0: all hardware threads)")
+        ->capture_default_str();
     cmd->add_option("--type", args->type, "Matrix type of a --geometry model: q1_0, q2_0, q4_0, q8_0")
         ->default_str("q1_0");
     cmd->add_flag("--json", args->json, "Print one JSON object instead of the table");
-    cmd->add_option("--depths", args->depths, "Context depths of the decode tests (0,4096 or 0 4096)")
-        ->default_str("0,4096,32768");
-    cmd->add_option("--prompts", args->prompts, "Prompt lengths of the prefill tests (512,4096 or 512 4096)")
-        ->default_str("512,4096");
+    cmd->add_option("--depths", args->depths,
+                    fmt::format("Context depths of the decode tests (0,4096 or 0 4096; default {} on cuda, {} on cpu)",
+                                kGpuDefaults.depths, kCpuDefaults.depths));
+    cmd->add_option("--prompts", args->prompts,
+                    fmt::format("Prompt lengths of the prefill tests (512,4096 or 512 4096; default {} on cuda, {} on cpu)",
+                                kGpuDefaults.prompts, kCpuDefaults.prompts));
     cmd->add_option("--first-tokens", args->first_tokens,
-                    "Prompt lengths of the time-to-first-token tests (2,16,64 or 2 16 64)")
-        ->default_str("2,16,64");
+                    fmt::format("Prompt lengths of the time-to-first-token tests (2,16,64 or 2 16 64; default {} on "
+                                "cuda, none on cpu)",
+                                kGpuDefaults.first_tokens));
+    cmd->add_option("--decode-tokens", args->decode_tokens,
+                    fmt::format("Greedy steps a decode test times (default {} on cuda, {} on cpu)",
+                                kGpuDefaults.decode_tokens, kCpuDefaults.decode_tokens));
     cmd->add_option("--kv", args->kv, "KV cache format: f32, f16 or kivi4")->default_str("f32");
     cmd->add_option("--fill", args->fill,
                     "How a decode test reaches its depth: prefill, synthetic (random KV, no model run), or auto "
@@ -273,7 +352,8 @@ void add_bench_command(CLI::App& app) {
     cmd->footer("Kernel switches are read from the environment, e.g. DELTABIT_GEMM_F16=0 (the int8 prompt GEMM\n"
                 "instead of the one on f16 activations), DELTABIT_GEMM_WS=0, DELTABIT_SEAM_FOLD=0 — most 0 or 1, a few\n"
                 "a number (DELTABIT_GEMV_LOADS_IN_FLIGHT=16, 8 or 4), all described in docs/bench.md. A history row\n"
-                "measured with any DELTABIT_* variable set names it in its note.");
+                "measured with any DELTABIT_* variable set names it in its note. On the CPU,\n"
+                "DELTABIT_CPU_REFERENCE=1 measures the naive reference products instead of the fast path.");
     cmd->callback([args] { run_bench(*args); });
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "core/tensor.h"
+#include "core/thread_pool.h"
 #include "models/model_config.h"
 #include "models/sequence_state.h"
 
@@ -25,19 +26,27 @@ using ActivationObserver = std::function<void(std::string_view name, const float
 // and its int8 prompt GEMM do; int8_and_f16_prompts the same except for Q1_0 products of at least
 // cpu::kPromptGemmMinTokens tokens, which its prompt GEMM on Hopper computes on f16 activations
 // (cpu::matmul_f16_activations; ops/prefill_cuda.h gemm_q1_0_half).
-enum class MatmulNumerics { f32, int8_activations, int8_and_f16_prompts };
+// int8_weight_blocks is the CPU fast path's own rounding (ops/matmul_cpu_fast.h): quantised weights' products
+// on activations rounded to int8 per group of the weight's block size.
+enum class MatmulNumerics { f32, int8_activations, int8_and_f16_prompts, int8_weight_blocks };
 
-void matmul_with(MatmulNumerics numerics, const float* x, const WeightView& w, int64_t n_tokens, float* y);
+// With a pool, f32 and int8_weight_blocks run on the CPU fast path (cpu_fast::matmul on the pool's threads);
+// without one, on the naive reference (int8_weight_blocks: cpu::matmul_int8_activations with the weight's
+// block as group). int8_activations and int8_and_f16_prompts mirror the CUDA engine and always run the
+// reference.
+void matmul_with(MatmulNumerics numerics, const float* x, const WeightView& w, int64_t n_tokens, float* y,
+                 ThreadPool* pool = nullptr);
 
 struct BlockContext {
     const ModelConfig& config;
     int64_t layer = 0;
     const ActivationObserver* observer = nullptr;  // may be null
     MatmulNumerics numerics = MatmulNumerics::f32;
+    ThreadPool* pool = nullptr;  // the CPU fast path's threads; null: the reference
 
     void observe(std::string_view what, const float* data, int64_t n) const;
     void matmul(const float* x, const WeightView& w, int64_t n_tokens, float* y) const {
-        matmul_with(numerics, x, w, n_tokens, y);
+        matmul_with(numerics, x, w, n_tokens, y, pool);
     }
 };
 

@@ -1,5 +1,6 @@
 #include "models/model.h"
 
+#include "core/env_switch.h"
 #include "core/error.h"
 #include "formats/gguf.h"
 #include "formats/safetensors.h"
@@ -50,8 +51,22 @@ Model::Model(ModelWeights weights) : weights_(std::move(weights)) {
     parts_ = architecture_of(weights_.config().arch).bind(weights_);
 }
 
+bool cpu_reference_switch() { return env_switch("DELTABIT_CPU_REFERENCE", false); }
+
+ThreadPool& shared_cpu_pool() {
+    static ThreadPool pool;
+    return pool;
+}
+
 std::vector<float> Model::forward(SequenceState& state, std::span<const int32_t> ids,
                                   const ActivationObserver* observer) const {
+    return forward(state, ids, observer, {numerics_, cpu_reference_switch() ? nullptr : &shared_cpu_pool(), true});
+}
+
+std::vector<float> Model::forward(SequenceState& state, std::span<const int32_t> ids, const ActivationObserver* observer,
+                                  const ForwardOptions& options) const {
+    const MatmulNumerics numerics = options.numerics;
+    ThreadPool* const pool = options.pool;
     const ModelConfig& c = config();
     const int64_t T = int64_t(ids.size()), D = c.n_embd;
     if (state.n_layer() != c.n_layer())
@@ -63,7 +78,7 @@ std::vector<float> Model::forward(SequenceState& state, std::span<const int32_t>
     const int64_t n_past = state.position();
     for (int64_t l = 0; l < c.n_layer(); ++l) {
         const LayerWeights& L = parts_.layers[size_t(l)];
-        const BlockContext ctx{c, l, observer, numerics_};
+        const BlockContext ctx{c, l, observer, numerics, pool};
         cpu::rms_norm(x.data(), L.attn_norm, T, D, c.rms_eps, cpu::NormWeight::plain, h.data());
         if (L.kind == LayerKind::linear_attention)
             gated_deltanet_block(ctx, L.deltanet, h.data(), T, state.layer(l), m.data());
@@ -80,8 +95,9 @@ std::vector<float> Model::forward(SequenceState& state, std::span<const int32_t>
         ctx.observe("out", x.data(), T * D);
     }
     cpu::rms_norm(x.data(), parts_.output_norm, T, D, c.rms_eps, cpu::NormWeight::plain, h.data());
-    std::vector<float> logits(size_t(T * c.n_vocab));
-    matmul_with(numerics_, h.data(), parts_.output, T, logits.data());
+    const int64_t rows = options.all_logits ? T : 1;
+    std::vector<float> logits(size_t(rows * c.n_vocab));
+    matmul_with(numerics, h.data() + (T - rows) * D, parts_.output, rows, logits.data(), pool);
     state.advance(T);
     return logits;
 }

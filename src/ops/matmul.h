@@ -24,6 +24,9 @@ void matmul(const float* x, const WeightView& w, int64_t n_tokens, float* y);
 // since the GPU computes those in fp32.
 inline constexpr int64_t kInt8ActivationGroup = 128;
 void matmul_int8_activations(const float* x, const WeightView& w, int64_t n_tokens, float* y);
+// The same rounding per group of `group` values (K a multiple of it): with the weight's block size it is the
+// reference of the CPU fast path's int8 mode (ops/matmul_cpu_fast.h).
+void matmul_int8_activations(const float* x, const WeightView& w, int64_t n_tokens, float* y, int64_t group);
 
 // The reference of the CUDA Q1_0 prompt GEMM on f16 activations (ops/prefill_cuda.h gemm_q1_0_half): each
 // token's row scaled by its power of two (ops/f16_activations.h), rounded to f16 (nearest even) and scaled

@@ -20,6 +20,10 @@ void matmul(const float* x, const WeightView& w, int64_t n_tokens, float* y) {
 }
 
 void matmul_int8_activations(const float* x, const WeightView& w, int64_t n_tokens, float* y) {
+    matmul_int8_activations(x, w, n_tokens, y, kInt8ActivationGroup);
+}
+
+void matmul_int8_activations(const float* x, const WeightView& w, int64_t n_tokens, float* y, int64_t group) {
     if (!is_quantized(w.dtype)) {
         matmul(x, w, n_tokens, y);
         return;
@@ -27,8 +31,8 @@ void matmul_int8_activations(const float* x, const WeightView& w, int64_t n_toke
     std::vector<float> rounded(size_t(w.cols));
     for (int64_t t = 0; t < n_tokens; ++t) {
         const float* xt = x + t * w.cols;
-        for (int64_t begin = 0; begin < w.cols; begin += kInt8ActivationGroup) {
-            const int64_t end = std::min(w.cols, begin + kInt8ActivationGroup);
+        for (int64_t begin = 0; begin < w.cols; begin += group) {
+            const int64_t end = std::min(w.cols, begin + group);
             float amax = 0.0f;
             for (int64_t i = begin; i < end; ++i) amax = std::max(amax, std::fabs(xt[i]));
             const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;

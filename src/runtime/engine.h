@@ -94,6 +94,10 @@ public:
     virtual std::vector<float> forward_all(EngineSequence& sequence, std::span<const int32_t> ids) = 0;
 
     virtual EngineCounters counters() const { return {}; }
+
+    // Threads of the CPU engine's products (threads ≤ 0: all cores, hardware_threads()); the CUDA engine ignores
+    // it. Call between forwards, not during one.
+    virtual void set_cpu_threads(int threads) {}
 };
 
 // A CPU engine over a model that must outlive it (tests, and callers that already hold a Model).

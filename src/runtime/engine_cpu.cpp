@@ -1,10 +1,15 @@
-// The CPU engine: the reference forward pass (models/model.h) and the CPU sampler chain.
+// The CPU engine: the forward pass of models/model.h with its products on the CPU fast path
+// (ops/matmul_cpu_fast.h: quantised weights on int8 activations rounded per weight block, MatmulNumerics::
+// int8_weight_blocks; plain-float weights in fp32) over the engine's own threads, and the CPU sampler chain.
+// DELTABIT_CPU_REFERENCE=1 at construction makes it the naive f32 reference, one thread, as it was before the
+// fast path existed.
 #include "runtime/engine.h"
 
 #include "core/error.h"
 #include "models/model.h"
 #include "models/model_fingerprint.h"
 #include "models/sequence_state.h"
+#include "ops/matmul_cpu_fast.h"
 #include "runtime/engine_checks.h"
 
 #include <fmt/format.h>
@@ -49,11 +54,23 @@ public:
 
 class CpuEngine final : public Engine {
 public:
-    explicit CpuEngine(std::shared_ptr<const Model> model) : model_(std::move(model)) {}
+    explicit CpuEngine(std::shared_ptr<const Model> model)
+        : model_(std::move(model)), reference_(cpu_reference_switch()) {
+        if (!reference_) pool_ = std::make_unique<ThreadPool>();
+    }
 
     const ModelConfig& config() const override { return model_->config(); }
     std::string_view backend_name() const override { return "cpu"; }
-    std::string description() const override { return "cpu (reference)"; }
+    std::string description() const override {
+        if (reference_) return "cpu (reference: naive f32 products, 1 thread; DELTABIT_CPU_REFERENCE=1)";
+        return fmt::format("cpu ({}, {} threads; quantised weights on int8 activations)",
+                           cpu_fast::isa_name(cpu_fast::best_isa()), pool_->threads());
+    }
+    void set_cpu_threads(int threads) override {
+        if (reference_) return;
+        const int wanted = threads <= 0 ? hardware_threads() : threads;
+        if (wanted != pool_->threads()) pool_ = std::make_unique<ThreadPool>(wanted);
+    }
     std::string fingerprint() const override {
         // Hashing every weight byte is a pass over the whole model: done once, and only when asked
         // (snapshots), never at load.
@@ -68,9 +85,7 @@ public:
 
     void forward(EngineSequence& sequence, std::span<const int32_t> ids) override {
         CpuSequence& s = own(sequence);
-        std::vector<float> logits = run(s, ids);
-        const size_t n_vocab = size_t(config().n_vocab);
-        s.last_logits_.assign(logits.end() - std::ptrdiff_t(n_vocab), logits.end());
+        s.last_logits_ = run(s, ids, false);
     }
 
     int32_t next_token(EngineSequence& sequence, Sampler& sampler, const TokenHistory& history) override {
@@ -94,16 +109,17 @@ public:
 
     std::vector<float> forward_all(EngineSequence& sequence, std::span<const int32_t> ids) override {
         CpuSequence& s = own(sequence);
-        std::vector<float> logits = run(s, ids);
+        std::vector<float> logits = run(s, ids, true);
         const size_t n_vocab = size_t(config().n_vocab);
         s.last_logits_.assign(logits.end() - std::ptrdiff_t(n_vocab), logits.end());
         return logits;
     }
 
 private:
-    std::vector<float> run(CpuSequence& s, std::span<const int32_t> ids) {
+    std::vector<float> run(CpuSequence& s, std::span<const int32_t> ids, bool all_logits) {
         check_forward(config(), ids, s.position(), s.max_positions_);
-        return model_->forward(s.state_, ids);
+        if (reference_) return model_->forward(s.state_, ids, nullptr, {MatmulNumerics::f32, nullptr, all_logits});
+        return model_->forward(s.state_, ids, nullptr, {MatmulNumerics::int8_weight_blocks, pool_.get(), all_logits});
     }
 
     CpuSequence& own(EngineSequence& sequence) const { return const_cast<CpuSequence&>(own(std::as_const(sequence))); }
@@ -118,6 +134,8 @@ private:
     }
 
     std::shared_ptr<const Model> model_;
+    bool reference_;
+    std::unique_ptr<ThreadPool> pool_;  // null with the reference
     mutable std::once_flag fingerprint_once_;
     mutable std::string fingerprint_;
 };

@@ -1,10 +1,14 @@
-// `deltabit bench` from the command line, on any machine: argument errors name what is wrong, and
-// without a GPU the command says so and fails (there is no CPU bench). The GPU run itself is tested in
-// tests/cuda/test_cmd_bench_cuda.cpp.
+// `deltabit bench` from the command line, on any machine: argument errors name what is wrong, without a
+// GPU a CUDA bench says so and fails (pointing at --backend cpu), and the CPU bench runs and appends its
+// rows. The GPU run itself is tested in tests/cuda/test_cmd_bench_cuda.cpp.
 #include "cli_command.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #ifdef DELTABIT_HAVE_CUDA
@@ -63,12 +67,48 @@ TEST(BenchCli, ListsMayBeSpaceSeparated) {
     expect_refused("bench --geometry tiny-qwen3 --prompts 512 1 --no-history",
                    "--prompts \"512,1\": 1 is below the minimum 2");
     if (gpu_present()) return;  // the bench would run
-    expect_refused("bench --geometry tiny-qwen3 --depths 0 8 --prompts 2,16 64 --no-history", "there is no CPU bench");
+    expect_refused("bench --geometry tiny-qwen3 --depths 0 8 --prompts 2,16 64 --no-history", "give --backend cpu");
 }
 
 TEST(BenchCli, WithoutAGpuItSaysSoAndFails) {
     if (gpu_present()) GTEST_SKIP() << "this machine has a GPU: the bench would run";
-    expect_refused("bench --geometry tiny-qwen3 --no-history", "there is no CPU bench");
+    expect_refused("bench --geometry tiny-qwen3 --no-history", "give --backend cpu");
+}
+
+TEST(BenchCli, CpuArgumentsAreChecked) {
+    expect_refused("bench --geometry tiny-qwen3 --backend cpu --first-tokens 2 --no-history",
+                   "the CPU bench has no time-to-first-token test");
+    expect_refused("bench --geometry tiny-qwen3 --backend cpu --threads -1 --no-history", "--threads -1");
+    expect_refused("bench --geometry tiny-qwen3 --backend cpu --decode-tokens 0 --no-history", "--decode-tokens 0");
+}
+
+// The CPU bench on a tiny geometry: both tests measured, decode read against the copy bandwidth, the fast
+// path counted (STYLE habit 16), one history row per test saying backend cpu and the threads.
+TEST(BenchCli, CpuBenchMeasuresAndAppendsRows) {
+    const std::filesystem::path history = std::filesystem::temp_directory_path() / "deltabit_test_cpu_bench.tsv";
+    std::filesystem::remove(history);
+    const auto r = run_deltabit("bench --geometry tiny-qwen3 --backend cpu --threads 2 --prompts 16 --decode-tokens 8 "
+                                "--json --commit test --history " + history.string(),
+                                test::Stderr::discard);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const nlohmann::json report = nlohmann::json::parse(r.output);
+    ASSERT_EQ(report["measurements"].size(), 2u) << r.output;
+    EXPECT_EQ(report["measurements"][0]["test"], "pp16");
+    EXPECT_EQ(report["measurements"][1]["test"], "tg8");
+    for (const auto& m : report["measurements"]) EXPECT_GT(m["tokens_per_s"].get<double>(), 0.0) << m.dump();
+    EXPECT_GT(report["measurements"][1]["pct_of_copy_bandwidth"].get<double>(), 0.0);
+    const std::string path = report["decode_path"].get<std::string>();
+    EXPECT_NE(path.find("2 threads"), std::string::npos) << path;
+    EXPECT_EQ(path.find("products: 0 int8"), std::string::npos) << "the int8 fast path did not run: " << path;
+
+    std::ifstream in(history);
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string rows = text.str();
+    EXPECT_NE(rows.find("\tcpu "), std::string::npos) << rows;
+    EXPECT_NE(rows.find("backend cpu, threads 2"), std::string::npos) << rows;
+    EXPECT_NE(rows.find("\ttg8\t"), std::string::npos) << rows;
+    std::filesystem::remove(history);
 }
 
 }  // namespace
