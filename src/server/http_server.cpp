@@ -197,7 +197,7 @@ struct HttpServer::Impl {
 
     std::string new_id(std::string_view prefix) { return fmt::format("{}-{}", prefix, next_id++); }
 
-    void chat_completions(const httplib::Request& req, httplib::Response& res) {
+    void chat_completions(const httplib::Request& req, httplib::Response& res, const std::shared_ptr<InFlight>& in_flight) {
         ChatCompletionRequest r = parse_chat_request(req.body, options.limits);
         std::string forced_prefix;
         const std::string rendered = render_chat(r, forced_prefix);
@@ -255,6 +255,7 @@ struct HttpServer::Impl {
         const bool want_logprobs = r.generation.logprobs;
         res.set_header("Cache-Control", "no-cache");
         res.set_header("X-Accel-Buffering", "no");
+        res.set_header("Connection", "close");  // a stream ends its connection: no keep-alive wait after it
         auto sent_role = std::make_shared<bool>(false);
         res.set_chunked_content_provider(
             "text/event-stream",
@@ -322,10 +323,11 @@ struct HttpServer::Impl {
                 sink.done();
                 return true;
             },
-            [job](bool) { job->cancel(); });  // finished or not, nothing more is wanted from the job
+            // Finished or not, nothing more is wanted from the job; in_flight is counted until the stream ends.
+            [job, in_flight](bool) { job->cancel(); });
     }
 
-    void completions(const httplib::Request& req, httplib::Response& res) {
+    void completions(const httplib::Request& req, httplib::Response& res, const std::shared_ptr<InFlight>& in_flight) {
         CompletionRequest r = parse_completion_request(req.body, options.limits);
         std::vector<int32_t> prompt;
         if (r.prompt_text) {
@@ -388,6 +390,7 @@ struct HttpServer::Impl {
         const bool include_usage = r.generation.include_usage;
         res.set_header("Cache-Control", "no-cache");
         res.set_header("X-Accel-Buffering", "no");
+        res.set_header("Connection", "close");  // a stream ends its connection: no keep-alive wait after it
         auto echoed = std::make_shared<bool>(!r.echo);
         const std::string echo_text = r.echo ? tokenizer.decode(prompt_ids) : std::string();
         res.set_chunked_content_provider(
@@ -432,11 +435,12 @@ struct HttpServer::Impl {
                 sink.done();
                 return true;
             },
-            [job](bool) { job->cancel(); });
+            [job, in_flight](bool) { job->cancel(); });
     }
 
     // Wraps a JSON endpoint: concurrency limit, errors as OpenAI error objects, request counts.
-    httplib::Server::Handler endpoint(std::string name, void (Impl::*handler)(const httplib::Request&, httplib::Response&)) {
+    using Endpoint = void (Impl::*)(const httplib::Request&, httplib::Response&, const std::shared_ptr<InFlight>&);
+    httplib::Server::Handler endpoint(std::string name, Endpoint handler) {
         return [this, name, handler](const httplib::Request& req, httplib::Response& res) {
             if (++counters.in_flight > options.max_concurrent) {
                 --counters.in_flight;
@@ -447,9 +451,10 @@ struct HttpServer::Impl {
                 counters.count(name, 429);
                 return;
             }
-            InFlight in_flight{counters};
+            // Held by a streamed response until its stream ends, so streams count against the limit.
+            const auto in_flight = std::make_shared<InFlight>(counters);
             try {
-                (this->*handler)(req, res);
+                (this->*handler)(req, res, in_flight);
             } catch (const RequestError& e) {
                 if (e.error().status == 429 || e.error().status == 503) res.set_header("Retry-After", "1");
                 reply_error(res, e.error());
