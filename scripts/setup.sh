@@ -41,4 +41,20 @@ if [ -f tests/text/reference/package.json ] && [ ! -d tests/text/reference/node_
   (cd tests/text/reference && npm ci --no-audit --no-fund --loglevel=error 2>/dev/null \
      || npm install --no-audit --no-fund --loglevel=error)
 fi
+# The official OpenAI client for the server tests (pinned in tests/server/client/package-lock.json).
+if [ -f tests/server/client/package.json ] && [ ! -d tests/server/client/node_modules ]; then
+  echo "setup: installing the OpenAI client for the server tests"
+  (cd tests/server/client && npm ci --no-audit --no-fund --loglevel=error 2>/dev/null \
+     || npm install --no-audit --no-fund --loglevel=error)
+fi
+
+# Headless Chromium for the server's web page test (tests/server/test_server_page.cpp), only where the
+# server is built (cpp-httplib present). Optional: without it that one test skips and says why.
+if [ -f /usr/include/httplib.h ] && ! command -v chromium >/dev/null; then
+  echo "setup: installing chromium for the server page test (optional)"
+  sudo_cmd=()
+  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends chromium \
+    || echo "setup: chromium could not be installed; the server page test will skip"
+fi
 echo "setup: ok"

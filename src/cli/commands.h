@@ -13,6 +13,10 @@ void add_run_command(CLI::App& app);
 // `deltabit chat -m MODEL` (cmd_text_chat.cpp): interactive multi-turn chat with /commands.
 void add_chat_command(CLI::App& app);
 #endif
+#ifdef DELTABIT_HAVE_SERVER
+// `deltabit serve [-m MODEL]` (cmd_text_serve.cpp; built only with cpp-httplib): the OpenAI-compatible server.
+void add_serve_command(CLI::App& app);
+#endif
 // `deltabit logits` (cmd_logits.cpp): a forward pass (any backend; --dump on the CPU reference), logits to a file.
 void add_logits_command(CLI::App& app);
 // `deltabit info MODEL [--json]` (cmd_info.cpp): metadata, tensors, types and sizes of a model.

@@ -44,6 +44,9 @@ int main(int argc, char** argv) {
     deltabit::cli::add_run_command(app);
     deltabit::cli::add_chat_command(app);
 #endif
+#ifdef DELTABIT_HAVE_SERVER
+    deltabit::cli::add_serve_command(app);
+#endif
     deltabit::cli::add_logits_command(app);
     deltabit::cli::add_info_command(app);
     deltabit::cli::add_convert_command(app);

@@ -162,6 +162,9 @@ public:
     const TokenLedger& ledger() const { return ledger_; }
     SessionStats stats() const;
     Engine& engine() const { return engine_; }
+    // The sequence the turns run on: during a turn's on_token callback its last logits are the ones the
+    // token was drawn from (the server's logprobs read them there).
+    const EngineSequence& sequence() const { return *sequence_; }
 
 private:
     struct KeptCheckpoint {

@@ -1,0 +1,70 @@
+// The conversations the server holds: up to `live` Sessions in the engine's memory, and parked ones —
+// a session saved as a snapshot (runtime/snapshot.h) into a directory on tmpfs (host memory) when
+// one exists, LRU within `park_budget_bytes`. Only the scheduler thread touches it, between steps.
+//
+// Matching: a request goes to the idle live or parked session whose held tokens share the longest
+// prefix with its prompt; the Session then reuses what its checkpoints allow (the reported
+// cached_tokens is the Session's `reused`, not this prefix). With no match it gets a fresh session;
+// when all `live` slots hold sessions, the least recently used idle one is parked to make room.
+#pragma once
+
+#include "runtime/session.h"
+
+#include <cstdint>
+#include <filesystem>
+#include <list>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+namespace deltabit::server {
+
+struct PoolOptions {
+    int live = 4;                        // sessions in the engine at once (= requests generating at once)
+    SessionOptions session;
+    int64_t park_budget_bytes = 1 << 30;  // parked snapshots kept, least recently used dropped first
+    std::filesystem::path park_dir;       // empty: a fresh folder under /dev/shm (or the temp dir)
+};
+
+struct PoolCounts {
+    int live = 0, busy = 0, parked = 0;
+    int64_t parked_bytes = 0;
+    int64_t parks = 0, resumes = 0, evictions = 0;
+};
+
+class SessionPool {
+public:
+    SessionPool(Engine& engine, PoolOptions options);
+    ~SessionPool();  // removes the park folder
+
+    // The session for `prompt`, marked busy; nullopt when every live slot is busy.
+    Session* acquire(std::span<const int32_t> prompt);
+    void release(Session* session);
+    PoolCounts counts() const;
+
+private:
+    struct Live {
+        std::unique_ptr<Session> session;
+        bool busy = false;
+        uint64_t last_used = 0;
+    };
+    struct Parked {
+        std::filesystem::path file;
+        std::vector<int32_t> tokens;
+        int64_t bytes = 0;
+        uint64_t last_used = 0;
+    };
+    Live* free_slot();  // an idle or new slot, its old session parked; nullptr when all are busy
+    void park(Live& slot);
+    void trim_parked();
+
+    Engine& engine_;
+    PoolOptions options_;
+    std::vector<std::unique_ptr<Live>> live_;
+    std::list<Parked> parked_;
+    uint64_t clock_ = 0, next_file_ = 0;
+    PoolCounts totals_;
+};
+
+}  // namespace deltabit::server

@@ -1,0 +1,141 @@
+// The request parser and the reply splitter, white-box: the rules a black-box test reaches only one
+// at a time (every field's type and range, unknown fields, tool-call forms, tags split across tokens).
+#include "server/reply_parse.h"
+#include "server/request_parse.h"
+
+#include <gtest/gtest.h>
+
+namespace deltabit::server {
+namespace {
+
+// The param a refused body names, or "(accepted)".
+std::string refused_param(const std::string& body) {
+    try {
+        parse_chat_request(body, RequestLimits{});
+    } catch (const RequestError& e) {
+        EXPECT_EQ(e.error().status, 400);
+        return e.error().param.empty() ? "(body)" : e.error().param;
+    }
+    return "(accepted)";
+}
+
+constexpr const char* kMessages = R"("messages": [{"role": "user", "content": "hi"}])";
+std::string with(const std::string& field) { return std::string("{") + kMessages + ", " + field + "}"; }
+
+TEST(RequestParse, RefusesEachBadFieldByName) {
+    EXPECT_EQ(refused_param(std::string("{") + kMessages + "}"), "(accepted)");
+    EXPECT_EQ(refused_param("{"), "(body)");
+    EXPECT_EQ(refused_param("[1]"), "(body)");
+    EXPECT_EQ(refused_param("{}"), "messages");
+    EXPECT_EQ(refused_param(R"({"messages": []})"), "messages");
+    EXPECT_EQ(refused_param(with(R"("foo": 1)")), "foo");
+    EXPECT_EQ(refused_param(with(R"("temperature": "hot")")), "temperature");
+    EXPECT_EQ(refused_param(with(R"("temperature": 2.5)")), "temperature");
+    EXPECT_EQ(refused_param(with(R"("temperature": 2.0)")), "(accepted)");
+    EXPECT_EQ(refused_param(with(R"("top_p": 0)")), "top_p");
+    EXPECT_EQ(refused_param(with(R"("top_k": -1)")), "top_k");
+    EXPECT_EQ(refused_param(with(R"("top_k": 1.5)")), "top_k");
+    EXPECT_EQ(refused_param(with(R"("min_p": 1.01)")), "min_p");
+    EXPECT_EQ(refused_param(with(R"("presence_penalty": -2.01)")), "presence_penalty");
+    EXPECT_EQ(refused_param(with(R"("frequency_penalty": 3)")), "frequency_penalty");
+    EXPECT_EQ(refused_param(with(R"("repetition_penalty": 0)")), "repetition_penalty");
+    EXPECT_EQ(refused_param(with(R"("max_tokens": 0)")), "(accepted)");
+    EXPECT_EQ(refused_param(with(R"("max_tokens": 4097)")), "max_tokens");
+    EXPECT_EQ(refused_param(with(R"("max_completion_tokens": -1)")), "max_completion_tokens");
+    EXPECT_EQ(refused_param(with(R"("seed": "x")")), "seed");
+    EXPECT_EQ(refused_param(with(R"("stop": ["a", 1])")), "stop[1]");
+    EXPECT_EQ(refused_param(with(R"("stop": ["a", "b", "c", "d", "e"])")), "stop");
+    EXPECT_EQ(refused_param(with(R"("stop": [""])")), "stop");
+    EXPECT_EQ(refused_param(with(R"("n": 2)")), "n");
+    EXPECT_EQ(refused_param(with(R"("top_logprobs": 3)")), "top_logprobs");
+    EXPECT_EQ(refused_param(with(R"("logprobs": true, "top_logprobs": 21)")), "top_logprobs");
+    EXPECT_EQ(refused_param(with(R"("stream_options": {"include_usage": true})")), "stream_options");
+    EXPECT_EQ(refused_param(with(R"("stream": true, "stream_options": {"x": 1})")), "stream_options.x");
+    EXPECT_EQ(refused_param(R"({"messages": [{"role": "robot", "content": "x"}]})"), "messages[0].role");
+    EXPECT_EQ(refused_param(R"({"messages": [{"role": "user"}]})"), "messages[0].content");
+    EXPECT_EQ(refused_param(R"({"messages": [{"role": "user", "content": 5}]})"), "messages[0].content");
+    EXPECT_EQ(refused_param(R"({"messages": [{"role": "user", "content": "x", "extra": 1}]})"), "messages[0].extra");
+    EXPECT_EQ(refused_param(with(R"("tool_choice": "required")")), "tool_choice");
+    EXPECT_EQ(refused_param(with(R"("tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": "function", "function": {"name": "g"}})")),
+              "tool_choice.function.name");
+    EXPECT_EQ(refused_param(with(R"("chat_template_kwargs": {"enable_thinking": "yes"})")), "chat_template_kwargs.enable_thinking");
+}
+
+TEST(RequestParse, ReadsWhatItAccepts) {
+    const ChatCompletionRequest r = parse_chat_request(
+        with(R"("temperature": 0, "top_k": 5, "top_p": 0.5, "min_p": 0.1, "seed": 7, "stop": "x", "max_tokens": 9,
+              "stream": true, "stream_options": {"include_usage": true}, "logprobs": true, "top_logprobs": 2,
+              "chat_template_kwargs": {"enable_thinking": false, "custom": 1})"),
+        RequestLimits{});
+    EXPECT_EQ(r.generation.sampling.temperature, 0.0f);
+    EXPECT_EQ(r.generation.sampling.top_k, 5);
+    EXPECT_EQ(r.generation.sampling.seed, 7u);
+    EXPECT_TRUE(r.generation.seed_given);
+    EXPECT_EQ(r.generation.stop, std::vector<std::string>{"x"});
+    EXPECT_EQ(r.generation.max_tokens, 9);
+    EXPECT_TRUE(r.generation.include_usage);
+    EXPECT_EQ(r.generation.top_logprobs, 2);
+    EXPECT_EQ(r.enable_thinking, false);
+    EXPECT_EQ(r.template_kwargs["custom"], 1);
+    // Tool call arguments arrive as a JSON string; the template gets them as a mapping.
+    const ChatCompletionRequest t = parse_chat_request(
+        R"({"messages": [{"role": "assistant", "content": null, "tool_calls": [{"id": "1", "type": "function", "function": {"name": "f", "arguments": "{\"a\": 1}"}}]}]})",
+        RequestLimits{});
+    EXPECT_EQ(t.messages[0]["tool_calls"][0]["function"]["arguments"]["a"], 1);
+    EXPECT_EQ(t.messages[0]["content"], "");
+}
+
+TEST(RequestParse, CompletionPromptsAndEcho) {
+    EXPECT_EQ(parse_completion_request(R"({"prompt": "abc"})", RequestLimits{}).generation.max_tokens, 16);
+    EXPECT_EQ(parse_completion_request(R"({"prompt": [[1, 2, 3]]})", RequestLimits{}).prompt_ids, (std::vector<int32_t>{1, 2, 3}));
+    EXPECT_THROW(parse_completion_request(R"({"prompt": "abc", "max_tokens": 0})", RequestLimits{}), RequestError);
+    EXPECT_NO_THROW(parse_completion_request(R"({"prompt": "abc", "max_tokens": 0, "echo": true, "logprobs": 1})", RequestLimits{}));
+    EXPECT_THROW(parse_completion_request(R"({"prompt": [1, -2]})", RequestLimits{}), RequestError);
+    EXPECT_THROW(parse_completion_request(R"({"prompt": "a", "logprobs": 21})", RequestLimits{}), RequestError);
+    EXPECT_THROW(parse_completion_request(R"({"max_tokens": 3})", RequestLimits{}), RequestError);
+}
+
+TEST(ReplyParse, ToolCallsInBothForms) {
+    bool malformed = true;
+    std::vector<ToolCall> calls = parse_tool_calls(
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nOslo\n</parameter>\n<parameter=days>\n3\n</parameter>\n"
+        "</function>\n</tool_call>\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": [1]}}\n</tool_call>",
+        malformed);
+    EXPECT_FALSE(malformed);
+    ASSERT_EQ(calls.size(), 2u);
+    EXPECT_EQ(calls[0].name, "get_weather");
+    EXPECT_EQ(calls[0].arguments, R"({"city":"Oslo","days":3})");
+    EXPECT_EQ(calls[1].name, "f");
+    EXPECT_EQ(calls[1].arguments, R"({"x":[1]})");
+    for (const char* bad : {"<tool_call>\n{\"name\": \"f\", \"arguments\": ", "<tool_call><function=f></tool_call>",
+                            "<tool_call>{\"arguments\": {}}</tool_call>", "<tool_call>{\"name\": \"f\"}</tool_call> trailing"}) {
+        EXPECT_TRUE(parse_tool_calls(bad, malformed).empty()) << bad;
+        EXPECT_TRUE(malformed) << bad;
+    }
+}
+
+TEST(ReplyParse, SplitterSeparatesThinkingContentAndCallsAcrossPieces) {
+    ReplySplitter s(/*thinking=*/true, /*tools=*/true);
+    std::string reasoning, content;
+    for (const char* piece : {"let me ", "think</th", "ink>\n\nThe answer <", "tool_call>{\"name\": \"f\", ", "\"arguments\": {}}</tool_call>"}) {
+        const ReplyDelta d = s.push(piece);
+        reasoning += d.reasoning;
+        content += d.content;
+    }
+    const ReplyEnd end = s.finish();
+    reasoning += end.rest.reasoning;
+    content += end.rest.content;
+    EXPECT_EQ(reasoning, "let me think");
+    EXPECT_EQ(content, "\n\nThe answer ");
+    ASSERT_EQ(end.tool_calls.size(), 1u);
+    EXPECT_FALSE(end.malformed);
+    // Without tools a "<tool_call>" is plain text; a tag prefix held at the end is released.
+    ReplySplitter plain(false, false);
+    EXPECT_EQ(plain.push("a <tool_call> b <thi").content, "a <tool_call> b ");
+    EXPECT_EQ(plain.finish().rest.content, "<thi");
+    EXPECT_TRUE(prompt_opens_thinking("assistant\n<think>\n"));
+    EXPECT_FALSE(prompt_opens_thinking("<think>\n\n</think>\n\n"));
+}
+
+}  // namespace
+}  // namespace deltabit::server
