@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include "core/error.h"
+#include "train/qat.h"
 #include "train/reference_model.h"
 
 #include <fmt/format.h>
@@ -138,14 +139,24 @@ Batch Trainer::next_batch() {
     return batch;
 }
 
+std::vector<float> Trainer::forward_weights() const {
+    if (!config_.qat.enabled) return params_;
+    std::vector<float> weights(params_.size());
+    qat_effective_weights(layout_, params_, binarisation_weight(step_, config_.run.steps), weights);
+    return weights;
+}
+
 StepReport Trainer::train_step() {
     const auto start = std::chrono::steady_clock::now();
     std::fill(grads_.begin(), grads_.end(), 0.0f);
     const RunSection& r = config_.run;
     const double predicted = double(r.batch * r.seq_len * r.grad_accum);
     double loss_sum = 0.0;
+    // QAT: the forward sees the binarised weights; their gradient is applied to the latent ones as it
+    // is (straight-through).
+    const std::vector<float> weights = forward_weights();
     for (int64_t micro = 0; micro < r.grad_accum; ++micro)
-        loss_sum += backend_->accumulate_gradient(params_, next_batch(), 1.0 / predicted, grads_);
+        loss_sum += backend_->accumulate_gradient(weights, next_batch(), 1.0 / predicted, grads_);
     StepReport report;
     report.lr = learning_rate(config_.optimizer, step_, r.steps);
     report.grad_norm = adamw_step(layout_, config_.optimizer, report.lr, params_, grads_, adam_);
@@ -175,7 +186,7 @@ double bits_per_byte(GradientBackend& backend, std::span<const float> params, st
 }
 
 double Trainer::evaluate_bpb() {
-    return bits_per_byte(*backend_, params_, std::span(heldout_bytes_).first(size_t(config_.eval.bytes)),
+    return bits_per_byte(*backend_, forward_weights(), std::span(heldout_bytes_).first(size_t(config_.eval.bytes)),
                          config_.run.seq_len);
 }
 

@@ -57,7 +57,10 @@ public:
     const ParameterLayout& layout() const { return layout_; }
     int64_t step() const { return step_; }
     bool finished() const { return step_ >= config_.run.steps; }
-    std::span<const float> parameters() const { return params_; }
+    std::span<const float> parameters() const { return params_; }  // the latent (master) weights
+    // The weights the forward uses at the current step: the parameters, or with qat.enabled the
+    // binarised ones at λ(step) (train/qat.h); at the end of a QAT run, fully binary.
+    std::vector<float> forward_weights() const;
 
     StepReport train_step();
     // Bits per byte over the held-out window (the first eval.bytes bytes of data.heldout, cut into
