@@ -51,6 +51,9 @@ int main(int argc, char** argv) {
     deltabit::cli::add_info_command(app);
     deltabit::cli::add_convert_command(app);
     deltabit::cli::add_bench_command(app);
+#ifdef DELTABIT_HAVE_TRAIN
+    deltabit::cli::add_train_command(app);
+#endif
 
 
     // CLI11 answers a misspelt command with "A subcommand is required"; name it and the choices instead.

@@ -1,0 +1,119 @@
+// `deltabit train CONFIG.toml`: runs or resumes the training run the config describes (train/
+// train_config.h; docs/train.md). Built only with toml++ (the train module).
+//
+//   deltabit train CONFIG.toml [--resume] [--max-steps N] [--quiet]
+//
+// Writes into run.out_dir: curves.csv (one row per optimizer step; eval_bpb on evaluation steps),
+// checkpoint.bin (every checkpoint.every steps and at the end, atomically), and prints a progress line
+// (step, tokens/s, loss, eval BPB, ETA) on a terminal, one line per evaluation otherwise.
+#include "cli/commands.h"
+#include "cli/progress.h"
+#include "core/error.h"
+#include "train/trainer.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <memory>
+#include <fstream>
+#include <sstream>
+
+namespace deltabit::cli {
+namespace {
+
+struct TrainArgs {
+    std::string config;
+    bool resume = false;
+    bool quiet = false;
+    int64_t max_steps = 0;  // 0: run to run.steps
+};
+
+std::string format_duration(double seconds) {
+    const int64_t s = int64_t(seconds + 0.5);
+    return s >= 3600 ? fmt::format("{}h{:02}m", s / 3600, s / 60 % 60) : fmt::format("{}m{:02}s", s / 60, s % 60);
+}
+
+void run_train(const TrainArgs& args) {
+    std::ifstream in(args.config, std::ios::binary);
+    if (!in) fail("train: {}: cannot open the config file", args.config);
+    std::ostringstream text;
+    text << in.rdbuf();
+    const train::TrainConfig config = train::load_train_config(args.config);
+    const std::filesystem::path out_dir =
+        std::filesystem::path(config.run.out_dir).is_relative()
+            ? (std::filesystem::path(args.config).parent_path() / config.run.out_dir).lexically_normal()
+            : std::filesystem::path(config.run.out_dir);
+    std::filesystem::create_directories(out_dir);
+    const std::filesystem::path checkpoint = out_dir / "checkpoint.bin", curves = out_dir / "curves.csv";
+
+    train::Trainer trainer(config, text.str());
+    if (args.resume) {
+        if (!std::filesystem::exists(checkpoint))
+            fail("train: --resume: {} does not exist (run without --resume to start)", checkpoint.string());
+        trainer.load_checkpoint(checkpoint);
+    } else if (std::filesystem::exists(checkpoint)) {
+        fail("train: {} exists: pass --resume to continue that run, or remove it to start over", checkpoint.string());
+    }
+    const bool fresh_curves = !args.resume || !std::filesystem::exists(curves);
+    std::ofstream csv(curves, fresh_curves ? std::ios::trunc : std::ios::app);
+    if (!csv) fail("train: {}: cannot open for writing", curves.string());
+    if (fresh_curves) csv << "step,tokens,lr,loss,grad_norm,tokens_per_s,eval_bpb\n";
+
+    const bool live = !args.quiet && stderr_is_terminal();
+    const int64_t total = config.run.steps, tokens_per_step = config.tokens_per_step();
+    fmt::print(stderr, "train: {} parameters, {} tokens per step, {} steps from step {} → {}\n",
+               trainer.layout().total(), tokens_per_step, total, trainer.step(), out_dir.string());
+    double last_bpb = NAN, seconds_sum = 0.0;
+    int64_t steps_timed = 0;
+    const int64_t stop_at = args.max_steps > 0 ? std::min(total, trainer.step() + args.max_steps) : total;
+    while (trainer.step() < stop_at) {
+        const train::StepReport r = trainer.train_step();
+        seconds_sum += r.seconds;
+        ++steps_timed;
+        const bool eval_now = (config.eval.every > 0 && r.step % config.eval.every == 0) || r.step == total;
+        std::string bpb_field;
+        if (eval_now) {
+            last_bpb = trainer.evaluate_bpb();
+            bpb_field = fmt::format("{:.5f}", last_bpb);
+        }
+        const double tokens_per_s = double(tokens_per_step) / r.seconds;
+        csv << fmt::format("{},{},{:.6g},{:.6f},{:.6g},{:.1f},{}\n", r.step, r.step * tokens_per_step, r.lr, r.loss,
+                           r.grad_norm, tokens_per_s, bpb_field);
+        csv.flush();
+        if ((config.checkpoint.every > 0 && r.step % config.checkpoint.every == 0) || r.step == stop_at)
+            trainer.save_checkpoint(checkpoint);
+        const double eta = seconds_sum / double(steps_timed) * double(total - r.step);
+        const std::string line =
+            fmt::format("step {}/{}  {:.0f} tok/s  loss {:.4f}  eval {} bpb  lr {:.3g}  ETA {}", r.step, total,
+                        tokens_per_s, r.loss, std::isnan(last_bpb) ? "-" : fmt::format("{:.4f}", last_bpb), r.lr,
+                        format_duration(eta));
+        if (live)
+            fmt::print(stderr, "\r\033[K{}", line);
+        else if (!args.quiet && eval_now)
+            fmt::print(stderr, "{}\n", line);
+    }
+    if (live) fmt::print(stderr, "\n");
+    if (std::isnan(last_bpb)) last_bpb = trainer.evaluate_bpb();  // nothing ran, or no evaluation step yet
+    fmt::print("train: done at step {}: held-out {:.5f} bits per byte; checkpoint {}, curves {}\n", trainer.step(),
+               last_bpb, checkpoint.string(), curves.string());
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app) {
+    auto args = std::make_shared<TrainArgs>();
+    CLI::App* cmd = app.add_subcommand("train", "Train a model as CONFIG.toml describes (CPU reference backend)");
+    cmd->add_option("config", args->config, "the run's TOML config (see configs/bytelm-hybrid.toml)")->required();
+    cmd->add_flag("--resume", args->resume,
+                  "continue from run.out_dir/checkpoint.bin (default: start fresh; refused if one exists)");
+    cmd->add_option("--max-steps", args->max_steps,
+                    "stop after this many optimizer steps of this invocation, with a checkpoint (default: run to "
+                    "run.steps); continue later with --resume")
+        ->check(CLI::PositiveNumber);
+    cmd->add_flag("-q,--quiet", args->quiet, "no progress output (default: a live line on a terminal)");
+    cmd->callback([args] { run_train(*args); });
+}
+
+}  // namespace deltabit::cli

@@ -1,0 +1,99 @@
+// `deltabit train`'s config (train/train_config.h): the committed example parses to the geometry it
+// states, and every kind of bad input is refused with one line naming the file and the key.
+#include "train/train_config.h"
+
+#include "core/error.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace deltabit::train {
+namespace {
+
+const std::string kMinimal = R"(
+[data]
+train = "a.txt"
+heldout = "b.txt"
+)";
+
+std::string error_of(const std::string& text) {
+    try {
+        parse_train_config(text, "t.toml");
+    } catch (const Error& e) {
+        return e.what();
+    }
+    return "";
+}
+
+TEST(TrainConfig, ExampleConfigParses) {
+    const TrainConfig c = load_train_config(std::filesystem::path(DELTABIT_SOURCE_DIR) / "configs" / "bytelm-hybrid.toml");
+    const ModelConfig m = model_config_of(c);
+    EXPECT_EQ(m.n_vocab, 259);
+    EXPECT_EQ(m.n_embd, 512);
+    ASSERT_EQ(m.n_layer(), 8);
+    for (int64_t l = 0; l < 8; ++l)
+        EXPECT_EQ(m.layers[size_t(l)], (l == 3 || l == 7) ? LayerKind::full_attention : LayerKind::linear_attention) << l;
+    EXPECT_EQ(m.rope_dim, 16);
+    EXPECT_TRUE(m.attn_output_gate);
+    EXPECT_TRUE(c.qat.enabled);
+    EXPECT_EQ(c.tokens_per_step(), 512 * 32);
+    // Data paths are resolved against the config's folder.
+    EXPECT_EQ(std::filesystem::path(c.data.train).filename(), "train.txt");
+    EXPECT_NE(c.data.train.find("data/text"), std::string::npos);
+}
+
+TEST(TrainConfig, DefaultsAndExplicitLayers) {
+    const TrainConfig c = parse_train_config(kMinimal + "[model]\nlayers = 3\nfull_attention_layers = [0, 2]\n", "t.toml");
+    const ModelConfig m = model_config_of(c);
+    EXPECT_EQ(m.layers, (std::vector{LayerKind::full_attention, LayerKind::linear_attention, LayerKind::full_attention}));
+    EXPECT_EQ(c.run.seq_len, 256);
+    EXPECT_EQ(c.optimizer.kind, "adamw");
+    const ModelConfig dense = model_config_of(parse_train_config(kMinimal + "[model]\narch = \"qwen3\"\n", "t.toml"));
+    EXPECT_EQ(dense.rope_dim, 64);
+    EXPECT_FALSE(dense.attn_output_gate);
+    for (LayerKind k : dense.layers) EXPECT_EQ(k, LayerKind::full_attention);
+}
+
+TEST(TrainConfig, BadInputNamesTheKey) {
+    struct Case {
+        std::string text, expected;
+    };
+    const std::vector<Case> cases = {
+        {kMinimal + "[model]\nhiden = 3\n", "t.toml: model.hiden: unknown key"},
+        {kMinimal + "[modle]\n", "t.toml: modle: unknown section"},
+        {kMinimal + "[model]\nhidden = \"big\"\n", "t.toml: model.hidden: expected an integer, got string"},
+        {kMinimal + "[model]\nhidden = 0\n", "t.toml: model.hidden: must be in 1..65536, got 0"},
+        {kMinimal + "[model]\nheads = 6\nkv_heads = 4\n", "t.toml: model.kv_heads: must divide model.heads (6), got 4"},
+        {kMinimal + "[model]\ndeltanet_value_heads = 3\n", "t.toml: model.deltanet_value_heads: must be a multiple"},
+        {kMinimal + "[model]\nfull_attention_layers = [9]\n", "t.toml: model.full_attention_layers: layer 9 is outside 0..7"},
+        {kMinimal + "[model]\nfull_attention_layers = [1]\nfull_attention_interval = 2\n",
+         "t.toml: model.full_attention_layers: give it or model.full_attention_interval, not both"},
+        {kMinimal + "[model]\nvocab = \"bpe\"\n", "t.toml: model.vocab: expected bytelm, got 'bpe'"},
+        {kMinimal + "[optimizer]\nlr = -1\n", "t.toml: optimizer.lr: must be > 0, got -1"},
+        {kMinimal + "[optimizer]\nwarmup_steps = 5000\n", "t.toml: optimizer.warmup_steps: must be in 0..run.steps (1000)"},
+        {kMinimal + "[optimizer]\nbeta2 = 1.0\n", "t.toml: optimizer.beta2: must be in [0, 1), got 1"},
+        {kMinimal + "[run]\nbackend = \"tpu\"\n", "t.toml: run.backend: expected cpu"},
+        {kMinimal + "[run]\nseed = -3\n", "t.toml: run.seed: must be ≥ 0, got -3"},
+        {kMinimal + "[qat]\nenabled = 1\n", "t.toml: qat.enabled: expected true or false, got integer"},
+        {"[data]\ntrain = \"a.txt\"\n", "t.toml: data.heldout: required"},
+        {kMinimal + "[model\n", "t.toml: line"},
+    };
+    for (const Case& c : cases) {
+        const std::string error = error_of(c.text);
+        EXPECT_EQ(error.rfind(c.expected, 0), 0u) << "got: " << error << "\nwanted: " << c.expected;
+        EXPECT_EQ(error.find('\n'), std::string::npos) << error;
+    }
+}
+
+TEST(TrainConfig, MissingFileIsNamed) {
+    try {
+        load_train_config("/nonexistent/x.toml");
+        FAIL();
+    } catch (const Error& e) {
+        EXPECT_STREQ(e.what(), "train: /nonexistent/x.toml: cannot open the config file");
+    }
+}
+
+}  // namespace
+}  // namespace deltabit::train
