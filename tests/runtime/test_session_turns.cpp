@@ -232,5 +232,63 @@ TEST(SessionTurnStartSnapshot, KindsSurviveSaveAndLoad) {
     std::filesystem::remove(file);
 }
 
+#ifdef DELTABIT_HAVE_TEXT
+
+std::vector<int32_t> bytes_of(const std::string& text) {
+    std::vector<int32_t> ids;
+    for (unsigned char c : text) ids.push_back(c);
+    return ids;
+}
+
+// The real Qwen3.5 template (tests/text/templates/qwen3.5.jinja), thinking on, and a reply as the model
+// writes one: its thinking, "\n</think>\n\n", the answer. With preserve_thinking the next turn's
+// prompt starts with everything the session holds after the reply (the previous prompt, then the
+// reply), so the whole of it is reused; without, the prompt differs right after the previous turn
+// start's "<|im_start|>assistant\n" and the turn start is where the session returns to. Tokens are
+// bytes, as with the fixtures' byte tokenizer; the reply is fed as if generated (the session cannot
+// tell: what it holds is what it reuses).
+TEST(SessionTurnStartTemplates, PreservedThinkingReusesTheWholeReplyOnQwen35) {
+    std::ifstream in(std::filesystem::path(DELTABIT_SOURCE_DIR) / "tests" / "text" / "templates" / "qwen3.5.jinja");
+    const std::string source{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+    const text::ChatTemplate chat = text::ChatTemplate::from_string(source, "qwen3.5.jinja");
+    const std::string reply = "The user greets me.\n</think>\n\nHello! How can I help?";
+
+    const std::shared_ptr<const Model> model = test::load_model("qwen3_5_binary");
+    const std::unique_ptr<Engine> engine = make_cpu_engine(model);
+    for (bool preserve : {false, true}) {
+        SCOPED_TRACE(preserve ? "preserve_thinking" : "default");
+        text::ChatRequest request;
+        request.messages = {{{"role", "user"}, {"content", "hi"}}};
+        request.enable_thinking = true;
+        if (preserve) request.preserve_thinking = true;
+        request.add_generation_prompt = false;
+        const int64_t turn_start = int64_t(chat.render(request).size());
+        request.add_generation_prompt = true;
+        const std::string prompt1 = chat.render(request);
+        ASSERT_EQ(prompt1.substr(size_t(turn_start)), "<|im_start|>assistant\n<think>\n");
+
+        Session session(*engine, {.sequence = {.max_positions = 512}, .checkpoints = {.interval = 0, .max_kept = 8}});
+        const std::vector<int64_t> starts = {turn_start};
+        session.run_turn(bytes_of(prompt1 + reply), test::greedy_options(1), {}, starts);
+        const int64_t held = session.ledger().size();
+
+        request.messages.push_back({{"role", "assistant"}, {"content", reply}});
+        request.messages.push_back({{"role", "user"}, {"content", "tell me more"}});
+        const std::string prompt2 = chat.render(request);
+        const TurnResult t2 = session.run_turn(bytes_of(prompt2), test::greedy_options(1));
+        if (preserve) {
+            EXPECT_TRUE(prompt2.starts_with(prompt1 + reply)) << prompt2;
+            EXPECT_EQ(t2.reuse.reused, held);
+            EXPECT_EQ(t2.reuse.from, ReuseFrom::held);
+        } else {
+            EXPECT_EQ(t2.reuse.first_divergence, turn_start + 22);  // after "<|im_start|>assistant\n"
+            EXPECT_EQ(t2.reuse.reused, turn_start);
+            EXPECT_EQ(t2.reuse.checkpoint_kind, CheckpointKind::turn_start);
+        }
+    }
+}
+
+#endif
+
 }  // namespace
 }  // namespace deltabit

@@ -267,6 +267,9 @@ TEST_F(SnapshotCheckpointRefusals, HeaderEntries) {
     expect_refused(with_checkpoints(j(R"([{"position": 16, "end_of_prompt": 0}])")),
                    p + "header (byte 24): checkpoint 0 is {\"position\":16,\"end_of_prompt\":0}, not {\"position\": "
                        "tokens, \"end_of_prompt\": true or false}");
+    // "turn_start" is optional (absent: false), but when present a boolean.
+    expect_refused(with_checkpoints(j(R"([{"position": 16, "end_of_prompt": false, "turn_start": 1}])")),
+                   p + "header (byte 24): checkpoint 0 has \"turn_start\": 1, not true or false");
     // Past the state's 45 tokens, or before its start.
     expect_refused(with_checkpoints(j(R"([{"position": 16, "end_of_prompt": false},
                                           {"position": 32, "end_of_prompt": false},
