@@ -63,6 +63,11 @@ public:
         }
         ready_.notify_one();
     }
+    // Events not yet taken by the connection: the scheduler pauses a job whose reader falls behind.
+    size_t pending() const {
+        std::lock_guard lock(mutex_);
+        return events_.size();
+    }
     // The next event, waiting at most `timeout`; nullopt on timeout.
     std::optional<JobEvent> pop(std::chrono::milliseconds timeout) {
         std::unique_lock lock(mutex_);
@@ -74,7 +79,7 @@ public:
 
 private:
     std::atomic<bool> cancelled_{false};
-    std::mutex mutex_;
+    mutable std::mutex mutex_;
     std::condition_variable ready_;
     std::deque<JobEvent> events_;
 };

@@ -54,7 +54,7 @@ bool parse_xml_call(std::string_view body, ToolCall& call) {
         args[pname] = parsed.is_discarded() ? nlohmann::ordered_json(std::string(value)) : parsed;
         rest = rest.substr(close + 12);
     }
-    call.arguments = args.dump();
+    call.arguments = args.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);  // model text need not be UTF-8
     return true;
 }
 
@@ -66,7 +66,7 @@ bool parse_json_call(std::string_view body, ToolCall& call) {
     nlohmann::ordered_json args = j.contains("arguments") ? j["arguments"] : nlohmann::ordered_json::object();
     if (args.is_string()) args = nlohmann::ordered_json::parse(args.get<std::string>(), nullptr, false);
     if (args.is_discarded() || !args.is_object()) return false;
-    call.arguments = args.dump();
+    call.arguments = args.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);  // model text need not be UTF-8
     return true;
 }
 

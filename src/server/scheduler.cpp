@@ -64,6 +64,10 @@ public:
         (decoding_ ? decode_seconds_ : prefill_seconds_) += std::chrono::duration<double>(Clock::now() - start).count();
     }
     void cancel() { job_->cancel(); }
+    // The job's reader is this many events behind: it is not stepped until it catches up (a slow
+    // client holds back its own generation, not the others', and its queue stays bounded).
+    bool backlogged() const { return job_->pending() >= kMaxBacklog && !job_->cancelled(); }
+    static constexpr size_t kMaxBacklog = 256;
     bool finished() const {
         std::lock_guard lock(mutex_);
         return finished_;
@@ -298,10 +302,15 @@ void Scheduler::step_active() {
         stats_.active = int(active_.size());
         ++stats_.steps;
     }
+    bool stepped = false;
     for (auto& runner : active_) {
         if (stopping) runner->cancel();
+        if (runner->backlogged()) continue;
         runner->step();
+        stepped = true;
     }
+    // Every active job waits for its reader: give the readers time instead of spinning.
+    if (!stepped && !active_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 void Scheduler::retire() {

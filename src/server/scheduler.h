@@ -13,6 +13,9 @@
 // Session API that stops at step boundaries by itself (begin_turn / step) instead of the runner
 // threads, and nothing on the HTTP side changes.
 //
+// Backpressure: a job whose connection has not taken 256 of its events is skipped until it has, so a
+// slow reader holds back only its own generation and its queue stays bounded.
+//
 // Cancellation (Job::cancel, shutdown) and the deadline are checked at every step boundary: the
 // runner throws out of run_turn, which leaves the session consistent (runtime/session.h) and reusable.
 // Deadline: from admission, 30 s plus ten times the job's modelled cost — its prompt at the measured

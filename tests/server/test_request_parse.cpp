@@ -107,6 +107,11 @@ TEST(ReplyParse, ToolCallsInBothForms) {
     EXPECT_EQ(calls[0].arguments, R"({"city":"Oslo","days":3})");
     EXPECT_EQ(calls[1].name, "f");
     EXPECT_EQ(calls[1].arguments, R"({"x":[1]})");
+    // Model text need not be UTF-8 (a byte-level model can write anything): a value with a stray byte
+    // is kept, as U+FFFD, rather than failing the whole reply (found by fuzz/fuzz_server_request.cpp).
+    calls = parse_tool_calls("<tool_call>\n<function=f>\n<parameter=a>\nx\xff\n</parameter>\n</function>\n</tool_call>", malformed);
+    ASSERT_EQ(calls.size(), 1u);
+    EXPECT_EQ(calls[0].arguments, "{\"a\":\"x\xef\xbf\xbd\"}");
     for (const char* bad : {"<tool_call>\n{\"name\": \"f\", \"arguments\": ", "<tool_call><function=f></tool_call>",
                             "<tool_call>{\"arguments\": {}}</tool_call>", "<tool_call>{\"name\": \"f\"}</tool_call> trailing"}) {
         EXPECT_TRUE(parse_tool_calls(bad, malformed).empty()) << bad;
