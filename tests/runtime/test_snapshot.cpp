@@ -437,7 +437,8 @@ TEST(SnapshotWrite, ReplacesAtomicallyAndReportsAFolderThatIsNotThere) {
     EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(file.string() + ".tmp")));
     const std::filesystem::path nowhere = temp_file("no_such_folder") / "x.dbsnap";
     EXPECT_EQ(message_of([&] { s.save(nowhere); }),
-              "snapshot " + nowhere.string() + ".tmp: cannot create: No such file or directory");
+              "snapshot: cannot write " + nowhere.string() + ": folder " + nowhere.parent_path().string() +
+                  " does not exist");
 }
 
 #else
