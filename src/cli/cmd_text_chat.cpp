@@ -130,12 +130,13 @@ void add_chat_command(CLI::App& app) {
     auto args = std::make_shared<ChatArgs>();
     CLI::App* cmd = app.add_subcommand("chat", "Chat with a model: multi-turn, streamed, with /commands (/help)");
     cmd->add_option("-m,--model", args->model, "GGUF file or Hugging Face folder");
-    cmd->add_option("--system", args->system, "system message, kept for the whole conversation");
+    cmd->add_option("--system", args->system, "system message, kept for the whole conversation (default: none)");
     cmd->add_option("--max-tokens", args->max_tokens,
-                    "at most this many tokens per reply (required for a model without an EOS token)");
+                    "at most this many tokens per reply (default: until EOS or the end of the context; required for "
+                    "a model without an EOS token)");
     add_sampling_options(*cmd, args->sampling);
-    cmd->add_option("--stop", args->stop, "end a reply when its text contains this (repeatable)");
-    cmd->add_option("--thinking", args->thinking, "enable_thinking for the chat template (/thinking switches it)")
+    cmd->add_option("--stop", args->stop, "end a reply when its text contains this (repeatable; default: none)");
+    cmd->add_option("--thinking", args->thinking, "enable_thinking for the chat template (default: the template's own; /thinking switches it)")
         ->check(CLI::IsMember({"on", "off"}));
     cmd->add_flag("--preserve-thinking", args->preserve_thinking,
                   "keep earlier replies' thinking in the conversation (the chat template's preserve_thinking, "

@@ -91,36 +91,50 @@ void quantize_q1_0(const float* x, BlockQ1_0* y, int64_t nblocks) {
 // than Q1_0's 1 bit (0.58). Any fp16 d, negative included, is a valid block for every dequantiser
 // (y = (code − 1)·d), so this quantiser picks the d that minimises the block's squared error:
 //   - both signs of d (a negative d puts the 2× level on the negative side);
-//   - for each, scales from amax/2 (the largest value on the 2× level) to amax (the reference) on a grid
-//     of kQ2_0ScaleSteps, each with nearest-level codes, then the least-squares d for those codes;
+//   - for each, starts from amax/2 (the largest value on the 2× level) to amax (the reference) on a grid
+//     of kQ2_0ScaleSteps; each start's nearest-level codes give a least-squares d, which is scored;
 //   - the reference d = amax is the first candidate and a later one must be strictly better, so blocks
 //     the reference quantises exactly (ternary ±a/0 and binary ±a weights) come out the same.
 // The chosen d is rounded to fp16 and the codes are assigned again against the stored value.
-constexpr int kQ2_0ScaleSteps = 16;
+constexpr int kQ2_0ScaleSteps = 8;
 
+// Nearest level of {−1, 0, 1, 2} for x·inv (inv = 1/d); a half rounds away from zero, as roundf. Clamped
+// in float before the truncating conversion (which equals roundf there), so loops vectorise: the
+// quantiser scores 2 × (kQ2_0ScaleSteps + 1) scales per block.
+inline int q2_0_code(float x, float inv) {
+    const float v = std::clamp(x * inv, -1.5f, 2.5f);
+    return std::clamp(int(v + (v >= 0.0f ? 0.5f : -0.5f)), -1, 2);
+}
+
+// Scores compare candidate scales of one block, so float sums in 8 independent lanes (which the compiler
+// vectorises) are ample: their rounding (~1e-6 relative) is far below the differences between scales.
+// n is a multiple of 8 (blocks of 64 or 128).
 double q2_0_block_error(const float* x, int n, float d) {
-    if (d == 0.0f) {
-        double e = 0.0;
-        for (int j = 0; j < n; ++j) e += double(x[j]) * double(x[j]);
-        return e;
-    }
+    const float inv = d != 0.0f ? 1.0f / d : 0.0f;
+    float lanes[8] = {};
+    for (int j = 0; j < n; j += 8)
+        for (int l = 0; l < 8; ++l) {
+            const float diff = x[j + l] - float(q2_0_code(x[j + l], inv)) * d;
+            lanes[l] += diff * diff;
+        }
     double e = 0.0;
-    for (int j = 0; j < n; ++j) {
-        const float level = float(std::clamp(int(std::lround(x[j] / d)), -1, 2)) * d;
-        e += double(x[j] - level) * double(x[j] - level);
-    }
+    for (const float v : lanes) e += v;
     return e;
 }
 
 // The least-squares scale for the nearest-level codes under d: Σ x·q / Σ q².
 float q2_0_refit(const float* x, int n, float d) {
-    double xq = 0.0, qq = 0.0;
-    for (int j = 0; j < n; ++j) {
-        const int q = std::clamp(int(std::lround(x[j] / d)), -1, 2);
-        xq += double(x[j]) * q;
-        qq += double(q) * q;
-    }
-    return qq > 0.0 ? float(xq / qq) : d;
+    const float inv = 1.0f / d;
+    float xq[8] = {}, qq[8] = {};
+    for (int j = 0; j < n; j += 8)
+        for (int l = 0; l < 8; ++l) {
+            const float q = float(q2_0_code(x[j + l], inv));
+            xq[l] += x[j + l] * q;
+            qq[l] += q * q;
+        }
+    double sum_xq = 0.0, sum_qq = 0.0;
+    for (int l = 0; l < 8; ++l) sum_xq += xq[l], sum_qq += qq[l];
+    return sum_qq > 0.0 ? float(sum_xq / sum_qq) : d;
 }
 
 float q2_0_best_scale(const float* x, int n) {
@@ -129,14 +143,14 @@ float q2_0_best_scale(const float* x, int n) {
     if (amax == 0.0f) return 0.0f;
     float best = amax;
     double best_error = q2_0_block_error(x, n, half_to_float(float_to_half(amax)));
+    // Each start's own error is never below its refit's for the same codes, so only refits are scored.
     for (const float sign : {1.0f, -1.0f}) {
         for (int step = 0; step <= kQ2_0ScaleSteps; ++step) {
             const float start = sign * amax * (0.5f + 0.5f * float(step) / float(kQ2_0ScaleSteps));
-            for (const float d : {start, q2_0_refit(x, n, start)}) {
-                if (!(std::fabs(d) > 0.0f) || !std::isfinite(d)) continue;
-                const double error = q2_0_block_error(x, n, half_to_float(float_to_half(d)));
-                if (error < best_error) best = d, best_error = error;
-            }
+            const float d = q2_0_refit(x, n, start);
+            if (!(std::fabs(d) > 0.0f) || !std::isfinite(d)) continue;
+            const double error = q2_0_block_error(x, n, half_to_float(float_to_half(d)));
+            if (error < best_error) best = d, best_error = error;
         }
     }
     return best;
@@ -146,8 +160,9 @@ void quantize_q2_0(const float* x, uint16_t* d_out, uint8_t* qs, int block_elems
     *d_out = float_to_half(q2_0_best_scale(x, block_elems));
     const float d = half_to_float(*d_out);
     std::memset(qs, 0, size_t(block_elems / 4));
+    const float inv = d != 0.0f ? 1.0f / d : 0.0f;
     for (int j = 0; j < block_elems; ++j) {
-        const int code = d == 0.0f ? 1 : std::clamp(int(std::lround(x[j] / d)), -1, 2) + 1;
+        const int code = q2_0_code(x[j], inv) + 1;
         qs[j / 4] |= uint8_t(code << (2 * (j % 4)));
     }
 }
@@ -199,36 +214,46 @@ void dequantize_q2_0(uint16_t d_bits, const uint8_t* qs, float* y, int block_ele
 
 float q2_0_block_scale(const float* x, int n) { return q2_0_best_scale(x, n); }
 
+namespace {
+
+// The first of `count` little-endian words (of type Word) whose exponent bits are all ones (inf or NaN),
+// or -1. Chunks are OR-reduced without branches so the compiler vectorises the common all-finite case.
+template <typename Word>
+int64_t first_all_ones_exponent(const uint8_t* bytes, int64_t count, Word exponent, uint64_t stride = sizeof(Word)) {
+    constexpr int64_t kChunk = 4096;
+    for (int64_t start = 0; start < count; start += kChunk) {
+        const int64_t end = std::min(count, start + kChunk);
+        bool any = false;
+        for (int64_t i = start; i < end; ++i) {
+            Word w;
+            std::memcpy(&w, bytes + uint64_t(i) * stride, sizeof w);
+            any |= (w & exponent) == exponent;
+        }
+        if (!any) continue;
+        for (int64_t i = start; i < end; ++i) {
+            Word w;
+            std::memcpy(&w, bytes + uint64_t(i) * stride, sizeof w);
+            if ((w & exponent) == exponent) return i;
+        }
+    }
+    return -1;
+}
+
+}  // namespace
+
 int64_t first_non_finite(DType t, const void* data, int64_t count) {
     const auto* bytes = static_cast<const uint8_t*>(data);
-    auto half_bits = [&](uint64_t offset) {
-        uint16_t bits;
-        std::memcpy(&bits, bytes + offset, 2);
-        return bits;
-    };
     switch (t) {
-        case DType::F32:
-            for (int64_t i = 0; i < count; ++i) {
-                float v;
-                std::memcpy(&v, bytes + uint64_t(i) * 4, 4);
-                if (!std::isfinite(v)) return i;
-            }
-            return -1;
-        case DType::F16:  // exponent all ones: inf or NaN
-            for (int64_t i = 0; i < count; ++i)
-                if ((half_bits(uint64_t(i) * 2) & 0x7C00) == 0x7C00) return i;
-            return -1;
-        case DType::BF16:
-            for (int64_t i = 0; i < count; ++i)
-                if ((half_bits(uint64_t(i) * 2) & 0x7F80) == 0x7F80) return i;
-            return -1;
+        case DType::F32: return first_all_ones_exponent<uint32_t>(bytes, count, 0x7F800000u);
+        case DType::F16: return first_all_ones_exponent<uint16_t>(bytes, count, 0x7C00u);
+        case DType::BF16: return first_all_ones_exponent<uint16_t>(bytes, count, 0x7F80u);
         case DType::I32: return -1;
         default: {
             // Every quantised block starts with its fp16 scale d (quant_blocks.h); the codes are integers.
             const DTypeInfo& info = dtype_info(t);
-            for (int64_t b = 0; b < count / info.block_elems; ++b)
-                if ((half_bits(uint64_t(b) * info.block_bytes) & 0x7C00) == 0x7C00) return b * info.block_elems;
-            return -1;
+            const int64_t block =
+                first_all_ones_exponent<uint16_t>(bytes, count / info.block_elems, 0x7C00u, info.block_bytes);
+            return block < 0 ? -1 : block * info.block_elems;
         }
     }
 }

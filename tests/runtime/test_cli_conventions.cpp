@@ -136,11 +136,14 @@ TEST(CliConventions, HelpStatesTheDefaults) {
     for (const std::string& command : {"run", "chat"}) {
         const CommandResult r = test::run_deltabit(command + " --help");
         ASSERT_EQ(r.exit_code, 0) << r.output;
-        for (const std::string& piece : {"--temperature", "[0.8]", "--top-k", "[40]", "--top-p", "[0.95]", "--min-p",
-                                         "[0.05]", "--repeat-penalty", "--dry-multiplier", "--dry-base", "[1.75]",
-                                         "--dry-allowed-length", "[6]", "--dry-window", "[256]", "--penalty-last-n",
-                                         "[64]", "default: a random one", "--threads", "default: every core",
-                                         "--backend", "[auto]", "--kv", "[f32]", "--ctx"})
+        // CLI11 prints a default as TYPE=VALUE after the flag; the rest say "default: ..." in words.
+        for (const std::string& piece : {"--temperature FLOAT=0.8", "--top-k INT=40", "--top-p FLOAT=0.95",
+                                         "--min-p FLOAT=0.05", "--repeat-penalty FLOAT=1", "--dry-multiplier FLOAT=0",
+                                         "--dry-base FLOAT=1.75", "--dry-allowed-length INT=6", "--dry-window INT=256",
+                                         "--penalty-last-n INT=64", "--presence-penalty FLOAT=0",
+                                         "--frequency-penalty FLOAT=0", "default: a random one", "--threads",
+                                         "default: every core", "{cpu,cuda,auto}=auto", "{f32,f16,kivi4}=f32",
+                                         "--ctx INT", "default: the model's training context"})
             EXPECT_NE(r.output.find(piece), std::string::npos) << command << " --help lacks " << piece << "\n" << r.output;
     }
 }

@@ -156,7 +156,7 @@ TEST_F(SnapshotRefusals, TheLayoutIsAsDocumented) {
 TEST_F(SnapshotRefusals, MissingFileAnotherModelAnotherKvFormatNoRoom) {
     const std::filesystem::path missing = temp_file("does_not_exist");
     std::filesystem::remove(missing);
-    expect_refused_file(missing, "snapshot " + missing.string() + ": cannot open: No such file or directory", exact);
+    expect_refused_file(missing, "snapshot: " + missing.string() + ": no such file", exact);
 
     const Model other = Model::load(fixture_path("qwen3_binary"));
     const std::unique_ptr<Engine> other_engine = make_cpu_engine(other);
@@ -437,7 +437,8 @@ TEST(SnapshotWrite, ReplacesAtomicallyAndReportsAFolderThatIsNotThere) {
     EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(file.string() + ".tmp")));
     const std::filesystem::path nowhere = temp_file("no_such_folder") / "x.dbsnap";
     EXPECT_EQ(message_of([&] { s.save(nowhere); }),
-              "snapshot " + nowhere.string() + ".tmp: cannot create: No such file or directory");
+              "snapshot: cannot write " + nowhere.string() + ": folder " + nowhere.parent_path().string() +
+                  " does not exist");
 }
 
 #else
