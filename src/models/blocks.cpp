@@ -156,8 +156,11 @@ void gated_deltanet_block(const BlockContext& ctx, const DeltaNetWeights& w, con
     // compute the same function; only fp32 rounding of the state differs. The CPU fast path (a pool) takes
     // the recurrence for prompts too: on a CPU it costs ~4·d_k·d_v a head and token, where the naive chunked
     // form spent most of a small model's prompt time in its per-chunk matrices and exponentials (profiled on
-    // the qwen3_5 fixture, 512 tokens: 60% of the prompt).
-    if (T == 1 || ctx.pool != nullptr)
+    // the qwen3_5 fixture, 512 tokens: 60% of the prompt). The numerics that mirror the CUDA engine keep the
+    // chunked form the GPU runs.
+    const bool fast_path = ctx.pool != nullptr && (ctx.numerics == MatmulNumerics::f32 ||
+                                                   ctx.numerics == MatmulNumerics::int8_weight_blocks);
+    if (T == 1 || fast_path)
         cpu::gated_delta_rule_recurrent(q.data(), k.data(), v.data(), g.data(), beta.data(), dims,
                                         state.recurrent.data(), o.data());
     else

@@ -63,8 +63,9 @@ public:
     std::string_view backend_name() const override { return "cpu"; }
     std::string description() const override {
         if (reference_) return "cpu (reference: naive f32 products, 1 thread; DELTABIT_CPU_REFERENCE=1)";
-        return fmt::format("cpu ({}, {} threads; quantised weights on int8 activations)",
-                           cpu_fast::isa_name(cpu_fast::best_isa()), pool_->threads());
+        const int threads = pool_->threads();
+        return fmt::format("cpu ({}, {} thread{}; quantised weights on int8 activations)",
+                           cpu_fast::isa_name(cpu_fast::best_isa()), threads, threads == 1 ? "" : "s");
     }
     void set_cpu_threads(int threads) override {
         if (reference_) return;
