@@ -64,6 +64,7 @@ void write_floats(const std::string& path, const std::vector<float>& values) {
 // The logits through an engine on the chosen backend, fed in the same chunks.
 void write_engine_logits(const LogitsArgs& args, const std::vector<int32_t>& ids, const std::vector<size_t>& chunks) {
     std::unique_ptr<Engine> engine = open_engine(args.model, args.engine.backend);
+    engine->set_cpu_threads(cpu_threads(args.engine));
     std::unique_ptr<EngineSequence> sequence =
         engine->new_sequence(SequenceOptions{.max_positions = int64_t(ids.size()), .kv_format = KvFormat::f32});
     std::vector<float> logits;

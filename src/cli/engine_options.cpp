@@ -76,7 +76,10 @@ SequenceOptions sequence_options(const SequenceArgs& args, const ModelConfig& co
 std::unique_ptr<Engine> open_engine_for(const std::string& model, const EngineArgs& args, bool show_progress) {
     ProgressLine progress(fmt::format("loading {} ({})", std::filesystem::path(model).filename().string(), args.backend),
                           show_progress, std::chrono::milliseconds(250));
-    return open_engine(model, args.backend, [&progress](double fraction) { progress.set_fraction(fraction); });
+    std::unique_ptr<Engine> engine =
+        open_engine(model, args.backend, [&progress](double fraction) { progress.set_fraction(fraction); });
+    engine->set_cpu_threads(cpu_threads(args));
+    return engine;
 }
 
 void require_an_end(std::string_view command, const std::string& model, const ModelConfig& config,

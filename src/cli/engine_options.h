@@ -31,8 +31,8 @@ inline constexpr int kMaxThreads = 1024;
 struct EngineArgs {
     std::string backend = "auto";
     // --threads: parsed and range-checked here (1 .. kMaxThreads); 0 means "every core" and is
-    // resolved by cpu_threads(). The multi-threaded CPU matmuls that read it land separately; until
-    // then the CPU backend runs on one thread whatever this says.
+    // resolved by cpu_threads(). open_engine_for hands it to the engine (Engine::set_cpu_threads: the
+    // CPU backend's matmul threads; the CUDA backend ignores it).
     int threads = 0;
 };
 
