@@ -10,6 +10,7 @@ packages=(
   libfmt-dev libspdlog-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
   libutf8proc-dev libpcre2-dev libxxhash-dev libzstd-dev
   libedit-dev                       # line editing and history in `deltabit chat` (optional in CMake)
+  libtomlplusplus-dev               # deltabit train's config (the train module is optional without it)
   libgtest-dev libgmock-dev libbenchmark-dev
   clang libclang-rt-14-dev          # libFuzzer targets (fuzz/)
   nodejs npm                        # independent references for the text tests

@@ -4,11 +4,13 @@
 //   deltabit train CONFIG.toml [--resume] [--max-steps N] [--quiet]
 //
 // Writes into run.out_dir: curves.csv (one row per optimizer step; eval_bpb on evaluation steps),
-// checkpoint.bin (every checkpoint.every steps and at the end, atomically), and prints a progress line
-// (step, tokens/s, loss, eval BPB, ETA) on a terminal, one line per evaluation otherwise.
+// checkpoint.bin (every checkpoint.every steps and at the end, atomically), and when the run reaches
+// run.steps, model.gguf (Q1_0 for a QAT run, else F32: train/export.h); prints a progress line (step,
+// tokens/s, loss, eval BPB, ETA) on a terminal, one line per evaluation otherwise.
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "core/error.h"
+#include "train/export.h"
 #include "train/trainer.h"
 
 #include <fmt/format.h>
@@ -98,6 +100,13 @@ void run_train(const TrainArgs& args) {
     if (std::isnan(last_bpb)) last_bpb = trainer.evaluate_bpb();  // nothing ran, or no evaluation step yet
     fmt::print("train: done at step {}: held-out {:.5f} bits per byte; checkpoint {}, curves {}\n", trainer.step(),
                last_bpb, checkpoint.string(), curves.string());
+    if (trainer.finished()) {
+        const std::filesystem::path model = out_dir / "model.gguf";
+        const DType type = config.qat.enabled ? DType::Q1_0 : DType::F32;
+        const ConvertReport report = train::export_gguf(trainer.layout(), trainer.forward_weights(), model, type,
+                                                        std::filesystem::path(args.config).stem().string());
+        fmt::print("train: exported {} ({}, {} bytes)\n", model.string(), dtype_name(type), report.bytes);
+    }
 }
 
 }  // namespace

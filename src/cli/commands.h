@@ -25,6 +25,8 @@ void add_info_command(CLI::App& app);
 void add_convert_command(CLI::App& app);
 // `deltabit bench (-m MODEL | --geometry NAME)` (cmd_bench.cpp): GPU prefill/decode speed vs the roofline.
 void add_bench_command(CLI::App& app);
+// `deltabit eval -m MODEL FILE` (cmd_eval.cpp): bits per byte of a byte-level model over a text file.
+void add_eval_command(CLI::App& app);
 #ifdef DELTABIT_HAVE_TRAIN
 // `deltabit train CONFIG.toml [--resume]` (cmd_train.cpp; built only with toml++).
 void add_train_command(CLI::App& app);

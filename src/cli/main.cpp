@@ -51,6 +51,7 @@ int main(int argc, char** argv) {
     deltabit::cli::add_info_command(app);
     deltabit::cli::add_convert_command(app);
     deltabit::cli::add_bench_command(app);
+    deltabit::cli::add_eval_command(app);
 #ifdef DELTABIT_HAVE_TRAIN
     deltabit::cli::add_train_command(app);
 #endif

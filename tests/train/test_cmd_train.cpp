@@ -68,6 +68,8 @@ TEST(CmdTrain, StopAndResumeEqualsOneRun) {
     const test::CommandResult straight = test::run_deltabit("train -q '" + (dir / "run.toml").string() + "'");
     ASSERT_EQ(straight.exit_code, 0) << straight.output;
     EXPECT_NE(straight.output.find("done at step 8"), std::string::npos) << straight.output;
+    EXPECT_NE(straight.output.find("exported"), std::string::npos) << straight.output;
+    EXPECT_TRUE(fs::exists(dir / "straight" / "model.gguf"));
 
     // The same config text with another out_dir would be a different config: run the split run in a copy.
     const fs::path split_dir = make_run_dir("resume_split", "straight");
@@ -75,6 +77,7 @@ TEST(CmdTrain, StopAndResumeEqualsOneRun) {
     const test::CommandResult first = test::run_deltabit("train -q --max-steps 5 " + cfg);
     ASSERT_EQ(first.exit_code, 0) << first.output;
     EXPECT_NE(first.output.find("done at step 5"), std::string::npos) << first.output;
+    EXPECT_FALSE(fs::exists(split_dir / "straight" / "model.gguf"));  // not finished: no export yet
     const test::CommandResult again = test::run_deltabit("train -q " + cfg);
     EXPECT_EQ(again.exit_code, 1);
     EXPECT_NE(again.output.find("pass --resume"), std::string::npos) << again.output;
@@ -99,6 +102,23 @@ TEST(CmdTrain, StopAndResumeEqualsOneRun) {
     const std::string curves_a = read_file(dir / "straight" / "curves.csv");
     EXPECT_EQ(std::count(curves_a.begin(), curves_a.end(), '\n'), 9);  // header + 8 steps
     EXPECT_EQ(columns(curves_a), columns(read_file(split_dir / "straight" / "curves.csv")));
+}
+
+// `deltabit eval` on the exported model gives the BPB the trainer printed for the same window.
+TEST(CmdTrain, EvalOfTheExportEqualsTheTrainersNumber) {
+    const fs::path dir = make_run_dir("eval", "out");
+    const test::CommandResult run = test::run_deltabit("train -q '" + (dir / "run.toml").string() + "'");
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    const size_t at = run.output.find("held-out ");
+    ASSERT_NE(at, std::string::npos) << run.output;
+    const double trainer_bpb = std::stod(run.output.substr(at + 9));
+    const test::CommandResult eval = test::run_deltabit("eval -q -m '" + (dir / "out" / "model.gguf").string() + "' '" +
+                                                        (dir / "heldout.txt").string() + "' --seq-len 16 --bytes 64");
+    ASSERT_EQ(eval.exit_code, 0) << eval.output;
+    const double eval_bpb = std::stod(eval.output);
+    // The engine's f32 forward against the trainer's double one on an F32 export: ~1e-6 (5 digits printed).
+    EXPECT_NEAR(eval_bpb, trainer_bpb, 2e-5) << run.output << eval.output;
+    EXPECT_NE(eval.output.find("over 63 predicted bytes"), std::string::npos) << eval.output;
 }
 
 TEST(CmdTrain, BadUseIsOneLine) {

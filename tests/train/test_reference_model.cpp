@@ -160,7 +160,9 @@ TEST(ReferenceModel, GradientMatchesTorchAutograd) {
     EXPECT_NEAR(mean_loss, torch_loss, 1e-5 * std::fabs(mean_loss));
     const std::vector<float> torch_grads = load_hf_parameters(layout, fixture);
     // Per tensor, relative to the tensor's largest gradient: transformers' f32 backward (chunked delta rule,
-    // f32 softmax) against this double one. Set before the first comparison at the rung-2 logit bound.
+    // f32 softmax) against this double one. Set before the first comparison at the rung-2 logit bound;
+    // measured on the committed fixture: worst 1.8e-5 (layer 1 in_proj_qkv and conv1d), the loss 7.577807
+    // within 1e-6.
     constexpr double kGradientTolerance = 1e-4;
     for (const ParameterInfo& p : layout.all()) {
         double scale = 0.0, worst = 0.0;
