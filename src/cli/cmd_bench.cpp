@@ -272,7 +272,7 @@ void add_bench_command(CLI::App& app) {
     cmd->add_option("--seed", args->seed, "Seed of the random weights and prompts")->default_str("1");
     cmd->footer("Kernel switches are read from the environment, e.g. DELTABIT_GEMM_F16=0 (the int8 prompt GEMM\n"
                 "instead of the one on f16 activations), DELTABIT_GEMM_WS=0, DELTABIT_SEAM_FOLD=0 — most 0 or 1, a few\n"
-                "a number (DELTABIT_GEMV_LOADS_IN_FLIGHT=16, 8 or 4), all described in docs/bench.md. A history row\n"
+                "a number (DELTABIT_GEMV_LOADS_IN_FLIGHT=16, 8 or 4), all listed in docs/switches.md. A history row\n"
                 "measured with any DELTABIT_* variable set names it in its note.");
     cmd->callback([args] { run_bench(*args); });
 }

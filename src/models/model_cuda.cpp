@@ -335,8 +335,6 @@ CudaModel::CudaModel(const Model& model, const UploadProgress& progress) : confi
     // An experiment switch for measuring what the fold saves (docs/bench.md): DELTABIT_SEAM_FOLD=0.
     seam_folding_ = env_switch("DELTABIT_SEAM_FOLD", true);
     rope_table_ = env_switch("DELTABIT_ROPE_TABLE", true);
-    // An experiment, off: one launch instead of four is not faster (docs/bench.md); DELTABIT_ATTENTION_FUSED=1.
-    fused_attention_ = env_switch("DELTABIT_ATTENTION_FUSED", false);
     prompt_steps_ = env_switch("DELTABIT_PROMPT_STEPS", true);
     // A blocking stream: it orders after the synchronous uploads and memsets of the legacy stream.
     check(cudaStreamCreate(&stream_), "create stream");
@@ -566,16 +564,6 @@ void CudaModel::attention_block(const Layer& L, const float* x, const cuda::Quan
         float* scratch = temp(int64_t(cuda::attention_decode_scratch_floats(largest)));
         float* attended = temp(H * dh);
         const float* gate = gated ? q_full + dh : nullptr;
-        if (fused_attention_ && (rope_table != nullptr || c.rope_dim == 0) && L.attn_output.quantized &&
-            L.attn_output.cols == H * dh && cuda::attention_decode_fused_supports(dims, state.k.view.element)) {
-            // One launch for the prologue, the attention and the output's quantisation (ops/decode_cuda.h).
-            const cuda::QuantizedActivationsView attended_q = block_out_activations_->view(H * dh);
-            cuda::attention_decode_fused(q_full, k_raw, v_raw, L.q_norm, L.k_norm, d_positions, rope_table, prologue,
-                                         state.k.view, state.v.view, gate, dims, scratch, attended, attended_q, stream_);
-            ++stats_.fused_attention_steps;
-            block_output_matmul(attended, &attended_q, L.attn_output, out, fold);
-            return;
-        }
         float* q = temp(H * dh);
         cuda::attention_decode_prologue(q_full, k_raw, v_raw, L.q_norm, L.k_norm, d_positions, prologue, state.k.view,
                                         state.v.view, q, stream_, rope_table);
@@ -1145,13 +1133,6 @@ void CudaModel::set_rope_table(bool enabled) {
     check(cudaStreamSynchronize(stream_), "drain before changing the decode step");
     release_graph();
     rope_table_ = enabled;
-}
-
-void CudaModel::set_fused_attention(bool enabled) {
-    // As set_seam_folding: the captured steps hold one launch or four per attention layer.
-    check(cudaStreamSynchronize(stream_), "drain before changing the decode step");
-    release_graph();
-    fused_attention_ = enabled;
 }
 
 CudaDecodeStats CudaModel::decode_stats() const {

@@ -205,7 +205,6 @@ struct CudaDecodeStats {
     int64_t arena_allocations = 0;  // cudaMalloc calls of the scratch arenas, ever
     size_t prompt_arena_bytes = 0, decode_arena_bytes = 0;  // their buffers now (overflow not counted)
     bool folded_seams = false;      // the last T = 1 step enqueued folded its seams (set_seam_folding)
-    int64_t fused_attention_steps = 0;  // attention layers enqueued as one fused launch (set_fused_attention), ever
     int64_t step_kernels = 0;       // kernels in the last captured decode graph (one step's launch chain)
 };
 
@@ -274,13 +273,6 @@ public:
     // (Bonsai-4B tg128 +3%, docs/bench.md); DELTABIT_ROPE_TABLE=0 in the environment starts it off. Drops
     // captured graphs.
     void set_rope_table(bool enabled);
-    // The decode step's attention at one token as one launch (cuda::attention_decode_fused: prologue, split
-    // attention, combine and the output's quantisation, the same bytes as the four launches) where the layer
-    // and the cache allow it (f32 or f16, the staged kernel's shapes, a quantised output projection, the rope
-    // table). An experiment, default off (it is not faster: docs/bench.md, "The decode attention as one launch");
-    // DELTABIT_ATTENTION_FUSED=1 in the environment starts it on. Drops captured graphs.
-    // How many attention layers were enqueued so: decode_stats().fused_attention_steps.
-    void set_fused_attention(bool enabled);
     CudaDecodeStats decode_stats() const;
 
     cudaStream_t stream() const { return stream_; }
@@ -376,7 +368,6 @@ private:
     bool graphs_enabled_ = true;
     bool seam_folding_ = true;           // set_seam_folding
     bool rope_table_ = true;             // set_rope_table
-    bool fused_attention_ = false;       // set_fused_attention
     bool prompt_steps_ = true;           // DELTABIT_PROMPT_STEPS: short prompts as decode steps (forward_last)
     bool graphable_ = true;              // false with MoE layers: their router syncs with the host
     bool decode_sized_ = false;          // an eager step has sized the decode arena
