@@ -6,7 +6,7 @@
 //                  [--prompt-budget S] [--fill-budget S] [--max-seconds S]
 //                  [--no-history | --history FILE] [--commit HASH] [--seed N]
 //
-// --geometry builds a random-bit model of a real shape in memory (models/synthetic_model.h), so the
+// --geometry builds a random-bit model of a real shape in memory (bench/synthetic_model.h), so the
 // flagship shapes are measured without downloading them. Without a usable GPU the command says so and
 // exits non-zero: there is no CPU bench. Progress goes to stderr; the table (or JSON) to stdout.
 #include "cli/bench_gpu.h"
@@ -15,7 +15,7 @@
 #include "core/error.h"
 #include "models/inference_cost.h"
 #include "models/model.h"
-#include "models/synthetic_model.h"
+#include "bench/synthetic_model.h"
 
 #if DELTABIT_HAVE_CUDA
 #include "models/model_cuda.h"

@@ -32,6 +32,11 @@
 //
 // Memory. Intermediates come from two DeviceArenas, one per shape class (the decode step; prompt chunks
 // of at most kPromptChunk tokens), reset per layer, so steady-state calls allocate nothing.
+//
+// Files, one idea each: the sequence state (models/sequence_state_cuda.h), the scratch arena
+// (models/device_arena.h), the weight upload (models/weights_cuda.h), the blocks and their matmuls
+// (blocks_cuda.cpp), the layer loops and the calls (model_cuda.cpp), the decode step's graph and run-ahead
+// (decode_graph_cuda.cpp).
 #pragma once
 
 #if DELTABIT_HAVE_CUDA
@@ -49,151 +54,16 @@
 #include <vector>
 
 #include "backend/cuda_buffer.h"
+#include "models/device_arena.h"
 #include "models/kv_format.h"
 #include "models/model.h"
+#include "models/sequence_state_cuda.h"
 #include "models/state_image.h"
+#include "models/weights_cuda.h"
 #include "ops/decode_cuda.h"
 #include "ops/matmul_cuda.h"
 
 namespace deltabit {
-
-// A matrix on the device in whichever form its dtype runs in.
-struct CudaMatrix {
-    bool quantized = false;
-    cuda::GemvWeights gemv;     // quantized
-    cuda::DeviceBuffer plain;   // !quantized: the GGUF rows as stored
-    WeightView plain_view;      // !quantized: points into `plain`
-    int64_t rows = 0, cols = 0;
-};
-
-// The most tokens one forward call hands the layers at once: prompts are cut into chunks of this many
-// (CudaModel::kPromptChunk), which bounds the prompt arena and a kivi4 cache's ring of exact rows.
-inline constexpr int64_t kCudaMaxCallTokens = 512;
-
-// One side (keys or values) of one full-attention layer's KV cache, in the sequence's KV format
-// (ops/kv_cuda.h has the device layouts); `view` points into the buffers.
-struct CudaKvSide {
-    cuda::DeviceBuffer data;               // f32/f16: [capacity][row]; kivi4: exact rows (sinks + ring)
-    cuda::DeviceBuffer codes, min, scale;  // kivi4 only
-    cuda::KvCacheView view;
-};
-
-// Per-layer device state: the KV cache (filled up to the sequence's position) of full-attention layers;
-// the conv window and recurrent state of DeltaNet layers, in the layouts of models/sequence_state.h (f32),
-// twice: copy [sequence.parity()] is the state at the sequence's position. A decode step reads it and
-// writes the other copy, then the sequence flips parity — so the step can be undone (undo_step) by
-// flipping back, which is what lets greedy decoding run one token ahead of the host (the engine's EOS
-// rewind). Prompt chunks update the current copy in place.
-struct CudaLayerState {
-    CudaKvSide k, v;
-    cuda::DeviceBuffer conv[2], recurrent[2];
-};
-
-class CudaSequenceState {
-public:
-    // Room for `max_positions` tokens in every KV cache, stored as `kv` (models/kv_cache.h: f32, f16 =
-    // IEEE half rounded to nearest even, or kivi4); zero conv and recurrent states. Error when the model's
-    // geometry does not suit the format (kivi4: head_dim a multiple of kKiviGroup).
-    CudaSequenceState(const ModelConfig& config, int64_t max_positions, KvFormat kv = KvFormat::f32);
-
-    int64_t position() const { return position_; }
-    int64_t max_positions() const { return max_positions_; }
-    KvFormat kv_format() const { return kv_format_; }
-    // Which DeltaNet copy holds the current state (CudaLayerState).
-    int parity() const { return parity_; }
-    // After a prompt chunk of n tokens (DeltaNet states updated in place).
-    void advance(int64_t n_tokens) {
-        position_ += n_tokens;
-        undoable_ = false;
-    }
-    // After a decode step (DeltaNet states written to the other copy).
-    void advance_step() {
-        ++position_;
-        parity_ ^= 1;
-        undoable_ = true;
-    }
-    // Back to the position before the last decode step, exactly (its KV row is dead, its DeltaNet copy
-    // is the old one). Only right after a decode step: Error otherwise (nothing else changed the state
-    // since, so the old copy is intact).
-    void undo_step();
-    CudaLayerState& layer(int64_t i) { return layers_[size_t(i)]; }
-    int64_t n_layer() const { return int64_t(layers_.size()); }
-    // Names this state's device buffers for the model's cached decode graph; moves with them.
-    uint64_t id() const { return id_; }
-
-    // The whole state as named chunks, byte for byte the CPU SequenceState's (state_image_layout in
-    // models/sequence_state.h; kivi4's exact residual rows gathered from the ring in position order).
-    StateImage save() const;
-    // Validates everything first (validate_state_image: KV format, position, every chunk's name and
-    // size; then the position against this sequence's capacity) and throws a deltabit::Error naming the
-    // problem with the state untouched.
-    void load(const StateImage& image);
-    // What cannot be rewound (state_checkpoint_layout: the DeltaNet chunks, kivi4's residual windows)
-    // and the position; restore() goes back to it (the KV beyond it is dead).
-    StateCheckpoint checkpoint() const;
-    void restore(const StateCheckpoint& checkpoint);
-
-private:
-    // A piece of device memory, several of which make one chunk (kivi4's residual may wrap the ring).
-    struct DevicePiece {
-        const cuda::DeviceBuffer* buffer = nullptr;
-        size_t offset = 0, bytes = 0;
-    };
-    struct DeviceChunk {
-        std::string name;
-        size_t bytes = 0;
-        std::vector<DevicePiece> pieces;
-    };
-    // The chunks of an image (or, with checkpoint_only, of a checkpoint) at `position`, in the order of
-    // the CPU layout functions, checked against them.
-    std::vector<DeviceChunk> device_chunks(int64_t position, bool checkpoint_only) const;
-    void kv_side_chunks(const CudaKvSide& side, const std::string& prefix, int64_t position, bool checkpoint_only,
-                        std::vector<DeviceChunk>& out) const;
-    static void download(const DeviceChunk& chunk, StateChunk& into);
-    static void upload(const DeviceChunk& chunk, const StateChunk& from);
-
-    ModelConfig config_;
-    int64_t position_ = 0;
-    int64_t max_positions_ = 0;
-    KvFormat kv_format_ = KvFormat::f32;
-    int64_t kv_row_ = 0;  // elements of one position of one layer's K (or V): n_head_kv · head_dim
-    int parity_ = 0;
-    bool undoable_ = false;
-    uint64_t id_ = 0;
-    std::vector<CudaLayerState> layers_;
-};
-
-// Device memory for the intermediates of forward calls of one shape class, reused by every call and
-// every layer: a bump allocator over one buffer. A call that needs more than the buffer holds gets the
-// excess from overflow slabs and records how much it used; the next call (after the stream has drained)
-// replaces the buffer by one of that size. So a shape class allocates once (or a few times while the
-// longest chunk is first seen) and never again — steady state is zero cudaMalloc/cudaFree.
-// A slab holds the arena's offsets from where it begins, so rewinding reuses it as it reuses the buffer,
-// and each new one is at least as large as the offsets below it: a call that outgrows the buffer many
-// times over makes a few cudaMallocs, not one per intermediate (H200, Bonsai-27B: the first 512-token
-// prompt after 64-token ones made ~1300, and freeing them cost the next call ~70 ms).
-class DeviceArena {
-public:
-    void* alloc(size_t bytes);
-    size_t mark() const { return used_; }
-    void rewind(size_t mark) { used_ = mark; }
-    // Start of a call: nothing of the previous call may still run. Grows the buffer if the last call
-    // overflowed; returns whether it did.
-    bool begin_call();
-    bool overflowed() const { return !overflow_.empty(); }
-    int64_t allocations() const { return allocations_; }
-    size_t capacity() const { return buffer_.bytes(); }
-
-private:
-    struct Slab {
-        cuda::DeviceBuffer memory;
-        size_t begin = 0;  // the arena offset of its first byte
-    };
-    cuda::DeviceBuffer buffer_;
-    std::vector<Slab> overflow_;
-    size_t used_ = 0, high_water_ = 0;
-    int64_t allocations_ = 0;
-};
 
 // What the decode path did, so tests and benchmarks can prove the fast path ran (STYLE habit 16).
 struct CudaDecodeStats {
@@ -278,8 +148,13 @@ public:
     cudaStream_t stream() const { return stream_; }
 
 private:
-    struct Layer;
-    struct SeamFold;  // model_cuda.cpp: where a folded seam writes (decode_layers)
+    // A seam of the decode step folded into the block output projection before it (decode_layers): the
+    // projection adds into the residual stream and quantises the next block's normed input into `next`.
+    struct SeamFold {
+        float* residual;
+        const float* norm_w;                        // the next block's norm (plain weights)
+        const cuda::QuantizedActivationsView* next;  // a deferred-norm view of activations_
+    };
 
     // Intermediates of the running call, from the current arena (decode or prompt).
     float* temp(int64_t n_floats);
@@ -303,12 +178,12 @@ private:
     void matmul_prompt_group(const float* x, int64_t T, std::initializer_list<std::pair<const CudaMatrix*, float*>> outputs);
     // Blocks of T tokens reading the normed hidden state x; xq is its quantised form when T = 1 and the
     // decode seam made it (else nullptr).
-    void attention_block(const Layer& L, const float* x, const cuda::QuantizedActivationsView* xq, int64_t T,
+    void attention_block(const CudaLayer& L, const float* x, const cuda::QuantizedActivationsView* xq, int64_t T,
                          int64_t n_past, const int32_t* d_positions, CudaLayerState& state, float* out,
                          const SeamFold* fold = nullptr, const double* rope_table = nullptr);
     // kivi4: quantises what the call's T tokens (after position *d_n_past) pushed out of the window.
     void compress_kv(CudaLayerState& state, const int32_t* d_n_past, int64_t T);
-    void deltanet_block(const Layer& L, const float* x, const cuda::QuantizedActivationsView* xq, int64_t T, int parity,
+    void deltanet_block(const CudaLayer& L, const float* x, const cuda::QuantizedActivationsView* xq, int64_t T, int parity,
                         CudaLayerState& state, float* out, const SeamFold* fold = nullptr);
     void swiglu_ffn(const CudaMatrix& gate, const CudaMatrix& up, const CudaMatrix& down, const float* x,
                     const cuda::QuantizedActivationsView* xq, int64_t T, float* out, const SeamFold* fold = nullptr);
@@ -320,7 +195,7 @@ private:
     // Whether every seam of the decode step can fold: no MoE layer and every matrix that writes or reads
     // a seam quantised alike with K = n_embd where it reads one (decode_layers).
     bool seams_foldable() const;
-    void moe_ffn(const Layer& L, const float* x, int64_t T, float* out);
+    void moe_ffn(const CudaLayer& L, const float* x, int64_t T, float* out);
 
     void check_call(const CudaSequenceState& state, std::span<const int32_t> ids) const;
     // The layers for T tokens whose ids and positions are on the device; the final norm of the rows
@@ -350,7 +225,7 @@ private:
     WeightView token_embd_view_;               // data on the device
     const float* output_norm_ = nullptr;
     CudaMatrix output_;
-    std::vector<Layer> layers_;
+    std::vector<CudaLayer> layers_;
     std::unique_ptr<cuda::ActivationScratch> activations_;
     cuda::QuantizedActivationsView quantized_;  // what quantized() last wrote into activations_
     // A block's inner output quantised by the kernel that makes it (the DeltaNet recurrence, the SwiGLU

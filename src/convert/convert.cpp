@@ -1,12 +1,12 @@
-#include "models/convert.h"
+#include "convert/convert.h"
 
 #include "core/error.h"
 #include "core/quant.h"
 #include "formats/gguf.h"
 #include "formats/safetensors.h"
 #include "models/config_gguf.h"
-#include "models/convert_check.h"
-#include "models/convert_tokenizer.h"
+#include "convert/convert_check.h"
+#include "convert/convert_tokenizer.h"
 #include "models/hf_folder.h"
 #include "models/model.h"
 
