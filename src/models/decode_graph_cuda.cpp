@@ -35,10 +35,8 @@ int64_t kernel_nodes(cudaGraph_t graph) {
 const float* CudaModel::enqueue_decode_step(CudaSequenceState& state) {
     const int32_t* d_token = step_.get<int32_t>();
     float* logits = temp(config_.n_vocab);
-    if (config_.n_embd <= cuda::kResidualNormMaxDim)
-        decode_layers(state, d_token, d_token + 1, logits);
-    else
-        run_layers(state, d_token, d_token + 1, 1, 0, logits);
+    // The step's fused seams where their kernel holds the hidden size, else the prompt path's seams.
+    run_layers(state, d_token, d_token + 1, 1, 0, logits, config_.n_embd <= cuda::kResidualNormMaxDim);
     return logits;
 }
 

@@ -111,39 +111,84 @@ void CudaModel::check_call(const CudaSequenceState& state, std::span<const int32
              state.max_positions());
 }
 
+const cuda::QuantizedActivationsView* CudaModel::seam(Seams& s, const float* norm_w, int64_t T, int64_t first_row) {
+    const ModelConfig& c = config_;
+    const int64_t D = c.n_embd;
+    if (!s.step) {
+        if (s.pending != nullptr) cuda::axpy(1.0f, s.pending, s.x, T * D, stream_);
+        s.pending = nullptr;
+        cuda::rms_norm(s.x + first_row * D, norm_w, T - first_row, D, c.rms_eps, cuda::NormWeight::plain, s.h, stream_);
+        return nullptr;
+    }
+    // Folded, the block output projection before did this seam (only the first runs as a kernel).
+    if (s.fold && s.pending != nullptr) return &s.hq_folded;
+    cuda::add_rms_norm_quantize(s.x, s.pending, norm_w, D, c.rms_eps, cuda::NormWeight::plain, s.h, s.hq, stream_);
+    return &s.hq;
+}
+
 void CudaModel::run_layers(CudaSequenceState& state, const int32_t* d_ids, const int32_t* d_positions, int64_t T,
-                           int64_t first_logit_row, float* logits) {
+                           int64_t first_logit_row, float* logits, bool step) {
     const ModelConfig& c = config_;
     const int64_t D = c.n_embd, n_past = state.position();
     call_capacity_ = state.max_positions();
-    float* x = temp(T * D);
-    float* h = temp(T * D);
+    Seams s;
+    s.step = step;
+    s.x = temp(T * D);
+    s.h = temp(T * D);
     float* m = temp(T * D);
-    cuda::embedding_lookup(token_embd_view_, d_ids, T, x, stream_);
+    // The step's rotation, once for all its attention layers, launched first: every prologue is two or more
+    // launches later, so it may read the table before its wait (cuda::attention_decode_prologue).
+    const double* rope_table = nullptr;
+    const bool attends = std::any_of(layers_.begin(), layers_.end(),
+                                     [](const CudaLayer& L) { return L.kind != LayerKind::linear_attention; });
+    if (step && rope_table_ && attends && c.rope_dim > 0) {
+        double* table = reinterpret_cast<double*>(temp(2 * cuda::rope_decode_table_doubles(c.rope_dim)));
+        cuda::rope_decode_table(d_positions, c.rope_dim, c.rope_theta, table, stream_);
+        rope_table = table;
+    }
+    cuda::embedding_lookup(token_embd_view_, d_ids, T, s.x, stream_);
+    // The decode step's seams add the previous block's output m to x, norm x into h and quantise h once for
+    // every matrix that reads it (ops/decode_cuda.h add_rms_norm_quantize). hq lives in the shared activation
+    // scratch: the block's first matmuls read it before anything else quantises there.
+    // Folded (seams_foldable), only the first seam runs as a kernel: every block's output projection adds
+    // into x and quantises the next block's input itself (cuda::gemv_quantized_add_norm, into hq_folded,
+    // the same scratch), and h is never written — every matrix reading it takes the quantised form.
+    if (step) {
+        s.fold = seam_folding_ && seams_foldable();
+        stats_.folded_seams = s.fold;
+        s.hq = activations_->view(D);
+        s.hq_folded = activations_->deferred_norm_view(D, c.rms_eps);
+    }
     // Every block's intermediates are dead once its output is added to x: each block starts from here.
     const size_t block_mark = arena_->mark();
     for (int64_t l = 0; l < c.n_layer(); ++l) {
         const CudaLayer& L = layers_[size_t(l)];
         arena_->rewind(block_mark);
-        cuda::rms_norm(x, L.attn_norm, T, D, c.rms_eps, cuda::NormWeight::plain, h, stream_);
+        const cuda::QuantizedActivationsView* in = seam(s, L.attn_norm, T);
+        const SeamFold into_ffn{s.x, L.ffn_norm, &s.hq_folded};
+        const SeamFold* fold = s.fold ? &into_ffn : nullptr;
         if (L.kind == LayerKind::linear_attention)
-            deltanet_block(L, h, nullptr, T, state.parity(), state.layer(l), m);
+            deltanet_block(L, s.h, in, T, state.parity(), state.layer(l), m, fold);
         else
-            attention_block(L, h, nullptr, T, n_past, d_positions, state.layer(l), m);
-        cuda::axpy(1.0f, m, x, T * D, stream_);
+            attention_block(L, s.h, in, T, n_past, d_positions, state.layer(l), m, fold, rope_table);
+        s.pending = m;
 
         arena_->rewind(block_mark);
-        cuda::rms_norm(x, L.ffn_norm, T, D, c.rms_eps, cuda::NormWeight::plain, h, stream_);
+        in = seam(s, L.ffn_norm, T);
+        const SeamFold into_next{s.x, l + 1 < c.n_layer() ? layers_[size_t(l + 1)].attn_norm : output_norm_,
+                                 &s.hq_folded};
         if (L.moe)
-            moe_ffn(L, h, T, m);
+            moe_ffn(L, s.h, T, m);
         else
-            swiglu_ffn(L.ffn_gate, L.ffn_up, L.ffn_down, h, nullptr, T, m);
-        cuda::axpy(1.0f, m, x, T * D, stream_);
+            swiglu_ffn(L.ffn_gate, L.ffn_up, L.ffn_down, s.h, in, T, m, s.fold ? &into_next : nullptr);
+        s.pending = m;
     }
     arena_->rewind(block_mark);
-    const int64_t rows = T - first_logit_row;
-    cuda::rms_norm(x + first_logit_row * D, output_norm_, rows, D, c.rms_eps, cuda::NormWeight::plain, h, stream_);
-    matmul(h, output_, rows, logits);
+    const cuda::QuantizedActivationsView* in = seam(s, output_norm_, T, first_logit_row);
+    if (in != nullptr && output_.quantized && output_.cols == D)
+        cuda::gemv_quantized(*in, output_.gemv.view(), logits, stream_);
+    else
+        matmul(s.h, output_, T - first_logit_row, logits);
 }
 
 const float* CudaModel::prompt_chunk(CudaSequenceState& state, std::span<const int32_t> ids, bool all_logits) {
@@ -164,83 +209,12 @@ const float* CudaModel::prompt_chunk(CudaSequenceState& state, std::span<const i
     check(cudaMemcpyAsync(d_positions, host_positions, size_t(T) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
           "upload positions");
     check(cudaEventRecord(prompt_uploaded_, stream_), "record prompt inputs");
-    run_layers(state, d_ids, d_positions, T, all_logits ? 0 : T - 1, logits);
+    run_layers(state, d_ids, d_positions, T, all_logits ? 0 : T - 1, logits, /*step=*/false);
     state.advance(T);
     ++stats_.prompt_chunks;
     return logits;
 }
 
-void CudaModel::decode_layers(CudaSequenceState& state, const int32_t* d_token, const int32_t* d_position,
-                              float* logits) {
-    const ModelConfig& c = config_;
-    const int64_t D = c.n_embd;
-    call_capacity_ = state.max_positions();
-    float* x = temp(D);
-    float* h = temp(D);
-    float* m = temp(D);
-    // The step's rotation, once for all its attention layers, launched first: every prologue is two or more
-    // launches later, so it may read the table before its wait (cuda::attention_decode_prologue).
-    const double* rope_table = nullptr;
-    const bool attends = std::any_of(layers_.begin(), layers_.end(),
-                                     [](const CudaLayer& L) { return L.kind != LayerKind::linear_attention; });
-    if (rope_table_ && attends && c.rope_dim > 0) {
-        double* table = reinterpret_cast<double*>(temp(2 * cuda::rope_decode_table_doubles(c.rope_dim)));
-        cuda::rope_decode_table(d_position, c.rope_dim, c.rope_theta, table, stream_);
-        rope_table = table;
-    }
-    cuda::embedding_lookup(token_embd_view_, d_token, 1, x, stream_);
-    // Each seam adds the previous block's output m to x, norms x into h and quantises h once for every
-    // matrix that reads it (ops/decode_cuda.h add_rms_norm_quantize). hq lives in the shared activation
-    // scratch: the block's first matmuls read it before anything else quantises there.
-    // Folded (seams_foldable), only the first seam runs as a kernel: every block's output projection adds
-    // into x and quantises the next block's input itself (cuda::gemv_quantized_add_norm, into hq_folded,
-    // the same scratch), and h is never written — every matrix reading it takes the quantised form.
-    const bool fold = seam_folding_ && seams_foldable();
-    stats_.folded_seams = fold;
-    const cuda::QuantizedActivationsView hq = activations_->view(D);
-    const cuda::QuantizedActivationsView hq_folded = activations_->deferred_norm_view(D, c.rms_eps);
-    const cuda::QuantizedActivationsView* block_in = &hq;
-    const float* pending = nullptr;  // the block output not yet added to x
-    const size_t block_mark = arena_->mark();
-    for (int64_t l = 0; l < c.n_layer(); ++l) {
-        const CudaLayer& L = layers_[size_t(l)];
-        arena_->rewind(block_mark);
-        if (!fold || l == 0) {
-            cuda::add_rms_norm_quantize(x, pending, L.attn_norm, D, c.rms_eps, cuda::NormWeight::plain, h, hq, stream_);
-            block_in = &hq;
-        }
-        const SeamFold into_ffn{x, L.ffn_norm, &hq_folded};
-        if (L.kind == LayerKind::linear_attention)
-            deltanet_block(L, h, block_in, 1, state.parity(), state.layer(l), m, fold ? &into_ffn : nullptr);
-        else
-            attention_block(L, h, block_in, 1, state.position(), d_position, state.layer(l), m,
-                            fold ? &into_ffn : nullptr, rope_table);
-
-        arena_->rewind(block_mark);
-        if (fold) {
-            block_in = &hq_folded;
-        } else {
-            cuda::add_rms_norm_quantize(x, m, L.ffn_norm, D, c.rms_eps, cuda::NormWeight::plain, h, hq, stream_);
-            block_in = &hq;
-        }
-        const SeamFold into_next{x, l + 1 < c.n_layer() ? layers_[size_t(l + 1)].attn_norm : output_norm_, &hq_folded};
-        if (L.moe)
-            moe_ffn(L, h, 1, m);
-        else
-            swiglu_ffn(L.ffn_gate, L.ffn_up, L.ffn_down, h, block_in, 1, m, fold ? &into_next : nullptr);
-        pending = m;
-        if (fold) block_in = &hq_folded;
-    }
-    arena_->rewind(block_mark);
-    if (!fold) {
-        cuda::add_rms_norm_quantize(x, pending, output_norm_, D, c.rms_eps, cuda::NormWeight::plain, h, hq, stream_);
-        block_in = &hq;
-    }
-    if (output_.quantized && output_.cols == D)
-        cuda::gemv_quantized(*block_in, output_.gemv.view(), logits, stream_);
-    else
-        matmul(h, output_, 1, logits);
-}
 
 std::vector<float> CudaModel::forward(CudaSequenceState& state, std::span<const int32_t> ids) {
     check_call(state, ids);

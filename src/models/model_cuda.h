@@ -134,7 +134,7 @@ public:
 
     // Decode-step graphs on (default) or off (every step eager; the test of graph = eager uses it).
     void set_decode_graphs(bool enabled);
-    // The decode step's seams folded into the GEMVs beside them (decode_layers) when the model allows it
+    // The decode step's seams folded into the GEMVs beside them (run_layers) when the model allows it
     // (default on; DELTABIT_SEAM_FOLD=0 in the environment starts it off), or one seam kernel each. Drops
     // captured graphs. Whether the last step folded: decode_stats().folded_seams.
     void set_seam_folding(bool enabled);
@@ -148,7 +148,7 @@ public:
     cudaStream_t stream() const { return stream_; }
 
 private:
-    // A seam of the decode step folded into the block output projection before it (decode_layers): the
+    // A seam of the decode step folded into the block output projection before it (run_layers): the
     // projection adds into the residual stream and quantises the next block's normed input into `next`.
     struct SeamFold {
         float* residual;
@@ -193,18 +193,32 @@ private:
     void block_output_matmul(const float* in, const cuda::QuantizedActivationsView* in_q, const CudaMatrix& w,
                              float* out, const SeamFold* fold);
     // Whether every seam of the decode step can fold: no MoE layer and every matrix that writes or reads
-    // a seam quantised alike with K = n_embd where it reads one (decode_layers).
+    // a seam quantised alike with K = n_embd where it reads one (run_layers).
     bool seams_foldable() const;
     void moe_ffn(const CudaLayer& L, const float* x, int64_t T, float* out);
 
     void check_call(const CudaSequenceState& state, std::span<const int32_t> ids) const;
-    // The layers for T tokens whose ids and positions are on the device; the final norm of the rows
-    // from `first_logit_row` and their logits into `logits`.
+    // What the layer loop carries between blocks: the residual stream x, the normed input h, the block output
+    // not yet added to x; on the decode step (`step`) the quantised forms of h, and whether the seams fold.
+    struct Seams {
+        bool step = false;  // the decode step's seam kernels (else an add and an RMS norm, the prompt's)
+        bool fold = false;  // step: folded into the block output projections (seams_foldable)
+        float* x = nullptr;
+        float* h = nullptr;
+        const float* pending = nullptr;
+        cuda::QuantizedActivationsView hq, hq_folded;
+    };
+    // The seam before a block, or before the LM head: x += s.pending, then x's rows from first_row normed by
+    // norm_w into h. The step's seam is one kernel that also quantises h for every matrix reading it, and
+    // returns that form (folded, the block output projection before did all of it); the prompt's returns
+    // nullptr.
+    const cuda::QuantizedActivationsView* seam(Seams& s, const float* norm_w, int64_t T, int64_t first_row = 0);
+    // The one layer loop, driven by each layer's kind as Model::forward's: T tokens whose ids and positions are
+    // on the device; the final norm of the rows from `first_logit_row` and their logits into `logits`. `step`:
+    // the decode step's seams (T = 1: add, norm and quantisation in one kernel, folded into the GEMVs where
+    // seams_foldable, and the rope table), else the prompt's. The blocks pick their kernels by T.
     void run_layers(CudaSequenceState& state, const int32_t* d_ids, const int32_t* d_positions, int64_t T,
-                    int64_t first_logit_row, float* logits);
-    // The decode step's layers (T = 1): as run_layers, with each residual add, norm and activation
-    // quantisation fused into one seam kernel. Models whose hidden size the seam cannot hold take run_layers.
-    void decode_layers(CudaSequenceState& state, const int32_t* d_token, const int32_t* d_position, float* logits);
+                    int64_t first_logit_row, float* logits, bool step);
     // T > 1: one chunk; logits of every token (all_logits) or of the last one, into `logits`.
     const float* prompt_chunk(CudaSequenceState& state, std::span<const int32_t> ids, bool all_logits);
     // T = 1: the step of one token, replayed from the graph when it can be (captured first where none is,
