@@ -115,17 +115,17 @@ bool CudaModel::seams_foldable() const {
     if (!(output_.quantized && output_.cols == D)) return false;
     return std::all_of(layers_.begin(), layers_.end(), [&](const CudaLayer& L) {
         const bool block = L.kind == LayerKind::linear_attention
-                               ? all_quantized({&L.qkv, &L.z_gate, &L.beta, &L.alpha}, D) && L.ssm_output.quantized
-                               : all_quantized({&L.q, &L.k, &L.v}, D) && L.attn_output.quantized;
-        const bool ffn = all_quantized({&L.ffn_gate, &L.ffn_up}, D) && L.ffn_gate.rows == L.ffn_up.rows &&
-                         L.ffn_down.quantized;
+                               ? all_quantized({&L.deltanet.qkv, &L.deltanet.gate, &L.deltanet.beta, &L.deltanet.alpha}, D) && L.deltanet.output.quantized
+                               : all_quantized({&L.attention.q, &L.attention.k, &L.attention.v}, D) && L.attention.output.quantized;
+        const bool ffn = all_quantized({&L.ffn.gate, &L.ffn.up}, D) && L.ffn.gate.rows == L.ffn.up.rows &&
+                         L.ffn.down.quantized;
         return !L.moe && block && ffn;
     });
 }
 
-void CudaModel::attention_block(const CudaLayer& L, const float* x, const cuda::QuantizedActivationsView* xq, int64_t T,
-                                int64_t n_past, const int32_t* d_positions, CudaLayerState& state, float* out,
-                                const SeamFold* fold, const double* rope_table) {
+void CudaModel::attention_block(const CudaAttentionWeights& w, const float* x, const cuda::QuantizedActivationsView* xq,
+                                int64_t T, int64_t n_past, const int32_t* d_positions, CudaLayerState& state,
+                                float* out, const SeamFold* fold, const double* rope_table) {
     const ModelConfig& c = config_;
     const int64_t H = c.n_head, H_kv = c.n_head_kv, dh = c.head_dim;
     const bool gated = c.attn_output_gate;
@@ -137,7 +137,7 @@ void CudaModel::attention_block(const CudaLayer& L, const float* x, const cuda::
         float* q_full = temp(H * per_head);
         float* k_raw = temp(H_kv * dh);
         float* v_raw = temp(H_kv * dh);
-        matmul_shared_input(x, xq, {{&L.q, q_full}, {&L.k, k_raw}, {&L.v, v_raw}});
+        matmul_shared_input(x, xq, {{&w.q, q_full}, {&w.k, k_raw}, {&w.v, v_raw}});
         const cuda::AttentionPrologueDims prologue{H, H_kv, dh, per_head, c.rope_dim, c.rope_theta, c.rms_eps};
         const cuda::CachedAttentionDims dims{1, H, H_kv, dh, call_capacity_, per_head};
         // Scratch for the most splits any capacity plans, so the decode arena (and a graph captured in
@@ -148,11 +148,11 @@ void CudaModel::attention_block(const CudaLayer& L, const float* x, const cuda::
         float* attended = temp(H * dh);
         const float* gate = gated ? q_full + dh : nullptr;
         float* q = temp(H * dh);
-        cuda::attention_decode_prologue(q_full, k_raw, v_raw, L.q_norm, L.k_norm, d_positions, prologue, state.k.view,
+        cuda::attention_decode_prologue(q_full, k_raw, v_raw, w.q_norm, w.k_norm, d_positions, prologue, state.k.view,
                                         state.v.view, q, stream_, rope_table);
         cuda::attention_cached(q, state.k.view, state.v.view, gate, d_positions, dims, scratch, attended, stream_);
         compress_kv(state, d_positions, 1);
-        block_output_matmul(attended, nullptr, L.attn_output, out, fold);
+        block_output_matmul(attended, nullptr, w.output, out, fold);
         return;
     }
 
@@ -165,7 +165,7 @@ void CudaModel::attention_block(const CudaLayer& L, const float* x, const cuda::
     float* v_new = f32_cache ? v_cache + n_past * H_kv * dh : temp(T * H_kv * dh);
     float* k_raw = temp(T * H_kv * dh);
     float* q_full = temp(T * H * per_head);
-    matmul_prompt_group(x, T, {{&L.q, q_full}, {&L.k, k_raw}, {&L.v, v_new}});
+    matmul_prompt_group(x, T, {{&w.q, q_full}, {&w.k, k_raw}, {&w.v, v_new}});
     // With the output gate, q_proj's rows interleave per head: [q_h (dh) | gate_h (dh)].
     float* q = temp(T * H * dh);
     float* gate = gated ? temp(T * H * dh) : nullptr;
@@ -176,8 +176,8 @@ void CudaModel::attention_block(const CudaLayer& L, const float* x, const cuda::
               "split gate");
 
     float* q_normed = temp(T * H * dh);
-    cuda::rms_norm(q, L.q_norm, T * H, dh, c.rms_eps, cuda::NormWeight::plain, q_normed, stream_);
-    cuda::rms_norm(k_raw, L.k_norm, T * H_kv, dh, c.rms_eps, cuda::NormWeight::plain, k_new, stream_);
+    cuda::rms_norm(q, w.q_norm, T * H, dh, c.rms_eps, cuda::NormWeight::plain, q_normed, stream_);
+    cuda::rms_norm(k_raw, w.k_norm, T * H_kv, dh, c.rms_eps, cuda::NormWeight::plain, k_new, stream_);
     cuda::rope_neox(q_normed, d_positions, T, H, dh, c.rope_dim, c.rope_theta, stream_);
     cuda::rope_neox(k_new, d_positions, T, H_kv, dh, c.rope_dim, c.rope_theta, stream_);
 
@@ -185,7 +185,7 @@ void CudaModel::attention_block(const CudaLayer& L, const float* x, const cuda::
     if (f32_cache) {
         const cuda::AttentionDims dims{T, n_past, H, H_kv, dh};
         cuda::attention_prefill(q_normed, k_cache, v_cache, gate, dims, attended, stream_);
-        matmul(attended, L.attn_output, T, out);
+        matmul(attended, w.output, T, out);
         return;
     }
     // A half or kivi4 cache: the chunk's keys and values rounded into it first, then read back with the
@@ -208,7 +208,7 @@ void CudaModel::attention_block(const CudaLayer& L, const float* x, const cuda::
                                stream_);
         compress_kv(state, d_positions, T);
     }
-    matmul(attended, L.attn_output, T, out);
+    matmul(attended, w.output, T, out);
 }
 
 void CudaModel::compress_kv(CudaLayerState& state, const int32_t* d_n_past, int64_t T) {
@@ -218,8 +218,8 @@ void CudaModel::compress_kv(CudaLayerState& state, const int32_t* d_n_past, int6
     cuda::kivi_compress(state.v.view, row, d_n_past, T, stream_);
 }
 
-void CudaModel::deltanet_block(const CudaLayer& L, const float* x, const cuda::QuantizedActivationsView* xq, int64_t T,
-                               int parity, CudaLayerState& state, float* out, const SeamFold* fold) {
+void CudaModel::deltanet_block(const CudaDeltaNetWeights& w, const float* x, const cuda::QuantizedActivationsView* xq,
+                               int64_t T, int parity, CudaLayerState& state, float* out, const SeamFold* fold) {
     const ModelConfig& c = config_;
     const int64_t H_k = c.ssm_n_key_heads, H_v = c.ssm_n_value_heads, d_k = c.ssm_key_dim, d_v = c.ssm_value_dim;
     const int64_t key_dim = H_k * d_k, value_dim = H_v * d_v, channels = c.ssm_conv_channels();
@@ -232,7 +232,7 @@ void CudaModel::deltanet_block(const CudaLayer& L, const float* x, const cuda::Q
         float* z = temp(value_dim);
         float* b = temp(H_v);
         float* a = temp(H_v);
-        matmul_shared_input(x, xq, {{&L.qkv, mixed}, {&L.z_gate, z}, {&L.beta, b}, {&L.alpha, a}});
+        matmul_shared_input(x, xq, {{&w.qkv, mixed}, {&w.gate, z}, {&w.beta, b}, {&w.alpha, a}});
         float* q = temp(key_dim);
         float* k = temp(key_dim);
         float* v = temp(value_dim);
@@ -240,16 +240,16 @@ void CudaModel::deltanet_block(const CudaLayer& L, const float* x, const cuda::Q
         float* g = temp(H_v);
         const cuda::GdnDecodeDims dims{H_k, H_v, d_k, d_v, c.ssm_conv_kernel, key_head_map};
         // Reads copy `parity`, writes the other (CudaLayerState): the step stays undoable.
-        cuda::gdn_decode_prepare(mixed, b, a, L.conv, state.conv[parity].get<float>(), state.conv[parity ^ 1].get<float>(),
-                                 L.ssm_a, L.dt_bias, dims, kL2NormEps, q, k, v, beta, g, stream_);
+        cuda::gdn_decode_prepare(mixed, b, a, w.conv, state.conv[parity].get<float>(), state.conv[parity ^ 1].get<float>(),
+                                 w.ssm_a, w.dt_bias, dims, kL2NormEps, q, k, v, beta, g, stream_);
         float* normed = temp(value_dim);
         // The recurrence also quantises its output for ssm_out when the groups of 128 fall inside heads.
-        const bool quantize_out = d_v % cuda::kActivationGroup == 0 && all_quantized({&L.ssm_output}, value_dim);
+        const bool quantize_out = d_v % cuda::kActivationGroup == 0 && all_quantized({&w.output}, value_dim);
         const cuda::QuantizedActivationsView normed_q = block_out_activations_->view(value_dim);
-        cuda::gdn_decode_recurrent(q, k, v, beta, g, z, L.ssm_norm, c.rms_eps, dims, state.recurrent[parity].get<float>(),
+        cuda::gdn_decode_recurrent(q, k, v, beta, g, z, w.norm, c.rms_eps, dims, state.recurrent[parity].get<float>(),
                                    state.recurrent[parity ^ 1].get<float>(), normed, stream_,
                                    quantize_out ? &normed_q : nullptr);
-        block_output_matmul(normed, quantize_out ? &normed_q : nullptr, L.ssm_output, out, fold);
+        block_output_matmul(normed, quantize_out ? &normed_q : nullptr, w.output, out, fold);
         return;
     }
 
@@ -257,18 +257,18 @@ void CudaModel::deltanet_block(const CudaLayer& L, const float* x, const cuda::Q
     float* z = temp(T * value_dim);
     float* b = temp(T * H_v);
     float* a = temp(T * H_v);
-    matmul_prompt_group(x, T, {{&L.qkv, mixed}, {&L.z_gate, z}, {&L.beta, b}, {&L.alpha, a}});
+    matmul_prompt_group(x, T, {{&w.qkv, mixed}, {&w.gate, z}, {&w.beta, b}, {&w.alpha, a}});
 
     // Channels are [q (key_dim) | k (key_dim) | v (value_dim)].
     float* q_normed = temp(T * key_dim);
     float* k_normed = temp(T * key_dim);
     float* v = temp(T * value_dim);
     if (cuda::conv1d_split_l2_supported(d_k, c.ssm_conv_kernel)) {
-        cuda::conv1d_split_l2(mixed, L.conv, state.conv[parity].get<float>(), T, H_k, d_k, value_dim,
+        cuda::conv1d_split_l2(mixed, w.conv, state.conv[parity].get<float>(), T, H_k, d_k, value_dim,
                               c.ssm_conv_kernel, kL2NormEps, q_normed, k_normed, v, stream_);
     } else {
         float* conv = temp(T * channels);
-        cuda::conv1d_causal_silu(mixed, L.conv, state.conv[parity].get<float>(), T, channels, c.ssm_conv_kernel, conv,
+        cuda::conv1d_causal_silu(mixed, w.conv, state.conv[parity].get<float>(), T, channels, c.ssm_conv_kernel, conv,
                                  stream_);
         const size_t pitch = size_t(channels) * sizeof(float);
         float* q = temp(T * key_dim);
@@ -285,7 +285,7 @@ void CudaModel::deltanet_block(const CudaLayer& L, const float* x, const cuda::Q
 
     float* beta = temp(T * H_v);
     float* g = temp(T * H_v);
-    cuda::gdn_gates(b, a, L.ssm_a, L.dt_bias, T, H_v, beta, g, stream_);
+    cuda::gdn_gates(b, a, w.ssm_a, w.dt_bias, T, H_v, beta, g, stream_);
 
     const cuda::DeltaRuleDims dims{T, H_k, H_v, d_k, d_v, key_head_map};
     float* o = temp(T * value_dim);
@@ -293,12 +293,13 @@ void CudaModel::deltanet_block(const CudaLayer& L, const float* x, const cuda::Q
     cuda::gated_delta_rule_chunked(q_normed, k_normed, v, g, beta, dims, state.recurrent[parity].get<float>(), o, workspace,
                                    stream_);
     float* normed = temp(T * value_dim);
-    cuda::gated_rms_norm(o, z, L.ssm_norm, T * H_v, d_v, c.rms_eps, normed, stream_);
-    matmul(normed, L.ssm_output, T, out);
+    cuda::gated_rms_norm(o, z, w.norm, T * H_v, d_v, c.rms_eps, normed, stream_);
+    matmul(normed, w.output, T, out);
 }
 
-void CudaModel::swiglu_ffn(const CudaMatrix& gate, const CudaMatrix& up, const CudaMatrix& down, const float* x,
-                           const cuda::QuantizedActivationsView* xq, int64_t T, float* out, const SeamFold* fold) {
+void CudaModel::swiglu_ffn(const CudaFfnWeights& w, const float* x, const cuda::QuantizedActivationsView* xq, int64_t T,
+                           float* out, const SeamFold* fold) {
+    const CudaMatrix &gate = w.gate, &up = w.up, &down = w.down;
     const int64_t width = gate.rows;
     float* act = temp(T * width);
     if (T == 1 && gate.rows == up.rows && all_quantized({&gate, &up}, gate.cols)) {
@@ -332,12 +333,12 @@ void CudaModel::swiglu_ffn(const CudaMatrix& gate, const CudaMatrix& up, const C
     matmul(act, down, T, out);
 }
 
-void CudaModel::moe_ffn(const CudaLayer& L, const float* x, int64_t T, float* out) {
+void CudaModel::moe_ffn(const CudaMoeWeights& w, const float* x, int64_t T, float* out) {
     const ModelConfig& c = config_;
     const int64_t D = c.n_embd, E = c.n_expert, top_k = c.n_expert_used, F = c.expert_ff;
 
     float* logits = temp(T * E);
-    matmul(x, L.router, T, logits);
+    matmul(x, w.router, T, logits);
     int32_t* d_ids = temp_ids(T * top_k);
     float* d_weights = temp(T * top_k);
     cuda::moe_router(logits, T, E, top_k, c.norm_topk_prob, d_ids, d_weights, stream_);
@@ -357,18 +358,18 @@ void CudaModel::moe_ffn(const CudaLayer& L, const float* x, int64_t T, float* ou
         const float* xt = x + t * D;
         for (int64_t j = 0; j < top_k; ++j) {
             const int64_t e = ids[size_t(t * top_k + j)];
-            matmul(xt, L.experts_gate, e * F, F, 1, gate);
-            matmul(xt, L.experts_up, e * F, F, 1, up);
+            matmul(xt, w.gate, e * F, F, 1, gate);
+            matmul(xt, w.up, e * F, F, 1, up);
             cuda::swiglu(gate, up, F, act, stream_);
-            matmul(act, L.experts_down, e * D, D, 1, down);
+            matmul(act, w.down, e * D, D, 1, down);
             cuda::axpy(weights[size_t(t * top_k + j)], down, out + t * D, D, stream_);
         }
     }
-    if (L.has_shared) {
+    if (w.has_shared) {
         float* shared = temp(T * D);
         float* d_shared_gate = temp(T);
-        swiglu_ffn(L.ffn_gate, L.ffn_up, L.ffn_down, x, nullptr, T, shared);
-        matmul(x, L.shared_gate, T, d_shared_gate);
+        swiglu_ffn(w.shared, x, nullptr, T, shared);
+        matmul(x, w.shared_gate, T, d_shared_gate);
         std::vector<float> shared_gate(static_cast<size_t>(T));
         check(cudaMemcpyAsync(shared_gate.data(), d_shared_gate, size_t(T) * sizeof(float), cudaMemcpyDeviceToHost,
                               stream_), "shared gate");

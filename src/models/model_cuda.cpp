@@ -51,7 +51,7 @@ CudaModel::CudaModel(const Model& model, const UploadProgress& progress) : confi
 
     layers_.reserve(parts.layers.size());
     for (size_t l = 0; l < parts.layers.size(); ++l) {
-        layers_.push_back(upload_layer(parts.layers[l], c, l, uploads));
+        layers_.push_back(upload_layer(parts.layers[l], c, int64_t(l), uploads));
         if (progress) progress(double(l + 2) / steps);
     }
     vectors_ = std::move(uploads.vectors);
@@ -168,9 +168,9 @@ void CudaModel::run_layers(CudaSequenceState& state, const int32_t* d_ids, const
         const SeamFold into_ffn{s.x, L.ffn_norm, &s.hq_folded};
         const SeamFold* fold = s.fold ? &into_ffn : nullptr;
         if (L.kind == LayerKind::linear_attention)
-            deltanet_block(L, s.h, in, T, state.parity(), state.layer(l), m, fold);
+            deltanet_block(L.deltanet, s.h, in, T, state.parity(), state.layer(l), m, fold);
         else
-            attention_block(L, s.h, in, T, n_past, d_positions, state.layer(l), m, fold, rope_table);
+            attention_block(L.attention, s.h, in, T, n_past, d_positions, state.layer(l), m, fold, rope_table);
         s.pending = m;
 
         arena_->rewind(block_mark);
@@ -178,9 +178,9 @@ void CudaModel::run_layers(CudaSequenceState& state, const int32_t* d_ids, const
         const SeamFold into_next{s.x, l + 1 < c.n_layer() ? layers_[size_t(l + 1)].attn_norm : output_norm_,
                                  &s.hq_folded};
         if (L.moe)
-            moe_ffn(L, s.h, T, m);
+            moe_ffn(L.experts, s.h, T, m);
         else
-            swiglu_ffn(L.ffn_gate, L.ffn_up, L.ffn_down, s.h, in, T, m, s.fold ? &into_next : nullptr);
+            swiglu_ffn(L.ffn, s.h, in, T, m, s.fold ? &into_next : nullptr);
         s.pending = m;
     }
     arena_->rewind(block_mark);

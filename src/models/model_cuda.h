@@ -178,15 +178,16 @@ private:
     void matmul_prompt_group(const float* x, int64_t T, std::initializer_list<std::pair<const CudaMatrix*, float*>> outputs);
     // Blocks of T tokens reading the normed hidden state x; xq is its quantised form when T = 1 and the
     // decode seam made it (else nullptr).
-    void attention_block(const CudaLayer& L, const float* x, const cuda::QuantizedActivationsView* xq, int64_t T,
-                         int64_t n_past, const int32_t* d_positions, CudaLayerState& state, float* out,
+    // Each takes its weights as the CPU block does (models/blocks.h), uploaded.
+    void attention_block(const CudaAttentionWeights& w, const float* x, const cuda::QuantizedActivationsView* xq,
+                         int64_t T, int64_t n_past, const int32_t* d_positions, CudaLayerState& state, float* out,
                          const SeamFold* fold = nullptr, const double* rope_table = nullptr);
     // kivi4: quantises what the call's T tokens (after position *d_n_past) pushed out of the window.
     void compress_kv(CudaLayerState& state, const int32_t* d_n_past, int64_t T);
-    void deltanet_block(const CudaLayer& L, const float* x, const cuda::QuantizedActivationsView* xq, int64_t T, int parity,
-                        CudaLayerState& state, float* out, const SeamFold* fold = nullptr);
-    void swiglu_ffn(const CudaMatrix& gate, const CudaMatrix& up, const CudaMatrix& down, const float* x,
-                    const cuda::QuantizedActivationsView* xq, int64_t T, float* out, const SeamFold* fold = nullptr);
+    void deltanet_block(const CudaDeltaNetWeights& w, const float* x, const cuda::QuantizedActivationsView* xq,
+                        int64_t T, int parity, CudaLayerState& state, float* out, const SeamFold* fold = nullptr);
+    void swiglu_ffn(const CudaFfnWeights& w, const float* x, const cuda::QuantizedActivationsView* xq, int64_t T,
+                    float* out, const SeamFold* fold = nullptr);
     // A decode block's output projection: out = w·in (in_q: in already quantised, or nullptr), or with
     // `fold` the seam after it folded in (cuda::gemv_quantized_add_norm): fold->residual += w·in and the
     // next block's normed input quantised into fold->next (out unused).
@@ -195,7 +196,7 @@ private:
     // Whether every seam of the decode step can fold: no MoE layer and every matrix that writes or reads
     // a seam quantised alike with K = n_embd where it reads one (run_layers).
     bool seams_foldable() const;
-    void moe_ffn(const CudaLayer& L, const float* x, int64_t T, float* out);
+    void moe_ffn(const CudaMoeWeights& w, const float* x, int64_t T, float* out);
 
     void check_call(const CudaSequenceState& state, std::span<const int32_t> ids) const;
     // What the layer loop carries between blocks: the residual stream x, the normed input h, the block output

@@ -23,29 +23,13 @@ struct CudaMatrix {
     int64_t rows = 0, cols = 0;
 };
 
-// One layer's weights on the device: LayerWeights (models/model.h) with every matrix uploaded and every
-// vector a device pointer into CudaUploads::vectors.
-struct CudaLayer {
-    LayerKind kind = LayerKind::full_attention;
-    bool moe = false;
-    const float* attn_norm = nullptr;
-    const float* ffn_norm = nullptr;
-    // full attention
-    CudaMatrix q, k, v, attn_output;
-    const float* q_norm = nullptr;
-    const float* k_norm = nullptr;
-    // gated DeltaNet
-    CudaMatrix qkv, z_gate, beta, alpha, ssm_output;
-    const float* conv = nullptr;
-    const float* ssm_a = nullptr;
-    const float* dt_bias = nullptr;
-    const float* ssm_norm = nullptr;
-    // dense FFN, or the shared expert of a MoE layer
-    CudaMatrix ffn_gate, ffn_up, ffn_down;
-    // MoE
-    CudaMatrix router, experts_gate, experts_up, experts_down, shared_gate;
-    bool has_shared = false;
-};
+// One layer's weights on the device: the CPU model's description (LayerWeightsOf, models/model.h) with every
+// matrix uploaded and every vector a device pointer into CudaUploads::vectors.
+using CudaLayer = LayerWeightsOf<CudaMatrix>;
+using CudaAttentionWeights = AttentionWeightsOf<CudaMatrix>;
+using CudaDeltaNetWeights = DeltaNetWeightsOf<CudaMatrix>;
+using CudaFfnWeights = FfnWeightsOf<CudaMatrix>;
+using CudaMoeWeights = MoeWeightsOf<CudaMatrix>;
 
 // Where uploads go: the vectors (norm weights, conv, ssm_a, dt_bias) as F32 device buffers the model keeps,
 // and the widest matrix input seen (the activation scratch is sized for it).
@@ -59,8 +43,8 @@ struct CudaUploads {
     CudaMatrix matrix(const WeightView& w, const std::string& name);
 };
 
-// Layer `index` of the CPU model's bound weights, uploaded.
-CudaLayer upload_layer(const LayerWeights& src, const ModelConfig& c, size_t index, CudaUploads& uploads);
+// Layer `index` of the CPU model's bound weights, uploaded (map_layer's order).
+CudaLayer upload_layer(const LayerWeights& src, const ModelConfig& c, int64_t index, CudaUploads& uploads);
 
 }  // namespace deltabit
 
