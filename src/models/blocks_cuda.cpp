@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -131,7 +132,7 @@ void CudaModel::attention_block(const CudaAttentionWeights& w, const float* x, c
     const bool gated = c.attn_output_gate;
     const int64_t per_head = gated ? 2 * dh : dh;
 
-    if (T == 1) {
+    if (step_kernels(T)) {
         // The decode step: the position is d_positions[0], read on the device (a graph replays this for
         // every position). q_proj's per-head [q_h | gate_h] rows are read in place, not split.
         float* q_full = temp(H * per_head);
@@ -180,12 +181,17 @@ void CudaModel::attention_block(const CudaAttentionWeights& w, const float* x, c
     cuda::rms_norm(k_raw, w.k_norm, T * H_kv, dh, c.rms_eps, cuda::NormWeight::plain, k_new, stream_);
     cuda::rope_neox(q_normed, d_positions, T, H, dh, c.rope_dim, c.rope_theta, stream_);
     cuda::rope_neox(k_new, d_positions, T, H_kv, dh, c.rope_dim, c.rope_theta, stream_);
+    observe("attn.q", q_normed, T * H * dh);
+    observe("attn.k", k_new, T * H_kv * dh);
+    observe("attn.v", v_new, T * H_kv * dh);
 
     float* attended = temp(T * H * dh);
     if (f32_cache) {
         const cuda::AttentionDims dims{T, n_past, H, H_kv, dh};
         cuda::attention_prefill(q_normed, k_cache, v_cache, gate, dims, attended, stream_);
+        observe("attn.gated", attended, T * H * dh);
         matmul(attended, w.output, T, out);
+        observe("attn.out", out, T * c.n_embd);
         return;
     }
     // A half or kivi4 cache: the chunk's keys and values rounded into it first, then read back with the
@@ -208,7 +214,9 @@ void CudaModel::attention_block(const CudaAttentionWeights& w, const float* x, c
                                stream_);
         compress_kv(state, d_positions, T);
     }
+    observe("attn.gated", attended, T * H * dh);
     matmul(attended, w.output, T, out);
+    observe("attn.out", out, T * c.n_embd);
 }
 
 void CudaModel::compress_kv(CudaLayerState& state, const int32_t* d_n_past, int64_t T) {
@@ -226,7 +234,7 @@ void CudaModel::deltanet_block(const CudaDeltaNetWeights& w, const float* x, con
     const cuda::KeyHeadMap key_head_map =
         c.value_head_order == ValueHeadOrder::tiled ? cuda::KeyHeadMap::tiled : cuda::KeyHeadMap::grouped;
 
-    if (T == 1) {
+    if (step_kernels(T)) {
         // The decode step: conv, norms and gates in one launch, recurrence and gated norm in another.
         float* mixed = temp(channels);
         float* z = temp(value_dim);
@@ -263,13 +271,15 @@ void CudaModel::deltanet_block(const CudaDeltaNetWeights& w, const float* x, con
     float* q_normed = temp(T * key_dim);
     float* k_normed = temp(T * key_dim);
     float* v = temp(T * value_dim);
-    if (cuda::conv1d_split_l2_supported(d_k, c.ssm_conv_kernel)) {
+    // Observed, the conv's output is written out (the fused kernel keeps it in registers).
+    if (cuda::conv1d_split_l2_supported(d_k, c.ssm_conv_kernel) && observer_ == nullptr) {
         cuda::conv1d_split_l2(mixed, w.conv, state.conv[parity].get<float>(), T, H_k, d_k, value_dim,
                               c.ssm_conv_kernel, kL2NormEps, q_normed, k_normed, v, stream_);
     } else {
         float* conv = temp(T * channels);
         cuda::conv1d_causal_silu(mixed, w.conv, state.conv[parity].get<float>(), T, channels, c.ssm_conv_kernel, conv,
                                  stream_);
+        observe("gdn.conv_out", conv, T * channels);
         const size_t pitch = size_t(channels) * sizeof(float);
         float* q = temp(T * key_dim);
         float* k = temp(T * key_dim);
@@ -292,9 +302,11 @@ void CudaModel::deltanet_block(const CudaDeltaNetWeights& w, const float* x, con
     void* workspace = temp(int64_t((cuda::delta_rule_chunked_workspace_bytes(dims) + 3) / 4));
     cuda::gated_delta_rule_chunked(q_normed, k_normed, v, g, beta, dims, state.recurrent[parity].get<float>(), o, workspace,
                                    stream_);
+    observe("gdn.core_out", o, T * value_dim);
     float* normed = temp(T * value_dim);
     cuda::gated_rms_norm(o, z, w.norm, T * H_v, d_v, c.rms_eps, normed, stream_);
     matmul(normed, w.output, T, out);
+    observe("gdn.out", out, T * c.n_embd);
 }
 
 void CudaModel::swiglu_ffn(const CudaFfnWeights& w, const float* x, const cuda::QuantizedActivationsView* xq, int64_t T,
@@ -302,7 +314,7 @@ void CudaModel::swiglu_ffn(const CudaFfnWeights& w, const float* x, const cuda::
     const CudaMatrix &gate = w.gate, &up = w.up, &down = w.down;
     const int64_t width = gate.rows;
     float* act = temp(T * width);
-    if (T == 1 && gate.rows == up.rows && all_quantized({&gate, &up}, gate.cols)) {
+    if (step_kernels(T) && gate.rows == up.rows && all_quantized({&gate, &up}, gate.cols)) {
         // Both products and the SwiGLU in one launch (ops/matmul_cuda.h), which also quantises the result
         // for ffn_down when that is quantised.
         const bool quantize_act = all_quantized({&down}, width);
@@ -315,7 +327,7 @@ void CudaModel::swiglu_ffn(const CudaFfnWeights& w, const float* x, const cuda::
     if (fold != nullptr) fail("cuda swiglu_ffn: a folded seam needs the fused SwiGLU GEMV (seams_foldable)");
     float* g = temp(T * width);
     float* u = temp(T * width);
-    if (T == 1) {
+    if (step_kernels(T)) {
         matmul_shared_input(x, xq, {{&gate, g}, {&up, u}});
     } else {
         matmul_prompt_group(x, T, {{&gate, g}, {&up, u}});
@@ -377,6 +389,16 @@ void CudaModel::moe_ffn(const CudaMoeWeights& w, const float* x, int64_t T, floa
         for (int64_t t = 0; t < T; ++t)
             cuda::axpy(float(cpu::sigmoid(shared_gate[size_t(t)])), shared + t * D, out + t * D, D, stream_);
     }
+    observe("moe.out", out, T * D);
+}
+
+void CudaModel::observe(std::string_view what, const float* device, int64_t n) {
+    if (observer_ == nullptr) return;
+    std::vector<float> host(static_cast<size_t>(n));
+    check(cudaMemcpyAsync(host.data(), device, size_t(n) * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+          "copy an observed intermediate");
+    check(cudaStreamSynchronize(stream_), "observe");
+    (*observer_)(fmt::format("blk.{}.{}", observed_layer_, what), host.data(), n);
 }
 
 }  // namespace deltabit

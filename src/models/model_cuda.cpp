@@ -163,6 +163,7 @@ void CudaModel::run_layers(CudaSequenceState& state, const int32_t* d_ids, const
     const size_t block_mark = arena_->mark();
     for (int64_t l = 0; l < c.n_layer(); ++l) {
         const CudaLayer& L = layers_[size_t(l)];
+        observed_layer_ = l;
         arena_->rewind(block_mark);
         const cuda::QuantizedActivationsView* in = seam(s, L.attn_norm, T);
         const SeamFold into_ffn{s.x, L.ffn_norm, &s.hq_folded};
@@ -182,6 +183,11 @@ void CudaModel::run_layers(CudaSequenceState& state, const int32_t* d_ids, const
         else
             swiglu_ffn(L.ffn, s.h, in, T, m, s.fold ? &into_next : nullptr);
         s.pending = m;
+        if (observer_ != nullptr) {  // the prompt's seams (observed calls take no step): the add now
+            cuda::axpy(1.0f, s.pending, s.x, T * D, stream_);
+            s.pending = nullptr;
+            observe("out", s.x, T * D);
+        }
     }
     arena_->rewind(block_mark);
     const cuda::QuantizedActivationsView* in = seam(s, output_norm_, T, first_logit_row);
@@ -216,12 +222,27 @@ const float* CudaModel::prompt_chunk(CudaSequenceState& state, std::span<const i
 }
 
 
-std::vector<float> CudaModel::forward(CudaSequenceState& state, std::span<const int32_t> ids) {
+std::vector<float> CudaModel::forward(CudaSequenceState& state, std::span<const int32_t> ids,
+                                     const ActivationObserver* observer) {
     check_call(state, ids);
     const int64_t T = int64_t(ids.size()), V = config_.n_vocab;
     if (T == 0) return {};
     std::vector<float> logits(size_t(T * V));
-    if (T == 1) {
+    const bool observed = observer != nullptr && *observer;
+    if (observed) {
+        // The prompt path, one token included (step_kernels), reset however the call ends.
+        observer_ = observer;
+        struct Unobserve {
+            const ActivationObserver*& observer;
+            ~Unobserve() { observer = nullptr; }
+        } unobserve{observer_};
+        for (int64_t first = 0; first < T; first += kPromptChunk) {
+            const int64_t n = std::min(kPromptChunk, T - first);
+            const float* d = prompt_chunk(state, ids.subspan(size_t(first), size_t(n)), true);
+            check(cudaMemcpyAsync(logits.data() + first * V, d, size_t(n * V) * sizeof(float), cudaMemcpyDeviceToHost,
+                                  stream_), "download logits");
+        }
+    } else if (T == 1) {
         const float* d = decode_step(state, ids[0]);
         check(cudaMemcpyAsync(logits.data(), d, size_t(V) * sizeof(float), cudaMemcpyDeviceToHost, stream_),
               "download logits");

@@ -50,6 +50,7 @@
 #include <initializer_list>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -102,7 +103,14 @@ public:
     // As Model::forward: logits [ids.size()][n_vocab] (copied to the host) for the tokens after
     // state.position(); advances the state. Error for a token id outside the vocabulary or a sequence
     // that would outgrow its KV capacity (the state is then unchanged).
-    std::vector<float> forward(CudaSequenceState& state, std::span<const int32_t> ids);
+    // With an observer, every named intermediate goes to it as Model::forward's does (the CPU's names,
+    // models/blocks.h: blk.N.{attn.q,attn.k,attn.v,attn.gated,attn.out,gdn.conv_out,gdn.core_out,gdn.out,
+    // moe.out,out}, [T][width] for each prompt chunk of T tokens). Such a call takes the prompt path for every
+    // chunk, one token included, with the kernels that write each intermediate out (the conv unfused), and
+    // synchronises at each name: a tool for bisecting a mismatch, not for speed. Without one nothing of it
+    // runs.
+    std::vector<float> forward(CudaSequenceState& state, std::span<const int32_t> ids,
+                               const ActivationObserver* observer = nullptr);
 
     // Consumes `ids` and returns a DEVICE pointer to the last token's logits [n_vocab]; nothing is copied
     // to the host and nothing waits. Valid until the next call on this model. One id is one decode step:
@@ -176,6 +184,10 @@ private:
     // A prompt's T tokens, several matrices reading the same x: x's rows prepared once for all of them
     // (cuda::prepare_prompt_rows) when they are quantised alike and the GEMM takes T, else one matmul each.
     void matmul_prompt_group(const float* x, int64_t T, std::initializer_list<std::pair<const CudaMatrix*, float*>> outputs);
+    // Whether a block of T tokens takes the decode step's kernels (one token, no observer) or the prompt's.
+    bool step_kernels(int64_t T) const { return T == 1 && observer_ == nullptr; }
+    // A named intermediate of the current layer (device memory, n floats) to the observer, if any.
+    void observe(std::string_view what, const float* device, int64_t n);
     // Blocks of T tokens reading the normed hidden state x; xq is its quantised form when T = 1 and the
     // decode seam made it (else nullptr).
     // Each takes its weights as the CPU block does (models/blocks.h), uploaded.
@@ -279,6 +291,9 @@ private:
     // The running call's sequence capacity (the decode grid is planned for it).
     int64_t call_capacity_ = 0;
     CudaDecodeStats stats_;
+    // The running forward call's observer (forward), or nullptr; the layer its names are of.
+    const ActivationObserver* observer_ = nullptr;
+    int64_t observed_layer_ = 0;
 };
 
 }  // namespace deltabit
