@@ -2,15 +2,12 @@
 // against the card's measured device-to-device copy bandwidth.
 //
 //   bench_gemv_cuda [--tsv FILE] [--type q1_0|q2_0|q4_0|q8_0] [--shape NAME] [--planned-only]
-//                   [--l2-resident] [--b1] [--chain]
+//                   [--l2-resident] [--b1]
 //   FILE gets every launch shape tried, one row each; --type measures one weight type only, --shape one
 //   shape (e.g. ffn_down); --planned-only skips the sweep of launch shapes; --l2-resident reuses one copy
 //   of the weights, so a matrix that fits in L2 is read from it (the time a GEMV would take if something
 //   had already brought its weights there); --b1 also times the binary tensor-core GEMV of
-//   ops/gemv_b1_cuda.h on the Q1_0 shapes, one line per launch shape; --chain times only a Bonsai-27B
-//   DeltaNet layer's four GEMVs in their dependency order (output projection add-norm → SwiGLU with its
-//   quantised output → ffn_down add-norm → the next layer's input group), as the four planned calls and as
-//   one persistent launch (ops/gemv_chain_cuda.h), over layers whose weights together are > 3× the L2.
+//   ops/gemv_b1_cuda.h on the Q1_0 shapes, one line per launch shape.
 //
 // Bytes counted per GEMV: the weights in their ORIGINAL GGUF size (Q1_0 1.125 bits per weight, ...)
 // plus x (K f32) and y (N f32). Time: a CUDA graph of many back-to-back GEMVs, each reading a
@@ -63,7 +60,6 @@
 #include "backend/cuda_probe.h"
 #include "core/half.h"
 #include "ops/gemv_b1_cuda.h"
-#include "ops/gemv_chain_cuda.h"
 #include "ops/matmul_cuda.h"
 #endif
 
@@ -180,109 +176,18 @@ std::string config_text(const GemvLaunchConfig& c) {
            std::to_string(c.warps_per_block) + "/loads" + std::to_string(c.loads_in_flight);
 }
 
-// --chain: one Bonsai-27B DeltaNet layer's GEMVs (K = 5120 hidden, 6144 DeltaNet values, 17408 FFN), each
-// layer its own weights; µs per layer as the planned calls (captured in a graph, programmatic launch) and as
-// chains of one and of two layers.
-void time_layer_chains(cudaStream_t stream, Timer& timer, double copy_gbs, size_t l2_bytes) {
-    const int64_t hidden = 5120, value = 6144, ffn = 17408;
-    const int64_t group_rows[4] = {10240, 6144, 48, 48};
-    struct Layer {
-        GemvWeights out_proj, gate, up, down, group[4];
-    };
-    auto weights = [](int64_t rows, int64_t cols, uint64_t seed) {
-        const std::vector<uint8_t> host = random_weights(DType::Q1_0, rows, cols, seed);
-        return upload_gemv_weights(WeightView{host.data(), DType::Q1_0, rows, cols}, "chain");
-    };
-    double layer_bytes = 0;
-    for (int64_t rows : group_rows) layer_bytes += double(dtype_bytes(DType::Q1_0, uint64_t(rows * hidden)));
-    layer_bytes += double(dtype_bytes(DType::Q1_0, uint64_t(hidden * value))) +
-                   3.0 * double(dtype_bytes(DType::Q1_0, uint64_t(ffn * hidden)));
-    const int n_layers = int(std::max<double>(2.0, std::ceil(3.0 * double(l2_bytes) / layer_bytes)));
-    std::vector<Layer> layers;
-    for (int l = 0; l < n_layers; ++l) {
-        const uint64_t seed = uint64_t(l) * 977 + 1;
-        Layer layer{weights(hidden, value, seed), weights(ffn, hidden, seed + 1), weights(ffn, hidden, seed + 2),
-                    weights(hidden, ffn, seed + 3), {}};
-        for (int g = 0; g < 4; ++g) layer.group[g] = weights(group_rows[g], hidden, seed + 4 + uint64_t(g));
-        layers.push_back(std::move(layer));
-    }
-    std::vector<float> x_host(static_cast<size_t>(value)), ones(static_cast<size_t>(hidden), 1.0f);
-    uint64_t seed = 4242;
-    for (float& v : x_host) v = float(int64_t(next_random(seed) % 2001) - 1000) * 1e-3f;
-    DeviceBuffer x(x_host.size() * sizeof(float)), residual(size_t(hidden) * sizeof(float)), norm_w(ones.size() * sizeof(float));
-    x.upload(x_host.data(), x.bytes());
-    norm_w.upload(ones.data(), norm_w.bytes());
-    cuda_check(cudaMemset(residual.get(), 0, residual.bytes()), "residual");
-    DeviceBuffer ffn_y(size_t(ffn) * sizeof(float)), group_y(size_t(10240 + 6144 + 96) * sizeof(float));
-    const ActivationScratch x_scratch(value), after_attn(hidden), ffn_q(ffn), after_ffn(hidden);
-    const QuantizedActivationsView xq = x_scratch.view(value);
-    quantize_activations(x.get<float>(), xq, stream);
-    const QuantizedActivationsView a = after_attn.deferred_norm_view(hidden, 1e-6f), q = ffn_q.view(ffn),
-                                   f = after_ffn.deferred_norm_view(hidden, 1e-6f);
-    auto outputs = [&](const Layer& layer) {
-        std::vector<GemvOutput> out;
-        int64_t offset = 0;
-        for (int g = 0; g < 4; ++g) {
-            out.push_back({layer.group[g].view(), group_y.get<float>() + offset});
-            offset += group_rows[g];
-        }
-        return out;
-    };
-    float* r = residual.get<float>();
-    const int steps = 4 * n_layers;
-    const double calls_us = graph_us(stream, timer, steps, [&](int i) {
-        const Layer& l = layers[size_t(i % n_layers)];
-        gemv_quantized_add_norm(xq, l.out_proj.view(), r, norm_w.get<float>(), a, stream);
-        gemv_quantized_swiglu(a, l.gate.view(), l.up.view(), ffn_y.get<float>(), stream, &q);
-        gemv_quantized_add_norm(q, l.down.view(), r, norm_w.get<float>(), f, stream);
-        gemv_quantized_group(f, outputs(l), stream);
-    });
-    const GemvChainScratch scratch;
-    GemvChainReport report;
-    auto add_layer = [&](GemvChain& chain, const Layer& l) {
-        chain.add_norm(xq, l.out_proj.view(), r, norm_w.get<float>(), a);
-        chain.swiglu(a, l.gate.view(), l.up.view(), ffn_y.get<float>(), &q);
-        chain.add_norm(q, l.down.view(), r, norm_w.get<float>(), f);
-        chain.group(f, outputs(l));
-    };
-    auto chain_us = [&](int layers_per_chain) {
-        return graph_us(stream, timer, steps / layers_per_chain, [&](int i) {
-                   GemvChain chain(scratch);
-                   for (int j = 0; j < layers_per_chain; ++j)
-                       add_layer(chain, layers[size_t((i * layers_per_chain + j) % n_layers)]);
-                   report = chain.launch(stream);
-               }) /
-               layers_per_chain;
-    };
-    const double chain1_us = chain_us(1);
-    const double chain2_us = chain_us(2);
-    const double chain4_us = chain_us(4);
-    std::printf("Bonsai-27B DeltaNet layer GEMVs (%.1f MB of Q1_0 weights a layer, %d layers of weights), µs a layer:\n",
-                layer_bytes / 1e6, n_layers);
-    auto line = [&](const char* what, double us) {
-        std::printf("  %-34s %8.2f us %7.0f GB/s %5.1f%% of copy\n", what, us, layer_bytes / us / 1e3,
-                    100.0 * layer_bytes / us / 1e3 / copy_gbs);
-    };
-    line("four planned calls (graph)", calls_us);
-    line("one chain a layer", chain1_us);
-    line("one chain per two layers", chain2_us);
-    line("one chain per four layers", chain4_us);
-    std::printf("  chain: %lld blocks, %d slots of %d bytes\n", (long long)report.blocks, report.slots, report.slot_bytes);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
     const char* tsv_path = nullptr;
     const char* only_type = nullptr;
     const char* only_shape = nullptr;
-    bool l2_resident = false, planned_only = false, b1 = false, chain = false;
+    bool l2_resident = false, planned_only = false, b1 = false;
     for (int i = 1; i < argc; ++i) {
         if (i + 1 < argc && std::strcmp(argv[i], "--tsv") == 0) tsv_path = argv[i + 1];
         if (i + 1 < argc && std::strcmp(argv[i], "--type") == 0) only_type = argv[i + 1];
         if (i + 1 < argc && std::strcmp(argv[i], "--shape") == 0) only_shape = argv[i + 1];
         if (std::strcmp(argv[i], "--b1") == 0) b1 = true;
-        if (std::strcmp(argv[i], "--chain") == 0) chain = true;
         if (std::strcmp(argv[i], "--l2-resident") == 0) l2_resident = true;
         if (std::strcmp(argv[i], "--planned-only") == 0) planned_only = true;
     }
@@ -299,15 +204,6 @@ int main(int argc, char** argv) {
         const double copy_gbs = copy_bandwidth_gbs(stream, timer);
         std::printf("device: %s, L2 %.0f MiB; measured D2D copy bandwidth %.0f GB/s (read + write)\n",
                     device_summary().c_str(), prop.l2CacheSize / 1048576.0, copy_gbs);
-        if (chain) {
-            if (!gemv_chain_supported()) {
-                std::puts("--chain: the GEMV chain needs compute capability 9.0");
-                return 0;
-            }
-            time_layer_chains(stream, timer, copy_gbs, size_t(prop.l2CacheSize));
-            cudaStreamDestroy(stream);
-            return 0;
-        }
         if (l2_resident) std::puts("--l2-resident: every launch reads the same copy of the weights (L2 hits where it fits)");
         FILE* tsv = tsv_path != nullptr ? std::fopen(tsv_path, "w") : nullptr;
         if (tsv != nullptr) std::fprintf(tsv, "dtype\tshape\tN\tK\tconfig\tus\tGBps\tpct_copy\n");

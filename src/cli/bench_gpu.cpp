@@ -387,7 +387,6 @@ std::vector<BenchMeasurement> run_gpu_bench(CudaModel& model, const InferenceCos
     decode_path = fmt::format("{} graph replays, {} captures, {} eager steps, {} prompt chunks over the run; seams {}",
                               s.graph_replays, s.graph_captures, s.eager_steps, s.prompt_chunks,
                               s.folded_seams ? "folded into the GEMVs" : "as kernels");
-    decode_path += s.fused_attention_steps > 0 ? "; attention fused (one launch a layer)" : "; attention as four launches";
     if (s.step_kernels > 0) decode_path += fmt::format("; {} kernels a step", s.step_kernels);
     decode_path += fmt::format("; scratch: prompt {:.0f} MiB, decode {:.1f} MiB, {} cudaMallocs",
                                s.prompt_arena_bytes / 1048576.0, s.decode_arena_bytes / 1048576.0, s.arena_allocations);

@@ -8,7 +8,7 @@
 //                  [--prompt-budget S] [--fill-budget S] [--max-seconds S]
 //                  [--no-history | --history FILE] [--commit HASH] [--seed N]
 //
-// --geometry builds a random-bit model of a real shape in memory (models/synthetic_model.h), so the
+// --geometry builds a random-bit model of a real shape in memory (bench/synthetic_model.h), so the
 // flagship shapes are measured without downloading them. Without a usable GPU a CUDA bench says so and
 // exits non-zero. Progress goes to stderr; the table (or JSON) to stdout.
 #include "cli/bench_cpu.h"
@@ -18,7 +18,7 @@
 #include "core/error.h"
 #include "models/inference_cost.h"
 #include "models/model.h"
-#include "models/synthetic_model.h"
+#include "bench/synthetic_model.h"
 #include "ops/matmul_cpu_fast.h"
 #include "runtime/engine.h"
 
@@ -351,7 +351,7 @@ void add_bench_command(CLI::App& app) {
     cmd->add_option("--seed", args->seed, "Seed of the random weights and prompts")->default_str("1");
     cmd->footer("Kernel switches are read from the environment, e.g. DELTABIT_GEMM_F16=0 (the int8 prompt GEMM\n"
                 "instead of the one on f16 activations), DELTABIT_GEMM_WS=0, DELTABIT_SEAM_FOLD=0 — most 0 or 1, a few\n"
-                "a number (DELTABIT_GEMV_LOADS_IN_FLIGHT=16, 8 or 4), all described in docs/bench.md. A history row\n"
+                "a number (DELTABIT_GEMV_LOADS_IN_FLIGHT=16, 8 or 4), all listed in docs/switches.md. A history row\n"
                 "measured with any DELTABIT_* variable set names it in its note. On the CPU,\n"
                 "DELTABIT_CPU_REFERENCE=1 measures the naive reference products instead of the fast path.");
     cmd->callback([args] { run_bench(*args); });

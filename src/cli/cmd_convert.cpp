@@ -1,10 +1,10 @@
 // `deltabit convert (HF_DIR | -m HF_DIR) -o OUT.gguf --type TYPE [--json] [--name NAME] [--no-logits-check]`:
 // a Hugging Face folder to a GGUF file as llama.cpp lays it out, every tensor proven on the way out
-// (models/convert.h). Progress goes to stderr, one line per tensor; the report (or --json) to stdout.
+// (convert/convert.h). Progress goes to stderr, one line per tensor; the report (or --json) to stdout.
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "core/error.h"
-#include "models/convert.h"
+#include "convert/convert.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>

@@ -6,16 +6,22 @@
 //
 // OUT.bin is raw float32 little-endian logits [positions][vocab], no header. --backend picks the
 // engine (runtime/engine.h; auto = CUDA when present). With --dump NAME the named intermediate (e.g.
-// blk.3.attn.out) of the CPU reference is written instead, [positions][width], so two runs can be
-// diffed at one point of the network. Modes: `prompt` runs
+// blk.3.attn.out) is written instead, [positions][width], so two runs can be diffed at one point of the
+// network: the CPU reference's (--backend cpu or auto) or the GPU's (--backend cuda; the same names,
+// models/model_cuda.h). Modes: `prompt` runs
 // the ids in one call, `steps` one token per call, `split:N` the first N then the rest; all three
 // must give the same logits (tests/models).
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "cli/token_ids.h"
 #include "core/error.h"
+#include "backend/backend.h"
 #include "models/model.h"
 #include "runtime/engine.h"
+
+#if DELTABIT_HAVE_CUDA
+#include "models/model_cuda.h"
+#endif
 
 #include <fmt/format.h>
 
@@ -87,12 +93,12 @@ void run_logits(const LogitsArgs& args) {
         write_engine_logits(args, ids, chunks);
         return;
     }
-    // Named intermediates are the CPU reference's (models/model.h's observer); no other backend has them.
-    if (args.engine.backend == "cuda")
-        fail("logits: --dump reads the CPU reference's intermediates; use --backend cpu (or auto) with it");
+    // Named intermediates from the CPU reference (models/model.h's observer), or with --backend cuda from the
+    // GPU forward pass, which hands out the same names (models/model_cuda.h).
+    const bool cuda = args.engine.backend == "cuda";
+    if (cuda) make_backend("cuda");  // the reason CUDA is unavailable, before a long load
     const Model model = Model::load(args.model);
 
-    SequenceState state = model.new_sequence();
     std::vector<float> logits;
     std::vector<float> dumped;
     size_t dump_hits = 0;
@@ -101,12 +107,24 @@ void run_logits(const LogitsArgs& args) {
         dumped.insert(dumped.end(), data, data + n);
         ++dump_hits;
     };
-    size_t start = 0;
-    for (size_t size : chunks) {
-        const std::vector<float> part = model.forward(state, std::span<const int32_t>(ids).subspan(start, size),
-                                                      args.dump.empty() ? nullptr : &observer);
-        logits.insert(logits.end(), part.begin(), part.end());
-        start += size;
+    // Feeds the chunks to forward(span, observer) of one sequence.
+    auto feed = [&](auto&& forward) {
+        size_t start = 0;
+        for (size_t size : chunks) {
+            const std::vector<float> part = forward(std::span<const int32_t>(ids).subspan(start, size), &observer);
+            logits.insert(logits.end(), part.begin(), part.end());
+            start += size;
+        }
+    };
+    if (cuda) {
+#if DELTABIT_HAVE_CUDA
+        CudaModel gpu(model);
+        CudaSequenceState state = gpu.new_sequence(int64_t(ids.size()), KvFormat::f32);
+        feed([&](std::span<const int32_t> part, const ActivationObserver* o) { return gpu.forward(state, part, o); });
+#endif
+    } else {
+        SequenceState state = model.new_sequence();
+        feed([&](std::span<const int32_t> part, const ActivationObserver* o) { return model.forward(state, part, o); });
     }
     if (!args.dump.empty()) {
         if (dump_hits == 0)

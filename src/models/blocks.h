@@ -50,39 +50,51 @@ struct BlockContext {
     }
 };
 
-struct AttentionWeights {
-    WeightView q;        // [n_head·head_dim·(gate ? 2 : 1)][n_embd]; with the gate, per head [q_h | gate_h]
-    WeightView k, v;     // [n_head_kv·head_dim][n_embd]
-    WeightView output;   // [n_embd][n_head·head_dim]
+// The weights of each block, one description for every backend: M is how a matrix is held (WeightView on
+// the CPU; the uploaded form on a GPU, models/weights_cuda.h), vectors are F32 pointers (host or device).
+// map_layer (models/model.h) visits every tensor in one place, so a backend takes a bound model as it is.
+template <class M>
+struct AttentionWeightsOf {
+    M q;        // [n_head·head_dim·(gate ? 2 : 1)][n_embd]; with the gate, per head [q_h | gate_h]
+    M k, v;     // [n_head_kv·head_dim][n_embd]
+    M output;   // [n_embd][n_head·head_dim]
     const float* q_norm = nullptr;  // [head_dim] (1+w already added for the hybrids)
     const float* k_norm = nullptr;
 };
 
-struct DeltaNetWeights {
-    WeightView qkv;      // [2·H_k·d_k + H_v·d_v][n_embd], output [q | k | v]
-    WeightView gate;     // z, [H_v·d_v][n_embd]
-    WeightView beta;     // [H_v][n_embd]
-    WeightView alpha;    // [H_v][n_embd]
-    WeightView output;   // [n_embd][H_v·d_v]
+template <class M>
+struct DeltaNetWeightsOf {
+    M qkv;      // [2·H_k·d_k + H_v·d_v][n_embd], output [q | k | v]
+    M gate;     // z, [H_v·d_v][n_embd]
+    M beta;     // [H_v][n_embd]
+    M alpha;    // [H_v][n_embd]
+    M output;   // [n_embd][H_v·d_v]
     const float* conv = nullptr;     // [channels][K] (GGUF ssm_conv1d {K, channels})
     const float* ssm_a = nullptr;    // [H_v], −exp(A_log)
     const float* dt_bias = nullptr;  // [H_v]
     const float* norm = nullptr;     // [d_v], plain w
 };
 
-struct FfnWeights {
-    WeightView gate, up;  // [n_ff][n_embd]
-    WeightView down;      // [n_embd][n_ff]
+template <class M>
+struct FfnWeightsOf {
+    M gate, up;  // [n_ff][n_embd]
+    M down;      // [n_embd][n_ff]
 };
 
-struct MoeWeights {
-    WeightView router;       // [n_expert][n_embd]
-    WeightView gate, up;     // experts stacked: [n_expert·expert_ff][n_embd]
-    WeightView down;         // [n_expert·n_embd][expert_ff]
+template <class M>
+struct MoeWeightsOf {
+    M router;       // [n_expert][n_embd]
+    M gate, up;     // experts stacked: [n_expert·expert_ff][n_embd]; expert e's rows [e·expert_ff, +expert_ff)
+    M down;         // [n_expert·n_embd][expert_ff]; expert e's rows [e·n_embd, +n_embd)
     bool has_shared = false;
-    FfnWeights shared;       // width shared_expert_ff
-    WeightView shared_gate;  // [1][n_embd]: sigmoid gate of the shared expert's output
+    FfnWeightsOf<M> shared;  // width shared_expert_ff
+    M shared_gate;  // [1][n_embd]: sigmoid gate of the shared expert's output
 };
+
+using AttentionWeights = AttentionWeightsOf<WeightView>;
+using DeltaNetWeights = DeltaNetWeightsOf<WeightView>;
+using FfnWeights = FfnWeightsOf<WeightView>;
+using MoeWeights = MoeWeightsOf<WeightView>;
 
 // Full attention with its KV cache: appends the T new keys/values to state.k/v at positions
 // n_past .. n_past+T−1 and attends over all of them as the cache's format reads them back (the new ones

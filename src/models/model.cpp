@@ -17,24 +17,11 @@ namespace deltabit {
 
 namespace {
 
-constexpr Architecture kArchitectures[] = {
-    {Arch::qwen35, bind_qwen35},
-    {Arch::qwen35moe, bind_qwen35},
-    {Arch::qwen3next, bind_qwen35},
-    {Arch::qwen3, bind_qwen3},
-};
-
 void add_into(float* x, const float* y, int64_t n) {
     for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
 }  // namespace
-
-const Architecture& architecture_of(Arch arch) {
-    for (const Architecture& a : kArchitectures)
-        if (a.arch == arch) return a;
-    fail("no forward pass registered for architecture #{}", int(arch));
-}
 
 Model Model::load(const std::filesystem::path& path, const LoadProgress& progress) {
     if (is_hf_folder(path)) {

@@ -19,20 +19,76 @@
 #include <cstdint>
 #include <filesystem>
 #include <span>
+#include <string>
 #include <vector>
 
 namespace deltabit {
 
-struct LayerWeights {
+// One layer's weights; M as in models/blocks.h.
+template <class M>
+struct LayerWeightsOf {
     LayerKind kind = LayerKind::full_attention;
     bool moe = false;
     const float* attn_norm = nullptr;  // before the mixer
     const float* ffn_norm = nullptr;   // before the FFN
-    AttentionWeights attention;        // kind == full_attention
-    DeltaNetWeights deltanet;          // kind == linear_attention
-    FfnWeights ffn;                    // !moe
-    MoeWeights experts;                // moe
+    AttentionWeightsOf<M> attention;   // kind == full_attention
+    DeltaNetWeightsOf<M> deltanet;     // kind == linear_attention
+    FfnWeightsOf<M> ffn;               // !moe
+    MoeWeightsOf<M> experts;           // moe
 };
+using LayerWeights = LayerWeightsOf<WeightView>;
+
+// `from` with every matrix passed through matrix(const WeightView&, const std::string& name) (the GGUF
+// tensor's, for messages) and every vector through vector(const float*, int64_t n) (n its length in floats),
+// in one fixed order: how a backend takes layer `index` of a bound model, the one list of a layer's tensors
+// beside the binding (models/bind.cpp).
+template <class M, class MatrixFn, class VectorFn>
+LayerWeightsOf<M> map_layer(const LayerWeights& from, const ModelConfig& c, int64_t index, MatrixFn&& matrix,
+                            VectorFn&& vector) {
+    const std::string blk = "blk." + std::to_string(index) + ".";
+    LayerWeightsOf<M> to;
+    to.kind = from.kind;
+    to.moe = from.moe;
+    to.attn_norm = vector(from.attn_norm, c.n_embd);
+    to.ffn_norm = vector(from.ffn_norm, c.n_embd);
+    if (from.kind == LayerKind::full_attention) {
+        const AttentionWeights& a = from.attention;
+        to.attention.q = matrix(a.q, blk + "attn_q.weight");
+        to.attention.k = matrix(a.k, blk + "attn_k.weight");
+        to.attention.v = matrix(a.v, blk + "attn_v.weight");
+        to.attention.output = matrix(a.output, blk + "attn_output.weight");
+        to.attention.q_norm = vector(a.q_norm, c.head_dim);
+        to.attention.k_norm = vector(a.k_norm, c.head_dim);
+    } else {
+        const DeltaNetWeights& d = from.deltanet;
+        to.deltanet.qkv = matrix(d.qkv, blk + "attn_qkv.weight");
+        to.deltanet.gate = matrix(d.gate, blk + "attn_gate.weight");
+        to.deltanet.beta = matrix(d.beta, blk + "ssm_beta.weight");
+        to.deltanet.alpha = matrix(d.alpha, blk + "ssm_alpha.weight");
+        to.deltanet.output = matrix(d.output, blk + "ssm_out.weight");
+        to.deltanet.conv = vector(d.conv, c.ssm_conv_channels() * c.ssm_conv_kernel);
+        to.deltanet.ssm_a = vector(d.ssm_a, c.ssm_n_value_heads);
+        to.deltanet.dt_bias = vector(d.dt_bias, c.ssm_n_value_heads);
+        to.deltanet.norm = vector(d.norm, c.ssm_value_dim);
+    }
+    auto map_ffn = [&](const FfnWeights& f, const std::string& suffix) {
+        return FfnWeightsOf<M>{matrix(f.gate, blk + "ffn_gate" + suffix), matrix(f.up, blk + "ffn_up" + suffix),
+                               matrix(f.down, blk + "ffn_down" + suffix)};
+    };
+    if (!from.moe) {
+        to.ffn = map_ffn(from.ffn, ".weight");
+        return to;
+    }
+    const MoeWeights& e = from.experts;
+    to.experts.has_shared = e.has_shared;
+    if (e.has_shared) to.experts.shared = map_ffn(e.shared, "_shexp.weight");
+    to.experts.router = matrix(e.router, blk + "ffn_gate_inp.weight");
+    to.experts.gate = matrix(e.gate, blk + "ffn_gate_exps.weight");
+    to.experts.up = matrix(e.up, blk + "ffn_up_exps.weight");
+    to.experts.down = matrix(e.down, blk + "ffn_down_exps.weight");
+    if (e.has_shared) to.experts.shared_gate = matrix(e.shared_gate, blk + "ffn_gate_inp_shexp.weight");
+    return to;
+}
 
 struct ModelParts {
     WeightView token_embd;  // [n_vocab][n_embd]

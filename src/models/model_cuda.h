@@ -32,6 +32,11 @@
 //
 // Memory. Intermediates come from two DeviceArenas, one per shape class (the decode step; prompt chunks
 // of at most kPromptChunk tokens), reset per layer, so steady-state calls allocate nothing.
+//
+// Files, one idea each: the sequence state (models/sequence_state_cuda.h), the scratch arena
+// (models/device_arena.h), the weight upload (models/weights_cuda.h), the blocks and their matmuls
+// (blocks_cuda.cpp), the layer loops and the calls (model_cuda.cpp), the decode step's graph and run-ahead
+// (decode_graph_cuda.cpp).
 #pragma once
 
 #if DELTABIT_HAVE_CUDA
@@ -45,155 +50,21 @@
 #include <initializer_list>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
 #include "backend/cuda_buffer.h"
+#include "models/device_arena.h"
 #include "models/kv_format.h"
 #include "models/model.h"
+#include "models/sequence_state_cuda.h"
 #include "models/state_image.h"
+#include "models/weights_cuda.h"
 #include "ops/decode_cuda.h"
 #include "ops/matmul_cuda.h"
 
 namespace deltabit {
-
-// A matrix on the device in whichever form its dtype runs in.
-struct CudaMatrix {
-    bool quantized = false;
-    cuda::GemvWeights gemv;     // quantized
-    cuda::DeviceBuffer plain;   // !quantized: the GGUF rows as stored
-    WeightView plain_view;      // !quantized: points into `plain`
-    int64_t rows = 0, cols = 0;
-};
-
-// The most tokens one forward call hands the layers at once: prompts are cut into chunks of this many
-// (CudaModel::kPromptChunk), which bounds the prompt arena and a kivi4 cache's ring of exact rows.
-inline constexpr int64_t kCudaMaxCallTokens = 512;
-
-// One side (keys or values) of one full-attention layer's KV cache, in the sequence's KV format
-// (ops/kv_cuda.h has the device layouts); `view` points into the buffers.
-struct CudaKvSide {
-    cuda::DeviceBuffer data;               // f32/f16: [capacity][row]; kivi4: exact rows (sinks + ring)
-    cuda::DeviceBuffer codes, min, scale;  // kivi4 only
-    cuda::KvCacheView view;
-};
-
-// Per-layer device state: the KV cache (filled up to the sequence's position) of full-attention layers;
-// the conv window and recurrent state of DeltaNet layers, in the layouts of models/sequence_state.h (f32),
-// twice: copy [sequence.parity()] is the state at the sequence's position. A decode step reads it and
-// writes the other copy, then the sequence flips parity — so the step can be undone (undo_step) by
-// flipping back, which is what lets greedy decoding run one token ahead of the host (the engine's EOS
-// rewind). Prompt chunks update the current copy in place.
-struct CudaLayerState {
-    CudaKvSide k, v;
-    cuda::DeviceBuffer conv[2], recurrent[2];
-};
-
-class CudaSequenceState {
-public:
-    // Room for `max_positions` tokens in every KV cache, stored as `kv` (models/kv_cache.h: f32, f16 =
-    // IEEE half rounded to nearest even, or kivi4); zero conv and recurrent states. Error when the model's
-    // geometry does not suit the format (kivi4: head_dim a multiple of kKiviGroup).
-    CudaSequenceState(const ModelConfig& config, int64_t max_positions, KvFormat kv = KvFormat::f32);
-
-    int64_t position() const { return position_; }
-    int64_t max_positions() const { return max_positions_; }
-    KvFormat kv_format() const { return kv_format_; }
-    // Which DeltaNet copy holds the current state (CudaLayerState).
-    int parity() const { return parity_; }
-    // After a prompt chunk of n tokens (DeltaNet states updated in place).
-    void advance(int64_t n_tokens) {
-        position_ += n_tokens;
-        undoable_ = false;
-    }
-    // After a decode step (DeltaNet states written to the other copy).
-    void advance_step() {
-        ++position_;
-        parity_ ^= 1;
-        undoable_ = true;
-    }
-    // Back to the position before the last decode step, exactly (its KV row is dead, its DeltaNet copy
-    // is the old one). Only right after a decode step: Error otherwise (nothing else changed the state
-    // since, so the old copy is intact).
-    void undo_step();
-    CudaLayerState& layer(int64_t i) { return layers_[size_t(i)]; }
-    int64_t n_layer() const { return int64_t(layers_.size()); }
-    // Names this state's device buffers for the model's cached decode graph; moves with them.
-    uint64_t id() const { return id_; }
-
-    // The whole state as named chunks, byte for byte the CPU SequenceState's (state_image_layout in
-    // models/sequence_state.h; kivi4's exact residual rows gathered from the ring in position order).
-    StateImage save() const;
-    // Validates everything first (validate_state_image: KV format, position, every chunk's name and
-    // size; then the position against this sequence's capacity) and throws a deltabit::Error naming the
-    // problem with the state untouched.
-    void load(const StateImage& image);
-    // What cannot be rewound (state_checkpoint_layout: the DeltaNet chunks, kivi4's residual windows)
-    // and the position; restore() goes back to it (the KV beyond it is dead).
-    StateCheckpoint checkpoint() const;
-    void restore(const StateCheckpoint& checkpoint);
-
-private:
-    // A piece of device memory, several of which make one chunk (kivi4's residual may wrap the ring).
-    struct DevicePiece {
-        const cuda::DeviceBuffer* buffer = nullptr;
-        size_t offset = 0, bytes = 0;
-    };
-    struct DeviceChunk {
-        std::string name;
-        size_t bytes = 0;
-        std::vector<DevicePiece> pieces;
-    };
-    // The chunks of an image (or, with checkpoint_only, of a checkpoint) at `position`, in the order of
-    // the CPU layout functions, checked against them.
-    std::vector<DeviceChunk> device_chunks(int64_t position, bool checkpoint_only) const;
-    void kv_side_chunks(const CudaKvSide& side, const std::string& prefix, int64_t position, bool checkpoint_only,
-                        std::vector<DeviceChunk>& out) const;
-    static void download(const DeviceChunk& chunk, StateChunk& into);
-    static void upload(const DeviceChunk& chunk, const StateChunk& from);
-
-    ModelConfig config_;
-    int64_t position_ = 0;
-    int64_t max_positions_ = 0;
-    KvFormat kv_format_ = KvFormat::f32;
-    int64_t kv_row_ = 0;  // elements of one position of one layer's K (or V): n_head_kv · head_dim
-    int parity_ = 0;
-    bool undoable_ = false;
-    uint64_t id_ = 0;
-    std::vector<CudaLayerState> layers_;
-};
-
-// Device memory for the intermediates of forward calls of one shape class, reused by every call and
-// every layer: a bump allocator over one buffer. A call that needs more than the buffer holds gets the
-// excess from overflow slabs and records how much it used; the next call (after the stream has drained)
-// replaces the buffer by one of that size. So a shape class allocates once (or a few times while the
-// longest chunk is first seen) and never again — steady state is zero cudaMalloc/cudaFree.
-// A slab holds the arena's offsets from where it begins, so rewinding reuses it as it reuses the buffer,
-// and each new one is at least as large as the offsets below it: a call that outgrows the buffer many
-// times over makes a few cudaMallocs, not one per intermediate (H200, Bonsai-27B: the first 512-token
-// prompt after 64-token ones made ~1300, and freeing them cost the next call ~70 ms).
-class DeviceArena {
-public:
-    void* alloc(size_t bytes);
-    size_t mark() const { return used_; }
-    void rewind(size_t mark) { used_ = mark; }
-    // Start of a call: nothing of the previous call may still run. Grows the buffer if the last call
-    // overflowed; returns whether it did.
-    bool begin_call();
-    bool overflowed() const { return !overflow_.empty(); }
-    int64_t allocations() const { return allocations_; }
-    size_t capacity() const { return buffer_.bytes(); }
-
-private:
-    struct Slab {
-        cuda::DeviceBuffer memory;
-        size_t begin = 0;  // the arena offset of its first byte
-    };
-    cuda::DeviceBuffer buffer_;
-    std::vector<Slab> overflow_;
-    size_t used_ = 0, high_water_ = 0;
-    int64_t allocations_ = 0;
-};
 
 // What the decode path did, so tests and benchmarks can prove the fast path ran (STYLE habit 16).
 struct CudaDecodeStats {
@@ -205,7 +76,6 @@ struct CudaDecodeStats {
     int64_t arena_allocations = 0;  // cudaMalloc calls of the scratch arenas, ever
     size_t prompt_arena_bytes = 0, decode_arena_bytes = 0;  // their buffers now (overflow not counted)
     bool folded_seams = false;      // the last T = 1 step enqueued folded its seams (set_seam_folding)
-    int64_t fused_attention_steps = 0;  // attention layers enqueued as one fused launch (set_fused_attention), ever
     int64_t step_kernels = 0;       // kernels in the last captured decode graph (one step's launch chain)
 };
 
@@ -233,7 +103,14 @@ public:
     // As Model::forward: logits [ids.size()][n_vocab] (copied to the host) for the tokens after
     // state.position(); advances the state. Error for a token id outside the vocabulary or a sequence
     // that would outgrow its KV capacity (the state is then unchanged).
-    std::vector<float> forward(CudaSequenceState& state, std::span<const int32_t> ids);
+    // With an observer, every named intermediate goes to it as Model::forward's does (the CPU's names,
+    // models/blocks.h: blk.N.{attn.q,attn.k,attn.v,attn.gated,attn.out,gdn.conv_out,gdn.core_out,gdn.out,
+    // moe.out,out}, [T][width] for each prompt chunk of T tokens). Such a call takes the prompt path for every
+    // chunk, one token included, with the kernels that write each intermediate out (the conv unfused), and
+    // synchronises at each name: a tool for bisecting a mismatch, not for speed. Without one nothing of it
+    // runs.
+    std::vector<float> forward(CudaSequenceState& state, std::span<const int32_t> ids,
+                               const ActivationObserver* observer = nullptr);
 
     // Consumes `ids` and returns a DEVICE pointer to the last token's logits [n_vocab]; nothing is copied
     // to the host and nothing waits. Valid until the next call on this model. One id is one decode step:
@@ -265,7 +142,7 @@ public:
 
     // Decode-step graphs on (default) or off (every step eager; the test of graph = eager uses it).
     void set_decode_graphs(bool enabled);
-    // The decode step's seams folded into the GEMVs beside them (decode_layers) when the model allows it
+    // The decode step's seams folded into the GEMVs beside them (run_layers) when the model allows it
     // (default on; DELTABIT_SEAM_FOLD=0 in the environment starts it off), or one seam kernel each. Drops
     // captured graphs. Whether the last step folded: decode_stats().folded_seams.
     void set_seam_folding(bool enabled);
@@ -274,20 +151,18 @@ public:
     // (Bonsai-4B tg128 +3%, docs/bench.md); DELTABIT_ROPE_TABLE=0 in the environment starts it off. Drops
     // captured graphs.
     void set_rope_table(bool enabled);
-    // The decode step's attention at one token as one launch (cuda::attention_decode_fused: prologue, split
-    // attention, combine and the output's quantisation, the same bytes as the four launches) where the layer
-    // and the cache allow it (f32 or f16, the staged kernel's shapes, a quantised output projection, the rope
-    // table). An experiment, default off (it is not faster: docs/bench.md, "The decode attention as one launch");
-    // DELTABIT_ATTENTION_FUSED=1 in the environment starts it on. Drops captured graphs.
-    // How many attention layers were enqueued so: decode_stats().fused_attention_steps.
-    void set_fused_attention(bool enabled);
     CudaDecodeStats decode_stats() const;
 
     cudaStream_t stream() const { return stream_; }
 
 private:
-    struct Layer;
-    struct SeamFold;  // model_cuda.cpp: where a folded seam writes (decode_layers)
+    // A seam of the decode step folded into the block output projection before it (run_layers): the
+    // projection adds into the residual stream and quantises the next block's normed input into `next`.
+    struct SeamFold {
+        float* residual;
+        const float* norm_w;                        // the next block's norm (plain weights)
+        const cuda::QuantizedActivationsView* next;  // a deferred-norm view of activations_
+    };
 
     // Intermediates of the running call, from the current arena (decode or prompt).
     float* temp(int64_t n_floats);
@@ -309,35 +184,54 @@ private:
     // A prompt's T tokens, several matrices reading the same x: x's rows prepared once for all of them
     // (cuda::prepare_prompt_rows) when they are quantised alike and the GEMM takes T, else one matmul each.
     void matmul_prompt_group(const float* x, int64_t T, std::initializer_list<std::pair<const CudaMatrix*, float*>> outputs);
+    // Whether a block of T tokens takes the decode step's kernels (one token, no observer) or the prompt's.
+    bool step_kernels(int64_t T) const { return T == 1 && observer_ == nullptr; }
+    // A named intermediate of the current layer (device memory, n floats) to the observer, if any.
+    void observe(std::string_view what, const float* device, int64_t n);
     // Blocks of T tokens reading the normed hidden state x; xq is its quantised form when T = 1 and the
     // decode seam made it (else nullptr).
-    void attention_block(const Layer& L, const float* x, const cuda::QuantizedActivationsView* xq, int64_t T,
-                         int64_t n_past, const int32_t* d_positions, CudaLayerState& state, float* out,
+    // Each takes its weights as the CPU block does (models/blocks.h), uploaded.
+    void attention_block(const CudaAttentionWeights& w, const float* x, const cuda::QuantizedActivationsView* xq,
+                         int64_t T, int64_t n_past, const int32_t* d_positions, CudaLayerState& state, float* out,
                          const SeamFold* fold = nullptr, const double* rope_table = nullptr);
     // kivi4: quantises what the call's T tokens (after position *d_n_past) pushed out of the window.
     void compress_kv(CudaLayerState& state, const int32_t* d_n_past, int64_t T);
-    void deltanet_block(const Layer& L, const float* x, const cuda::QuantizedActivationsView* xq, int64_t T, int parity,
-                        CudaLayerState& state, float* out, const SeamFold* fold = nullptr);
-    void swiglu_ffn(const CudaMatrix& gate, const CudaMatrix& up, const CudaMatrix& down, const float* x,
-                    const cuda::QuantizedActivationsView* xq, int64_t T, float* out, const SeamFold* fold = nullptr);
+    void deltanet_block(const CudaDeltaNetWeights& w, const float* x, const cuda::QuantizedActivationsView* xq,
+                        int64_t T, int parity, CudaLayerState& state, float* out, const SeamFold* fold = nullptr);
+    void swiglu_ffn(const CudaFfnWeights& w, const float* x, const cuda::QuantizedActivationsView* xq, int64_t T,
+                    float* out, const SeamFold* fold = nullptr);
     // A decode block's output projection: out = w·in (in_q: in already quantised, or nullptr), or with
     // `fold` the seam after it folded in (cuda::gemv_quantized_add_norm): fold->residual += w·in and the
     // next block's normed input quantised into fold->next (out unused).
     void block_output_matmul(const float* in, const cuda::QuantizedActivationsView* in_q, const CudaMatrix& w,
                              float* out, const SeamFold* fold);
     // Whether every seam of the decode step can fold: no MoE layer and every matrix that writes or reads
-    // a seam quantised alike with K = n_embd where it reads one (decode_layers).
+    // a seam quantised alike with K = n_embd where it reads one (run_layers).
     bool seams_foldable() const;
-    void moe_ffn(const Layer& L, const float* x, int64_t T, float* out);
+    void moe_ffn(const CudaMoeWeights& w, const float* x, int64_t T, float* out);
 
     void check_call(const CudaSequenceState& state, std::span<const int32_t> ids) const;
-    // The layers for T tokens whose ids and positions are on the device; the final norm of the rows
-    // from `first_logit_row` and their logits into `logits`.
+    // What the layer loop carries between blocks: the residual stream x, the normed input h, the block output
+    // not yet added to x; on the decode step (`step`) the quantised forms of h, and whether the seams fold.
+    struct Seams {
+        bool step = false;  // the decode step's seam kernels (else an add and an RMS norm, the prompt's)
+        bool fold = false;  // step: folded into the block output projections (seams_foldable)
+        float* x = nullptr;
+        float* h = nullptr;
+        const float* pending = nullptr;
+        cuda::QuantizedActivationsView hq, hq_folded;
+    };
+    // The seam before a block, or before the LM head: x += s.pending, then x's rows from first_row normed by
+    // norm_w into h. The step's seam is one kernel that also quantises h for every matrix reading it, and
+    // returns that form (folded, the block output projection before did all of it); the prompt's returns
+    // nullptr.
+    const cuda::QuantizedActivationsView* seam(Seams& s, const float* norm_w, int64_t T, int64_t first_row = 0);
+    // The one layer loop, driven by each layer's kind as Model::forward's: T tokens whose ids and positions are
+    // on the device; the final norm of the rows from `first_logit_row` and their logits into `logits`. `step`:
+    // the decode step's seams (T = 1: add, norm and quantisation in one kernel, folded into the GEMVs where
+    // seams_foldable, and the rope table), else the prompt's. The blocks pick their kernels by T.
     void run_layers(CudaSequenceState& state, const int32_t* d_ids, const int32_t* d_positions, int64_t T,
-                    int64_t first_logit_row, float* logits);
-    // The decode step's layers (T = 1): as run_layers, with each residual add, norm and activation
-    // quantisation fused into one seam kernel. Models whose hidden size the seam cannot hold take run_layers.
-    void decode_layers(CudaSequenceState& state, const int32_t* d_token, const int32_t* d_position, float* logits);
+                    int64_t first_logit_row, float* logits, bool step);
     // T > 1: one chunk; logits of every token (all_logits) or of the last one, into `logits`.
     const float* prompt_chunk(CudaSequenceState& state, std::span<const int32_t> ids, bool all_logits);
     // T = 1: the step of one token, replayed from the graph when it can be (captured first where none is,
@@ -358,7 +252,7 @@ private:
     WeightView token_embd_view_;               // data on the device
     const float* output_norm_ = nullptr;
     CudaMatrix output_;
-    std::vector<Layer> layers_;
+    std::vector<CudaLayer> layers_;
     std::unique_ptr<cuda::ActivationScratch> activations_;
     cuda::QuantizedActivationsView quantized_;  // what quantized() last wrote into activations_
     // A block's inner output quantised by the kernel that makes it (the DeltaNet recurrence, the SwiGLU
@@ -376,7 +270,6 @@ private:
     bool graphs_enabled_ = true;
     bool seam_folding_ = true;           // set_seam_folding
     bool rope_table_ = true;             // set_rope_table
-    bool fused_attention_ = false;       // set_fused_attention
     bool prompt_steps_ = true;           // DELTABIT_PROMPT_STEPS: short prompts as decode steps (forward_last)
     bool graphable_ = true;              // false with MoE layers: their router syncs with the host
     bool decode_sized_ = false;          // an eager step has sized the decode arena
@@ -398,6 +291,9 @@ private:
     // The running call's sequence capacity (the decode grid is planned for it).
     int64_t call_capacity_ = 0;
     CudaDecodeStats stats_;
+    // The running forward call's observer (forward), or nullptr; the layer its names are of.
+    const ActivationObserver* observer_ = nullptr;
+    int64_t observed_layer_ = 0;
 };
 
 }  // namespace deltabit

@@ -255,12 +255,8 @@ int64_t attention_decode_splits_run(const CachedAttentionDims& dims, KvElement e
     if (dims.n_tokens != 1 || !one_wave ||
         attention_decode_variant_run(dims, element) != AttentionDecodeVariant::staged_tiles)
         return splits;
-    int64_t resident = staged_attention_resident_blocks(element, dims.head_dim, dims.n_head / dims.n_kv_head);
-    // Where the fused kernel takes the shape, its wave too (it may hold fewer blocks an SM): the fused launch
-    // and the separate ones then split alike, which is what makes their bytes equal (attention_decode_fused).
-    if (attention_decode_fused_supports(dims, element))
-        resident = std::min(resident, staged_attention_resident_blocks(element, dims.head_dim,
-                                                                       dims.n_head / dims.n_kv_head, /*fused=*/true));
+    // One wave of the staged kernel's own resident blocks: each block then streams its keys as one pipeline.
+    const int64_t resident = staged_attention_resident_blocks(element, dims.head_dim, dims.n_head / dims.n_kv_head);
     return std::min(splits, std::max<int64_t>(1, resident / dims.n_kv_head));
 }
 
@@ -299,64 +295,6 @@ void attention_cached(const float* q, const KvCacheView& k_cache, const KvCacheV
                             unsigned(std::min(dims.n_tokens, kMaxGridZ)));
     launch_programmatic(attention_combine_kernel, combine_grid, dim3(kCombineThreads), 0, stream, "attention_combine",
                         combine);
-}
-
-bool attention_decode_fused_supports(const CachedAttentionDims& dims, KvElement element) {
-    if (dims.n_tokens != 1 || dims.variant != AttentionDecodeVariant::staged_tiles || element == KvElement::kivi4 ||
-        dims.n_kv_head <= 0 || dims.n_head <= 0 || dims.n_head % dims.n_kv_head != 0)
-        return false;
-    const int64_t group = dims.n_head / dims.n_kv_head;
-    // The last block of a kv head quantises the head group's outputs: whole groups of 128.
-    return staged_attention_supports(element, dims.head_dim, group) && group * dims.head_dim % kActivationGroup == 0;
-}
-
-void attention_decode_fused(const float* q_full, const float* k_raw, const float* v_raw, const float* q_norm,
-                            const float* k_norm, const int32_t* position, const double* rope_table,
-                            const AttentionPrologueDims& prologue, const KvCacheView& k_cache,
-                            const KvCacheView& v_cache, const float* gate, const CachedAttentionDims& dims,
-                            float* scratch, float* out, const QuantizedActivationsView& out_quantized,
-                            cudaStream_t stream) {
-    check_dims(dims);
-    if (k_cache.element != v_cache.element)
-        fail_message("attention_decode_fused (cuda): keys and values are stored in different formats");
-    if (!attention_decode_fused_supports(dims, k_cache.element))
-        fail_message("attention_decode_fused (cuda): " + std::to_string(dims.n_tokens) + " tokens, heads " +
-                     std::to_string(dims.n_head) + "/" + std::to_string(dims.n_kv_head) + " of " +
-                     std::to_string(dims.head_dim) + " over a " + kv_element_name(k_cache.element) +
-                     " cache is not a fused shape (attention_decode_fused_supports)");
-    if (prologue.n_head != dims.n_head || prologue.n_kv_head != dims.n_kv_head || prologue.head_dim != dims.head_dim ||
-        prologue.rope_dim % 2 != 0 || prologue.rope_dim < 0 || prologue.rope_dim > dims.head_dim)
-        fail_message("attention_decode_fused (cuda): the prologue's heads " + std::to_string(prologue.n_head) + "/" +
-                     std::to_string(prologue.n_kv_head) + " of " + std::to_string(prologue.head_dim) + ", rope_dim " +
-                     std::to_string(prologue.rope_dim) + " do not fit the attention's");
-    if (rope_table == nullptr && prologue.rope_dim > 0)
-        fail_message("attention_decode_fused (cuda): needs the step's rope table (rope_decode_table)");
-    require_plain_view(out_quantized, "attention_decode_fused (cuda)");
-    if (out_quantized.cols != dims.n_head * dims.head_dim || out_quantized.arrivals == nullptr)
-        fail_message("attention_decode_fused (cuda): the quantised output must be an ActivationScratch view of " +
-                     std::to_string(dims.n_head * dims.head_dim) + " inputs (got " + std::to_string(out_quantized.cols) +
-                     (out_quantized.arrivals == nullptr ? ", without arrival counters)" : ")"));
-    const int64_t splits = attention_decode_splits_run(dims, k_cache.element);
-    const SplitArgs args = split_args(nullptr, k_cache, v_cache, position, dims, splits, scratch);
-    FusedDecodeArgs fused{};
-    fused.q_full = q_full;
-    fused.k_raw = k_raw;
-    fused.v_raw = v_raw;
-    fused.q_norm = q_norm;
-    fused.k_norm = k_norm;
-    fused.rope_table = rope_table;
-    fused.gate = gate;
-    fused.out = out;
-    fused.out_q = out_quantized.q;
-    fused.out_meta = out_quantized.meta;
-    fused.arrivals = out_quantized.arrivals;
-    fused.q_head_stride = prologue.q_head_stride;
-    fused.rope_dim = prologue.rope_dim;
-    fused.gate_head_stride = dims.gate_head_stride;
-    fused.rms_eps = prologue.rms_eps;
-    launch_attention_decode_fused(dim3(unsigned(splits), unsigned(dims.n_kv_head), 1), args, fused, k_cache.element,
-                                  stream);
-    cuda_check_launch("attention_decode_fused");
 }
 
 void attention_cached(const float* q, const void* k_cache, const void* v_cache, KvElement kv, const float* gate,

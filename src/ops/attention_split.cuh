@@ -52,27 +52,6 @@ struct SplitArgs {
     float score_scale;  // log2(e) / sqrt(d)
 };
 
-// What a split launch also does when it is the decode step's whole attention (attention_decode_fused,
-// ops/decode_cuda.h): the prologue before its split (q normed and roped per block; the new key and value by
-// the block whose split holds the new position) and, in the last of a kv head's blocks to finish, the combine
-// and the quantisation of the output. SplitArgs::q is unused then (each block forms its q itself).
-struct FusedDecodeArgs {
-    const float* q_full;       // query head h at q_full + h·q_head_stride (q_proj's rows, gate interleaved)
-    const float* k_raw;        // [n_kv_head][head_dim], before the norm
-    const float* v_raw;        // [n_kv_head][head_dim]
-    const float* q_norm;       // [head_dim]
-    const float* k_norm;       // [head_dim]
-    const double* rope_table;  // rope_decode_table's for *n_past
-    const float* gate;         // head h at gate + h·gate_head_stride, or nullptr
-    float* out;                // [n_head][head_dim]
-    int8_t* out_q;             // out's int8 groups of 128 (quantize_activations), and their meta
-    void* out_meta;            // ActivationGroupMeta*
-    int32_t* arrivals;         // kv head kh counts its blocks at arrivals[kh · group · head_dim / 128]; zero
-                               // between launches
-    int64_t q_head_stride, rope_dim, gate_head_stride;
-    float rms_eps;
-};
-
 // The keys split `split` covers, [begin, begin + per_split), before each token's causal limit; n_past is
 // read on the device (a graph replays the launch at every position).
 struct SplitSpan {
@@ -96,9 +75,5 @@ void launch_register_split_kivi4(dim3 grid, const SplitArgs& args, int64_t group
 // head_dim it supports (staged_attention_supports); returns false, launching nothing, otherwise.
 bool staged_attention_supports(KvElement element, int64_t head_dim, int64_t group);
 bool launch_attention_split_staged(dim3 grid, const SplitArgs& args, KvElement element, cudaStream_t stream);
-// The staged kernel fused with the prologue, the combine and the quantisation (FusedDecodeArgs), one token;
-// the same shapes as launch_attention_split_staged, and group · head_dim a multiple of 128.
-void launch_attention_decode_fused(dim3 grid, const SplitArgs& args, const FusedDecodeArgs& fused, KvElement element,
-                                   cudaStream_t stream);
 
 }  // namespace deltabit::cuda

@@ -37,7 +37,6 @@
 
 #include "backend/cuda_buffer.h"
 #include "ops/async_copy.cuh"
-#include "ops/attention_decode_fused.cuh"
 #include "ops/attention_split.cuh"
 #include "ops/cuda_math.cuh"
 #include "ops/decode_cuda.h"
@@ -135,94 +134,7 @@ struct TileRing {
         cp_async_wait_group<1>();
         __syncthreads();
     }
-    // next_tile when tiles 0 and 1 were both requested before the loop (the fused kernels, before their wait):
-    // tile 1 is not requested again.
-    __device__ void next_tile_after_two(int64_t i, int64_t n_tiles, int64_t first, int64_t end) const {
-        if (i + 1 < n_tiles) {
-            if (i >= 1) issue(i + 1, first + kKeys, end);
-        } else {
-            cp_async_commit_group();
-        }
-        cp_async_wait_group<1>();
-        __syncthreads();
-    }
-    // Row j of tile i's keys and values set to k_row and v_row (head_dim elements, in the rows' own layout), by
-    // the block's threads; the caller synchronises the block after, and calls it only once tile i has landed
-    // (its zero-fill would otherwise land after these stores).
-    __device__ void put_row(int64_t i, int j, const KvT* k_row, const KvT* v_row, int head_dim) const {
-        for (int e = int(threadIdx.x); e < head_dim; e += int(blockDim.x)) {
-            const int chunk = e / kPerCopy;
-            const int at = j * row_bytes + (kSwizzled ? swizzled_chunk(j, chunk) : chunk) * 16 +
-                           (e % kPerCopy) * int(sizeof(KvT));
-            *reinterpret_cast<KvT*>(keys(i) + at) = k_row[e];
-            *reinterpret_cast<KvT*>(values(i) + at) = v_row[e];
-        }
-    }
 };
-
-// The fused kernels' shared memory beyond their split kernel's (at `base`, 16-byte aligned): the rope table [d]
-// doubles and the norms' weights [2][d] (fused_attention::stage_prologue_constants), a prologue row per warp and
-// the group's q rows [8][d] floats, the new key and value [d] in the cache's element type.
-template <typename KvT>
-struct FusedExtra {
-    size_t table, norms, rows, q_rows, new_k, new_v, total;
-    __host__ __device__ FusedExtra(size_t base, int d) {
-        table = base;
-        norms = table + size_t(d) * sizeof(double);
-        rows = norms + size_t(2) * d * sizeof(float);
-        q_rows = rows + size_t(fused_attention::kPrologueWarps) * d * sizeof(float);
-        new_k = q_rows + size_t(kAttentionDecodeMaxGroup) * d * sizeof(float);
-        new_v = new_k + size_t(d) * sizeof(KvT);
-        total = new_v + size_t(d) * sizeof(KvT);
-    }
-};
-
-// The two split kernels' start and tile step, shared. A block's keys are [p_begin, p_end); load_end is where
-// its copies stop: the fused kernels put the new position (n_past, written by this launch) into its tile
-// themselves, the others load every key (load_end = p_end).
-//
-// Start: the first tile requested (the separate kernel waited at its top). Fused: tiles 0 and 1 requested
-// before the wait (the keys before n_past were written steps before), the prologue's constants staged, then
-// the wait and the prologue — q into extra.q_rows, and for the `owner` of n_past the new key and value.
-template <bool kFused, typename KvT, int kKeys, bool kSwizzled>
-__device__ __forceinline__ void start_tiles(const TileRing<KvT, kKeys, kSwizzled>& ring, const SplitArgs& a,
-                                            const FusedDecodeArgs& f, unsigned char* smem,
-                                            const FusedExtra<KvT>& extra, int64_t kh, int64_t group, bool owner,
-                                            int64_t n_past, int64_t n_tiles, int64_t p_begin, int64_t load_end) {
-    if constexpr (kFused) {
-        if (n_tiles > 0) ring.issue(0, p_begin, load_end);
-        if (n_tiles > 1) ring.issue(1, p_begin + kKeys, load_end);
-        fused_attention::stage_prologue_constants(a, f, reinterpret_cast<float*>(smem + extra.norms),
-                                                  reinterpret_cast<double*>(smem + extra.table));
-        wait_for_predecessor();  // ops/programmatic_launch.cuh: the keys above were written steps before
-        allow_dependents();
-        fused_attention::prologue<KvT>(a, f, kh, group, owner, n_past, reinterpret_cast<const float*>(smem + extra.norms),
-                                       reinterpret_cast<const double*>(smem + extra.table),
-                                       reinterpret_cast<float*>(smem + extra.rows),
-                                       reinterpret_cast<float*>(smem + extra.q_rows),
-                                       reinterpret_cast<KvT*>(smem + extra.new_k),
-                                       reinterpret_cast<KvT*>(smem + extra.new_v));
-    } else {
-        if (n_tiles > 0) ring.issue(0, p_begin, load_end);
-    }
-}
-// Before computing tile i (keys [first, first + kKeys)): the ring's next tile requested and tile i waited for;
-// fused, the owner's tile holding n_past gets the new key and value.
-template <bool kFused, typename KvT, int kKeys, bool kSwizzled>
-__device__ __forceinline__ void step_tiles(const TileRing<KvT, kKeys, kSwizzled>& ring, const unsigned char* smem,
-                                           const FusedExtra<KvT>& extra, int d, bool owner, int64_t n_past,
-                                           int64_t i, int64_t n_tiles, int64_t first, int64_t load_end) {
-    if constexpr (kFused) {
-        ring.next_tile_after_two(i, n_tiles, first, load_end);
-        if (owner && first <= n_past && n_past < first + kKeys) {
-            ring.put_row(i, int(n_past - first), reinterpret_cast<const KvT*>(smem + extra.new_k),
-                         reinterpret_cast<const KvT*>(smem + extra.new_v), d);
-            __syncthreads();
-        }
-    } else {
-        ring.next_tile(i, n_tiles, first, load_end);
-    }
-}
 
 // One tile's online-softmax step for the lane of key `key` of a head whose kKeys keys sit in kKeys
 // consecutive lanes: the score (−inf for a key past the end), the tile's max by a butterfly over those
@@ -245,22 +157,14 @@ __device__ __forceinline__ float online_softmax_step(float score, bool past_end,
     return weight;
 }
 
-// The fused kernels' FusedExtra starts after the split kernel's own arrays, on a 16-byte boundary.
-__host__ __device__ constexpr size_t align16(size_t bytes) { return (bytes + 15) / 16 * 16; }
-
-// f32 rows. G >= query heads per kv head; head_dim 128 or 256 (staged_attention_supports). kFused: the decode
-// step's whole attention (FusedDecodeArgs; one token): the first two tiles are requested before the wait, the
-// block forms its q (and, holding the new position, the new key and value) after it, and the last block of
-// the kv head combines and quantises.
-template <int G, bool kFused>
-__device__ __forceinline__ void split_f32(const SplitArgs& a, const FusedDecodeArgs& f) {
+// f32 rows. G >= query heads per kv head; head_dim 128 or 256 (staged_attention_supports).
+template <int G>
+__device__ __forceinline__ void split_f32(const SplitArgs& a) {
     constexpr int kKeys = kF32Keys, kParts = kF32Parts;
     static_assert(G * kKeys <= kStagedThreads, "one softmax thread per (head, key) of a tile");
     extern __shared__ __align__(16) unsigned char smem[];
-    if constexpr (!kFused) {
-        wait_for_predecessor();  // ops/programmatic_launch.cuh: nothing of the step is read before this
-        allow_dependents();
-    }
+    wait_for_predecessor();  // ops/programmatic_launch.cuh: nothing of the step is read before this
+    allow_dependents();
     const int tid = int(threadIdx.x);
     const int64_t split = blockIdx.x, kh = blockIdx.y;
     const int d = int(a.head_dim);
@@ -276,7 +180,6 @@ __device__ __forceinline__ void split_f32(const SplitArgs& a, const FusedDecodeA
     float* s_weight = reinterpret_cast<float*>(smem + layout.weight);
     float* s_correction = reinterpret_cast<float*>(smem + layout.correction);
     const TileRing<float, kKeys> ring(smem, a, kh, row_bytes);
-    const FusedExtra<float> extra(align16(layout.total), d);
 
     const int key = tid % kKeys, row_group = tid / kKeys;  // scores: part row_group; softmax: head row_group
     const int dims_per_part = d / kParts;
@@ -284,16 +187,10 @@ __device__ __forceinline__ void split_f32(const SplitArgs& a, const FusedDecodeA
         const int64_t visible = n_past + t + 1;
         const int64_t p_end = p_begin + per_split < visible ? p_begin + per_split : visible;
         const int64_t n_tiles = p_end > p_begin ? (p_end - p_begin + kKeys - 1) / kKeys : 0;
-        // Fused: the keys before the new position are requested before the wait; the new one is put in its
-        // tile by step_tiles.
-        const int64_t load_end = kFused && n_past < p_end ? n_past : p_end;
-        const bool owner = kFused && p_begin <= n_past && n_past < p_end;
-        const float* q_rows = reinterpret_cast<const float*>(smem + extra.q_rows);
-        start_tiles<kFused>(ring, a, f, smem, extra, kh, group, owner, n_past, n_tiles, p_begin, load_end);
+        if (n_tiles > 0) ring.issue(0, p_begin, p_end);
         for (int idx = tid; idx < G * d; idx += kStagedThreads) {
             const int g = idx / d, i = idx % d;
-            if constexpr (kFused) s_q[idx] = g < group ? q_rows[idx] * a.score_scale : 0.0f;
-            else s_q[idx] = g < group ? a.q[(t * a.n_head + kh * group + g) * a.head_dim + i] * a.score_scale : 0.0f;
+            s_q[idx] = g < group ? a.q[(t * a.n_head + kh * group + g) * a.head_dim + i] * a.score_scale : 0.0f;
         }
         float m = -INFINITY, l = 0.0f;  // softmax threads: head row_group's running max, this lane's share of l
         float acc[G];
@@ -302,7 +199,7 @@ __device__ __forceinline__ void split_f32(const SplitArgs& a, const FusedDecodeA
 
         for (int64_t i = 0; i < n_tiles; ++i) {
             const int64_t first = p_begin + i * kKeys;
-            step_tiles<kFused>(ring, smem, extra, d, owner, n_past, i, n_tiles, first, load_end);
+            ring.next_tile(i, n_tiles, first, p_end);
             const unsigned char* k_tile = ring.keys(i);
             const unsigned char* v_tile = ring.values(i);
 
@@ -360,36 +257,6 @@ __device__ __forceinline__ void split_f32(const SplitArgs& a, const FusedDecodeA
             __syncthreads();  // tile i's stage, the partials and the weights are rewritten next
         }
 
-        if constexpr (kFused) {
-            // As split_mma's: one split, the outputs from registers.
-            if (fused_attention::active_splits(n_past + 1, a.splits) == 1) {
-                float* s_inv_l = reinterpret_cast<float*>(smem);
-                float* s_out = s_inv_l + kAttentionDecodeMaxGroup;
-                if (tid / 32 * 32 < G * kKeys) {
-                    float l_sum = l;
-#pragma unroll
-                    for (int offset = kKeys / 2; offset > 0; offset >>= 1)
-                        l_sum += __shfl_xor_sync(kFullWarpMask, l_sum, offset);
-                    if (row_group < group && key == 0) s_inv_l[row_group] = 1.0f / l_sum;
-                }
-                float gate[G] = {};
-                if (tid < d && f.gate != nullptr) {
-#pragma unroll
-                    for (int g = 0; g < G; ++g)
-                        if (g < group) gate[g] = f.gate[(kh * group + g) * f.gate_head_stride + tid];
-                }
-                __syncthreads();
-                if (tid < d) {
-#pragma unroll
-                    for (int g = 0; g < G; ++g)
-                        if (g < group)
-                            fused_attention::single_split_output(f, kh, group, d, g, tid, acc[g], s_inv_l[g], gate[g], s_out);
-                }
-                __syncthreads();
-                fused_attention::quantize_outputs(f, kh, group, d, s_out);
-                return;
-            }
-        }
         // The partials: (m, Σ lanes' l) from each head's key-0 lane, acc from the dim owners. A token that
         // saw no key of this split writes m = −inf, l = 0, acc = 0 (the combine gives it weight 0).
         if (tid / 32 * 32 < G * kKeys) {
@@ -412,22 +279,12 @@ __device__ __forceinline__ void split_f32(const SplitArgs& a, const FusedDecodeA
         }
         __syncthreads();  // defensive: the last tile's barrier already ordered q's reads before the next token
     }
-    if constexpr (kFused)
-        fused_attention::combine_and_quantize(a, f, kh, group, fused_attention::active_splits(n_past + 1, a.splits), smem);
 }
 
 template <int G>
 __global__ void __launch_bounds__(kStagedThreads) attention_split_f32_kernel(SplitArgs a) {
-    split_f32<G, false>(a, FusedDecodeArgs{});
+    split_f32<G>(a);
 }
-// Three blocks an SM, as attention_split_f32_kernel holds (80 registers; ~180 bytes spilled), so that both split
-// a kv head's keys alike (attention_decode_splits_run) and give the same bytes. Unbounded, the prologue and the
-// combine inlined around the split took ~180 registers: one block an SM.
-template <int G>
-__global__ void __launch_bounds__(kStagedThreads, 3) attention_decode_fused_f32_kernel(SplitArgs a, FusedDecodeArgs f) {
-    split_f32<G, true>(a, f);
-}
-
 // ---- f16 rows on tensor cores ----
 // The same pipeline, tile and softmax as above with the two products on mma.m16n8k16 (f16 · f16 → f32;
 // ops/tensor_core.cuh): the fp32 arithmetic of the CUDA-core kernel bound it at ~45% of the copy
@@ -504,15 +361,13 @@ __device__ __forceinline__ void for_each_value_output(int warp, int row, int col
     }
 }
 
-// G >= query heads per kv head (<= 8); head_dim 64, 128 or 256. kFused as split_f32's.
-template <int G, bool kFused>
-__device__ __forceinline__ void split_mma(const SplitArgs& a, const FusedDecodeArgs& f) {
+// G >= query heads per kv head (<= 8); head_dim 64, 128 or 256.
+template <int G>
+__device__ __forceinline__ void split_mma(const SplitArgs& a) {
     static_assert(G <= kMmaHeads && G * kMmaKeys <= kStagedThreads, "a warp per head for the softmax");
     extern __shared__ __align__(16) unsigned char smem[];
-    if constexpr (!kFused) {
-        wait_for_predecessor();  // ops/programmatic_launch.cuh: nothing of the step is read before this
-        allow_dependents();
-    }
+    wait_for_predecessor();  // ops/programmatic_launch.cuh: nothing of the step is read before this
+    allow_dependents();
     const int tid = int(threadIdx.x), warp = tid >> 5, lane = tid & 31, row = lane >> 2, col = lane & 3;
     const int64_t split = blockIdx.x, kh = blockIdx.y;
     const int d = int(a.head_dim);
@@ -530,7 +385,6 @@ __device__ __forceinline__ void split_mma(const SplitArgs& a, const FusedDecodeA
     __half* s_w_lo = reinterpret_cast<__half*>(smem + layout.w_lo);
     float* s_correction = reinterpret_cast<float*>(smem + layout.correction);
     const TileRing<__half, kMmaKeys, true> ring(smem, a, kh, layout.row_bytes);
-    const FusedExtra<__half> extra(align16(layout.total), d);
     const int row_bytes = layout.row_bytes;
     const int m_tiles = d / 16;  // of the values: 16 dims each
     // The rows this lane addresses in ldmatrix (a_key, k0 + v_key below) are ≡ lane (mod 8), so their
@@ -541,14 +395,10 @@ __device__ __forceinline__ void split_mma(const SplitArgs& a, const FusedDecodeA
         const int64_t visible = n_past + t + 1;
         const int64_t p_end = p_begin + per_split < visible ? p_begin + per_split : visible;
         const int64_t n_tiles = p_end > p_begin ? (p_end - p_begin + kMmaKeys - 1) / kMmaKeys : 0;
-        // Fused: as split_f32's.
-        const int64_t load_end = kFused && n_past < p_end ? n_past : p_end;
-        const bool owner = kFused && p_begin <= n_past && n_past < p_end;
-        start_tiles<kFused>(ring, a, f, smem, extra, kh, group, owner, n_past, n_tiles, p_begin, load_end);
+        if (n_tiles > 0) ring.issue(0, p_begin, p_end);
         {  // q of head `warp` (zero past the group) as hi and lo f16 terms
             const int g = warp;
-            const float* q = kFused ? reinterpret_cast<const float*>(smem + extra.q_rows) + g * a.head_dim
-                                    : a.q + (t * a.n_head + kh * group + g) * a.head_dim;
+            const float* q = a.q + (t * a.n_head + kh * group + g) * a.head_dim;
             float largest = 0.0f;
             for (int i = lane; i < d; i += 32) largest = fmaxf(largest, g < group ? fabsf(q[i] * a.score_scale) : 0.0f);
 #pragma unroll
@@ -583,7 +433,7 @@ __device__ __forceinline__ void split_mma(const SplitArgs& a, const FusedDecodeA
 
         for (int64_t i = 0; i < n_tiles; ++i) {
             const int64_t first = p_begin + i * kMmaKeys;
-            step_tiles<kFused>(ring, smem, extra, d, owner, n_past, i, n_tiles, first, load_end);
+            ring.next_tile(i, n_tiles, first, p_end);
             const unsigned char* k_tile = ring.keys(i);
             const unsigned char* v_tile = ring.values(i);
 
@@ -656,31 +506,6 @@ __device__ __forceinline__ void split_mma(const SplitArgs& a, const FusedDecodeA
             __syncthreads();  // tile i's stage, the partials and the weights are rewritten next
         }
 
-        if constexpr (kFused) {
-            // Every key in this one split (a shallow cache): no partials and no merge, the outputs from registers
-            // (fused_attention::single_split_output), in the tile ring's memory, free now.
-            if (fused_attention::active_splits(n_past + 1, a.splits) == 1) {
-                float* s_inv_l = reinterpret_cast<float*>(smem);
-                float* s_out = s_inv_l + kMmaHeads;
-                if (warp < group) {
-                    const float l_sum = warp_sum(l);
-                    if (lane == 0) s_inv_l[warp] = 1.0f / l_sum;
-                }
-                float gate[2][4] = {};
-                for_each_value_output(warp, row, col, m_tiles, group, [&](int k, int r, int dim, int head) {
-                    if (f.gate != nullptr) gate[k][r] = f.gate[(kh * group + head) * f.gate_head_stride + dim];
-                });
-                __syncthreads();
-                for_each_value_output(warp, row, col, m_tiles, group, [&](int k, int r, int dim, int head) {
-                    fused_attention::single_split_output(f, kh, group, d, head, dim,
-                                                         fmaf(acc_lo[k][r], 1.0f / kLoScale, acc_hi[k][r]),
-                                                         s_inv_l[head], gate[k][r], s_out);
-                });
-                __syncthreads();
-                fused_attention::quantize_outputs(f, kh, group, d, s_out);
-                return;
-            }
-        }
         // The partials: (m, Σ lanes' l) from each head's warp, acc from the dim tiles' owners. A token that
         // saw no key of this split writes m = −inf, l = 0, acc = 0 (the combine gives it weight 0).
         if (warp < group) {
@@ -697,18 +522,12 @@ __device__ __forceinline__ void split_mma(const SplitArgs& a, const FusedDecodeA
         });
         __syncthreads();  // defensive: the last tile's barrier already ordered q's reads before the next token
     }
-    if constexpr (kFused)
-        fused_attention::combine_and_quantize(a, f, kh, group, fused_attention::active_splits(n_past + 1, a.splits), smem);
 }
 
 // Two blocks an SM (__launch_bounds__: at most 128 registers a thread), as the shared memory allows.
 template <int G>
 __global__ void __launch_bounds__(kStagedThreads, 2) attention_split_mma_kernel(SplitArgs a) {
-    split_mma<G, false>(a, FusedDecodeArgs{});
-}
-template <int G>
-__global__ void __launch_bounds__(kStagedThreads, 2) attention_decode_fused_mma_kernel(SplitArgs a, FusedDecodeArgs f) {
-    split_mma<G, true>(a, f);
+    split_mma<G>(a);
 }
 
 // f(std::integral_constant<int, G>) with G the kernels' head count for `group` query heads per kv head.
@@ -738,23 +557,6 @@ StagedKernel staged_kernel(KvElement element, int d, int64_t group) {
                "attention_split_staged shared memory");
     return k;
 }
-struct FusedKernel {
-    void (*kernel)(SplitArgs, FusedDecodeArgs) = nullptr;
-    size_t smem = 0;
-};
-FusedKernel fused_kernel(KvElement element, int d, int64_t group) {
-    FusedKernel k;
-    with_heads(group, [&](auto heads) {
-        constexpr int G = decltype(heads)::value;
-        if (element == KvElement::f16)
-            k = {attention_decode_fused_mma_kernel<G>, FusedExtra<__half>(align16(MmaLayout(d).total), d).total};
-        else
-            k = {attention_decode_fused_f32_kernel<G>, FusedExtra<float>(align16(StagedLayout(d, G).total), d).total};
-    });
-    cuda_check(cudaFuncSetAttribute(k.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(k.smem)),
-               "attention_decode_fused shared memory");
-    return k;
-}
 
 }  // namespace
 
@@ -770,27 +572,21 @@ bool staged_attention_supports(KvElement element, int64_t head_dim, int64_t grou
     return head_dim % slice == 0 && kStagedThreads % pieces == 0;
 }
 
-int64_t staged_attention_resident_blocks(KvElement element, int64_t head_dim, int64_t group, bool fused) {
+int64_t staged_attention_resident_blocks(KvElement element, int64_t head_dim, int64_t group) {
     if (!staged_attention_supports(element, head_dim, group)) return 0;
     // Asked of the driver once per shape and device: the split planner asks on every eager or captured decode
-    // attention call, for both kernels.
+    // attention call.
     int device = 0;
     cuda_check(cudaGetDevice(&device), "current device");
     static std::mutex mutex;
-    static std::map<std::tuple<int, KvElement, int64_t, int64_t, bool>, int64_t> known;
+    static std::map<std::tuple<int, KvElement, int64_t, int64_t>, int64_t> known;
     const std::lock_guard<std::mutex> lock(mutex);
-    const auto key = std::make_tuple(device, element, head_dim, group, fused);
+    const auto key = std::make_tuple(device, element, head_dim, group);
     if (const auto at = known.find(key); at != known.end()) return at->second;
     int per_sm = 0;
-    if (fused) {
-        const FusedKernel k = fused_kernel(element, int(head_dim), group);
-        cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k.kernel, kStagedThreads, k.smem),
-                   "attention_decode_fused occupancy");
-    } else {
-        const StagedKernel k = staged_kernel(element, int(head_dim), group);
-        cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k.kernel, kStagedThreads, k.smem),
-                   "attention_split_staged occupancy");
-    }
+    const StagedKernel k = staged_kernel(element, int(head_dim), group);
+    cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k.kernel, kStagedThreads, k.smem),
+               "attention_split_staged occupancy");
     const int64_t resident = int64_t(per_sm) * device_attribute(cudaDevAttrMultiProcessorCount, "SM count");
     known.emplace(key, resident);  // only once the driver answered: a failed query is asked again
     return resident;
@@ -804,14 +600,5 @@ bool launch_attention_split_staged(dim3 grid, const SplitArgs& args, KvElement e
     return true;
 }
 
-void launch_attention_decode_fused(dim3 grid, const SplitArgs& args, const FusedDecodeArgs& fused, KvElement element,
-                                   cudaStream_t stream) {
-    const int64_t group = args.n_head / args.n_kv_head;
-    const FusedKernel k = fused_kernel(element, int(args.head_dim), group);
-    // The combine reuses the tile ring (two stages of K and V tiles, at least 16 KB at head_dim 64).
-    static_assert(fused_attention::combine_smem_bytes(kAttentionDecodeMaxGroup, 64) <= size_t(kStages) * 2 * kMmaKeys * 64 * 2,
-                  "the combine's arrays fit in the smallest tile ring");
-    launch_programmatic(k.kernel, grid, dim3(kStagedThreads), k.smem, stream, "attention_decode_fused", args, fused);
-}
 
 }  // namespace deltabit::cuda

@@ -83,13 +83,11 @@ size_t attention_decode_scratch_floats(const CachedAttentionDims& dims);
 // The splits attention_cached launches over a cache of `element`s: attention_decode_splits, except that a
 // decode launch (one token) of the staged kernel takes no more than fill one wave of its resident blocks —
 // each block then streams its keys as one pipeline instead of a second wave starting cold (Bonsai-27B:
-// 128 splits × 4 kv heads were 512 blocks for 264 slots); where attention_decode_fused takes the shape, no more
-// than fill one wave of its kernel either, so that the fused launch and the separate ones split alike.
+// 128 splits × 4 kv heads were 512 blocks for 264 slots).
 int64_t attention_decode_splits_run(const CachedAttentionDims& dims, KvElement element);
 // Blocks of the staged_tiles kernel over `element` rows resident at once on the current device (0 where
-// that kernel does not apply to the shape): a launch of no more blocks runs in one wave. `fused`: of the kernel
-// attention_decode_fused runs (more shared memory a block).
-int64_t staged_attention_resident_blocks(KvElement element, int64_t head_dim, int64_t group, bool fused = false);
+// that kernel does not apply to the shape): a launch of no more blocks runs in one wave.
+int64_t staged_attention_resident_blocks(KvElement element, int64_t head_dim, int64_t group);
 
 void attention_cached(const float* q, const KvCacheView& k_cache, const KvCacheView& v_cache, const float* gate,
                       const int32_t* n_past, const CachedAttentionDims& dims, float* scratch, float* out,
@@ -124,27 +122,6 @@ void attention_decode_prologue(const float* q_full, const float* k_raw, const fl
                                const float* k_norm, const int32_t* position, const AttentionPrologueDims& dims,
                                KvElement kv, void* k_cache, void* v_cache, float* q_out, cudaStream_t stream,
                                const double* rope_table = nullptr);
-
-// The decode step's whole attention in ONE launch: attention_decode_prologue (with rope_table), attention_cached
-// and quantize_activations(out, out_quantized) — the same bytes in q's place, both caches, out and
-// out_quantized as those three launches (ops/attention_decode_fused.cuh says how; the test compares every
-// byte). For one token (dims.n_tokens = 1) at *position over a plain f32 or f16 cache, in shapes the staged
-// kernel takes (attention_decode_fused_supports). The split blocks request the cache rows before *position
-// and read *position and rope_table BEFORE their wait for the kernel before (ops/programmatic_launch.cuh):
-// all must have been written two or more launches earlier on the stream, or before a synchronisation — in
-// the decode step they were (earlier steps, the step's first launch). The last split block of each kv head
-// to finish counts itself in out_quantized.arrivals (an ActivationScratch view: zero between launches) and
-// sets it back. Why one launch: at a shallow depth the four are ~11 µs of a Bonsai-4B layer for almost no data —
-// but measured it is not faster (ops/attention_decode_fused.cuh, docs/bench.md): an experiment the model runs
-// only when asked (CudaModel::set_fused_attention).
-// scratch: attention_decode_scratch_floats(dims) floats, as attention_cached's.
-bool attention_decode_fused_supports(const CachedAttentionDims& dims, KvElement element);
-void attention_decode_fused(const float* q_full, const float* k_raw, const float* v_raw, const float* q_norm,
-                            const float* k_norm, const int32_t* position, const double* rope_table,
-                            const AttentionPrologueDims& prologue, const KvCacheView& k_cache,
-                            const KvCacheView& v_cache, const float* gate, const CachedAttentionDims& dims,
-                            float* scratch, float* out, const QuantizedActivationsView& out_quantized,
-                            cudaStream_t stream);
 
 // The decode step's rotation, once for all its attention layers: for each dim pair j < rope_dim / 2,
 // table[2j] = cos and table[2j + 1] = sin of the angle attention_decode_prologue forms for *position (its fp32

@@ -1,8 +1,6 @@
-// Device code shared by the two decode GEMV kernels (ops/matmul_cuda.cu, the classic one streaming weights
-// into registers; ops/gemv_staged_cuda.cu, the one staging them in shared memory): the per-dtype unit
-// dots, the launch arguments, the activation copy into shared memory and the quantised-output epilogue.
-// Both kernels call these same functions in the same order per row, which is what makes their outputs
-// equal bit for bit for one launch shape (lanes per row, rows per thread).
+// Device code of the decode GEMV kernels (ops/matmul_cuda.cu; ops/gemv_b1_cuda.cu reads its launch arguments
+// and activation copy): the per-dtype unit dots, the launch arguments, the activation copy into shared memory
+// and the quantised-output epilogue.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -266,51 +264,7 @@ __device__ __forceinline__ int arrive_acq_rel(int* counter, int v) {
     return before;
 }
 
-// A quantised output (SwiGLU's y_quantized, gemv_quantized_add_norm's out): after a block has stored the
-// outputs [row_begin, row_begin + n_rows) of a matrix of `rows` rows, count them into their groups of 128;
-// the block that completes a group quantises it (ops/activation_quant.cuh; the acquire-release counts make the
-// other blocks' outputs visible; they are read past L1) and zeroes the group's
-// counter for the next launch. Called by every thread of the block; the run touches at most
-// kMaxCompletedGroups groups (the launchers keep it so: a staged block's run and a chain consumer's items are
-// bounded on the host). Each completed group is quantised by one warp, warps taking them in turn. The classic
-// kernel counts with quantize_completed_tiles instead (below: all its tiles' counts at once).
-//
-// The threads taking part are `tid` of `threads` (the block's, or the consumer warps of ops/gemv_chain_cuda.cu),
-// `sync` their barrier.
-constexpr int kMaxCompletedGroups = 8;
-struct BlockSync {
-    __device__ void operator()() const { __syncthreads(); }
-};
-template <typename Sync>
-__device__ inline void quantize_completed_groups_by(const KernelArgs& a, int64_t row_begin, int64_t n_rows, int64_t rows,
-                                                    int tid, int threads, const Sync& sync) {
-    __shared__ int64_t s_complete[kMaxCompletedGroups];
-    __shared__ int s_found;
-    const int64_t end = row_begin + n_rows < rows ? row_begin + n_rows : rows;
-    // The counting thread releases after the barrier: the barrier orders every thread's stores before it and
-    // the release is cumulative over what thread 0 has thus observed (the PTX memory model; cooperative groups'
-    // grid sync relies on the same). A fence by every thread cost each warp a membar wait per tile.
-    sync();
-    if (tid == 0) {
-        int found = 0;
-        for (int64_t g = row_begin / kActivationGroup; g * kActivationGroup < end; ++g) {
-            const int64_t g_begin = g * kActivationGroup;
-            const int64_t g_end = g_begin + kActivationGroup < rows ? g_begin + kActivationGroup : rows;
-            const int64_t mine = (end < g_end ? end : g_end) - (row_begin > g_begin ? row_begin : g_begin);
-            const int before = arrive_acq_rel(a.arrivals + g, int(mine));
-            if (before + mine == g_end - g_begin && found < kMaxCompletedGroups) s_complete[found++] = g;
-        }
-        s_found = found;
-    }
-    sync();
-    quantize_groups_by_warps(a, s_complete, s_found, rows, tid, threads);
-    sync();  // s_complete is rewritten by the next call
-}
-__device__ inline void quantize_completed_groups(const KernelArgs& a, int64_t row_begin, int64_t n_rows, int64_t rows) {
-    quantize_completed_groups_by(a, row_begin, n_rows, rows, int(threadIdx.x), int(blockDim.x), BlockSync{});
-}
-
-// The classic kernel's epilogue for a block's last n_tiles tiles at once: the last holds the outputs
+// The kernel's epilogue for a block's last n_tiles tiles at once: the last holds the outputs
 // [last_row0, + tile_rows) of a matrix of `rows`, each before it those `stride` rows earlier (a block's tiles lie
 // gridDim.x tiles apart), each spanning at most two groups of 128. One lane of warp 0 a (tile, group) pair
 // counts the tile's outputs into the group (arrive_acq_rel), so the counts of all the tiles fly together (one
@@ -354,14 +308,8 @@ __device__ inline void quantize_completed_tiles(const KernelArgs& a, int last_ro
 // butterfly — the order of the loop this replaced, so the values are bit for bit those of before.
 // kCopyBatch, kMetaBatch, kSumBatch: the x vectors, meta entries and group sums a thread loads at once (the
 // kernel's weight registers are live meanwhile: wide batches only where they cost no spills, see gemv_kernel).
-// The copying threads are `tid` of `threads`. kFresh: the activations were written by this same kernel (the
-// chain of ops/gemv_chain_cuda.cu), so they are read at L2 (ld.global.cg), not through the read-only path,
-// which may hold what this SM read of them before.
-template <typename V>
-__device__ __forceinline__ V load_activation(const V* p, bool fresh) {
-    return fresh ? __ldcg(p) : __ldg(p);
-}
-template <int kCopyBatch, int kMetaBatch, int kSumBatch, bool kFresh = false>
+// The copying threads are `tid` of `threads`.
+template <int kCopyBatch, int kMetaBatch, int kSumBatch>
 __device__ __forceinline__ void copy_activations_by(const KernelArgs& a, uint8_t* x_smem, int2* meta_smem, int tid,
                                                     int threads) {
     const int lane = tid & 31;
@@ -375,20 +323,20 @@ __device__ __forceinline__ void copy_activations_by(const KernelArgs& a, uint8_t
 #pragma unroll
         for (int j = 0; j < kSumBatch; ++j) {
             const int g = lane + 32 * j;
-            sums[j] = g < a.x_groups ? load_activation(a.x_sum_sq + g, kFresh) : 0.0f;
+            sums[j] = g < a.x_groups ? __ldg(a.x_sum_sq + g) : 0.0f;
         }
     }
     int2 meta[kMetaBatch];
 #pragma unroll
     for (int j = 0; j < kMetaBatch; ++j) {
         const int g = tid + j * threads;
-        if (g < a.x_groups) meta[j] = load_activation(meta_src + g, kFresh);
+        if (g < a.x_groups) meta[j] = __ldg(meta_src + g);
     }
     for (int base = tid; base < x_vectors; base += kCopyBatch * threads) {
         int4 v[kCopyBatch];
 #pragma unroll
         for (int j = 0; j < kCopyBatch; ++j)
-            if (base + j * threads < x_vectors) v[j] = load_activation(x_src + base + j * threads, kFresh);
+            if (base + j * threads < x_vectors) v[j] = __ldg(x_src + base + j * threads);
 #pragma unroll
         for (int j = 0; j < kCopyBatch; ++j) {
             const int i = base + j * threads;
@@ -402,7 +350,7 @@ __device__ __forceinline__ void copy_activations_by(const KernelArgs& a, uint8_t
 #pragma unroll
         for (int j = 0; j < kSumBatch; ++j)
             if (lane + 32 * j < a.x_groups) sum += sums[j];
-        for (int g = lane + 32 * kSumBatch; g < a.x_groups; g += 32) sum += load_activation(a.x_sum_sq + g, kFresh);
+        for (int g = lane + 32 * kSumBatch; g < a.x_groups; g += 32) sum += __ldg(a.x_sum_sq + g);
 #pragma unroll
         for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(kFullMask, sum, offset);
         norm_scale = 1.0f / sqrtf(sum / float(a.x_cols) + a.x_norm_eps);
@@ -414,7 +362,7 @@ __device__ __forceinline__ void copy_activations_by(const KernelArgs& a, uint8_t
 #pragma unroll
     for (int j = 0; j < kMetaBatch; ++j)
         if (tid + j * threads < a.x_groups) store_meta(tid + j * threads, meta[j]);
-    for (int g = tid + kMetaBatch * threads; g < a.x_groups; g += threads) store_meta(g, load_activation(meta_src + g, kFresh));
+    for (int g = tid + kMetaBatch * threads; g < a.x_groups; g += threads) store_meta(g, __ldg(meta_src + g));
 }
 template <int kCopyBatch, int kMetaBatch, int kSumBatch>
 __device__ __forceinline__ void copy_activations(const KernelArgs& a, uint8_t* x_smem, int2* meta_smem) {
@@ -434,15 +382,5 @@ struct OutputEpilogue {
 // each segment's first_tile is 0 for the launcher to set in its own tiles.
 KernelArgs make_gemv_args(const QuantizedActivationsView& x, std::span<const GemvOutput> outputs,
                           const GemvWeightView* up, const OutputEpilogue& epilogue, const char* what);
-
-// The staged kernel's launch (ops/gemv_staged_cuda.cu): one launch over args' segments (their first_tile is
-// recomputed in staged tiles); throws deltabit::Error naming what does not fit (staged_gemv_fits,
-// ops/matmul_cuda.h) or is missing.
-struct StagedLaunch {
-    int64_t blocks = 0;  // the grid
-    int64_t tiles = 0;   // the row tiles its blocks share
-};
-StagedLaunch launch_staged_gemv(KernelArgs args, DType t, const GemvLaunchConfig& config, bool swiglu,
-                                cudaStream_t stream);
 
 }  // namespace deltabit::cuda::gemv_detail

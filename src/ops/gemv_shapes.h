@@ -1,6 +1,5 @@
 // The launch shapes the decode GEMV kernels are compiled for, and the one dispatcher that turns a run-time
-// (dtype, lanes per row, rows per thread) into a compile-time instantiation. Both GEMV kernels (ops/matmul_cuda.cu's
-// classic one, ops/gemv_staged_cuda.cu's staged one) have exactly these shapes, so both pick through here.
+// (dtype, lanes per row, rows per thread) into a compile-time instantiation (ops/matmul_cuda.cu's GEMV kernel).
 // Plain C++ (no CUDA), so the mapping is unit-tested on any machine (tests/unit/test_gemv_shapes.cpp).
 #pragma once
 

@@ -20,6 +20,7 @@
 #include <cuda_fp16.h>
 
 #include "backend/cuda_probe.h"
+#include "core/env_switch.h"
 #include "ops/activation_quant.cuh"
 #include "ops/cuda_math.cuh"
 #include "ops/gemv_device.cuh"
@@ -246,17 +247,6 @@ struct GemvKernel {
     ResidentFn blocks_per_sm = nullptr;
 };
 
-// DELTABIT_GEMV_BLOCKS_PER_SM=n (unset or 0: as many as stay resident): at most n GEMV blocks per SM, an
-// experiment switch — a grid that leaves room on every SM lets the next kernel's blocks become resident
-// (programmatic launch) and request their weights while this one streams, instead of only in its tail.
-int gemv_blocks_per_sm_cap() {
-    static const int cap = [] {
-        const char* v = std::getenv("DELTABIT_GEMV_BLOCKS_PER_SM");
-        return v == nullptr ? 0 : std::max(0, std::atoi(v));
-    }();
-    return cap;
-}
-
 template <DType T, int KT, int R, bool kSwiglu, int kLoads>
 constexpr auto gemv_kernel_of() {
     if constexpr (kLoads == 8) return gemv_kernel_96_registers<T, KT, R, kSwiglu, kLoads>;
@@ -281,7 +271,6 @@ int blocks_per_sm(int threads, size_t smem) {
     }
     int per_sm = 0;
     cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem), "occupancy");
-    if (gemv_blocks_per_sm_cap() > 0) per_sm = std::min(per_sm, gemv_blocks_per_sm_cap());
     per_sm = std::max(per_sm, 1);
     known.emplace(key, per_sm);  // only once the driver answered: a failed query is asked again
     return per_sm;
@@ -341,15 +330,8 @@ GemvKernel pick_kernel(DType t, const GemvLaunchConfig& c) {
 // DELTABIT_GEMV_LOADS_IN_FLIGHT=n (16, 8 or 4; unset: planned per shape), an experiment switch; 0 when unset.
 // Any other value stops the run with an error (every GEMV plans through here), never a silent default.
 int loads_in_flight_override() {
-    static const int loads = [] {
-        const char* v = std::getenv("DELTABIT_GEMV_LOADS_IN_FLIGHT");
-        if (v == nullptr) return 0;
-        const std::string text(v);
-        if (text != "16" && text != "8" && text != "4")
-            fail_message("DELTABIT_GEMV_LOADS_IN_FLIGHT=\"" + text +
-                         "\": expected 16, 8 or 4 (unset it to plan the loads per launch)");
-        return std::stoi(text);
-    }();
+    static const int loads =
+        env_number("DELTABIT_GEMV_LOADS_IN_FLIGHT", {16, 8, 4}, 0, "the loads are planned per launch");
     return loads;
 }
 
@@ -382,11 +364,6 @@ GemvLaunchConfig plan_gemv(DType t, int64_t rows, int64_t cols, GemvKind kind) {
     } else {
         c.loads_in_flight = planned_gemv_loads(t, c, rows, cols, kind);
     }
-    // Staged (when switched on) for the 1-bit weights, whose GEMVs are short enough that a kernel's ramp and
-    // drain dominate; the same lanes and rows, so the same y bit for bit. Both uses of the planned shape must
-    // fit (a SwiGLU pair stages two matrices' rows).
-    c.staged = t == DType::Q1_0 && staged_gemv_planned() && staged_gemv_fits(t, cols, rows, c, false) &&
-               staged_gemv_fits(t, cols, rows, c, true);
     return c;
 }
 
@@ -583,13 +560,6 @@ GemvLaunchReport launch_group(const QuantizedActivationsView& x, std::span<const
         report.blocks += (args.seg[i].rows + rows_per_tile - 1) / rows_per_tile;
     }
     if (report.blocks == 0) return report;
-    if (config.staged) {
-        const StagedLaunch staged = launch_staged_gemv(args, outputs[0].w.dtype, config, kSwiglu, stream);
-        report.blocks = staged.blocks;
-        report.staged_tiles = staged.tiles;
-        report.launches = 1;
-        return report;
-    }
     const int64_t max_blocks = config.max_blocks > 0 ? config.max_blocks : device_max_grid_x();
     for (int64_t first_tile = 0; first_tile < report.blocks; first_tile += max_blocks) {
         fn(std::min(max_blocks, report.blocks - first_tile), config.warps_per_block * 32, stream, args, first_tile,
@@ -681,7 +651,7 @@ GemvWeights upload_gemv_weights(const GemvRepacked& packed) {
     out.cols = packed.cols;
     out.codes = DeviceBuffer(packed.codes.size());
     out.codes.upload(packed.codes.data(), packed.codes.size());
-    // Padded to whole 16-byte words with zeros (GemvWeightView::scales: the staged kernel copies whole words).
+    // Padded to whole 16-byte words with zeros (GemvWeightView::scales: the warp-specialised GEMM copies whole words).
     const size_t scale_bytes = packed.scales.size() * sizeof(uint16_t);
     const size_t padded = (scale_bytes + 15) / 16 * 16;
     out.scales = DeviceBuffer(padded);

@@ -39,9 +39,9 @@ inline constexpr int kActivationGroup = 128;
 // Weights in the GEMV layout on the device (non-owning).
 struct GemvWeightView {
     const uint8_t* codes = nullptr;    // rows × gemv_code_row_bytes(dtype, cols), 16-byte aligned rows
-    // rows × cols / block_elems fp16 bits. The staged kernel copies whole 16-byte words and the
-    // warp-specialised GEMM 4-byte ones (each aligned, holding the scale it wants), so up to 14 bytes past
-    // the last scale must be readable: upload_gemv_weights pads the plane to a multiple of 16 bytes.
+    // rows × cols / block_elems fp16 bits. The warp-specialised GEMM copies whole 4-byte words (each
+    // aligned, holding the scale it wants), so bytes past the last scale must be readable:
+    // upload_gemv_weights pads the plane to a multiple of 16 bytes.
     const uint16_t* scales = nullptr;
     DType dtype = DType::Q1_0;
     int64_t rows = 0;  // N
@@ -105,29 +105,18 @@ void require_plain_view(const QuantizedActivationsView& view, const char* who);
 // all matrices that read the same x (q/k/v/gate, ffn gate/up).
 void quantize_activations(const float* x, const QuantizedActivationsView& out, cudaStream_t stream);
 
-// How a GEMV launch is shaped; chosen by plan_gemv, overridable for tests and the benchmark.
-//
-// Two kernels share the arithmetic (for one lanes_per_row and rows_per_thread a row's terms are the same
-// terms summed in the same order, so their y agree bit for bit):
-//   classic  each thread streams its rows' codes into registers, a grid of as many blocks as stay resident
-//            walking row tiles; it can request only its first batch of codes before the kernel before it
-//            has finished (ops/programmatic_launch.cuh).
-//   staged   (sm_90) one block of 8 warps per SM owns a contiguous run of row tiles and has the copy
-//            engine bring them into a ring of shared-memory slots (ops/bulk_copy.cuh) — most of a
-//            Bonsai-27B matrix's share (~90 KB of ~100 KB a block) is requested BEFORE the wait for the
-//            kernel before, and a block takes under half an SM, so the next GEMV's block is resident and
-//            streaming while this one computes: weights stream across kernel boundaries.
-//            warps_per_block, max_blocks and max_grid do not apply.
+// How a GEMV launch is shaped; chosen by plan_gemv, overridable for tests and the benchmark. Each thread
+// streams its rows' codes into registers, a grid of as many blocks as stay resident walking row tiles; it
+// can request only its first batch of codes before the kernel before it has finished
+// (ops/programmatic_launch.cuh).
 struct GemvLaunchConfig {
     int lanes_per_row = 8;      // threads splitting one row's K (8, 16 or 32)
     int rows_per_thread = 2;    // rows sharing each activation load in registers (2 or 4)
     int warps_per_block = 4;    // 1..8
     int64_t max_blocks = 0;     // row tiles per launch; 0 = the device's grid limit (tests lower it to force splits)
-    int64_t max_grid = 0;       // classic: blocks per launch; 0 = as many as stay resident (tests lower it so that
+    int64_t max_grid = 0;       // blocks per launch; 0 = as many as stay resident (tests lower it so that
                                 // each block walks many tiles)
-    bool staged = false;        // the staged kernel (needs staged_gemv_supported())
-    int64_t staged_ring_bytes = 0;  // staged: the shared-memory ring's bytes; 0 = what two blocks per SM leave
-    // classic: code loads a thread requests at once (16; 8 or 4 with rows_per_thread 2). The registers holding
+    // Code loads a thread requests at once (16; 8 or 4 with rows_per_thread 2). The registers holding
     // them are most of the kernel's (~165 a thread at 16 with its rolling batches, 96 at 8, ~80 at 4: ptxas,
     // CUDA 13) and decide how many blocks an SM holds; a row whose units a lane owns fit a batch of fewer loads
     // is served by the same loads in one batch with fewer registers. The same terms in the same order: y equal
@@ -139,7 +128,7 @@ struct GemvLaunchConfig {
 // 4 loads 90 plain, 80 SwiGLU — five blocks of 128 threads an SM against six; both 80 again since c49b6c5).
 enum class GemvKind { plain, swiglu };
 // The planned shape: lanes per row from the row count, 2 rows per thread, loads in flight by
-// planned_gemv_loads; staged for Q1_0 where staged_gemv_planned() and the shape fits in shared memory.
+// planned_gemv_loads.
 GemvLaunchConfig plan_gemv(DType t, int64_t rows, int64_t cols, GemvKind kind = GemvKind::plain);
 // The fewest loads in flight (4, 8, else 16) that hold every unit a lane owns of a row of `cols` inputs split
 // lanes_per_row ways, rows_per_thread rows a thread (planned_gemv_loads' last resort).
@@ -153,31 +142,19 @@ int planned_loads_in_flight(DType t, int64_t cols, int lanes_per_row, int rows_p
 // three at two batches did not pay (Bonsai-27B SwiGLU at 8 loads: 290.6 vs 291.3).
 int planned_gemv_loads(DType t, const GemvLaunchConfig& config, int64_t rows, int64_t cols,
                        GemvKind kind = GemvKind::plain);
-// Rounds of resident blocks the classic kernel of `config` and `kind` takes over `rows` rows of K = cols (a SwiGLU
+// Rounds of resident blocks the kernel of `config` and `kind` takes over `rows` rows of K = cols (a SwiGLU
 // pair: 2N rows; a group: its rows together, one tile more a matrix at most): ceil(tiles / (blocks an SM · SMs)).
 // 0 where no kernel is compiled for config or there is no device.
 int64_t gemv_tile_rounds(DType t, const GemvLaunchConfig& config, int64_t rows, int64_t cols,
                          GemvKind kind = GemvKind::plain);
-// The staged kernel can run here: a device of compute capability 9.0 or above.
-bool staged_gemv_supported();
-// The planner chooses it: supported and DELTABIT_GEMV_STAGED=1 in the environment. Off by default: in the
-// Bonsai-27B decode step it is still slower than the classic kernel (docs/bench.md, "The staged GEMV").
-bool staged_gemv_planned();
-// Whether the staged kernel's ring holds two slots at least for matrices of K = cols with at most max_rows
-// rows in this launch shape (a SwiGLU pair stages two rows an output). Where it does not, asking for it
-// (config.staged) is refused with a message; Q1_0's rows are small enough for every shape of the geometries.
-bool staged_gemv_fits(DType t, int64_t cols, int64_t max_rows, const GemvLaunchConfig& config, bool swiglu);
 
 // What a call did, so callers and tests can see which path ran and how it was split.
 struct GemvLaunchReport {
     GemvLaunchConfig config;
     // Row tiles of warps_per_block·(32/lanes_per_row)·rows_per_thread rows (SwiGLU: of that many
     // outputs / rows_per_thread); a group counts each matrix's tiles, each matrix starting a new tile.
-    // Staged: the blocks of the grid (one per SM at most), each owning a run of tiles.
     int64_t blocks = 0;
     int launches = 0;      // kernel launches after splitting along N
-    // Set by the staged launcher only (0 when the classic kernel ran): the row tiles its blocks shared.
-    int64_t staged_tiles = 0;
 };
 
 // y = W·x for already quantised activations.

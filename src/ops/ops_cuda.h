@@ -1,7 +1,7 @@
 // The CUDA twins of the CPU reference ops: for each op in ops/<op>.h, the same entry signature with
 // every array pointer on the device and a trailing stream. The contracts (shapes, layouts, aliasing)
 // are the ones in those headers; only the numerics differ, as stated per op below. The kernels are in
-// ops/<op>_cuda.cu; the decode GEMV has its own header (ops/matmul_cuda.h).
+// ops/<op>_cuda.cu. The model's fast paths have their own headers: ops/{matmul,dense,prefill,decode,kv}_cuda.h.
 //
 // Common to all: the work is enqueued on `stream` and nothing waits for it; a launch error throws
 // deltabit::Error naming the kernel; empty shapes (0 rows, 0 tokens) launch nothing. Grids follow
@@ -76,14 +76,14 @@ void embedding_lookup(const WeightView& table, const int32_t* ids, int64_t n_tok
 // ---- attention.h ----
 // One block per (query, head) (grid-stride), its warps splitting the visible keys and keeping an
 // online softmax each, merged at the end. head_dim <= kAttentionMaxHeadDim. Scores, softmax and the
-// weighted sum in fp32. Straightforward, not flash: prefill tiles and split-K decode come later.
+// weighted sum in fp32. The model runs the flash prompt kernel (prefill_cuda.h) and split-K decode (decode_cuda.h).
 inline constexpr int64_t kAttentionMaxHeadDim = 256;
 inline constexpr int kAttentionWarps = 8;
 void attention(const float* q, const float* k, const float* v, const float* gate, const AttentionDims& dims,
                float* out, cudaStream_t stream);
 
 // ---- delta_rule.h ----
-// Recurrent form; it also serves prefill until a chunked kernel exists. Each block owns one value
+// Recurrent form (prompts take the chunked kernel of prefill_cuda.h). Each block owns one value
 // head's group of state columns in registers (the columns of S evolve independently), reads that
 // state once per call and walks the tokens in order. key_dim <= kDeltaRuleMaxKeyDim. fp32 state and
 // arithmetic (the reference computes each token in double and rounds the state to fp32).

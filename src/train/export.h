@@ -1,6 +1,6 @@
 // Export of a trained model. The trainer's parameters carry transformers' names and conventions, so
 // export writes a Hugging Face folder (config.json + model.safetensors, F32) and hands it to the
-// engine's converter (models/convert.h), which applies the GGUF conventions (1+w norms stored added,
+// engine's converter (convert/convert.h), which applies the GGUF conventions (1+w norms stored added,
 // ssm_a = −exp(A_log), tiled value heads, conv layout), quantises, and proves the file — one
 // conversion path for downloaded and trained models alike.
 //
@@ -10,7 +10,7 @@
 #pragma once
 
 #include "core/dtype.h"
-#include "models/convert.h"
+#include "convert/convert.h"
 #include "train/parameters.h"
 
 #include <filesystem>

@@ -6,7 +6,7 @@
 // λ = min(2·step/total, 1): fully binary for the second half of the run.
 //
 // Binarised: every matrix and the embeddings whose rows are whole groups of 128 — exactly the tensors
-// `deltabit convert --type q1_0` stores as Q1_0 (models/convert_plan.cpp), so an exported model holds
+// `deltabit convert --type q1_0` stores as Q1_0 (convert/convert_plan.cpp), so an exported model holds
 // the QAT forward's weights bit for bit.
 #pragma once
 

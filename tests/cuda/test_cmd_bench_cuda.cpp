@@ -3,7 +3,7 @@
 // the bytes per token are the cost model's (models/inference_cost.h). Skips without CUDA or a GPU.
 #include "cli_command.h"
 #include "models/inference_cost.h"
-#include "models/synthetic_model.h"
+#include "bench/synthetic_model.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>

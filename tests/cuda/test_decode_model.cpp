@@ -128,32 +128,6 @@ TEST_P(DecodeModel, RopeTableIsByteIdenticalToPerThreadAngles) {
     if (!has_moe(cpu.config())) EXPECT_EQ(tabled.decode_stats().graph_replays, kSteps - 1);
 }
 
-// CudaModel::set_fused_attention: each attention layer's decode step as one launch (an experiment, off by default)
-// gives the logits of the four launches it replaces, byte for byte, graph replays included. The
-// fixtures' heads (4/2 × 64) take it over an f16 cache when their output projections are quantised (+q1); an f32
-// cache of heads of 64, and a float projection, keep the four launches.
-TEST_P(DecodeModel, FusedAttentionIsByteIdenticalToSeparateLaunches) {
-    DELTABIT_REQUIRE_GPU();
-    const Model cpu = param_model(GetParam());
-    const test::Fixture f = test::load_fixture(param_fixture(GetParam()));
-    const bool quantised = GetParam().ends_with("+q1");
-    for (const KvFormat kv : {KvFormat::f16, KvFormat::f32}) {
-        CudaModel separate(cpu), fused(cpu);
-        separate.set_fused_attention(false);
-        fused.set_fused_attention(true);
-        CudaSequenceState a = separate.new_sequence(512, kv), b = fused.new_sequence(512, kv);
-        constexpr int64_t kSteps = 64;
-        expect_lockstep_greedy(separate, a, fused, b, f.cases.at(1).tokens, kSteps);
-        if (HasFatalFailure()) return;
-        EXPECT_EQ(separate.decode_stats().fused_attention_steps, 0) << kv_format_name(kv);
-        if (kv == KvFormat::f16 && quantised)
-            EXPECT_GT(fused.decode_stats().fused_attention_steps, 0) << "the fused launch was not taken";
-        else
-            EXPECT_EQ(fused.decode_stats().fused_attention_steps, 0) << kv_format_name(kv);
-        if (!has_moe(cpu.config())) EXPECT_EQ(fused.decode_stats().graph_replays, kSteps - 1) << kv_format_name(kv);
-    }
-}
-
 // Feeds `tokens` one at a time; the logits after each.
 std::vector<std::vector<float>> continue_with(CudaModel& gpu, CudaSequenceState& s, const std::vector<int32_t>& tokens) {
     std::vector<std::vector<float>> out;

@@ -11,7 +11,7 @@
 #include "core/quant.h"
 #include "formats/gguf.h"
 #include "formats/safetensors.h"
-#include "models/convert.h"
+#include "convert/convert.h"
 #include "models/model.h"
 
 #ifdef DELTABIT_HAVE_TEXT

@@ -1,11 +1,11 @@
-// The per-tensor proofs of `deltabit convert` (models/convert_check.h) on hand-made rows: they accept
+// The per-tensor proofs of `deltabit convert` (convert/convert_check.h) on hand-made rows: they accept
 // what the quantisers write and reject each kind of damage a buggy writer could do.
 #include "core/error.h"
 #include "core/half.h"
 #include "core/quant.h"
 #include "core/quant_blocks.h"
-#include "models/convert_check.h"
-#include "models/convert_plan.h"
+#include "convert/convert_check.h"
+#include "convert/convert_plan.h"
 
 #include <gtest/gtest.h>
 

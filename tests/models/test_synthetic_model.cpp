@@ -1,11 +1,11 @@
-// Synthetic models of named geometries (models/synthetic_model.h) and the per-token cost model
+// Synthetic models of named geometries (bench/synthetic_model.h) and the per-token cost model
 // (models/inference_cost.h): shapes against published configs, a tiny model that runs through the CPU
 // forward pass, and bytes/FLOPs counted by hand.
 #include "core/error.h"
 #include "core/half.h"
 #include "models/inference_cost.h"
 #include "models/model.h"
-#include "models/synthetic_model.h"
+#include "bench/synthetic_model.h"
 
 #include <gtest/gtest.h>
 

@@ -3,7 +3,7 @@
 // computed here from the files themselves: the safetensors header's data offsets, and the converter's
 // per-tensor report for a GGUF.
 #include "engine_test_support.h"
-#include "models/convert.h"
+#include "convert/convert.h"
 #include "models/model.h"
 #include "runtime/engine.h"
 

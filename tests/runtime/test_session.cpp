@@ -3,7 +3,7 @@
 // (attention only) fixtures, for every KV format.
 #include "engine_test_support.h"
 #include "models/sequence_state.h"
-#include "models/synthetic_model.h"
+#include "bench/synthetic_model.h"
 #include "runtime/session.h"
 
 #include <gtest/gtest.h>

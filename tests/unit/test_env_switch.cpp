@@ -49,5 +49,34 @@ TEST(EnvSwitch, AnythingElseIsAnErrorNamingVariableAndValue) {
     ::unsetenv(kName);
 }
 
+TEST(EnvNumber, UnsetAndEmptyGiveTheDefaultAndAllowedValuesTheirNumber) {
+    ::unsetenv(kName);
+    EXPECT_EQ(env_number(kName, {16, 8, 4}, 0, "planned"), 0);
+    ::setenv(kName, "", 1);
+    EXPECT_EQ(env_number(kName, {16, 8, 4}, 0, "planned"), 0);
+    for (const int n : {16, 8, 4}) {
+        ::setenv(kName, std::to_string(n).c_str(), 1);
+        EXPECT_EQ(env_number(kName, {16, 8, 4}, 0, "planned"), n);
+    }
+    ::unsetenv(kName);
+}
+
+TEST(EnvNumber, AnythingElseIsAnErrorNamingVariableValueAndChoices) {
+    for (const char* value : {"0", "2", "016", " 8", "8 ", "sixteen", "-4"}) {
+        ::setenv(kName, value, 1);
+        try {
+            env_number(kName, {16, 8, 4}, 0, "planned per launch");
+            ADD_FAILURE() << value << " was accepted";
+        } catch (const Error& e) {
+            const std::string what = e.what();
+            EXPECT_NE(what.find(kName), std::string::npos) << what;
+            EXPECT_NE(what.find(value), std::string::npos) << what;
+            EXPECT_NE(what.find("expected one of 16, 8, 4"), std::string::npos) << what;
+            EXPECT_NE(what.find("planned per launch"), std::string::npos) << what;
+        }
+    }
+    ::unsetenv(kName);
+}
+
 }  // namespace
 }  // namespace deltabit

@@ -1,4 +1,4 @@
-#include "models/synthetic_model.h"
+#include "bench/synthetic_model.h"
 
 #include "core/error.h"
 #include "core/half.h"

@@ -1,4 +1,4 @@
-#include "models/convert_check.h"
+#include "convert/convert_check.h"
 
 #include "core/error.h"
 #include "core/half.h"

@@ -1,4 +1,4 @@
-#include "models/convert_tokenizer.h"
+#include "convert/convert_tokenizer.h"
 
 #include "core/error.h"
 

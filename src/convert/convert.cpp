@@ -1,4 +1,4 @@
-#include "models/convert.h"
+#include "convert/convert.h"
 
 #include "core/error.h"
 #include "core/file_io.h"
@@ -6,8 +6,8 @@
 #include "formats/gguf.h"
 #include "formats/safetensors.h"
 #include "models/config_gguf.h"
-#include "models/convert_check.h"
-#include "models/convert_tokenizer.h"
+#include "convert/convert_check.h"
+#include "convert/convert_tokenizer.h"
 #include "models/hf_folder.h"
 #include "models/model.h"
 

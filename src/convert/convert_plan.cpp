@@ -1,4 +1,4 @@
-#include "models/convert_plan.h"
+#include "convert/convert_plan.h"
 
 #include "core/error.h"
 #include "formats/gguf.h"

@@ -16,7 +16,7 @@
 #pragma once
 
 #include "core/dtype.h"
-#include "models/convert_plan.h"
+#include "convert/convert_plan.h"
 
 #include <nlohmann/json_fwd.hpp>
 
