@@ -1,4 +1,4 @@
-// Micro-benchmark of the CUDA decode GEMV (ops/matmul_cuda.h) on the Bonsai-27B decode shapes, read
+// Micro-benchmark of the CUDA decode GEMV (ops/matmul/matmul_cuda.h) on the Bonsai-27B decode shapes, read
 // against the card's measured device-to-device copy bandwidth.
 //
 //   bench_gemv_cuda [--tsv FILE] [--type q1_0|q2_0|q4_0|q8_0] [--shape NAME] [--planned-only]
@@ -7,7 +7,7 @@
 //   shape (e.g. ffn_down); --planned-only skips the sweep of launch shapes; --l2-resident reuses one copy
 //   of the weights, so a matrix that fits in L2 is read from it (the time a GEMV would take if something
 //   had already brought its weights there); --b1 also times the binary tensor-core GEMV of
-//   ops/gemv_b1_cuda.h on the Q1_0 shapes, one line per launch shape.
+//   ops/matmul/gemv_b1_cuda.h on the Q1_0 shapes, one line per launch shape.
 //
 // Bytes counted per GEMV: the weights in their ORIGINAL GGUF size (Q1_0 1.125 bits per weight, ...)
 // plus x (K f32) and y (N f32). Time: a CUDA graph of many back-to-back GEMVs, each reading a
@@ -59,8 +59,8 @@
 #include "backend/cuda_buffer.h"
 #include "backend/cuda_probe.h"
 #include "core/half.h"
-#include "ops/gemv_b1_cuda.h"
-#include "ops/matmul_cuda.h"
+#include "ops/matmul/gemv_b1_cuda.h"
+#include "ops/matmul/matmul_cuda.h"
 #endif
 
 #ifndef DELTABIT_HAVE_CUDA

@@ -33,7 +33,7 @@
 //      was 30–50% slower than m64 everywhere. Whole model's matmuls at pp512: 152.7 ms, 172 TFLOP/s
 //      (21.7% of 790) with m64 on every matrix; ~147 ms with m16 on the 48- and 1024-row ones, as the
 //      automatic choice now does (per-matrix times above; not re-measured as one figure).
-//      2026-11-30, the wgmma column (Q1_0 warpgroup tile, ops/gemm_wgmma_cuda.h), µs, m64 beside: ssm_qkv
+//      2026-11-30, the wgmma column (Q1_0 warpgroup tile, ops/matmul/gemm_wgmma_cuda.h), µs, m64 beside: ssm_qkv
 //      252 (266), ssm_gate 172 (172), ssm_out 213 (211), attn_q+gate 255 (289), attn_out 212 (212),
 //      ffn_gate/up 413 (456), ffn_down 538 (569), lm_head 4733 (5544); whole model 138.6 ms, 189 TFLOP/s
 //      (24.0%) with the automatic choice (was 146.9). ncu: 8 warps an SM (255 registers), 6 cycles between a
@@ -63,10 +63,11 @@
 #include "backend/cuda_buffer.h"
 #include "backend/cuda_probe.h"
 #include "core/half.h"
-#include "ops/gemm_wgmma_cuda.h"
-#include "ops/matmul_cuda.h"
-#include "ops/ops_cuda.h"
-#include "ops/prefill_cuda.h"
+#include "ops/matmul/gemm_wgmma_cuda.h"
+#include "ops/matmul/matmul_cuda.h"
+#include "ops/attention/attention_cuda.h"
+#include "ops/delta_rule/delta_rule_cuda.h"
+#include "ops/matmul/gemm_cuda.h"
 #endif
 
 #ifndef DELTABIT_HAVE_CUDA
@@ -291,7 +292,7 @@ void bench_gemm(cudaStream_t stream, Timer& timer) {
                 double(T) / (model_us * 1e-6));
 }
 
-// The warp-specialised tile's stage rings (ops/gemm_wgmma_cuda.h ws_pipeline_name), on Bonsai-27B's and
+// The warp-specialised tile's stage rings (ops/matmul/gemm_wgmma_cuda.h ws_pipeline_name), on Bonsai-27B's and
 // Bonsai-4B's (Qwen3-4B shape: hidden 2560, FFN 9728, 32/8 heads of 128, vocab 151936) larger matrices,
 // beside the tiles the automatic choice weighs against it. µs per GEMM at T = 512.
 void bench_ws_pipelines(cudaStream_t stream, Timer& timer) {

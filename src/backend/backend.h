@@ -1,6 +1,6 @@
 // The backend interface: where tensors live and which ops can run there. Small on purpose — memory,
 // copies, a synchronisation point and the supports table; the model (not yet moved onto it) calls
-// the ops of ops/<op>.h (cpu) or ops/ops_cuda.h + ops/matmul_cuda.h (cuda) on the memory a backend
+// the ops of ops/<op>.h (cpu) or ops/<family>/*_cuda.h (cuda) on the memory a backend
 // hands out.
 //
 // Chosen at run time: make_backend("cpu" | "cuda" | "auto"); "auto" takes CUDA when this build has it

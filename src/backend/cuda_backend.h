@@ -26,7 +26,7 @@ public:
     void synchronize() override;
     bool supports(Op op, DType type) const override { return cuda::supports(op, type); }
 
-    // The stream to pass to the ops of ops/ops_cuda.h and ops/matmul_cuda.h.
+    // The stream to pass to the ops of ops/<family>/*_cuda.h.
     cudaStream_t stream() const { return stream_; }
 
 private:

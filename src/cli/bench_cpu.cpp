@@ -1,7 +1,7 @@
 #include "cli/bench_cpu.h"
 
 #include "core/thread_pool.h"
-#include "ops/matmul_cpu_fast.h"
+#include "ops/cpu_fast/matmul_cpu_fast.h"
 #include "sampling/sampler.h"
 
 #include <fmt/format.h>

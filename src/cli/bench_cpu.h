@@ -1,6 +1,6 @@
 // The CPU half of `deltabit bench --backend cpu`: the machine's copy bandwidth with the threads the engine
 // gets, and prompt (pp) and decode (tg) speed of the CPU engine (runtime/engine.h, the fast path of
-// ops/matmul_cpu_fast.h unless DELTABIT_CPU_REFERENCE=1) read against it.
+// ops/cpu_fast/matmul_cpu_fast.h unless DELTABIT_CPU_REFERENCE=1) read against it.
 //
 // Timing. Host wall-clock time around engine calls. A prompt test feeds n random tokens to a fresh sequence
 // (only the last token's logits are computed, as chat and run do); the median of up to 3 runs (fewer when a

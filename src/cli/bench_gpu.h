@@ -31,7 +31,7 @@
 
 #if DELTABIT_HAVE_CUDA
 #include "models/model_cuda.h"
-#include "ops/decode_floor_cuda.h"
+#include "bench/decode_floor_cuda.h"
 #endif
 
 namespace deltabit::cli {
@@ -69,7 +69,7 @@ struct GpuProbe {
     std::string summary;  // "NVIDIA H200, sm_90, 132 SMs, 139.8 GiB"
     double copy_gb_s = 0; // device-to-device copy, bytes read + written per second
     double bf16_peak_tflop_s = 0;  // 0 when this GPU's peak is not known here
-    // The decode floors (ops/decode_floor_cuda.h): one kernel alone streaming a Bonsai-27B-FFN-sized matrix,
+    // The decode floors (bench/decode_floor_cuda.h): one kernel alone streaming a Bonsai-27B-FFN-sized matrix,
     // and a dependent launch in a graph.
     cuda::StreamFloor stream_floor;
     double dependent_launch_us = 0;

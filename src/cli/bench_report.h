@@ -40,7 +40,7 @@ struct BenchReport {
     std::string device_summary;
     double copy_gb_s = 0;
     double bf16_peak_tflop_s = 0;  // 0 when unknown for this GPU
-    // The decode floors (ops/decode_floor_cuda.h); 0 when not measured.
+    // The decode floors (bench/decode_floor_cuda.h); 0 when not measured.
     double stream_floor_bytes = 0, stream_floor_us = 0;
     double dependent_launch_us = 0;
     std::string model;             // geometry name or model file name

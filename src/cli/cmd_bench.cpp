@@ -19,7 +19,7 @@
 #include "models/inference_cost.h"
 #include "models/model.h"
 #include "bench/synthetic_model.h"
-#include "ops/matmul_cpu_fast.h"
+#include "ops/cpu_fast/matmul_cpu_fast.h"
 #include "runtime/engine.h"
 
 #if DELTABIT_HAVE_CUDA

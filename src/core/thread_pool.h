@@ -1,4 +1,4 @@
-// A small fixed pool of worker threads for the CPU fast path (ops/matmul_cpu_fast.h): run(n, fn) calls
+// A small fixed pool of worker threads for the CPU fast path (ops/cpu_fast/matmul_cpu_fast.h): run(n, fn) calls
 // fn(0) … fn(n−1), each once, spread over the pool's threads and the caller, and returns when all are
 // done. Tasks are claimed one at a time from a shared counter, so a thread slowed by another process on
 // its core simply takes fewer of them; callers make every task's result independent of which thread ran

@@ -9,7 +9,7 @@
 #include "ops/gdn_gates.h"
 #include "ops/l2_norm.h"
 #include "ops/matmul.h"
-#include "ops/matmul_cpu_fast.h"
+#include "ops/cpu_fast/matmul_cpu_fast.h"
 #include "ops/moe_router.h"
 #include "ops/rms_norm.h"
 #include "ops/rope.h"

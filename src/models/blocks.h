@@ -25,8 +25,8 @@ using ActivationObserver = std::function<void(std::string_view name, const float
 // against a reference with the same rounding; ops/matmul.h): int8_activations to int8 per 128, as its GEMV
 // and its int8 prompt GEMM do; int8_and_f16_prompts the same except for Q1_0 products of at least
 // cpu::kPromptGemmMinTokens tokens, which its prompt GEMM on Hopper computes on f16 activations
-// (cpu::matmul_f16_activations; ops/prefill_cuda.h gemm_q1_0_half).
-// int8_weight_blocks is the CPU fast path's own rounding (ops/matmul_cpu_fast.h): quantised weights' products
+// (cpu::matmul_f16_activations; ops/matmul/gemm_cuda.h gemm_q1_0_half).
+// int8_weight_blocks is the CPU fast path's own rounding (ops/cpu_fast/matmul_cpu_fast.h): quantised weights' products
 // on activations rounded to int8 per group of the weight's block size.
 enum class MatmulNumerics { f32, int8_activations, int8_and_f16_prompts, int8_weight_blocks };
 

@@ -14,10 +14,11 @@
 
 #include "core/error.h"
 #include "ops/activations.h"
-#include "ops/decode_cuda.h"
-#include "ops/dense_cuda.h"
-#include "ops/ops_cuda.h"
-#include "ops/prefill_cuda.h"
+#include "ops/elementwise/elementwise_cuda.h"
+#include "ops/attention/attention_cuda.h"
+#include "ops/delta_rule/delta_rule_cuda.h"
+#include "ops/matmul/dense_cuda.h"
+#include "ops/matmul/gemm_cuda.h"
 
 namespace deltabit {
 
@@ -37,7 +38,7 @@ void CudaModel::matmul(const float* x, const CudaMatrix& w, int64_t first_row, i
         return;
     }
     const cuda::GemvWeightView view = w.gemv.view().slice_rows(first_row, n_rows);
-    // Prompts: one tensor-core GEMM (ops/prefill_cuda.h matmul_prompt) — for Q1_0 on Hopper on f16 activations
+    // Prompts: one tensor-core GEMM (ops/matmul/gemm_cuda.h matmul_prompt) — for Q1_0 on Hopper on f16 activations
     // (unless DELTABIT_GEMM_F16=0), otherwise on every token's activations quantised exactly as a decode step
     // quantises its one token (the GEMV's terms, summed in another order). Below cuda::kGemmMinTokens the
     // per-token GEMV.
@@ -315,7 +316,7 @@ void CudaModel::swiglu_ffn(const CudaFfnWeights& w, const float* x, const cuda::
     const int64_t width = gate.rows;
     float* act = temp(T * width);
     if (step_kernels(T) && gate.rows == up.rows && all_quantized({&gate, &up}, gate.cols)) {
-        // Both products and the SwiGLU in one launch (ops/matmul_cuda.h), which also quantises the result
+        // Both products and the SwiGLU in one launch (ops/matmul/matmul_cuda.h), which also quantises the result
         // for ffn_down when that is quantised.
         const bool quantize_act = all_quantized({&down}, width);
         const cuda::QuantizedActivationsView act_q = block_out_activations_->view(width);

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "ops/ops_cuda.h"
+#include "ops/elementwise/elementwise_cuda.h"
 
 namespace deltabit {
 

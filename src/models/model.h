@@ -97,7 +97,7 @@ struct ModelParts {
     std::vector<LayerWeights> layers;
 };
 
-// DELTABIT_CPU_REFERENCE=1: every CPU product runs on the naive reference (ops/matmul_cpu.cpp) instead of the
+// DELTABIT_CPU_REFERENCE=1: every CPU product runs on the naive reference (ops/reference/matmul_cpu.cpp) instead of the
 // fast path — to compare the two, or to rule the fast path out. Read at each call (env_switch's errors).
 bool cpu_reference_switch();
 // The threads Model::forward uses when not given a pool: hardware_threads(), made on first use.
@@ -124,7 +124,7 @@ public:
     // Logits [ids.size()][n_vocab] for the tokens after state.position(); advances the state.
     // Error for a token id outside the vocabulary (the state is then unchanged).
     // Products run with set_matmul_numerics's numerics, on the CPU fast path over shared_cpu_pool()'s threads
-    // (ops/matmul_cpu_fast.h), or on the naive reference when DELTABIT_CPU_REFERENCE=1 (cpu_reference_switch).
+    // (ops/cpu_fast/matmul_cpu_fast.h), or on the naive reference when DELTABIT_CPU_REFERENCE=1 (cpu_reference_switch).
     std::vector<float> forward(SequenceState& state, std::span<const int32_t> ids,
                                const ActivationObserver* observer = nullptr) const;
     // The same with the products' numerics and threads given; with all_logits false only the last token's

@@ -13,9 +13,9 @@
 
 #include "core/env_switch.h"
 #include "core/error.h"
-#include "ops/decode_cuda.h"
-#include "ops/dense_cuda.h"
-#include "ops/ops_cuda.h"
+#include "ops/elementwise/elementwise_cuda.h"
+#include "ops/attention/attention_cuda.h"
+#include "ops/matmul/dense_cuda.h"
 
 namespace deltabit {
 
@@ -148,7 +148,7 @@ void CudaModel::run_layers(CudaSequenceState& state, const int32_t* d_ids, const
     }
     cuda::embedding_lookup(token_embd_view_, d_ids, T, s.x, stream_);
     // The decode step's seams add the previous block's output m to x, norm x into h and quantise h once for
-    // every matrix that reads it (ops/decode_cuda.h add_rms_norm_quantize). hq lives in the shared activation
+    // every matrix that reads it (ops/elementwise/elementwise_cuda.h add_rms_norm_quantize). hq lives in the shared activation
     // scratch: the block's first matmuls read it before anything else quantises there.
     // Folded (seams_foldable), only the first seam runs as a kernel: every block's output projection adds
     // into x and quantises the next block's input itself (cuda::gemv_quantized_add_norm, into hq_folded,

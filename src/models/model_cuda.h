@@ -1,30 +1,30 @@
 // The model forward pass on the GPU: the same loop as Model::forward (models/model.h) and the same
-// blocks (models/blocks.h), with every op replaced by its CUDA twin (ops/ops_cuda.h). CUDA builds only
+// blocks (models/blocks.h), with every op replaced by its CUDA twin (ops/<family>/*_cuda.h). CUDA builds only
 // (DELTABIT_HAVE_CUDA).
 //
 // Weights. CudaModel uploads exactly what the CPU model bound (Model::parts()), once: quantised
-// matrices (Q1_0, Q2_0, Q4_0, Q8_0) in the GEMV layout of ops/weight_repack.h, repacked and checked
+// matrices (Q1_0, Q2_0, Q4_0, Q8_0) in the GEMV layout of ops/matmul/weight_repack.h, repacked and checked
 // at upload; plain-float matrices (F32, F16, BF16) and the embedding table as they are; norm weights
 // and the other vectors as F32. The host Model may be dropped afterwards.
 //
 // Numerics. Quantised matrices go through int8 kernels that quantise their input activations to int8
-// per group of 128 (ops/matmul_cuda.h: the GEMV for decode and short prompts, the tensor-core GEMM of
-// ops/prefill_cuda.h from kGemmMinTokens tokens, with the same per-token activation quantisation), so
+// per group of 128 (ops/matmul/matmul_cuda.h: the GEMV for decode and short prompts, the tensor-core GEMM of
+// ops/matmul/gemm_cuda.h from kGemmMinTokens tokens, with the same per-token activation quantisation), so
 // logits differ from the f32 CPU path by more than rounding; plain-float matrices use a naive fp32 kernel
-// (ops/dense_cuda.h) and differ by rounding only. Prompts run the chunked delta rule and flash-style
+// (ops/matmul/dense_cuda.h) and differ by rounding only. Prompts run the chunked delta rule and flash-style
 // attention (an f32 cache) or the cached attention of the decode path (f16, kivi4).
 //
 // MoE layers copy the router's choices to the host (one synchronisation per MoE layer) and run the
 // chosen experts' GEMVs from there: correct first, fused later.
 //
-// Decode. One token (T = 1) runs the decode kernels of ops/decode_cuda.h — one seam kernel between
+// Decode. One token (T = 1) runs the decode kernels of ops/<family>/*_cuda.h — one seam kernel between
 // blocks (residual add, RMS norm and the int8 quantisation of the normed state for every matrix that reads
 // it); the matrices sharing that input in one GEMV launch (q/k/v; qkv/z/β/α) and the feed-forward's gate,
 // up and SwiGLU in another, which also quantises its output for ffn_down; one attention prologue (norms,
 // RoPE, cache store) and split-K attention that reads each KV row once for all its query heads; the
 // gated DeltaNet step in two launches, from one copy of its state into the other (CudaLayerState), the
 // second quantising its output for ssm_out. About ten launches per layer, each launched programmatically
-// (ops/programmatic_launch.cuh) so that it starts, and streams its weights, while the one before it
+// (ops/cuda/programmatic_launch.cuh) so that it starts, and streams its weights, while the one before it
 // finishes. The step reads its token id and position from device memory, so the whole step is captured as a CUDA graph once per sequence state and DeltaNet copy, and
 // replayed for every later token (CudaDecodeStats counts captures and replays). Greedy decoding copies
 // back only the argmax's 4 bytes, and can run one step ahead of the host (argmax_and_step). MoE layers
@@ -61,8 +61,9 @@
 #include "models/sequence_state_cuda.h"
 #include "models/state_image.h"
 #include "models/weights_cuda.h"
-#include "ops/decode_cuda.h"
-#include "ops/matmul_cuda.h"
+#include "ops/elementwise/elementwise_cuda.h"
+#include "ops/attention/attention_cuda.h"
+#include "ops/matmul/matmul_cuda.h"
 
 namespace deltabit {
 

@@ -16,7 +16,7 @@
 #include "models/kv_format.h"
 #include "models/model_config.h"
 #include "models/state_image.h"
-#include "ops/kv_cuda.h"
+#include "ops/attention/kv_cuda.h"
 
 namespace deltabit {
 
@@ -25,7 +25,7 @@ namespace deltabit {
 inline constexpr int64_t kCudaMaxCallTokens = 512;
 
 // One side (keys or values) of one full-attention layer's KV cache, in the sequence's KV format
-// (ops/kv_cuda.h has the device layouts); `view` points into the buffers.
+// (ops/attention/kv_cuda.h has the device layouts); `view` points into the buffers.
 struct CudaKvSide {
     cuda::DeviceBuffer data;               // f32/f16: [capacity][row]; kivi4: exact rows (sinks + ring)
     cuda::DeviceBuffer codes, min, scale;  // kivi4 only

@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "ops/weight_repack.h"
+#include "ops/matmul/weight_repack.h"
 
 namespace deltabit {
 

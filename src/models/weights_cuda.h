@@ -10,7 +10,7 @@
 
 #include "backend/cuda_buffer.h"
 #include "models/model.h"
-#include "ops/matmul_cuda.h"
+#include "ops/matmul/matmul_cuda.h"
 
 namespace deltabit {
 

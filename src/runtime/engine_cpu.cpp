@@ -1,5 +1,5 @@
 // The CPU engine: the forward pass of models/model.h with its products on the CPU fast path
-// (ops/matmul_cpu_fast.h: quantised weights on int8 activations rounded per weight block, MatmulNumerics::
+// (ops/cpu_fast/matmul_cpu_fast.h: quantised weights on int8 activations rounded per weight block, MatmulNumerics::
 // int8_weight_blocks; plain-float weights in fp32) over the engine's own threads, and the CPU sampler chain.
 // DELTABIT_CPU_REFERENCE=1 at construction makes it the naive f32 reference, one thread, as it was before the
 // fast path existed.
@@ -9,7 +9,7 @@
 #include "models/model.h"
 #include "models/model_fingerprint.h"
 #include "models/sequence_state.h"
-#include "ops/matmul_cpu_fast.h"
+#include "ops/cpu_fast/matmul_cpu_fast.h"
 #include "runtime/engine_checks.h"
 
 #include <fmt/format.h>

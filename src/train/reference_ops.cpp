@@ -96,7 +96,7 @@ void rope_rotate(double* x, int64_t T, int64_t heads, int64_t head_dim, int64_t 
     const int64_t half = rope_dim / 2;
     for (int64_t t = 0; t < T; ++t)
         for (int64_t j = 0; j < half; ++j) {
-            // fp32 inverse frequency and angle, as transformers forms them (and ops/rope_cpu.cpp).
+            // fp32 inverse frequency and angle, as transformers forms them (and ops/reference/rope_cpu.cpp).
             const float exponent = float(2 * j) / float(rope_dim);
             const float inv_freq = 1.0f / float(std::pow(double(theta), double(exponent)));
             const float angle = float(t) * inv_freq;

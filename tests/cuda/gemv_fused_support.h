@@ -18,8 +18,8 @@
 #include "core/half.h"
 #include "cuda/gemv_test_data.h"
 #include "cuda/op_parity_cuda.h"
-#include "ops/matmul_cuda.h"
-#include "ops/weight_repack.h"
+#include "ops/matmul/matmul_cuda.h"
+#include "ops/matmul/weight_repack.h"
 
 namespace deltabit::test {
 

@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "ops/matmul_cuda.h"
+#include "ops/matmul/matmul_cuda.h"
 
 namespace deltabit::test {
 

@@ -1,4 +1,4 @@
-// Checks for kernels that also write their float output's int8 activations (ops/matmul_cuda.h's
+// Checks for kernels that also write their float output's int8 activations (ops/matmul/matmul_cuda.h's
 // QuantizedActivationsView) so the next matmul needs no quantize_activations launch: the bytes must be
 // the quantiser's definition (quantize_on_host, gemv_test_data.h) applied to the kernel's own float
 // output, bit for bit, and a kernel that counts group arrivals must leave every counter at zero.
@@ -15,7 +15,7 @@
 
 #include "cuda/gemv_test_data.h"
 #include "cuda/op_parity_cuda.h"
-#include "ops/matmul_cuda.h"
+#include "ops/matmul/matmul_cuda.h"
 
 namespace deltabit::test {
 
@@ -32,7 +32,7 @@ public:
     }
 
     cuda::QuantizedActivationsView view() const { return scratch_.view(cols_); }
-    // The same bytes as the output of gemv_quantized_add_norm (ops/matmul_cuda.h).
+    // The same bytes as the output of gemv_quantized_add_norm (ops/matmul/matmul_cuda.h).
     cuda::QuantizedActivationsView deferred_view(float norm_eps) const {
         return scratch_.deferred_norm_view(cols_, norm_eps);
     }

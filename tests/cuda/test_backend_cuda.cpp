@@ -16,7 +16,8 @@
 #ifdef DELTABIT_HAVE_CUDA
 #include "backend/cuda_backend.h"
 #include "cuda/op_parity_cuda.h"
-#include "ops/ops_cuda.h"
+#include "ops/elementwise/elementwise_cuda.h"
+#include "ops/attention/attention_cuda.h"
 #endif
 
 namespace deltabit::test {

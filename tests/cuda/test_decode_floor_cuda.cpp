@@ -1,4 +1,4 @@
-// The decode floors (ops/decode_floor_cuda.h): each measurement proves its kernels did their work (the
+// The decode floors (bench/decode_floor_cuda.h): each measurement proves its kernels did their work (the
 // checksum of every byte streamed, the count of every launch in the chain) and refuses a request it
 // cannot measure. Skips without CUDA or a GPU.
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include "backend/cuda_buffer.h"
 #include "backend/cuda_probe.h"
 #include "core/error.h"
-#include "ops/decode_floor_cuda.h"
+#include "bench/decode_floor_cuda.h"
 #endif
 
 namespace deltabit {

@@ -1,4 +1,4 @@
-// Op parity for the decode kernels (ops/decode_cuda.h) against the naive CPU references they fuse, with
+// Op parity for the decode kernels (ops/attention, delta_rule and elementwise *_cuda.h) against the naive CPU references they fuse, with
 // NaN-poisoned, guard-banded outputs (cuda/op_parity_cuda.h):
 //   attention_cached   vs cpu::attention on f32 and on f16-rounded caches, T = 1 and T > 1, hostile head
 //                      dims and GQA groups, positions at split edges, large scores, Bonsai-27B geometry
@@ -43,7 +43,9 @@
 #ifdef DELTABIT_HAVE_CUDA
 #include "cuda/op_parity_cuda.h"
 #include "cuda/quantized_output_check.h"
-#include "ops/decode_cuda.h"
+#include "ops/elementwise/elementwise_cuda.h"
+#include "ops/attention/attention_cuda.h"
+#include "ops/delta_rule/delta_rule_cuda.h"
 #endif
 
 namespace deltabit::test {
@@ -281,7 +283,7 @@ TEST(DecodeKernels, AttentionDecodeSplitsFillOneWave) {
 
 // ---- kivi4: kv_store + kivi_compress against KvStore, attention over the mixed cache ----
 
-// A kivi4 side on the device (ops/kv_cuda.h), every byte poisoned (NaN parameters and rows) so that a
+// A kivi4 side on the device (ops/attention/kv_cuda.h), every byte poisoned (NaN parameters and rows) so that a
 // read of anything not written shows. The ring is small so that the test's lengths wrap it often.
 struct DeviceKiviSide {
     GuardedDeviceArray<float> exact;

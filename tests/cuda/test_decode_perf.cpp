@@ -45,8 +45,9 @@
 #include "backend/cuda_probe.h"
 #include "cuda/decode_test_models.h"
 #include "models/model_cuda.h"
-#include "ops/decode_cuda.h"
-#include "ops/ops_cuda.h"
+#include "ops/elementwise/elementwise_cuda.h"
+#include "ops/attention/attention_cuda.h"
+#include "ops/delta_rule/delta_rule_cuda.h"
 
 namespace deltabit {
 namespace {

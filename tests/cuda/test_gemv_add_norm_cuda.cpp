@@ -1,4 +1,4 @@
-// The decode seam folded into the GEMVs beside it (ops/matmul_cuda.h gemv_quantized_add_norm and the
+// The decode seam folded into the GEMVs beside it (ops/matmul/matmul_cuda.h gemv_quantized_add_norm and the
 // deferred-norm view every GEMV reads), on the GPU machine; skips cleanly without CUDA or a GPU.
 //
 //   producer  residual becomes residual + gemv_quantized(x, W) of the same launch config, bit for bit (the
@@ -35,8 +35,8 @@
 #include "cuda/gemv_test_data.h"
 #include "cuda/op_parity_cuda.h"
 #include "cuda/quantized_output_check.h"
-#include "ops/decode_cuda.h"
-#include "ops/matmul_cuda.h"
+#include "ops/elementwise/elementwise_cuda.h"
+#include "ops/matmul/matmul_cuda.h"
 #endif
 
 namespace deltabit::test {
@@ -57,7 +57,7 @@ float butterfly_sum(float (&lanes)[kLanes]) {
     return lanes[0];
 }
 
-// The contract's Σy² of one group of 128 (ops/matmul_cuda.h): lane l holds y[4l .. 4l+3] (zero past the
+// The contract's Σy² of one group of 128 (ops/matmul/matmul_cuda.h): lane l holds y[4l .. 4l+3] (zero past the
 // row), adds their squares with fmaf in order, then the butterfly.
 float group_sum_sq_twin(const std::vector<float>& y, int64_t g) {
     float lane_sum[kLanes];

@@ -1,4 +1,4 @@
-// CUDA decode GEMV (ops/matmul_cuda.h) against the CPU reference, on the GPU machine; skips cleanly
+// CUDA decode GEMV (ops/matmul/matmul_cuda.h) against the CPU reference, on the GPU machine; skips cleanly
 // without CUDA or a GPU.
 //
 // What is checked, per dtype × N × K × launch shape:
@@ -36,8 +36,8 @@
 #include "backend/cuda_probe.h"
 #include "cuda/gemv_test_data.h"
 #include "cuda/quantized_test_data.h"
-#include "ops/gemv_b1_cuda.h"
-#include "ops/matmul_cuda.h"
+#include "ops/matmul/gemv_b1_cuda.h"
+#include "ops/matmul/matmul_cuda.h"
 #endif
 
 namespace deltabit {
@@ -248,7 +248,7 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, GemvCuda,
                          ::testing::Values(DType::Q1_0, DType::Q2_0, DType::Q2_0_G64, DType::Q4_0, DType::Q8_0),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
-// The binary tensor-core GEMV (ops/gemv_b1_cuda.h): a lane quad splits a row's units four ways, S warps
+// The binary tensor-core GEMV (ops/matmul/gemv_b1_cuda.h): a lane quad splits a row's units four ways, S warps
 // split the unit groups S ways; a thread adds its terms in sequence, the quad with two shuffles, the slices
 // one after another — ceil(groups / S) + 2 + (S − 1) roundings, + 3 as in classic_depth. Ragged tiles
 // (N not a multiple of 16), partial unit groups (K = 128, 640), empty slices, every batch, 1 to 8 warps.

@@ -41,16 +41,15 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "ops/rms_norm.h"
-#include "ops/weight_repack.h"
+#include "ops/matmul/weight_repack.h"
 
 #ifdef DELTABIT_HAVE_CUDA
 #include "cuda/gemv_fused_support.h"
 #include "cuda/gemv_test_data.h"
 #include "cuda/op_parity_cuda.h"
 #include "cuda/quantized_output_check.h"
-#include "ops/decode_cuda.h"
-#include "ops/matmul_cuda.h"
-#include "ops/ops_cuda.h"
+#include "ops/elementwise/elementwise_cuda.h"
+#include "ops/matmul/matmul_cuda.h"
 #endif
 
 namespace deltabit::test {

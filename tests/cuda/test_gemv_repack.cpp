@@ -1,4 +1,4 @@
-// The GEMV weight layout (ops/weight_repack.h) on the host: hand-placed bits land where the layout
+// The GEMV weight layout (ops/matmul/weight_repack.h) on the host: hand-placed bits land where the layout
 // says, every weight of random matrices reads back equal to the reference dequantisation, the load-time
 // verifier accepts a true repack and refuses a corrupted one. Needs no GPU, so it runs in CI.
 #include <gtest/gtest.h>
@@ -11,7 +11,7 @@
 #include "core/half.h"
 #include "core/quant.h"
 #include "cuda/quantized_test_data.h"
-#include "ops/weight_repack.h"
+#include "ops/matmul/weight_repack.h"
 
 namespace deltabit {
 namespace {

@@ -10,7 +10,7 @@
 // Tolerances (each fixed before the GPU run that first checked it; a run never widens them):
 //  - float fixtures: the rung-2 bound, 1e-4 · max|logit|. The GPU computes in fp32 where the reference
 //    uses double; the fixtures show fp32 paths agree to ~1e-5 · max|logit| (transformers vs itself).
-//  - binary fixtures: the GPU's int8 GEMV rounds activations per 128 (ops/matmul_cuda.h), which moves
+//  - binary fixtures: the GPU's int8 GEMV rounds activations per 128 (ops/matmul/matmul_cuda.h), which moves
 //    logits by several % against the f32 reference — the first H200 run measured 2.7e-2 (qwen3) to
 //    0.22 (qwen3_5_moe) × max|logit|, and a CPU run with the same rounding emulated
 //    (cpu::matmul_int8_activations) reproduced them (max |Δlogit| 0.824 vs the GPU's 0.825 for qwen3_5,
@@ -39,7 +39,7 @@
 #include "core/quant.h"
 #include "models/model.h"
 #include "models/model_cuda.h"
-#include "ops/prefill_cuda.h"
+#include "ops/matmul/gemm_cuda.h"
 #include "op_parity_cuda.h"
 
 #include <gtest/gtest.h>
@@ -99,7 +99,7 @@ Model reference_model(const test::Fixture& f) {
     if (!is_binary(f.name)) return Model::load(f.dir);
     Model cpu = test::with_q1_matrices(Model::load(f.dir));
     // On Hopper (unless DELTABIT_GEMM_F16=0) the engine's Q1_0 prompt GEMMs run on f16 activations
-    // (ops/prefill_cuda.h gemm_q1_0_half); the reference then rounds those products' inputs as they do.
+    // (ops/matmul/gemm_cuda.h gemm_q1_0_half); the reference then rounds those products' inputs as they do.
     cpu.set_matmul_numerics(cuda::half_prompt_gemm_enabled() ? MatmulNumerics::int8_and_f16_prompts
                                                               : MatmulNumerics::int8_activations);
     return cpu;

@@ -14,7 +14,7 @@
 
 #ifdef DELTABIT_HAVE_CUDA
 #include "cuda/op_parity_cuda.h"
-#include "ops/ops_cuda.h"
+#include "ops/attention/attention_cuda.h"
 #endif
 
 namespace deltabit::test {

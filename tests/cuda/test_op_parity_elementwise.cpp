@@ -17,8 +17,9 @@
 
 #ifdef DELTABIT_HAVE_CUDA
 #include "cuda/op_parity_cuda.h"
-#include "ops/cuda_launch.h"
-#include "ops/ops_cuda.h"
+#include "ops/cuda/cuda_launch.h"
+#include "ops/elementwise/elementwise_cuda.h"
+#include "ops/delta_rule/delta_rule_cuda.h"
 #endif
 
 namespace deltabit::test {

@@ -17,7 +17,7 @@
 
 #ifdef DELTABIT_HAVE_CUDA
 #include "cuda/op_parity_cuda.h"
-#include "ops/ops_cuda.h"
+#include "ops/elementwise/elementwise_cuda.h"
 #endif
 
 namespace deltabit::test {
@@ -89,7 +89,7 @@ TEST(OpParityLookup, EmbeddingEveryDType) {
 TEST(OpParityLookup, EmbeddingOutOfRangeIdGivesNanRow) {
     DELTABIT_REQUIRE_GPU();
     // The device cannot throw: an id outside the vocabulary yields a NaN row (embedding contract in
-    // ops_cuda.h) and reads nothing outside the table (compute-sanitizer checks the reads).
+    // ops/elementwise/elementwise_cuda.h) and reads nothing outside the table (compute-sanitizer checks the reads).
     std::mt19937 rng(7);
     const int64_t vocab = 3, dim = 128;
     const std::vector<uint8_t> table = random_table(DType::Q1_0, vocab, dim, rng);

@@ -14,8 +14,8 @@
 
 #ifdef DELTABIT_HAVE_CUDA
 #include "cuda/op_parity_cuda.h"
-#include "ops/cuda_launch.h"
-#include "ops/ops_cuda.h"
+#include "ops/cuda/cuda_launch.h"
+#include "ops/elementwise/elementwise_cuda.h"
 #endif
 
 namespace deltabit::test {

@@ -1,4 +1,4 @@
-// Flash-style attention prefill on the GPU (ops/prefill_cuda.h: attention_prefill) against the naive
+// Flash-style attention prefill on the GPU (ops/attention/attention_cuda.h: attention_prefill) against the naive
 // CPU reference (cpu::attention): hostile shapes (head_dim off the 4-float and warp edges, GQA groups
 // that do not divide the 64 rows of a block, the gate on and off, large scores that make the online
 // softmax rescale, n_past > 0), Qwen3.5-27B's geometry (24 query heads on 4 kv heads, head_dim 256),
@@ -21,7 +21,7 @@
 
 #ifdef DELTABIT_HAVE_CUDA
 #include "cuda/op_parity_cuda.h"
-#include "ops/prefill_cuda.h"
+#include "ops/attention/attention_cuda.h"
 #endif
 
 namespace deltabit::test {

@@ -1,4 +1,4 @@
-// Chunked gated delta rule on the GPU (ops/prefill_cuda.h: gated_delta_rule_chunked) against the naive
+// Chunked gated delta rule on the GPU (ops/delta_rule/delta_rule_cuda.h: gated_delta_rule_chunked) against the naive
 // CPU chunked reference (cpu::gated_delta_rule_chunked, chunk 64): outputs and final state, over
 // lengths around the chunk edge (1, 63, 64, 65, 130, 1000, and 4200, which crosses a 4096-token slab),
 // H_v ≠ H_k with both key-head maps, d_k ≠ d_v off the warp and 4-float edges, a nonzero incoming
@@ -18,8 +18,8 @@
 
 #ifdef DELTABIT_HAVE_CUDA
 #include "cuda/op_parity_cuda.h"
-#include "ops/ops_cuda.h"
-#include "ops/prefill_cuda.h"
+#include "ops/elementwise/elementwise_cuda.h"
+#include "ops/delta_rule/delta_rule_cuda.h"
 #endif
 
 namespace deltabit::test {

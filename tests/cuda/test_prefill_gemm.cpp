@@ -1,4 +1,4 @@
-// Prefill GEMM (ops/prefill_cuda.h: gemm_quantized, matmul_prefill) against the CPU reference
+// Prefill GEMM (ops/matmul/gemm_cuda.h: gemm_quantized, matmul_prefill) against the CPU reference
 // cpu::matmul_int8_activations and against the decode GEMV, on the GPU machine; skips cleanly without
 // CUDA or a GPU.
 //
@@ -34,9 +34,10 @@
 #ifdef DELTABIT_HAVE_CUDA
 #include "cuda/op_parity_cuda.h"
 #include "cuda/quantized_test_data.h"
-#include "ops/gemm_wgmma_cuda.h"
-#include "ops/matmul_cuda.h"
-#include "ops/prefill_cuda.h"
+#include "ops/matmul/gemm_wgmma_cuda.h"
+#include "ops/matmul/matmul_cuda.h"
+#include "ops/matmul/gemm_cuda.h"
+#include "ops/attention/attention_cuda.h"
 #endif
 
 namespace deltabit::test {
@@ -236,7 +237,7 @@ void check_case(const Case& c, uint32_t seed) {
         if (tile != cuda::GemmTile::automatic) EXPECT_EQ(report.tile, tile) << what;
         const std::vector<float> got = y.download(what);
         const double worst = check_against_reference(f, got, what);
-        // The same terms in the same k order (prefill_cuda.h): the warpgroup tiles' y is the m64 tile's.
+        // The same terms in the same k order (ops/matmul/gemm_cuda.h): the warpgroup tiles' y is the m64 tile's.
         if (tile == cuda::GemmTile::m64_n128) y_m64 = got;
         if (report.tile >= cuda::GemmTile::wgmma_m128_n128) {  // the warpgroup tiles
             ASSERT_EQ(got.size(), y_m64.size()) << what;

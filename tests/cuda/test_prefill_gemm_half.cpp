@@ -1,9 +1,9 @@
-// The Q1_0 prompt GEMM on f16 activations (ops/prefill_cuda.h: round_activation_rows_f16, gemm_q1_0_half,
+// The Q1_0 prompt GEMM on f16 activations (ops/matmul/gemm_cuda.h: round_activation_rows_f16, gemm_q1_0_half,
 // matmul_prompt) against its CPU reference cpu::matmul_f16_activations, on the GPU machine; skips cleanly
 // without CUDA, a GPU or sm_90a machine code.
 //
 // What is checked:
-//   - the rounding: every f16 bit and every row scale equal the CPU's (ops/f16_activations.h), on rows that
+//   - the rounding: every f16 bit and every row scale equal the CPU's (ops/matmul/f16_activations.h), on rows that
 //     f16 could not hold unscaled (max 3e5), rows deep in its subnormals (1e-9), zero rows, odd magnitudes;
 //     the FFN's rows rounded straight from gate and up equal swiglu then the rounding, bit for bit;
 //   - y[t][n] equals the reference within the fp32 bound of the tensor cores' summation (below), on every
@@ -35,10 +35,10 @@
 #ifdef DELTABIT_HAVE_CUDA
 #include "cuda/op_parity_cuda.h"
 #include "cuda/quantized_test_data.h"
-#include "ops/gemm_wgmma_cuda.h"
-#include "ops/matmul_cuda.h"
-#include "ops/ops_cuda.h"
-#include "ops/prefill_cuda.h"
+#include "ops/matmul/gemm_wgmma_cuda.h"
+#include "ops/matmul/matmul_cuda.h"
+#include "ops/elementwise/elementwise_cuda.h"
+#include "ops/matmul/gemm_cuda.h"
 #endif
 
 namespace deltabit::test {

@@ -1,4 +1,4 @@
-// The CPU fast path (ops/matmul_cpu_fast.h) inside the model and the CPU engine: that it runs (STYLE habit
+// The CPU fast path (ops/cpu_fast/matmul_cpu_fast.h) inside the model and the CPU engine: that it runs (STYLE habit
 // 16: counted, and the reference switch turns it off), that its results do not depend on the thread count,
 // and that the engine's int8 activations on quantised weights pass DESIGN.md §6 rung 5's gates for a lossy
 // feature (mean KL < 0.005, p99 KL < 0.05, top-1 ≥ 96.5%) against the exact f32 model on the binary fixtures
@@ -8,7 +8,7 @@
 #include "q1_fixture.h"
 
 #include "models/model.h"
-#include "ops/matmul_cpu_fast.h"
+#include "ops/cpu_fast/matmul_cpu_fast.h"
 #include "runtime/engine.h"
 
 #include <gtest/gtest.h>

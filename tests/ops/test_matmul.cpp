@@ -9,7 +9,7 @@
 #include "core/half.h"
 #include "core/quant.h"
 #include "ops/embedding.h"
-#include "ops/f16_activations.h"
+#include "ops/matmul/f16_activations.h"
 #include "ops/matmul.h"
 #include "ops_test_util.h"
 #include "models/blocks.h"

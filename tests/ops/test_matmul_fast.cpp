@@ -1,4 +1,4 @@
-// The CPU fast matmul (ops/matmul_cpu_fast.h) against the naive reference (ops/matmul_cpu.cpp), over hostile
+// The CPU fast matmul (ops/cpu_fast/matmul_cpu_fast.h) against the naive reference (ops/reference/matmul_cpu.cpp), over hostile
 // shapes (N = 1, 63, 65, 127, 129, 1037; K an odd number of blocks; T = 1 … 9, across the 4-token tile), every
 // weight dtype, every instruction set this CPU has, and 1 to 4 threads; outputs NaN-poisoned and guarded.
 //
@@ -33,7 +33,7 @@
 #include "core/quant.h"
 #include "core/thread_pool.h"
 #include "ops/matmul.h"
-#include "ops/matmul_cpu_fast.h"
+#include "ops/cpu_fast/matmul_cpu_fast.h"
 
 namespace deltabit {
 namespace {

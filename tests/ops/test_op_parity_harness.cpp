@@ -10,7 +10,7 @@
 #include <limits>
 #include <vector>
 
-#include "ops/cuda_launch.h"
+#include "ops/cuda/cuda_launch.h"
 #include "ops/op_parity.h"
 #include "ops/op_support.h"
 

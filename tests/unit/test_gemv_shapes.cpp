@@ -1,4 +1,4 @@
-// ops/gemv_shapes.h: the dispatcher both decode GEMV kernels pick their instantiation through. Every shape a
+// ops/matmul/gemv_shapes.h: the dispatcher both decode GEMV kernels pick their instantiation through. Every shape a
 // kernel exists for reaches the instantiation of exactly that (dtype, lanes, rows); every other shape, and
 // rows 4 for a SwiGLU pair, gets `none`. Host code only, so it runs on every machine.
 #include <gtest/gtest.h>
@@ -7,7 +7,7 @@
 #include <string>
 
 #include "core/dtype.h"
-#include "ops/gemv_shapes.h"
+#include "ops/matmul/gemv_shapes.h"
 
 namespace deltabit {
 namespace {
