@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/cuda_buffer.h"
 #include "ops/attention.h"
 #include "ops/attention/kv_cuda.h"
 
