@@ -17,19 +17,7 @@
 namespace deltabit::cli {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[(v.size() - 1) / 2];
-}
-
-void progress(const std::string& line) {
-    std::fputs(("bench: " + line + "\n").c_str(), stderr);
-    std::fflush(stderr);
-}
+using Clock = BenchClock;
 
 std::string cpu_model_name() {
     std::ifstream in("/proc/cpuinfo");
@@ -70,7 +58,7 @@ CpuProbe probe_cpu(int threads) {
         });
         times.push_back(seconds_since(start));
     }
-    probe.copy_gb_s = 2.0 * double(slice * size_t(probe.threads)) / median(times) / 1e9;  // read + write
+    probe.copy_gb_s = 2.0 * double(slice * size_t(probe.threads)) / lower_median(times) / 1e9;  // read + write
     return probe;
 }
 
@@ -83,11 +71,11 @@ std::vector<BenchMeasurement> run_cpu_bench(Engine& engine, const InferenceCost&
     const auto out_of_time = [&](const std::string& test) {
         if (seconds_since(started) <= plan.max_seconds) return false;
         notes.push_back(fmt::format("{} skipped: past --max-seconds {:.0f}", test, plan.max_seconds));
-        progress(notes.back());
+        bench_progress(notes.back());
         return true;
     };
     const auto report = [&](const BenchMeasurement& m) {
-        progress(fmt::format("  {}: {:.1f} tok/s", m.test, m.tokens_per_s.value_or(0)));
+        bench_progress(fmt::format("  {}: {:.1f} tok/s", m.test, m.tokens_per_s.value_or(0)));
         out.push_back(m);
     };
     const std::string path = fmt::format("threads {}, {}", cpu.threads, engine.description());
@@ -99,10 +87,10 @@ std::vector<BenchMeasurement> run_cpu_bench(Engine& engine, const InferenceCost&
         if (rate > 0 && double(n) / rate > plan.prompt_budget_s) {
             notes.push_back(fmt::format("{} skipped: projected {:.0f} s at {:.0f} tok/s, over the {:.0f} s budget", test,
                                         double(n) / rate, rate, plan.prompt_budget_s));
-            progress(notes.back());
+            bench_progress(notes.back());
             continue;
         }
-        progress(fmt::format("{}: prompt of {} tokens", test, n));
+        bench_progress(fmt::format("{}: prompt of {} tokens", test, n));
         const std::vector<int32_t> ids = random_ids(n, vocab, rng);
         std::vector<double> times;
         do {
@@ -111,7 +99,7 @@ std::vector<BenchMeasurement> run_cpu_bench(Engine& engine, const InferenceCost&
             engine.forward(*s, ids);
             times.push_back(seconds_since(start));
         } while (times.size() < 3 && times.front() * double(times.size() + 1) < 10.0);
-        const double t = median(times);
+        const double t = lower_median(times);
         rate = double(n) / t;
         BenchMeasurement m;
         m.test = test;
@@ -128,7 +116,7 @@ std::vector<BenchMeasurement> run_cpu_bench(Engine& engine, const InferenceCost&
         const int64_t steps = plan.decode_tokens;
         const std::string test = fmt::format("tg{}", steps);
         if (out_of_time(fmt::format("{} at depth {}", test, depth))) continue;
-        progress(fmt::format("{} at depth {}", test, depth));
+        bench_progress(fmt::format("{} at depth {}", test, depth));
         const std::unique_ptr<EngineSequence> s =
             engine.new_sequence({.max_positions = std::max<int64_t>(depth, 1) + kWarmupSteps + steps + 1, .kv_format = plan.kv});
         const auto fill_start = Clock::now();

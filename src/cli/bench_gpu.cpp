@@ -23,24 +23,11 @@ namespace deltabit::cli {
 namespace {
 
 using cuda::cuda_check;
-using Clock = std::chrono::steady_clock;
+using Clock = BenchClock;
 
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr int64_t kFillChunk = 4096;  // prompt tokens per forward call when prefilling to a depth
 constexpr int kWarmupSteps = 2;       // steps that may run eagerly or capture the graph: not timed
-
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
-// The lower median: of two runs, the faster (the slower one is the one that paid a first-use cost).
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[(v.size() - 1) / 2];
-}
-
-void progress(const std::string& line) {
-    std::fputs(("bench: " + line + "\n").c_str(), stderr);
-    std::fflush(stderr);
-}
 
 // Device-wide memory in use, sampled in the background; see bench_gpu.h.
 class MemoryWatch {
@@ -164,10 +151,10 @@ public:
             if (rate > 0 && double(n) / rate > plan_.prompt_budget_s) {
                 notes_.push_back(fmt::format("pp{} skipped: projected {:.0f} s at {:.0f} tok/s, over the {:.0f} s budget",
                                              n, double(n) / rate, rate, plan_.prompt_budget_s));
-                progress(notes_.back());
+                bench_progress(notes_.back());
                 continue;
             }
-            progress(fmt::format("pp{}: prefill of {} tokens", n, n));
+            bench_progress(fmt::format("pp{}: prefill of {} tokens", n, n));
             watch_.restart();
             const std::vector<int32_t> ids = random_ids(n, vocab(), rng_);
             std::vector<double> times;
@@ -178,7 +165,7 @@ public:
                 cuda_check(cudaStreamSynchronize(model_.stream()), "prompt");
                 times.push_back(seconds_since(start));
             } while (times.size() < 3 && times.front() * double(times.size() + 1) < 10.0);
-            const double t = median(times);
+            const double t = lower_median(times);
             rate = double(n) / t;
             BenchMeasurement m;
             m.test = fmt::format("pp{}", n);
@@ -198,7 +185,7 @@ public:
     void first_tokens() {
         for (int64_t n : plan_.first_token_lengths) {
             if (out_of_time(fmt::format("ttft{}", n))) continue;
-            progress(fmt::format("ttft{}: first token after a {}-token prompt", n, n));
+            bench_progress(fmt::format("ttft{}: first token after a {}-token prompt", n, n));
             watch_.restart();
             const std::vector<int32_t> ids = random_ids(n, vocab(), rng_);
             std::vector<double> times;
@@ -211,7 +198,7 @@ public:
             BenchMeasurement m;
             m.test = fmt::format("ttft{}", n);
             m.tokens = n;
-            m.seconds = median(times);
+            m.seconds = lower_median(times);
             m.unit_us = m.seconds * 1e6;
             m.peak_memory_gib = watch_.peak_gib();
             m.note = "median of 5; fresh sequence, prefill + GPU argmax";
@@ -222,7 +209,7 @@ public:
     void decode_at(int64_t depth) {
         const int64_t steps = plan_.decode_tokens;
         if (out_of_time(fmt::format("tg{} at depth {}", steps, depth))) return;
-        progress(fmt::format("tg{} at depth {}", steps, depth));
+        bench_progress(fmt::format("tg{} at depth {}", steps, depth));
         watch_.restart();
         CudaSequenceState state = model_.new_sequence(depth + kWarmupSteps + steps + 1, plan_.kv);
         const std::string fill = reach_depth(state, depth);
@@ -270,7 +257,7 @@ private:
         if (elapsed <= plan_.max_seconds) return false;
         notes_.push_back(fmt::format("{} skipped: {:.0f} s of measuring already, over --max-seconds {:.0f}", test,
                                      elapsed, plan_.max_seconds));
-        progress(notes_.back());
+        bench_progress(notes_.back());
         return true;
     }
 
@@ -280,7 +267,7 @@ private:
         if (m.tokens_per_s) figures += fmt::format(", {:.1f} tok/s", *m.tokens_per_s);
         if (m.tflop_s) figures += fmt::format(", {:.2f} TFLOP/s", *m.tflop_s);
         if (m.pct_of_copy_bandwidth) figures += fmt::format(", {:.0f} GB/s = {:.1f}% of copy", *m.gb_s, *m.pct_of_copy_bandwidth);
-        progress(fmt::format("  {} (depth {}): {}; peak {:.2f} GiB", m.test, m.depth, figures, m.peak_memory_gib));
+        bench_progress(fmt::format("  {} (depth {}): {}; peak {:.2f} GiB", m.test, m.depth, figures, m.peak_memory_gib));
         results_.push_back(m);
     }
 
@@ -306,7 +293,7 @@ private:
                 plan_.fill == DepthFill::synthetic ? "as asked (--fill synthetic)"
                 : prompt_rate_ > 0 ? fmt::format("prefill projected {:.0f} s > {:.0f} s budget", projected, plan_.fill_budget_s)
                                    : "no prompt rate measured";
-            progress(fmt::format("  depth {} filled synthetically ({})", depth, why));
+            bench_progress(fmt::format("  depth {} filled synthetically ({})", depth, why));
             return fmt::format("depth filled synthetically ({})", why);
         }
         const auto start = Clock::now();
@@ -314,7 +301,7 @@ private:
             model_.forward_last(state, random_ids(std::min(kFillChunk, depth - done), vocab(), rng_));
         cuda_check(cudaStreamSynchronize(model_.stream()), "prefill to depth");
         const double t = seconds_since(start);
-        progress(fmt::format("  depth {} reached by prefill in {:.1f} s ({:.0f} tok/s)", depth, t, double(depth) / t));
+        bench_progress(fmt::format("  depth {} reached by prefill in {:.1f} s ({:.0f} tok/s)", depth, t, double(depth) / t));
         return fmt::format("depth by prefill in {}-token calls: {:.1f} s, {:.0f} tok/s", kFillChunk, t, double(depth) / t);
     }
 
@@ -335,7 +322,7 @@ private:
 GpuProbe probe_gpu() {
     if (cuda::device_count() == 0)
         fail("bench: no CUDA GPU is visible (cudaGetDeviceCount found none); give --backend cpu to measure the CPU");
-    progress("measuring the device-to-device copy bandwidth");
+    bench_progress("measuring the device-to-device copy bandwidth");
     GpuProbe probe;
     cudaDeviceProp prop{};
     cuda_check(cudaGetDeviceProperties(&prop, 0), "device properties");
@@ -364,7 +351,7 @@ GpuProbe probe_gpu() {
             cuda_check(cudaEventElapsedTime(&elapsed, start, stop), "elapsed");
             if (run > 0) ms.push_back(elapsed);
         }
-        probe.copy_gb_s = 2.0 * double(bytes) * kCopies / (median(ms) * 1e-3) / 1e9;  // read + write
+        probe.copy_gb_s = 2.0 * double(bytes) * kCopies / (lower_median(ms) * 1e-3) / 1e9;  // read + write
     }
     probe.stream_floor = cuda::measure_stream_floor(size_t(12) << 20, 9, stream);
     probe.dependent_launch_us = cuda::measure_dependent_launch_us(256, 9, stream);
@@ -378,7 +365,7 @@ std::vector<BenchMeasurement> run_gpu_bench(CudaModel& model, const InferenceCos
                                             const GpuProbe& gpu, std::vector<std::string>& notes,
                                             std::string& decode_path) {
     Bench bench(model, cost, plan, gpu, notes);
-    progress("warm-up (module load, arenas, decode graph capture)");
+    bench_progress("warm-up (module load, arenas, decode graph capture)");
     bench.warm_up();
     bench.prompts();
     bench.first_tokens();

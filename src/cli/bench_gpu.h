@@ -30,8 +30,8 @@
 #include <vector>
 
 #if DELTABIT_HAVE_CUDA
-#include "models/model_cuda.h"
 #include "bench/decode_floor_cuda.h"
+#include "models/model_cuda.h"
 #endif
 
 namespace deltabit::cli {

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string_view>
@@ -186,6 +187,20 @@ nlohmann::json report_to_json(const BenchReport& r) {
             {"upload_seconds", r.upload_seconds},
             {"measurements", std::move(measurements)},
             {"notes", r.notes}};
+}
+
+double seconds_since(BenchClock::time_point start) {
+    return std::chrono::duration<double>(BenchClock::now() - start).count();
+}
+
+double lower_median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[(v.size() - 1) / 2];
+}
+
+void bench_progress(const std::string& line) {
+    std::fputs(("bench: " + line + "\n").c_str(), stderr);
+    std::fflush(stderr);
 }
 
 }  // namespace deltabit::cli

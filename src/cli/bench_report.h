@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -74,5 +75,13 @@ void append_history(const std::filesystem::path& path, const BenchReport& report
 
 // The header line, without its newline.
 std::string history_header();
+
+// What both benches (bench_gpu.cpp, bench_cpu.cpp) time and print with.
+using BenchClock = std::chrono::steady_clock;
+double seconds_since(BenchClock::time_point start);
+// The lower median: of two runs, the faster (the slower one is the one that paid a first-use cost).
+double lower_median(std::vector<double> v);
+// One progress line on stderr ("bench: ..."), flushed at once.
+void bench_progress(const std::string& line);
 
 }  // namespace deltabit::cli
