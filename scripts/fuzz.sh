@@ -15,7 +15,7 @@ lib_sources=(src/core/*.cpp src/formats/*.cpp)
 flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Isrc)
 # Targets beyond the model file formats name their own sources and flags (xxhash is header-only here).
 declare -A target_sources=(
-  [snapshot]="src/runtime/snapshot.cpp src/models/sequence_state.cpp src/models/kv_cache.cpp
+  [snapshot]="src/runtime/snapshot.cpp src/models/sequence_state.cpp src/models/kv_cache.cpp src/core/file_io.cpp
               src/models/config_summary.cpp"
   [server_request]="src/server/request_parse.cpp src/server/reply_parse.cpp"
 )
