@@ -1,6 +1,7 @@
 // The sampler chain on the GPU: the same stages, order and seed consumption as Sampler::sample
 // (sampling/sampler.h, docs/sampling.md), reading the logits where the model left them. Only the chosen
-// id and a few status bytes come back to the host; the vocabulary never crosses.
+// id and a few status bytes come back to the host; the vocabulary never crosses. Logits that are not
+// finite are reported instead of sampled (core/non_finite_choice.h), found in the pass that reads them.
 //
 // How it stays equal to the CPU chain:
 //   - Stages 1–2 touch only tokens in the history; their effect per token is computed on the host
@@ -41,6 +42,7 @@ struct GpuSamplerStats {
     int64_t histogram_draw = 0;     // no truncating stage: drew through the histogram, sorted one bin
     int64_t full_sort = 0;          // sorted the whole vocabulary (flat distributions, top-k/p/min-p off)
     int64_t sequential_sums = 0;    // the certificate failed or the sums were not finite: CPU-order sums
+    int64_t non_finite = 0;         // calls answered with a non-finite report instead of a token
     int64_t graph_launches = 0;     // passes replayed from a captured CUDA graph
 };
 
@@ -54,6 +56,9 @@ public:
     // Draws the next token from device logits [n_vocab] (left unchanged), applying the same chain as
     // Sampler::sample with the same params and advancing sampler's RNG exactly as Sampler::sample would;
     // copies back only the chosen id (and a few bytes), never the vocabulary. Waits for `stream`.
+    // When a raw logit (before stages 1–2) is NaN or ±inf it returns non_finite_choice(i) for the lowest
+    // such i (a negative id) and leaves the RNG untouched: the CPU engine refuses those logits before it
+    // calls Sampler::sample, so the chain is never asked to pick from them.
     int32_t sample(const float* device_logits, Sampler& sampler, const TokenHistory& history, cudaStream_t stream);
 
     int64_t n_vocab() const { return n_vocab_; }
