@@ -22,7 +22,8 @@
 //     bin that holds unit · total is found from the bins' masses and only that bin is sorted, under
 //     the same certificate; a crowded bin or a failed certificate falls back to sorting everything.
 // Cost: each pass is replayed from a CUDA graph captured per (logits pointer, pass), so a call is one
-// upload, one graph launch and one 48-byte read-back, plus a radix sort only in the fallback.
+// upload, one graph launch and one 72-byte read-back (the state's head; the non-finite report took what was
+// padding), plus a radix sort only in the fallback.
 #pragma once
 
 #include <cuda_runtime.h>
