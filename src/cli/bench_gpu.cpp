@@ -6,6 +6,7 @@
 #include "backend/cuda_probe.h"
 #include "core/error.h"
 #include "core/half.h"
+#include "core/non_finite_choice.h"
 
 #include <fmt/format.h>
 
@@ -274,11 +275,20 @@ private:
     // One greedy decode step, as the engine takes it: the argmax of the last logits starts the step that
     // consumes it (run-ahead), or, before the step's graph exists, argmax then forward. Returns the
     // step's logits.
+    // Logits that are not finite (the argmax's report) would make the figures meaningless: stop, saying so.
     const float* step(CudaSequenceState& state, const float* logits) {
         const float* next = nullptr;
-        if (model_.argmax_and_step(state, logits, &next)) return next;
+        if (const std::optional<int32_t> id = model_.argmax_and_step(state, logits, &next)) {
+            check_finite(*id);
+            return next;
+        }
         const int32_t id[1] = {model_.argmax(logits)};
+        check_finite(id[0]);
         return model_.forward_last(state, id);
+    }
+    static void check_finite(int32_t id) {
+        if (is_non_finite_choice(id))
+            fail("bench: the random model's logit for token {} is not finite; nothing to measure", non_finite_index(id));
     }
 
     // Returns how the depth was reached, for the row's note.

@@ -123,7 +123,8 @@ std::optional<int32_t> CudaModel::argmax_and_step(CudaSequenceState& state, cons
     check(cudaMemcpyAsync(step_.get<int32_t>() + 1, step_host_ + 1, sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
           "upload decode position");
     check(cudaEventRecord(step_uploaded_, stream_), "record decode inputs");
-    // The argmax writes the step's token id in place; a copy of it comes back while the step runs.
+    // The argmax writes the step's token id in place; a copy of it comes back while the step runs. A
+    // non-finite report lands there too: the step then embeds a NaN row, and the caller undoes it.
     cuda::argmax(device_logits, config_.n_vocab, argmax_scratch_.get(), step_.get<int32_t>(), stream_);
     check(cudaMemcpyAsync(token_host_, step_.get<int32_t>(), sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
           "download run-ahead token");

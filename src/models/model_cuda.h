@@ -127,7 +127,8 @@ public:
     static constexpr int64_t kStepPromptMaxTokens = 4;
 
     // The index of the largest logit, ties to the lowest id (sampling/sampler.h argmax_lowest_id),
-    // computed on the GPU; copies back 4 bytes.
+    // computed on the GPU; copies back 4 bytes. A logit that is not finite makes it cuda::argmax's report
+    // instead (a negative id, core/non_finite_choice.h).
     int32_t argmax(const float* device_logits);
 
     // Greedy run-ahead (the CUDA engine's, runtime/engine.h): the argmax of `device_logits` (logits of
@@ -137,7 +138,9 @@ public:
     // step's logits are at *step_logits, valid as forward_last's) or undo it (CudaSequenceState::undo_step:
     // an EOS the host sees late costs nothing but the step). nullopt, with nothing started, when the step
     // cannot be replayed from a captured graph yet (graphs off, MoE layers, the state's first steps) or the
-    // sequence is full; the caller then takes argmax() and forward_last().
+    // sequence is full; the caller then takes argmax() and forward_last(). A non-finite report (a negative
+    // id, as argmax()) has started the step all the same, on an id outside the vocabulary — its embedding
+    // row reads as NaN (cuda::embedding_lookup never reads out of bounds) — so the caller undoes it.
     std::optional<int32_t> argmax_and_step(CudaSequenceState& state, const float* device_logits,
                                            const float** step_logits);
 

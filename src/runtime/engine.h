@@ -86,7 +86,8 @@ public:
     virtual void forward(EngineSequence& sequence, std::span<const int32_t> ids) = 0;
     // The next token from the sequence's last logits: Sampler::sample's chain and RNG (greedy when the
     // temperature is 0), computed where the logits are. Error if forward() has not run since the
-    // sequence was made, reset, loaded or restored.
+    // sequence was made, reset, loaded or restored, and (fail_non_finite_logit, runtime/engine_checks.h)
+    // when a logit is NaN or ±inf, naming the lowest such token; the sequence is then unchanged.
     virtual int32_t next_token(EngineSequence& sequence, Sampler& sampler, const TokenHistory& history) = 0;
     // Host copy of the last logits [n_vocab].
     virtual std::vector<float> last_logits(const EngineSequence& sequence) const = 0;

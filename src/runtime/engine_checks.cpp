@@ -25,4 +25,10 @@ void check_image_fits(const StateImage& image, int64_t max_positions) {
              max_positions);
 }
 
+void fail_non_finite_logit(int64_t token, int64_t position, float value) {
+    fail("engine: the model's logit for token {} at position {} is {}: its weights or activations are not finite "
+         "(deltabit info MODEL lists the tensors); generation stopped",
+         token, position, value);
+}
+
 }  // namespace deltabit

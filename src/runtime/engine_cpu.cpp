@@ -96,10 +96,7 @@ public:
         // overflowed or the file holds non-finite weights; sampling them would print noise with exit 0.
         // One pass over the vocabulary, next to a whole forward pass per token.
         for (size_t id = 0; id < logits.size(); ++id)
-            if (!std::isfinite(logits[id]))
-                fail("engine: the model's logit for token {} at position {} is {}: its weights or activations are "
-                     "not finite (deltabit info MODEL lists the tensors); generation stopped",
-                     id, s.position(), logits[id]);
+            if (!std::isfinite(logits[id])) fail_non_finite_logit(int64_t(id), s.position(), logits[id]);
         return sampler.sample(logits, history);
     }
 

@@ -1,8 +1,11 @@
 // The CUDA engine: models/model_cuda.h's forward, its argmax kernel for greedy decoding and the GPU
-// sampler chain (sampling/sampler_cuda.h) for the rest; only chosen ids cross to the host.
+// sampler chain (sampling/sampler_cuda.h) for the rest; only chosen ids cross to the host. Both choosers
+// also report a logit that is not finite (core/non_finite_choice.h), which stops generation with the CPU
+// engine's message.
 #include "runtime/engine.h"
 
 #include "core/error.h"
+#include "core/non_finite_choice.h"
 #include "models/model.h"
 #include "models/model_fingerprint.h"
 #include "runtime/engine_checks.h"
@@ -137,7 +140,8 @@ public:
         CudaSequence& s = own(sequence);
         s.settle();
         const float* logits = logits_of(s);
-        if (!is_plain_greedy(sampler.params())) return sampler_.sample(logits, sampler, history, model_.stream());
+        if (!is_plain_greedy(sampler.params()))
+            return checked(sampler_.sample(logits, sampler, history, model_.stream()), logits, s);
         // The step overwrites the model's logits buffer: this sequence's last logits move to a copy first,
         // so that settling the step leaves them readable.
         float* held = held_logits_.get<float>();
@@ -153,9 +157,10 @@ public:
             s.ahead_logits_ = step_logits;
             s.ahead_serial_ = serial_;
             ++counters_.run_ahead_steps;
-            return *id;
+            if (is_non_finite_choice(*id)) s.settle();  // the step consumed no token: undo it before reporting
+            return checked(*id, held, s);
         }
-        return model_.argmax(held);
+        return checked(model_.argmax(held), held, s);
     }
 
     EngineCounters counters() const override { return counters_; }
@@ -196,6 +201,18 @@ private:
         const auto* s = dynamic_cast<const CudaSequence*>(&sequence);
         if (s == nullptr || s->owner_ != this) fail("engine: a sequence was passed to an engine that did not make it");
         return *s;
+    }
+    // A chooser's answer, or (a non-finite report) the CPU engine's error, naming the token, the position and
+    // the logit — the one read back from the device that only this failure path makes.
+    int32_t checked(int32_t id, const float* device_logits, const CudaSequence& s) const {
+        if (!is_non_finite_choice(id)) return id;
+        const int64_t token = non_finite_index(id);
+        float value = 0.0f;
+        cuda::cuda_check(cudaMemcpyAsync(&value, device_logits + token, sizeof(float), cudaMemcpyDeviceToHost,
+                                         model_.stream()),
+                         "engine: read the non-finite logit");
+        cuda::cuda_check(cudaStreamSynchronize(model_.stream()), "engine: read the non-finite logit");
+        fail_non_finite_logit(token, s.position(), value);
     }
     const float* logits_of(const CudaSequence& s) const {
         if (s.logits_serial_ == 0) fail("engine: no logits yet: feed the sequence (forward) before choosing a token");

@@ -2,7 +2,8 @@
 //
 //   begin      1 block   reset the per-call state; point override[token] at the uploaded stage 1–2 list
 //   prepare    grid      x = logit (adjusted if listed); candidates (not NaN, not −inf) get the key of
-//                        s = x ÷ T; max s, candidate count, argmax of the raw logits (for "no candidate")
+//                        s = x ÷ T; max s, candidate count, argmax of the raw logits (for "no candidate"),
+//                        and the lowest index whose raw logit is NaN or ±inf (the non-finite report)
 //   histogram  grid      count and softmax mass of candidates per bin of (max − s)·kBinScale
 //   cut        1 block   the first bin by which top-k / min-p / top-p are certainly decided
 //   compact    grid      the candidates up to that bin, as (key << 32 | id), when ≤ kShortlistCapacity
@@ -14,6 +15,8 @@
 // a uint32 whose ascending order is s descending, −0 folded onto +0 (the CPU's comparator treats them as
 // equal and orders them by id); sorting (key, id) ascending is the CPU's order (logit desc, id asc).
 #include "sampling/sampler_cuda.h"
+
+#include "core/non_finite_choice.h"
 
 #include <cub/block/block_scan.cuh>
 #include <cub/device/device_radix_sort.cuh>
@@ -39,6 +42,7 @@ constexpr int kBins = 2048;
 constexpr double kBinScale = 32.0;
 constexpr int kShortlistCapacity = 4096;  // 32 KiB of shared keys in finalize
 constexpr uint32_t kNotCandidate = 0xFFFFFFFFu;
+constexpr uint32_t kNoIndex = 0xFFFFFFFFu;  // SamplerState::first_non_finite when every raw logit is finite
 constexpr double kUnitRoundoff = 0x1p-53;
 
 enum Status : int32_t { kDone = 0, kNeedFullSort = 1 };
@@ -60,6 +64,7 @@ struct SampleResult {
 struct SamplerState {
     unsigned long long best;  // packed argmax (greedy: adjusted logits; sampling: raw logits)
     uint32_t first_is_nan;    // that same array's element 0 is NaN (the CPU's argmax then keeps 0)
+    uint32_t first_non_finite;  // the lowest index whose raw logit is NaN or ±inf, or kNoIndex
     uint32_t max_key;         // smallest key = largest s
     uint32_t n_valid;         // candidates
     uint32_t n_shortlist;
@@ -145,6 +150,7 @@ __global__ void begin_kernel(const ChainParams* call, int32_t* override_index, S
     if (threadIdx.x == 0) {
         state->best = 0;
         state->first_is_nan = 0;
+        state->first_non_finite = kNoIndex;
         state->max_key = kNotCandidate;
         state->n_valid = 0;
         state->n_shortlist = 0;
@@ -184,9 +190,11 @@ prepare_kernel(const float* logits, int64_t n_vocab, const ChainParams* call, co
     unsigned long long best = 0;
     uint32_t min_key = kNotCandidate;
     uint32_t n_valid = 0;
+    uint32_t first_non_finite = kNoIndex;  // this thread's indices only grow: its first is its lowest
     const int64_t stride = int64_t(gridDim.x) * kThreads;
     for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n_vocab; i += stride) {
         const float raw = logits[i];
+        if (!isfinite(raw) && first_non_finite == kNoIndex) first_non_finite = uint32_t(i);
         float x = raw;
         if (any_adjustment) {
             const int32_t o = override_index[i];
@@ -203,6 +211,11 @@ prepare_kernel(const float* logits, int64_t n_vocab, const ChainParams* call, co
             ++n_valid;
         }
         keys[i] = key;
+    }
+    // A warp with nothing to report (every call on finite logits) skips the reduction.
+    if (__any_sync(0xffffffffu, first_non_finite != kNoIndex)) {
+        first_non_finite = warp_min(first_non_finite);
+        if ((threadIdx.x & 31) == 0) atomicMin(&state->first_non_finite, first_non_finite);
     }
     best = warp_max(best);
     min_key = warp_min(min_key);
@@ -827,11 +840,18 @@ int32_t GpuSampler::sample(const float* device_logits, Sampler& sampler, const T
 
     auto* head = static_cast<const SamplerState*>(host_result_);
     auto wait = [&] { cuda_check(cudaStreamSynchronize(stream), "GpuSampler: sample"); };
+    // Checked at every read-back, before its result is used: the RNG stays untouched.
+    auto non_finite = [&] { return head->first_non_finite != kNoIndex; };
+    auto report = [&] {
+        ++stats_.non_finite;
+        return non_finite_choice(int64_t(head->first_non_finite));
+    };
 
     if (greedy) {
         run_pass(device_logits, Pass::kGreedy, false, stream);
         wait();
         ++stats_.greedy;
+        if (non_finite()) return report();
         if (head->first_is_nan != 0 || head->best == 0) return 0;
         return int32_t(0xFFFFFFFFu - uint32_t(head->best & 0xFFFFFFFFu));
     }
@@ -845,6 +865,7 @@ int32_t GpuSampler::sample(const float* device_logits, Sampler& sampler, const T
         const bool need_mass = (p.top_k <= 0 && p.top_p < 1.0f) || params->histogram_draw;
         run_pass(device_logits, Pass::kShortlist, need_mass, stream);
         wait();
+        if (non_finite()) return report();
         need_full = head->result.status == kNeedFullSort;
         if (!need_full) ++(params->histogram_draw ? stats_.histogram_draw : stats_.shortlist);
     }
@@ -861,6 +882,7 @@ int32_t GpuSampler::sample(const float* device_logits, Sampler& sampler, const T
                                    cudaMemcpyDeviceToHost, stream),
                    "GpuSampler: read result");
         wait();
+        if (non_finite()) return report();
         ++stats_.full_sort;
     }
     if (head->result.sequential != 0) ++stats_.sequential_sums;

@@ -1,6 +1,7 @@
 // The sampler chain on the GPU: the same stages, order and seed consumption as Sampler::sample
 // (sampling/sampler.h, docs/sampling.md), reading the logits where the model left them. Only the chosen
-// id and a few status bytes come back to the host; the vocabulary never crosses.
+// id and a few status bytes come back to the host; the vocabulary never crosses. Logits that are not
+// finite are reported instead of sampled (core/non_finite_choice.h), found in the pass that reads them.
 //
 // How it stays equal to the CPU chain:
 //   - Stages 1–2 touch only tokens in the history; their effect per token is computed on the host
@@ -21,7 +22,8 @@
 //     bin that holds unit · total is found from the bins' masses and only that bin is sorted, under
 //     the same certificate; a crowded bin or a failed certificate falls back to sorting everything.
 // Cost: each pass is replayed from a CUDA graph captured per (logits pointer, pass), so a call is one
-// upload, one graph launch and one 48-byte read-back, plus a radix sort only in the fallback.
+// upload, one graph launch and one 72-byte read-back (the state's head; the non-finite report took what was
+// padding), plus a radix sort only in the fallback.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -41,6 +43,7 @@ struct GpuSamplerStats {
     int64_t histogram_draw = 0;     // no truncating stage: drew through the histogram, sorted one bin
     int64_t full_sort = 0;          // sorted the whole vocabulary (flat distributions, top-k/p/min-p off)
     int64_t sequential_sums = 0;    // the certificate failed or the sums were not finite: CPU-order sums
+    int64_t non_finite = 0;         // calls answered with a non-finite report instead of a token
     int64_t graph_launches = 0;     // passes replayed from a captured CUDA graph
 };
 
@@ -54,6 +57,9 @@ public:
     // Draws the next token from device logits [n_vocab] (left unchanged), applying the same chain as
     // Sampler::sample with the same params and advancing sampler's RNG exactly as Sampler::sample would;
     // copies back only the chosen id (and a few bytes), never the vocabulary. Waits for `stream`.
+    // When a raw logit (before stages 1–2) is NaN or ±inf it returns non_finite_choice(i) for the lowest
+    // such i (a negative id) and leaves the RNG untouched: the CPU engine refuses those logits before it
+    // calls Sampler::sample, so the chain is never asked to pick from them.
     int32_t sample(const float* device_logits, Sampler& sampler, const TokenHistory& history, cudaStream_t stream);
 
     int64_t n_vocab() const { return n_vocab_; }

@@ -11,7 +11,8 @@
 //                      and the int8 groups the CPU twin of the quantiser on that out, bit for bit
 //                      (cuda/quantized_output_check.h); value_dim not a multiple of 128 or a view of the
 //                      wrong width throws
-//   argmax             exactly argmax_lowest_id, ties, NaN and −inf included
+//   argmax             exactly argmax_lowest_id over finite values, ties and signed zeros included; any NaN
+//                      or ±inf reported as the lowest such index (core/non_finite_choice.h)
 // Skips cleanly without a GPU.
 #include <gtest/gtest.h>
 
@@ -27,6 +28,7 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "core/non_finite_choice.h"
 #include "models/kv_cache.h"
 #include "ops/activations.h"
 #include "ops/attention.h"
@@ -903,19 +905,26 @@ TEST(DecodeKernels, GdnDecodeQuantizedOutputRefusesOtherShapes) {
 
 // ---- argmax ----
 
+// The contract, naively: the lowest non-finite index reported, else argmax_lowest_id.
+int32_t expected_argmax(const std::vector<float>& x) {
+    for (size_t i = 0; i < x.size(); ++i)
+        if (!std::isfinite(x[i])) return non_finite_choice(int64_t(i));
+    return argmax_lowest_id(x);
+}
+
 void check_argmax(const std::vector<float>& x, const std::string& what) {
     GuardedDeviceArray<float> dx(x);
     GuardedDeviceArray<uint8_t> scratch(cuda::argmax_scratch_bytes(int64_t(x.size())));
     GuardedDeviceArray<int32_t> out(1);
     cuda::argmax(dx.get(), int64_t(x.size()), scratch.get(), out.get(), nullptr);
     const int32_t got = out.download(what)[0];
-    EXPECT_EQ(got, argmax_lowest_id(x)) << what;
+    EXPECT_EQ(got, expected_argmax(x)) << what;
 }
 
 TEST(DecodeKernels, ArgmaxEqualsLowestIdRule) {
     DELTABIT_REQUIRE_GPU();
     std::mt19937 rng(11);
-    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    const float big = std::numeric_limits<float>::max();
     for (const int64_t n : {int64_t(1), int64_t(63), int64_t(2049), int64_t(248320), int64_t(1000003)}) {
         std::vector<float> x = uniform(static_cast<size_t>(n), rng, -30.0f, 30.0f);
         check_argmax(x, "random n=" + std::to_string(n));
@@ -923,16 +932,43 @@ TEST(DecodeKernels, ArgmaxEqualsLowestIdRule) {
         std::vector<float> t(static_cast<size_t>(n), 1.0f);
         for (int64_t i = n / 2; i < n; i += std::max<int64_t>(1, n / 7)) t[size_t(i)] = 5.0f;
         check_argmax(t, "ties n=" + std::to_string(n));
-        // NaN never wins; NaN at 0 makes the answer 0.
-        std::vector<float> with_nan = x;
-        for (size_t i = 1; i < with_nan.size(); i += 3) with_nan[i] = nan;
-        check_argmax(with_nan, "nan n=" + std::to_string(n));
-        with_nan[0] = nan;
-        check_argmax(with_nan, "nan at 0 n=" + std::to_string(n));
-        std::vector<float> minus_inf(static_cast<size_t>(n), -inf);
-        check_argmax(minus_inf, "all -inf n=" + std::to_string(n));
-        std::vector<float> all_nan(static_cast<size_t>(n), nan);
-        check_argmax(all_nan, "all nan n=" + std::to_string(n));
+        // The finite extremes are ordinary values: all −max gives 0; +max wins; −0 and +0 tie.
+        check_argmax(std::vector<float>(static_cast<size_t>(n), -big), "all -max n=" + std::to_string(n));
+        std::vector<float> extremes = x;
+        extremes[size_t(n - 1)] = big;
+        check_argmax(extremes, "+max last n=" + std::to_string(n));
+        std::vector<float> zeros(static_cast<size_t>(n), -1.0f);
+        zeros[size_t(n - 1)] = 0.0f;
+        zeros[size_t(n / 2)] = -0.0f;
+        check_argmax(zeros, "signed zeros n=" + std::to_string(n));
+    }
+}
+
+// A NaN or ±inf anywhere is reported, never decoded: the lowest such index comes back as a negative id,
+// wherever it sits against the largest finite value and however the reduction split the work. (Before
+// the report, NaN was skipped and +inf won: a broken forward pass decoded to tokens.)
+TEST(DecodeKernels, ArgmaxReportsTheLowestNonFiniteIndex) {
+    DELTABIT_REQUIRE_GPU();
+    std::mt19937 rng(12);
+    const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+    for (const int64_t n : {int64_t(1), int64_t(63), int64_t(2049), int64_t(248320), int64_t(1000003)}) {
+        const std::string at = " n=" + std::to_string(n);
+        const std::vector<float> x = uniform(static_cast<size_t>(n), rng, -30.0f, 30.0f);
+        for (const float bad : {nan, -nan, inf, -inf}) {
+            const std::string what = std::to_string(bad) + at;
+            for (const int64_t i : {int64_t(0), n / 2, n - 1}) {
+                std::vector<float> one = x;
+                one[size_t(i)] = bad;
+                check_argmax(one, what + " at " + std::to_string(i));
+            }
+            std::vector<float> all(static_cast<size_t>(n), bad);
+            check_argmax(all, "all " + what);
+        }
+        // Several, of every kind, spread over the blocks: the lowest index is reported.
+        std::vector<float> many = x;
+        for (int64_t i = n - 1, k = 0; i >= n / 3; i -= std::max<int64_t>(1, n / 11), ++k)
+            many[size_t(i)] = k % 3 == 0 ? nan : k % 3 == 1 ? -inf : inf;
+        check_argmax(many, "several" + at);
     }
 }
 

@@ -1,8 +1,9 @@
 // The GPU sampler chain (sampling/sampler_cuda.h) against the CPU chain (Sampler::sample): the same
 // token and the same RNG advance for the same logits, seed and history, over random logit vectors of
 // four vocabulary sizes and random settings (penalties and DRY on a recorded history, the disabled
-// values of every stage, ties, NaN and −inf), plus edge cases, a chi-square check of the GPU's draws,
-// proof of which path ran, and µs per sample at vocab 248320.
+// values of every stage, ties), plus edge cases, a chi-square check of the GPU's draws, proof of which
+// path ran, and µs per sample at vocab 248320. Raw logits with NaN or ±inf are not sampled but reported
+// (core/non_finite_choice.h), on every path, with the RNG untouched.
 //
 // The host half (the stage 1–2 list equals apply_penalties + apply_dry bit for bit) runs everywhere;
 // the rest skips without a GPU.
@@ -15,6 +16,7 @@
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -22,6 +24,7 @@
 
 #ifdef DELTABIT_HAVE_CUDA
 #include "backend/cuda_buffer.h"
+#include "core/non_finite_choice.h"
 #include "sampling/sampler_cuda.h"
 #endif
 
@@ -75,7 +78,8 @@ SamplingParams random_params(std::mt19937_64& rng) {
 }
 
 // Logit vectors of several shapes: flat, peaked like a language model, on a coarse grid (ties
-// everywhere), with NaN and −inf holes; history tokens are pushed up so the penalties decide things.
+// everywhere), with NaN and −inf holes (which the GPU reports); history tokens are pushed up so the
+// penalties decide things.
 std::vector<float> random_logits(std::mt19937_64& rng, int32_t n_vocab, const RecordedHistory& history, int shape) {
     std::normal_distribution<float> normal(0.0f, 1.0f);
     std::vector<float> logits(static_cast<size_t>(n_vocab));
@@ -197,15 +201,25 @@ std::string describe(const SamplingParams& p, int shape) {
     return text;
 }
 
+// What the GPU answers for raw logits with a NaN or ±inf: the lowest such index, reported; nullopt when
+// every logit is finite.
+std::optional<int32_t> non_finite_report(const std::vector<float>& logits) {
+    for (size_t i = 0; i < logits.size(); ++i)
+        if (!std::isfinite(logits[i])) return non_finite_choice(int64_t(i));
+    return std::nullopt;
+}
+
 // Draws `draws` tokens from the same logits with both chains; returns how many differed and fails on
-// an RNG that advanced differently.
+// an RNG that advanced differently. Logits with a non-finite value: every GPU answer must be the report
+// and its RNG must not move (the CPU engine refuses such logits before its chain runs).
 int compare_draws(cuda::GpuSampler& gpu, const std::vector<float>& logits, const DeviceLogits& device,
                   const SamplingParams& p, const TokenHistory& history, int draws, cudaStream_t stream,
                   const std::string& what) {
     Sampler cpu_sampler(p), gpu_sampler(p);
+    const std::optional<int32_t> report = non_finite_report(logits);
     int differ = 0;
     for (int d = 0; d < draws; ++d) {
-        const int32_t expected = cpu_sampler.sample(logits, history);
+        const int32_t expected = report ? *report : cpu_sampler.sample(logits, history);
         const int32_t actual = gpu.sample(device.get(), gpu_sampler, history, stream);
         if (expected != actual) {
             ++differ;
@@ -322,14 +336,7 @@ TEST(GpuSampler, GreedyIsArgmaxOfPenalisedLogitsTiesToLowestId) {
     const std::vector<uint8_t> generated = {1, 1};
     Sampler penalised(p);
     EXPECT_EQ(gpu.sample(DeviceLogits(logits).get(), penalised, {tokens, generated}, stream.stream), 3000);
-    // NaN at 0: the CPU's sequential argmax never leaves index 0.
-    logits[0] = std::numeric_limits<float>::quiet_NaN();
-    EXPECT_EQ(gpu.sample(DeviceLogits(logits).get(), s, {}, stream.stream), 0);
-    // NaN elsewhere is never chosen.
-    logits[0] = -1.0f;
-    logits[7] = std::numeric_limits<float>::quiet_NaN();
-    EXPECT_EQ(gpu.sample(DeviceLogits(logits).get(), s, {}, stream.stream), 1200);
-    EXPECT_EQ(gpu.stats().greedy, 4);
+    EXPECT_EQ(gpu.stats().greedy, 2);
 }
 
 TEST(GpuSampler, NoCandidateFallsBackToRawArgmaxWithoutDrawing) {
@@ -337,22 +344,100 @@ TEST(GpuSampler, NoCandidateFallsBackToRawArgmaxWithoutDrawing) {
     Stream stream;
     const int32_t n_vocab = 300;
     cuda::GpuSampler gpu(n_vocab);
-    // Every logit −inf but token 7's, and an infinite presence penalty sends token 7 to −inf too:
-    // no candidate remains, and the CPU returns the argmax of the raw logits.
-    std::vector<float> logits(size_t(n_vocab), -kInf);
+    // Finite raw logits, every token in the history and an infinite presence penalty: every adjusted
+    // logit is −inf, no candidate remains, and the CPU returns the argmax of the raw logits.
+    std::vector<float> logits(size_t(n_vocab), -1.0f);
     logits[7] = 1.0f;
+    logits[200] = 1.0f;
     SamplingParams p;
     p.temperature = 1.0f;
     p.presence_penalty = kInf;
-    const std::vector<int32_t> tokens = {7};
-    const std::vector<uint8_t> generated = {1};
+    p.penalty_last_n = -1;
+    std::vector<int32_t> tokens(static_cast<size_t>(n_vocab));
+    for (int32_t t = 0; t < n_vocab; ++t) tokens[size_t(t)] = t;
+    const std::vector<uint8_t> generated(tokens.size(), 1);
     Sampler cpu(p), s(p);
     EXPECT_EQ(cpu.sample(logits, {tokens, generated}), 7);
     EXPECT_EQ(gpu.sample(DeviceLogits(logits).get(), s, {tokens, generated}, stream.stream), 7);
     EXPECT_EQ(s.rng().next_u64(), Sampler(p).rng().next_u64()) << "no draw, so the RNG is untouched";
-    // All NaN: 0.
-    std::vector<float> nans(size_t(n_vocab), std::numeric_limits<float>::quiet_NaN());
-    EXPECT_EQ(gpu.sample(DeviceLogits(nans).get(), s, {}, stream.stream), 0);
+    EXPECT_EQ(gpu.stats().non_finite, 0) << "−inf made by a penalty is not a broken logit";
+}
+
+// Raw logits holding a NaN, +inf or −inf are reported — non_finite_choice of the lowest such index —
+// on every path the chain can take (greedy, shortlist, histogram draw, full sort; graphs on and off),
+// without touching the RNG; the next call on finite logits is sampled as usual. (Before the report, NaN
+// and −inf were skipped and +inf won: a broken forward pass sampled to tokens.)
+TEST(GpuSampler, ReportsNonFiniteRawLogitsOnEveryPath) {
+    REQUIRE_GPU();
+    Stream stream;
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    std::mt19937_64 rng(21);
+    for (const int32_t n_vocab : {300, 151936}) {
+        for (const bool graphs : {true, false}) {
+            cuda::GpuSampler gpu(n_vocab);
+            gpu.set_use_graphs(graphs);
+            const RecordedHistory history = record_history(rng, n_vocab);
+            const std::vector<float> finite = random_logits(rng, n_vocab, history, 1);
+            struct Path {
+                const char* name;
+                SamplingParams p;
+                bool force_sequential;
+            };
+            std::vector<Path> paths(5);
+            paths[0] = {"greedy", {}, false};
+            paths[0].p.temperature = 0.0f;
+            paths[1] = {"greedy with penalties", {}, false};
+            paths[1].p.temperature = 0.0f;
+            paths[1].p.repeat_penalty = 1.3f;
+            paths[1].p.dry_multiplier = 0.8f;
+            paths[2] = {"shortlist", {}, false};
+            paths[3] = {"histogram draw", {}, false};
+            paths[4] = {"full sort", {}, true};
+            for (Path* path : {&paths[3], &paths[4]}) {
+                path->p.top_k = 0;
+                path->p.top_p = 1.0f;
+                path->p.min_p = 0.0f;
+            }
+            for (const Path& path : paths) {
+                gpu.set_force_sequential_sums(path.force_sequential);
+                for (const float bad : {nan, kInf, -kInf}) {
+                    // The bad value at a history token (what counts is the raw logit, not its penalised
+                    // value), a NaN after it, the opposite sign at the end of the vocabulary.
+                    std::vector<float> logits = finite;
+                    const int32_t first = history.tokens.front();
+                    logits[size_t(first)] = bad;
+                    logits[size_t(n_vocab - 1)] = -bad;
+                    logits[size_t(std::min(n_vocab - 1, first + 17))] = nan;
+                    const std::string what = std::string(path.name) + " " + std::to_string(bad) + " vocab " +
+                                             std::to_string(n_vocab) + (graphs ? "" : " (no graphs)");
+                    Sampler s(path.p);
+                    const int64_t reports = gpu.stats().non_finite;
+                    EXPECT_EQ(gpu.sample(DeviceLogits(logits).get(), s, history.view(), stream.stream),
+                              non_finite_choice(std::min(first, n_vocab - 1)))
+                        << what;
+                    EXPECT_EQ(gpu.stats().non_finite, reports + 1) << what;
+                    EXPECT_EQ(s.rng().next_u64(), Sampler(path.p).rng().next_u64()) << what << ": RNG moved";
+                    // Every value bad, the first one included.
+                    Sampler all(path.p);
+                    EXPECT_EQ(gpu.sample(DeviceLogits(std::vector<float>(size_t(n_vocab), bad)).get(), all,
+                                         history.view(), stream.stream),
+                              non_finite_choice(0))
+                        << "all " << what;
+                }
+                // The report does not outlive its call: finite logits are sampled as the CPU does.
+                EXPECT_EQ(compare_draws(gpu, finite, DeviceLogits(finite), path.p, history.view(), 2, stream.stream,
+                                        std::string(path.name) + " after a report"),
+                          0);
+            }
+            // The parameters decide the pass (histogram draw: no truncating stage; full sort: that with
+            // CPU-order sums, past the shortlist's 4096); the finite draws show the passes ran.
+            if (n_vocab > 4096) {
+                EXPECT_GT(gpu.stats().full_sort, 0);
+            }
+            EXPECT_GT(gpu.stats().shortlist, 0);
+            EXPECT_GT(gpu.stats().greedy, 0);
+        }
+    }
 }
 
 TEST(GpuSampler, SingleSurvivorDoesNotDraw) {

@@ -5,6 +5,7 @@
 #include "byte_tokenizer_model.h"
 #include "cli_command.h"
 #include "formats/gguf.h"
+#include "non_finite_logits_model.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -158,25 +159,29 @@ TEST(CliConventions, HelpStatesTheDefaults) {
 TEST(CliConventions, NonFiniteWeightsAreRefusedAtLoad) {
     const fs::path dir = test::test_scratch_dir("deltabit_test_cli_nan_weights");
     for (const std::string type : {"f32", "q1_0"}) {
-        const fs::path file = dir / ("nan." + type + ".gguf");
-        const CommandResult convert =
-            test::run_deltabit("convert " + kModel + " -o " + file.string() + " --type " + type + " --quiet");
-        ASSERT_EQ(convert.exit_code, 0) << convert.output;
-        uint64_t offset = 0;
-        {
-            const gguf::File gguf = gguf::File::open(file.string());
-            offset = gguf.require_tensor("blk.1.ffn_down.weight").offset;
-        }
-        // f32: element 3 becomes NaN; q1_0: the first block's fp16 scale becomes NaN (0x7E00).
-        std::fstream patch(file, std::ios::in | std::ios::out | std::ios::binary);
-        patch.seekp(std::streamoff(offset + (type == "f32" ? 12 : 0)));
-        const unsigned char nan_f32[4] = {0x00, 0x00, 0xC0, 0x7F}, nan_f16[2] = {0x00, 0x7E};
-        if (type == "f32") patch.write(reinterpret_cast<const char*>(nan_f32), 4);
-        else patch.write(reinterpret_cast<const char*>(nan_f16), 2);
-        patch.close();
+        const fs::path file = test::nan_weight_model(dir, type);
         const std::string element = type == "f32" ? "element 3 " : "element 0 ";
         expect_usage_error("run -m " + file.string() + " --ids 1,2 --max-tokens 2 --backend cpu",
                            {"tensor blk.1.ffn_down.weight: " + element + "is not finite"});
+    }
+}
+
+// Finite weights whose logits overflow a few tokens in (runtime/non_finite_logits_model.h): generation
+// stops with one line naming the token, its position and the value, exit code 1, greedy or sampled —
+// not tokens and exit code 0. tests/cuda/test_non_finite_cuda.cpp holds the GPU its twin.
+TEST(CliConventions, NonFiniteLogitsStopGeneration) {
+    const fs::path file = test::non_finite_logits_model(test::test_scratch_dir("deltabit_test_cli_nan_logits"));
+    for (const std::string sampling : {"--temperature 0", "--temperature 0.8 --seed 5"}) {
+        const std::string args =
+            "run -m " + file.string() + " --ids 1,2 --max-tokens 200 --json --quiet --backend cpu " + sampling;
+        const CommandResult r = test::run_deltabit(args);
+        EXPECT_EQ(r.exit_code, 1) << args << "\n" << r.output;
+        EXPECT_EQ(line_count(r.output), 1u) << args << "\n" << r.output;
+        std::smatch m;
+        ASSERT_TRUE(std::regex_search(r.output, m, std::regex(std::string("^deltabit: error: ") +
+                                                              test::kNonFiniteLogitPattern + "\n$")))
+            << args << "\n" << r.output;
+        EXPECT_GT(std::stoll(m[2]), 4) << "the logits broke on the prompt, not in generation: " << r.output;
     }
 }
 

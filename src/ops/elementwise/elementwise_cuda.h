@@ -80,7 +80,9 @@ void add_rms_norm_quantize(float* x, const float* residual, const float* w, int6
 
 // ---- argmax (argmax_cuda.cu) ----
 // The index of the largest of x[0 .. n), ties to the lowest index — sampling/sampler.h's
-// argmax_lowest_id exactly, NaN included (a NaN never wins; NaN at index 0 makes the answer 0).
+// argmax_lowest_id exactly when every value is finite. When any is NaN or ±inf the answer is instead
+// non_finite_choice(i) for the lowest such i (core/non_finite_choice.h: a negative id), so a broken
+// forward pass is reported rather than decoded; the same reduction finds it, at no extra pass.
 // `scratch` holds argmax_scratch_bytes(n) bytes; the result lands in *out (device).
 size_t argmax_scratch_bytes(int64_t n);
 void argmax(const float* x, int64_t n, void* scratch, int32_t* out, cudaStream_t stream);
