@@ -11,12 +11,18 @@ std::string_view arch_label(Arch arch) {
         case Arch::qwen35moe: return "qwen35moe";
         case Arch::qwen3next: return "qwen3next";
         case Arch::qwen3: return "qwen3";
+        case Arch::diffusion_gemma: return "diffusion_gemma";
     }
     return "unknown";
 }
 
 std::string_view layer_kind_label(LayerKind kind) {
-    return kind == LayerKind::full_attention ? "full_attention" : "linear_attention";
+    switch (kind) {
+        case LayerKind::full_attention: return "full_attention";
+        case LayerKind::linear_attention: return "linear_attention";
+        case LayerKind::sliding_attention: return "sliding_attention";
+    }
+    return "unknown";
 }
 
 namespace {
@@ -36,7 +42,11 @@ std::string describe_layers(const ModelConfig& c) {
         if (c.layers[i] == LayerKind::full_attention) full.push_back(int64_t(i));
     const int64_t n_linear = c.n_layer() - int64_t(full.size());
     if (n_linear == 0) return fmt::format("{} (all full_attention)", c.n_layer());
-    std::string text = fmt::format("{} ({} linear_attention, {} full_attention", c.n_layer(), n_linear, full.size());
+    // The other layers are all linear (the hybrids) or all sliding (diffusion_gemma).
+    bool sliding = false;
+    for (LayerKind k : c.layers) sliding = sliding || k == LayerKind::sliding_attention;
+    std::string text = fmt::format("{} ({} {}, {} full_attention", c.n_layer(), n_linear,
+                                   sliding ? "sliding_attention" : "linear_attention", full.size());
     bool periodic = !full.empty();
     const int64_t interval = full.empty() ? 0 : full[0] + 1;
     for (size_t i = 0; periodic && i < c.layers.size(); ++i)
