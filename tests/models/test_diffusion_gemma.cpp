@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 
@@ -36,11 +37,11 @@ bool fixture_present() { return fs::exists(fixture_dir() / "diffusion.json") && 
     GTEST_SKIP() << "no DiffusionGemma fixture in " << fixture_dir().string()                                     \
                  << ": run tools/fixtures/make_diffusion_fixture.py where torch and transformers 5.17 are installed"
 
-// The reference outputs, read independently of the loader under test.
+// The reference outputs of a fixture folder, read independently of the loader under test.
 class Reference {
 public:
-    Reference() : file_(safetensors::File::open(fixture_dir() / "reference.safetensors")) {
-        std::ifstream in(fixture_dir() / "diffusion.json");
+    explicit Reference(const fs::path& dir) : file_(safetensors::File::open(dir / "reference.safetensors")) {
+        std::ifstream in(dir / "diffusion.json");
         meta_ = nlohmann::json::parse(in);
     }
     const nlohmann::json& meta() const { return meta_; }
@@ -57,13 +58,12 @@ public:
         std::memcpy(out.data(), t.data, out.size() * 4);
         return out;
     }
-    std::vector<int64_t> shape(const std::string& name) const { return require(name, "").shape; }
 
 private:
     const safetensors::TensorInfo& require(const std::string& name, const std::string& dtype) const {
         const safetensors::TensorInfo* t = file_.find(name);
         if (!t) throw std::runtime_error("reference.safetensors: no tensor " + name);
-        if (!dtype.empty() && t->dtype_name != dtype)
+        if (t->dtype_name != dtype)
             throw std::runtime_error("reference.safetensors: " + name + " is " + t->dtype_name + ", not " + dtype);
         return *t;
     }
@@ -77,13 +77,101 @@ double max_abs(const std::vector<float>& v) {
     return m;
 }
 
-int64_t argmax(const float* row, int64_t n) {
-    return std::max_element(row, row + n) - row;
+int64_t argmax(const float* row, int64_t n) { return std::max_element(row, row + n) - row; }
+
+// The forward script of a fixture folder (tests/fixtures/README.md) replayed on the CPU model loaded from
+// the same folder: the worst differences, relative to the largest reference value (every logit; each
+// cached K or V tensor), and where they are.
+struct ScriptReplay {
+    int64_t encodes = 0, decodes = 0;
+    double worst_logit = 0.0;  // max |Δlogit| / max |logit|
+    double worst_kv = 0.0;     // max |ΔK or ΔV| / max |K or V| of that tensor
+    std::string worst_logit_at, worst_kv_at;
+    int64_t argmax_mismatches = 0;
+    std::vector<std::string> problems;  // structural: rows, sizes, positions
+};
+
+ScriptReplay replay_forward_script(const fs::path& dir) {
+    const Reference ref(dir);
+    const Model model = Model::load(dir);
+    const DiffusionGemma dg(model);
+    const ModelConfig& c = model.config();
+    const double max_logit = ref.meta().at("max_abs_logit").get<double>();
+    ScriptReplay r;
+    DiffusionCache cache = dg.new_cache();
+    for (const nlohmann::json& op : ref.meta().at("forward")) {
+        const std::string kind = op.at("op");
+        const std::string where = kind + " " + std::to_string(kind == "encode" ? r.encodes : r.decodes);
+        if (cache.length != op.at("position").get<int64_t>()) {
+            r.problems.push_back(where + ": cache at " + std::to_string(cache.length) + ", the fixture at " +
+                                 op.at("position").dump());
+            return r;
+        }
+        if (kind == "encode") {
+            dg.encode(cache, ref.ints(op.at("ids")));
+            const auto& kv = op.at("kv");
+            if (int64_t(kv.size()) != c.n_layer()) {
+                r.problems.push_back(where + ": " + std::to_string(kv.size()) + " cached layers in the fixture");
+                return r;
+            }
+            for (int64_t l = 0; l < c.n_layer(); ++l) {
+                const DiffusionCache::Layer& got = cache.layers[size_t(l)];
+                const std::string at = where + " layer " + std::to_string(l);
+                if (got.rows != kv[size_t(l)].at("rows").get<int64_t>()) {
+                    r.problems.push_back(at + ": " + std::to_string(got.rows) + " cached rows, the fixture " +
+                                         kv[size_t(l)].at("rows").dump());
+                    continue;
+                }
+                for (const char* part : {"k", "v"}) {
+                    const std::vector<float> want = ref.floats(kv[size_t(l)].at(part));
+                    const std::vector<float>& have = part[0] == 'k' ? got.k : got.v;
+                    if (have.size() != want.size()) {
+                        r.problems.push_back(at + " " + part + ": " + std::to_string(have.size()) + " values, the fixture " +
+                                             std::to_string(want.size()));
+                        continue;
+                    }
+                    const double scale = std::max(max_abs(want), 1e-30);
+                    for (size_t i = 0; i < want.size(); ++i) {
+                        const double d = std::abs(double(have[i]) - want[i]) / scale;
+                        if (d > r.worst_kv) {
+                            r.worst_kv = d;
+                            r.worst_kv_at = at + " " + part;
+                        }
+                    }
+                }
+            }
+            ++r.encodes;
+        } else {
+            const std::vector<int32_t> canvas = ref.ints(op.at("canvas"));
+            const std::vector<float> sc =
+                op.at("self_conditioning").is_null() ? std::vector<float>{} : ref.floats(op.at("self_conditioning"));
+            const std::vector<float> want = ref.floats(op.at("logits"));
+            const std::vector<float> got = dg.denoise(cache, canvas, sc);
+            if (got.size() != want.size()) {
+                r.problems.push_back(where + ": " + std::to_string(got.size()) + " logits, the fixture " +
+                                     std::to_string(want.size()));
+                return r;
+            }
+            const int64_t V = c.n_vocab;
+            for (size_t t = 0; t < canvas.size(); ++t) {
+                for (int64_t i = 0; i < V; ++i) {
+                    const double d = std::abs(double(got[t * V + i]) - want[t * V + i]) / max_logit;
+                    if (d > r.worst_logit) {
+                        r.worst_logit = d;
+                        r.worst_logit_at = where + " position " + std::to_string(t) + (sc.empty() ? " (step 1)" : " (self-conditioned)");
+                    }
+                }
+                r.argmax_mismatches += argmax(got.data() + t * V, V) != argmax(want.data() + t * V, V);
+            }
+            ++r.decodes;
+        }
+    }
+    return r;
 }
 
 TEST(DiffusionGemmaFixture, ConfigReadsAsTransformersResolvedIt) {
     SKIP_WITHOUT_FIXTURE();
-    const Reference ref;
+    const Reference ref(fixture_dir());
     const ModelConfig c = load_hf_config(fixture_dir());
     const nlohmann::json& m = ref.meta();
     ASSERT_EQ(c.arch, Arch::diffusion_gemma);
@@ -111,66 +199,17 @@ TEST(DiffusionGemmaFixture, ConfigReadsAsTransformersResolvedIt) {
 // The forward script: each encoder call's K/V cache, each decoder call's logits at every position.
 TEST(DiffusionGemmaFixture, EncoderCacheAndDecoderLogitsMatchTransformers) {
     SKIP_WITHOUT_FIXTURE();
-    const Reference ref;
-    const Model model = Model::load(fixture_dir());
-    const DiffusionGemma dg(model);
-    const ModelConfig& c = model.config();
-    const double logit_tolerance = kRelativeTolerance * ref.meta().at("max_abs_logit").get<double>();
-    DiffusionCache cache = dg.new_cache();
-    int64_t decodes = 0, encodes = 0;
-    double worst_logit = 0.0;
-    for (const nlohmann::json& op : ref.meta().at("forward")) {
-        const std::string kind = op.at("op");
-        ASSERT_EQ(cache.length, op.at("position").get<int64_t>()) << kind;
-        if (kind == "encode") {
-            const std::vector<int32_t> ids = ref.ints(op.at("ids"));
-            dg.encode(cache, ids);
-            const auto& kv = op.at("kv");
-            ASSERT_EQ(int64_t(kv.size()), c.n_layer());
-            for (int64_t l = 0; l < c.n_layer(); ++l) {
-                const DiffusionCache::Layer& got = cache.layers[size_t(l)];
-                ASSERT_EQ(got.rows, kv[size_t(l)].at("rows").get<int64_t>()) << "encode " << encodes << " layer " << l;
-                for (const char* part : {"k", "v"}) {
-                    const std::vector<float> want = ref.floats(kv[size_t(l)].at(part));
-                    const std::vector<float>& have = part[0] == 'k' ? got.k : got.v;
-                    ASSERT_EQ(have.size(), want.size()) << "encode " << encodes << " layer " << l << " " << part;
-                    // Same bound as the logits, relative to the largest cached value.
-                    const double tolerance = kRelativeTolerance * max_abs(want);
-                    double worst = 0.0;
-                    for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, double(std::abs(have[i] - want[i])));
-                    EXPECT_LE(worst, tolerance) << "encode " << encodes << " layer " << l << " " << part;
-                }
-            }
-            ++encodes;
-        } else {
-            ASSERT_EQ(kind, "decode");
-            const std::vector<int32_t> canvas = ref.ints(op.at("canvas"));
-            const std::vector<float> sc =
-                op.at("self_conditioning").is_null() ? std::vector<float>{} : ref.floats(op.at("self_conditioning"));
-            const std::vector<float> want = ref.floats(op.at("logits"));
-            const DiffusionCache before = cache;
-            const std::vector<float> got = dg.denoise(cache, canvas, sc);
-            ASSERT_EQ(got.size(), want.size());
-            const int64_t V = c.n_vocab;
-            for (size_t t = 0; t < canvas.size(); ++t) {
-                double row_worst = 0.0;
-                for (int64_t i = 0; i < V; ++i)
-                    row_worst = std::max(row_worst, std::abs(double(got[t * V + i]) - want[t * V + i]));
-                worst_logit = std::max(worst_logit, row_worst);
-                EXPECT_LE(row_worst, logit_tolerance) << "decode " << decodes << " position " << t
-                                                      << (sc.empty() ? " (step 1)" : " (self-conditioned)");
-                EXPECT_EQ(argmax(got.data() + t * V, V), argmax(want.data() + t * V, V))
-                    << "decode " << decodes << " position " << t;
-            }
-            EXPECT_EQ(cache.length, before.length);
-            ++decodes;
-        }
-    }
-    EXPECT_GE(encodes, 3);
-    EXPECT_GE(decodes, 5);
-    std::printf("[ parity ] diffusion_gemma  %lld encoder calls, %lld decoder calls, max|dlogit| %.3g (%.2g of max|logit|)\n",
-                static_cast<long long>(encodes), static_cast<long long>(decodes), worst_logit,
-                worst_logit / ref.meta().at("max_abs_logit").get<double>());
+    const ScriptReplay r = replay_forward_script(fixture_dir());
+    EXPECT_TRUE(r.problems.empty()) << r.problems.front();
+    EXPECT_LE(r.worst_logit, kRelativeTolerance) << "at " << r.worst_logit_at;
+    EXPECT_LE(r.worst_kv, kRelativeTolerance) << "at " << r.worst_kv_at;
+    EXPECT_EQ(r.argmax_mismatches, 0);
+    EXPECT_GE(r.encodes, 3);
+    EXPECT_GE(r.decodes, 5);
+    std::printf("[ parity ] diffusion_gemma  %lld encoder calls, %lld decoder calls, max|dlogit| %.2g of max|logit| "
+                "(at %s), max|dKV| %.2g (at %s)\n",
+                static_cast<long long>(r.encodes), static_cast<long long>(r.decodes), r.worst_logit,
+                r.worst_logit_at.c_str(), r.worst_kv, r.worst_kv_at.c_str());
 }
 
 // ---- without the fixture: a random model written by the test ----
@@ -179,6 +218,103 @@ class DiffusionGemmaRandom : public ::testing::Test {
 protected:
     static fs::path folder(const std::string& name) { return fs::temp_directory_path() / ("deltabit_test_dg_" + name); }
 };
+
+// Writes a forward script in make_diffusion_fixture.py's format (tests/fixtures/README.md) into `dir` from
+// this engine's own outputs, so that the replay above runs without transformers. `logit_bump` and
+// `kv_bump` (relative to the largest value) move one logit of the second decoder call and one cached key
+// of the first encoder call, to show the replay reports them.
+void write_own_script(const fs::path& dir, const Model& model, double logit_bump, double kv_bump) {
+    const DiffusionGemma dg(model);
+    const ModelConfig& c = model.config();
+    std::deque<std::vector<float>> floats;
+    std::deque<std::vector<int32_t>> ints;
+    std::vector<safetensors::TensorToWrite> tensors;
+    auto add_floats = [&](const std::string& name, std::vector<float> v, std::vector<int64_t> shape) {
+        floats.push_back(std::move(v));
+        tensors.push_back({name, "F32", std::move(shape),
+                           {reinterpret_cast<const uint8_t*>(floats.back().data()), floats.back().size() * 4}});
+        return name;
+    };
+    auto add_ints = [&](const std::string& name, std::vector<int32_t> v) {
+        ints.push_back(std::move(v));
+        tensors.push_back({name, "I32", {int64_t(ints.back().size())},
+                           {reinterpret_cast<const uint8_t*>(ints.back().data()), ints.back().size() * 4}});
+        return name;
+    };
+    DiffusionCache cache = dg.new_cache();
+    nlohmann::json ops = nlohmann::json::array();
+    double max_logit = 0.0;
+    auto encode = [&](std::vector<int32_t> ids) {
+        const std::string i = std::to_string(ops.size());
+        const int64_t position = cache.length;
+        dg.encode(cache, ids);
+        nlohmann::json op = {{"op", "encode"}, {"ids", add_ints("op" + i + ".ids", ids)}, {"position", position},
+                             {"kv", nlohmann::json::array()}};
+        for (int64_t l = 0; l < c.n_layer(); ++l) {
+            const DiffusionCache::Layer& layer = cache.layers[size_t(l)];
+            const LayerAttention& g = c.layer_attention[size_t(l)];
+            std::vector<float> k = layer.k;
+            if (ops.empty() && l == 1) k[3] += float(kv_bump * max_abs(k));
+            const std::vector<int64_t> shape = {layer.rows, g.n_head_kv, g.head_dim};
+            op["kv"].push_back({{"k", add_floats("op" + i + ".layer" + std::to_string(l) + ".k", k, shape)},
+                                {"v", add_floats("op" + i + ".layer" + std::to_string(l) + ".v", layer.v, shape)},
+                                {"rows", layer.rows}});
+        }
+        ops.push_back(op);
+    };
+    auto decode = [&](std::vector<int32_t> canvas, const std::vector<float>& sc) {
+        const std::string i = std::to_string(ops.size());
+        std::vector<float> logits = dg.denoise(cache, canvas, sc);
+        max_logit = std::max(max_logit, max_abs(logits));
+        const int64_t L = int64_t(canvas.size());
+        nlohmann::json op = {{"op", "decode"}, {"canvas", add_ints("op" + i + ".canvas", canvas)}, {"position", cache.length}};
+        op["self_conditioning"] = sc.empty() ? nlohmann::json(nullptr)
+                                             : nlohmann::json(add_floats("op" + i + ".self_conditioning", sc, {L, c.n_vocab}));
+        const std::vector<float> clean = logits;
+        // Relative to the cap, which bounds every logit: at least logit_bump of the largest.
+        if (ops.size() == 2) logits[7] += float(logit_bump * c.final_logit_softcap);
+        op["logits"] = add_floats("op" + i + ".logits", logits, {L, c.n_vocab});
+        ops.push_back(op);
+        return clean;
+    };
+    encode({3, 17, 5, 9, 33, 21, 8, 2, 30, 11, 19});
+    const std::vector<float> step1 = decode({4, 4, 38, 0, 12}, {});
+    std::vector<float> sc(step1.size());
+    for (size_t i = 0; i < sc.size(); ++i) sc[i] = step1[i] / 0.8f;
+    decode({7, 1, 22, 22, 9}, sc);
+    encode({6, 6, 13, 27, 1});
+    decode({2, 3, 5, 7, 11}, {});
+    safetensors::write(dir / "reference.safetensors", tensors);
+    std::ofstream(dir / "diffusion.json") << nlohmann::json{{"format", 1}, {"max_abs_logit", max_logit}, {"forward", ops}}.dump(1);
+}
+
+TEST_F(DiffusionGemmaRandom, ForwardScriptReplayFindsNothingInItsOwnOutputsAndCatchesAChange) {
+    const test::TinyDiffusionGemma tiny;
+    const fs::path dir = folder("script");
+    tiny.write(dir);
+    const Model model = Model::load(dir);
+
+    write_own_script(dir, model, 0.0, 0.0);
+    const ScriptReplay same = replay_forward_script(dir);
+    EXPECT_TRUE(same.problems.empty()) << same.problems.front();
+    EXPECT_EQ(same.encodes, 2);
+    EXPECT_EQ(same.decodes, 3);
+    EXPECT_EQ(same.worst_logit, 0.0);  // the same deterministic reference twice
+    EXPECT_EQ(same.worst_kv, 0.0);
+    EXPECT_EQ(same.argmax_mismatches, 0);
+
+    // Twice the tolerance on one logit, then on one cached key: each is reported where it is.
+    write_own_script(dir, model, 2 * kRelativeTolerance, 0.0);
+    const ScriptReplay logit = replay_forward_script(dir);
+    EXPECT_GT(logit.worst_logit, kRelativeTolerance);
+    EXPECT_NE(logit.worst_logit_at.find("decode 1 position 0"), std::string::npos) << logit.worst_logit_at;
+    EXPECT_EQ(logit.worst_kv, 0.0);
+    write_own_script(dir, model, 0.0, 2 * kRelativeTolerance);
+    const ScriptReplay kv = replay_forward_script(dir);
+    EXPECT_GT(kv.worst_kv, kRelativeTolerance);
+    EXPECT_EQ(kv.worst_kv_at, "encode 0 layer 1 k");
+    fs::remove_all(dir);
+}
 
 TEST_F(DiffusionGemmaRandom, ConfigRulesOfTransformers) {
     test::TinyDiffusionGemma tiny;

@@ -13,6 +13,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -59,20 +61,24 @@ std::vector<int32_t> ints(const safetensors::File& f, const std::string& name) {
     return out;
 }
 
-TEST(DiffusionGenerateFixture, ReplayingTransformersDrawsGivesItsTokens) {
-    if (!fs::exists(fixture_dir() / "diffusion.json"))
-        GTEST_SKIP() << "no DiffusionGemma fixture in " << fixture_dir().string()
-                     << ": run tools/fixtures/make_diffusion_fixture.py where torch and transformers 5.17 are installed";
-    std::ifstream in(fixture_dir() / "diffusion.json");
-    const nlohmann::json meta = nlohmann::json::parse(in);
-    const safetensors::File ref = safetensors::File::open(fixture_dir() / "reference.safetensors");
-    const Model model = Model::load(fixture_dir());
-    const DiffusionGemma dg(model);
+// Every generate() run of a fixture folder replayed with its recorded draws on the CPU model loaded from
+// the same folder; one line per run that differs.
+struct GenerateReplay {
     int64_t replayed = 0;
+    std::vector<std::string> failures;
+};
+
+GenerateReplay replay_generate_runs(const fs::path& dir) {
+    std::ifstream in(dir / "diffusion.json");
+    const nlohmann::json meta = nlohmann::json::parse(in);
+    const safetensors::File ref = safetensors::File::open(dir / "reference.safetensors");
+    const Model model = Model::load(dir);
+    const DiffusionGemma dg(model);
+    GenerateReplay out;
     for (const nlohmann::json& run : meta.at("generate")) {
         const std::string name = run.at("name");
         if (!run.at("draws_complete").get<bool>()) {
-            ADD_FAILURE() << name << ": the fixture did not capture every random draw of generate()";
+            out.failures.push_back(name + ": the fixture did not capture every random draw of generate()");
             continue;
         }
         const nlohmann::json& s = run.at("settings");
@@ -94,18 +100,43 @@ TEST(DiffusionGenerateFixture, ReplayingTransformersDrawsGivesItsTokens) {
             run.at("decoder_input_ids").is_null() ? std::vector<int32_t>{} : ints(ref, run.at("decoder_input_ids"));
         const std::vector<int32_t> sequences = ints(ref, run.at("sequences"));
         const std::vector<int32_t> want(sequences.begin() + int64_t(prompt.size()), sequences.end());
-
-        const DiffusionGeneration got = generate_diffusion(dg, prompt, g, random, first);
-        EXPECT_EQ(got.tokens, want) << name;
-        EXPECT_EQ(random.left(), 0u) << name << ": transformers made draws the loop never asked for";
+        ++out.replayed;
+        DiffusionGeneration got;
+        try {
+            got = generate_diffusion(dg, prompt, g, random, first);
+        } catch (const std::exception& e) {
+            out.failures.push_back(name + ": " + e.what());
+            continue;
+        }
+        if (got.tokens != want) {
+            size_t i = 0;
+            while (i < std::min(got.tokens.size(), want.size()) && got.tokens[i] == want[i]) ++i;
+            out.failures.push_back(name + ": " + std::to_string(got.tokens.size()) + " tokens, transformers " +
+                                   std::to_string(want.size()) + "; first difference at new token " + std::to_string(i));
+            continue;
+        }
+        if (random.left() != 0)
+            out.failures.push_back(name + ": transformers made " + std::to_string(random.left()) +
+                                   " draws the loop never asked for");
         int64_t passes = 0;
         for (int64_t steps : got.steps_per_block) passes += steps;
-        EXPECT_EQ(passes, run.at("n_multinomial").get<int64_t>()) << name;
-        if (!run.at("tokens_per_forward").is_null())
-            EXPECT_NEAR(got.tokens_per_forward(), run.at("tokens_per_forward")[0].get<double>(), 1e-9) << name;
-        ++replayed;
+        if (passes != run.at("n_multinomial").get<int64_t>())
+            out.failures.push_back(name + ": " + std::to_string(passes) + " decoder passes, transformers " +
+                                   run.at("n_multinomial").dump());
+        if (!run.at("tokens_per_forward").is_null() &&
+            std::abs(got.tokens_per_forward() - run.at("tokens_per_forward")[0].get<double>()) > 1e-9)
+            out.failures.push_back(name + ": tokens per forward " + std::to_string(got.tokens_per_forward()));
     }
-    EXPECT_GE(replayed, 4);  // defaults, near-zero temperature, two early stops (+ EOS/pad, accept-all)
+    return out;
+}
+
+TEST(DiffusionGenerateFixture, ReplayingTransformersDrawsGivesItsTokens) {
+    if (!fs::exists(fixture_dir() / "diffusion.json"))
+        GTEST_SKIP() << "no DiffusionGemma fixture in " << fixture_dir().string()
+                     << ": run tools/fixtures/make_diffusion_fixture.py where torch and transformers 5.17 are installed";
+    const GenerateReplay r = replay_generate_runs(fixture_dir());
+    for (const std::string& f : r.failures) ADD_FAILURE() << f;
+    EXPECT_GE(r.replayed, 4);  // defaults, near-zero temperature, two early stops (+ EOS/pad, accept-all)
 }
 
 class DiffusionGenerateRandom : public ::testing::Test {
@@ -204,6 +235,92 @@ TEST_F(DiffusionGenerateRandom, BadSettingsAreRefusedBeforeAnythingRuns) {
     const std::vector<int32_t> short_canvas = {1, 2};
     EXPECT_THROW(generate_diffusion(dg, prompt_, g, r, short_canvas), Error);
     EXPECT_THROW(generate_diffusion(dg, std::span<const int32_t>{}, g, r), Error);
+}
+
+
+// Draws of a seeded run, recorded as the fixture script records transformers' draws.
+class RecordingRandomness : public DiffusionRandomness {
+public:
+    explicit RecordingRandomness(uint64_t seed) : inner_(seed) {}
+    void uniform_tokens(int64_t n_vocab, std::span<int32_t> out) override {
+        inner_.uniform_tokens(n_vocab, out);
+        draws.push_back({"randint", std::vector<int32_t>(out.begin(), out.end())});
+    }
+    void sample(std::span<const float> probs, int64_t n_vocab, std::span<int32_t> out) override {
+        inner_.sample(probs, n_vocab, out);
+        draws.push_back({"multinomial", std::vector<int32_t>(out.begin(), out.end())});
+    }
+    std::vector<ReplayRandomness::Draw> draws;
+
+private:
+    SeededDiffusionRandomness inner_;
+};
+
+// Writes generate() runs in make_diffusion_fixture.py's format from seeded runs of this engine, with the
+// recorded draws passed through `edit` first.
+void write_own_runs(const fs::path& dir, const Model& model,
+                    const std::function<void(std::vector<ReplayRandomness::Draw>&)>& edit) {
+    const DiffusionGemma dg(model);
+    std::deque<std::vector<int32_t>> storage;
+    std::vector<safetensors::TensorToWrite> tensors;
+    auto add = [&](const std::string& name, std::vector<int32_t> v, std::vector<int64_t> shape) {
+        storage.push_back(std::move(v));
+        tensors.push_back({name, "I32", std::move(shape),
+                           {reinterpret_cast<const uint8_t*>(storage.back().data()), storage.back().size() * 4}});
+        return name;
+    };
+    const std::vector<int32_t> prompt = {3, 17, 5, 9, 33, 21, 8};
+    const int64_t L = dg.config().canvas_length;
+    nlohmann::json runs = nlohmann::json::array();
+    const std::vector<std::pair<std::string, nlohmann::json>> settings = {
+        {"defaults", {{"max_new_tokens", 10}, {"max_denoising_steps", 4}}},
+        {"stop", {{"max_new_tokens", 10}, {"max_denoising_steps", 6}, {"stability_threshold", 1},
+                  {"confidence_threshold", 10.0}}},
+    };
+    for (const auto& [name, s] : settings) {
+        DiffusionGenerationConfig g;
+        g.max_new_tokens = s.at("max_new_tokens");
+        g.max_denoising_steps = s.at("max_denoising_steps");
+        g.stability_threshold = s.value("stability_threshold", g.stability_threshold);
+        g.confidence_threshold = s.value("confidence_threshold", g.confidence_threshold);
+        RecordingRandomness random(5);
+        const DiffusionGeneration result = generate_diffusion(dg, prompt, g, random);
+        std::vector<int32_t> sequence = prompt;
+        sequence.insert(sequence.end(), result.tokens.begin(), result.tokens.end());
+        edit(random.draws);
+        nlohmann::json run = {{"name", name}, {"settings", s}, {"decoder_input_ids", nullptr},
+                              {"prompt", add("gen." + name + ".prompt", prompt, {int64_t(prompt.size())})},
+                              {"sequences", add("gen." + name + ".sequences", sequence, {int64_t(sequence.size())})},
+                              {"tokens_per_forward", {result.tokens_per_forward()}}, {"draws_complete", true}};
+        int64_t multinomial = 0;
+        run["draws"] = nlohmann::json::array();
+        for (size_t j = 0; j < random.draws.size(); ++j) {
+            const auto& d = random.draws[j];
+            multinomial += d.kind == "multinomial";
+            const std::vector<int64_t> shape = d.kind == "randint" ? std::vector<int64_t>{1, L} : std::vector<int64_t>{L, 1};
+            run["draws"].push_back({{"kind", d.kind}, {"shape", shape},
+                                    {"tensor", add("gen." + name + ".draw" + std::to_string(j) + "." + d.kind, d.values, shape)}});
+        }
+        run["n_multinomial"] = multinomial;
+        runs.push_back(run);
+    }
+    safetensors::write(dir / "reference.safetensors", tensors);
+    std::ofstream(dir / "diffusion.json") << nlohmann::json{{"format", 1}, {"generate", runs}}.dump(1);
+}
+
+TEST_F(DiffusionGenerateRandom, ReplayOfRecordedDrawsReproducesARunAndNoticesTampering) {
+    write_own_runs(dir_, *model_, [](std::vector<ReplayRandomness::Draw>&) {});
+    const GenerateReplay same = replay_generate_runs(dir_);
+    EXPECT_EQ(same.replayed, 2);
+    for (const std::string& f : same.failures) ADD_FAILURE() << f;
+
+    // One draw too few, and the order of two draws swapped: both are reported, not silently absorbed.
+    write_own_runs(dir_, *model_, [](std::vector<ReplayRandomness::Draw>& d) { d.pop_back(); });
+    EXPECT_EQ(replay_generate_runs(dir_).failures.size(), 2u);
+    write_own_runs(dir_, *model_, [](std::vector<ReplayRandomness::Draw>& d) { std::swap(d[0], d[1]); });
+    const GenerateReplay swapped = replay_generate_runs(dir_);
+    ASSERT_EQ(swapped.failures.size(), 2u);
+    EXPECT_NE(swapped.failures[0].find("the loop asked for randint"), std::string::npos) << swapped.failures[0];
 }
 
 }  // namespace
