@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "formats/safetensors.h"
 #include "models/config_loader.h"
+#include "models/config_summary.h"
 #include "models/diffusion_gemma.h"
 #include "models/model.h"
 
@@ -334,6 +335,12 @@ TEST_F(DiffusionGemmaRandom, ConfigRulesOfTransformers) {
     EXPECT_EQ(c.layer_attention[2].window, 0);
     EXPECT_EQ(c.final_logit_softcap, 30.0f);
     EXPECT_EQ(c.canvas_length, 5);
+    // `deltabit info` shows what sets this model apart.
+    std::string summary;
+    for (const auto& [key, value] : model_config_summary(c)) summary += key + ": " + value + "\n";
+    EXPECT_NE(summary.find("full layers: 1 kv heads, head dim 16, rope 2 of 8 pairs, theta 1e+06, values = keys"),
+              std::string::npos) << summary;
+    EXPECT_NE(summary.find("block diffusion: canvas 5, sliding window 4, logit softcap 30"), std::string::npos) << summary;
 
     // Without per_layer_config, full layers take global_head_dim (default 512) and the default pattern
     // puts full attention on every 6th layer.
