@@ -5,6 +5,7 @@
 #include "diffusion_gemma_folder.h"
 #include "fixture.h"
 
+#include "convert/convert.h"
 #include "core/error.h"
 #include "formats/safetensors.h"
 #include "models/config_loader.h"
@@ -484,6 +485,15 @@ TEST_F(DiffusionGemmaRandom, BadInputIsRefusedWithTheCacheUnchanged) {
     dg.encode(other, std::vector<int32_t>{3, int32_t(tiny.vocab - 2), 5});
     EXPECT_EQ(image.layers[1].k, pad.layers[1].k);
     EXPECT_NE(image.layers[1].k, other.layers[1].k);
+    // The GGUF converter refuses it, with the output left unwritten.
+    const fs::path gguf = folder("bad.gguf");
+    try {
+        convert_hf_folder(dir, gguf, ConvertOptions{});
+        ADD_FAILURE() << "convert accepted a diffusion_gemma folder";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("diffusion_gemma cannot be written as GGUF"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(gguf));
     // The left-to-right forward refuses a diffusion model, and DiffusionGemma refuses the others.
     SequenceState state = model.new_sequence();
     EXPECT_THROW(model.forward(state, prompt), Error);
