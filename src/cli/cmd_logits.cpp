@@ -11,11 +11,16 @@
 // models/model_cuda.h). Modes: `prompt` runs
 // the ids in one call, `steps` one token per call, `split:N` the first N then the rest; all three
 // must give the same logits (tests/models).
+//
+// A block-diffusion model (DiffusionGemma) takes --canvas IDS: the encoder runs over --ids (fed as --mode
+// says), then the decoder over the canvas, with --sc-logits FILE (float32 [canvas][vocab]) as the
+// self-conditioning logits when given; OUT.bin is the decoder's logits [canvas][vocab] (CPU reference).
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "cli/token_ids.h"
 #include "core/error.h"
 #include "backend/backend.h"
+#include "models/diffusion_gemma.h"
 #include "models/model.h"
 #include "runtime/engine.h"
 
@@ -41,6 +46,8 @@ struct LogitsArgs {
     std::string mode = "prompt";
     std::string out;
     std::string dump;  // a named intermediate instead of the logits
+    std::string canvas;     // block diffusion: the canvas to denoise after encoding the ids
+    std::string sc_logits;  // block diffusion: float32 [canvas][vocab] self-conditioning logits
     EngineArgs engine;
 };
 
@@ -85,10 +92,63 @@ void write_engine_logits(const LogitsArgs& args, const std::vector<int32_t>& ids
                engine->config().n_vocab, args.mode, engine->backend_name(), args.out);
 }
 
+std::vector<float> read_floats(const std::string& path, size_t expected, std::string_view what) {
+    std::ifstream in(path, std::ios::binary | std::ios::ate);
+    if (!in) fail("logits: {} {}: cannot open", what, path);
+    const auto bytes = size_t(in.tellg());
+    if (bytes != expected * sizeof(float))
+        fail("logits: {} {}: {} bytes, expected {} (float32 [canvas][vocab])", what, path, bytes, expected * sizeof(float));
+    std::vector<float> values(expected);
+    in.seekg(0);
+    in.read(reinterpret_cast<char*>(values.data()), std::streamsize(bytes));
+    if (!in) fail("logits: {} {}: read failed", what, path);
+    return values;
+}
+
+// Block diffusion: encode the ids in the mode's chunks, then the decoder's logits (or --dump's
+// intermediate of the decoder pass) for the canvas.
+void write_canvas_logits(const LogitsArgs& args, const std::vector<int32_t>& ids, const std::vector<size_t>& chunks) {
+    if (args.engine.backend == "cuda") fail("logits: --canvas runs on the CPU reference only (--backend cpu)");
+    const std::vector<int32_t> canvas = parse_token_ids(args.canvas, "logits: --canvas");
+    const Model model = Model::load(args.model);
+    if (model.config().arch != Arch::diffusion_gemma)
+        fail("logits: --canvas: {} is a {} model, not a block-diffusion one", args.model, model.config().arch_name);
+    const DiffusionGemma dg(model);
+    const int64_t V = model.config().n_vocab;
+    const std::vector<float> sc =
+        args.sc_logits.empty() ? std::vector<float>{} : read_floats(args.sc_logits, canvas.size() * size_t(V), "--sc-logits");
+    std::vector<float> dumped;
+    const ActivationObserver observer = [&](std::string_view name, const float* data, int64_t n) {
+        if (name == args.dump) dumped.insert(dumped.end(), data, data + n);
+    };
+    DiffusionCache cache = dg.new_cache();
+    size_t start = 0;
+    for (size_t size : chunks) {
+        dg.encode(cache, std::span<const int32_t>(ids).subspan(start, size));
+        start += size;
+    }
+    std::vector<float> logits = dg.denoise(cache, canvas, sc, args.dump.empty() ? nullptr : &observer);
+    if (!args.dump.empty()) {
+        if (dumped.empty())
+            fail("logits: --dump {}: the decoder has no intermediate of that name (e.g. blk.0.attn.out, blk.1.out, "
+                 "canvas_in)", args.dump);
+        logits = std::move(dumped);
+    }
+    write_floats(args.out, logits);
+    fmt::print("{}: {} {} float32 values (canvas of {} after {} ids, {}) -> {}\n", args.model,
+               args.dump.empty() ? "logits" : args.dump, logits.size(), canvas.size(), ids.size(),
+               sc.empty() ? "no self-conditioning" : "self-conditioned", args.out);
+}
+
 void run_logits(const LogitsArgs& args) {
     static_assert(std::endian::native == std::endian::little, "OUT.bin is written as little-endian floats");
     const std::vector<int32_t> ids = parse_token_ids(args.ids, "logits: --ids");
     const std::vector<size_t> chunks = chunk_sizes(args.mode, ids.size());
+    if (!args.sc_logits.empty() && args.canvas.empty()) fail("logits: --sc-logits needs --canvas");
+    if (!args.canvas.empty()) {
+        write_canvas_logits(args, ids, chunks);
+        return;
+    }
     if (args.dump.empty()) {
         write_engine_logits(args, ids, chunks);
         return;
@@ -156,6 +216,10 @@ void add_logits_command(CLI::App& app) {
     cmd->add_option("-o,--output", args->out, "output file")->required();
     add_backend_option(*cmd, args->engine);
     cmd->add_option("--dump", args->dump, "write this named intermediate instead of the logits (e.g. blk.0.gdn.out)");
+    cmd->add_option("--canvas", args->canvas,
+                    "block-diffusion models: denoise these canvas ids after encoding --ids; writes [canvas][vocab]");
+    cmd->add_option("--sc-logits", args->sc_logits,
+                    "with --canvas: float32 [canvas][vocab] file of the previous step's logits (self-conditioning)");
     cmd->callback([args] { run_logits(*args); });
 }
 

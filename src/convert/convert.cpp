@@ -129,6 +129,10 @@ ConvertReport convert_hf_folder(const fs::path& hf_dir, const fs::path& out, con
     AtomicFile output(out, "convert");
 
     HfFolder folder = open_hf_folder(hf_dir);
+    // Its GGUF metadata keys and the whole-model check (a left-to-right forward) do not exist yet.
+    if (folder.config.arch == Arch::diffusion_gemma)
+        fail("convert: {}: diffusion_gemma cannot be written as GGUF yet (run it from the Hugging Face folder)",
+             hf_dir.string());
     auto files = std::make_shared<const safetensors::Set>(std::move(folder.weights));
     const Model hf_model(ModelWeights::from_hf(files, folder.config));
     ConvertPlan plan;

@@ -12,6 +12,7 @@ constexpr Architecture kArchitectures[] = {
     {Arch::qwen35moe, bind_qwen35},
     {Arch::qwen3next, bind_qwen35},
     {Arch::qwen3, bind_qwen3},
+    {Arch::diffusion_gemma, bind_diffusion_gemma},
 };
 
 }  // namespace

@@ -18,9 +18,10 @@ struct Architecture {
 
 const Architecture& architecture_of(Arch arch);
 
-// Per-architecture bind functions (qwen35.cpp, qwen3.cpp).
+// Per-architecture bind functions (qwen35.cpp, qwen3.cpp, diffusion_gemma.cpp).
 ModelParts bind_qwen35(const ModelWeights& weights);  // qwen35, qwen35moe, qwen3next
 ModelParts bind_qwen3(const ModelWeights& weights);
+ModelParts bind_diffusion_gemma(const ModelWeights& weights);  // diffusion_gemma.cpp
 
 // Shared binding helpers (bind.cpp); `blk` is the layer's GGUF prefix, "blk.N.".
 void bind_globals(const ModelWeights& weights, ModelParts& parts);

@@ -1,6 +1,8 @@
 #include "models/config_loader.h"
 
 #include "core/error.h"
+#include "models/config_diffusion_gemma.h"
+#include "models/config_fields.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -15,7 +17,8 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::string_view kSupportedTypes = "qwen3_next, qwen3_5_text, qwen3_5, qwen3_5_moe_text, qwen3_5_moe, qwen3";
+constexpr std::string_view kSupportedTypes =
+    "qwen3_next, qwen3_5_text, qwen3_5, qwen3_5_moe_text, qwen3_5_moe, qwen3, diffusion_gemma, diffusion_gemma_text";
 
 // transformers' defaults where a real checkpoint may leave a field out (reference §1 "Defaults").
 constexpr double kDefaultRopeTheta = 10000.0;
@@ -27,88 +30,7 @@ constexpr int64_t kDefaultConvKernel = 4;
 // llama.cpp's converter writes these sections when a Qwen3.5 config has no mrope_section.
 const std::vector<int32_t> kDefaultRopeSections = {11, 11, 10, 0};
 
-// Typed access to one JSON object whose fields are reported as SOURCE: PREFIXkey. transformers writes
-// None as null, so null counts as absent.
-class Fields {
-public:
-    Fields(const json& object, std::string_view source, std::string prefix)
-        : object_(object), source_(source), prefix_(std::move(prefix)) {}
-
-    std::string_view source() const { return source_; }
-
-    std::string name(std::string_view key) const { return prefix_ + std::string(key); }
-
-    const json* find(std::string_view key) const {
-        const auto it = object_.find(key);
-        return it == object_.end() || it->is_null() ? nullptr : &*it;
-    }
-
-    [[noreturn]] void bad(std::string_view key, std::string_view problem) const {
-        fail("{}: {}: {}", source_, name(key), problem);
-    }
-
-    int64_t require_int(std::string_view key) const {
-        const json* v = find(key);
-        if (!v) fail("{}: missing required field {}", source_, name(key));
-        return to_int(key, *v);
-    }
-    int64_t get_int(std::string_view key, int64_t fallback) const {
-        const json* v = find(key);
-        return v ? to_int(key, *v) : fallback;
-    }
-    double get_number(std::string_view key, double fallback) const {
-        const json* v = find(key);
-        if (!v) return fallback;
-        if (!v->is_number()) bad(key, fmt::format("expected a number, found {}", v->type_name()));
-        return v->get<double>();
-    }
-    bool get_bool(std::string_view key, bool fallback) const {
-        const json* v = find(key);
-        if (!v) return fallback;
-        if (!v->is_boolean()) bad(key, fmt::format("expected true or false, found {}", v->type_name()));
-        return v->get<bool>();
-    }
-    std::string get_string(std::string_view key, std::string fallback) const {
-        const json* v = find(key);
-        if (!v) return fallback;
-        if (!v->is_string()) bad(key, fmt::format("expected a string, found {}", v->type_name()));
-        return v->get<std::string>();
-    }
-    std::string require_string(std::string_view key) const {
-        if (!find(key)) fail("{}: missing required field {}", source_, name(key));
-        return get_string(key, "");
-    }
-    // An integer or an array of integers (eos_token_id); empty when absent.
-    std::vector<int64_t> get_int_or_list(std::string_view key) const {
-        const json* v = find(key);
-        if (!v) return {};
-        if (!v->is_array()) return {to_int(key, *v)};
-        std::vector<int64_t> out;
-        for (size_t i = 0; i < v->size(); ++i) out.push_back(int_at(key, *v, i));
-        return out;
-    }
-    int64_t int_at(std::string_view key, const json& array, size_t i) const {
-        return to_int(fmt::format("{}[{}]", key, i), array[i]);
-    }
-
-private:
-    int64_t to_int(std::string_view key, const json& v) const {
-        if (v.is_number_integer()) {
-            if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)) bad(key, "integer out of range");
-            return v.get<int64_t>();
-        }
-        // Some exporters write integral sizes as 4096.0.
-        if (v.is_number_float()) {
-            const double d = v.get<double>();
-            if (std::trunc(d) == d && std::fabs(d) < 9.0e15) return int64_t(d);
-        }
-        bad(key, fmt::format("expected an integer, found {}", v.is_number() ? v.dump() : v.type_name()));
-    }
-
-    const json& object_;
-    std::string_view source_;
-    std::string prefix_;
-};
+using Fields = ConfigFields;
 
 bool is_hybrid(Arch arch) { return arch != Arch::qwen3; }
 
@@ -337,6 +259,8 @@ ModelConfig model_config_from_hf_json(const json& root, std::string_view source)
     if (!root.is_object()) fail("{}: expected a JSON object, found {}", source, root.type_name());
     const Fields top(root, source, "");
     const std::string model_type = top.require_string("model_type");
+    if (model_type == "diffusion_gemma" || model_type == "diffusion_gemma_text")
+        return diffusion_gemma_config_from_hf_json(root, source);
 
     ModelConfig c;
     bool wrapper = false;

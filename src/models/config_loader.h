@@ -5,6 +5,7 @@
 //   qwen3_5_text, qwen3_5          → Arch::qwen35    (qwen3_5 is the VLM wrapper: fields in text_config)
 //   qwen3_5_moe_text, qwen3_5_moe  → Arch::qwen35moe
 //   qwen3                          → Arch::qwen3
+//   diffusion_gemma(_text)         → Arch::diffusion_gemma (models/config_diffusion_gemma.h)
 // The result describes the Hugging Face layout: value heads in grouped order, norm weights as HF stores
 // them. Errors name the file and the field: "config.json: text_config.hidden_size: missing".
 #pragma once

@@ -1,6 +1,7 @@
 #include "models/config_summary.h"
 
 #include <fmt/format.h>
+#include <algorithm>
 #include <fmt/ranges.h>
 
 namespace deltabit {
@@ -11,12 +12,18 @@ std::string_view arch_label(Arch arch) {
         case Arch::qwen35moe: return "qwen35moe";
         case Arch::qwen3next: return "qwen3next";
         case Arch::qwen3: return "qwen3";
+        case Arch::diffusion_gemma: return "diffusion_gemma";
     }
     return "unknown";
 }
 
 std::string_view layer_kind_label(LayerKind kind) {
-    return kind == LayerKind::full_attention ? "full_attention" : "linear_attention";
+    switch (kind) {
+        case LayerKind::full_attention: return "full_attention";
+        case LayerKind::linear_attention: return "linear_attention";
+        case LayerKind::sliding_attention: return "sliding_attention";
+    }
+    return "unknown";
 }
 
 namespace {
@@ -36,7 +43,11 @@ std::string describe_layers(const ModelConfig& c) {
         if (c.layers[i] == LayerKind::full_attention) full.push_back(int64_t(i));
     const int64_t n_linear = c.n_layer() - int64_t(full.size());
     if (n_linear == 0) return fmt::format("{} (all full_attention)", c.n_layer());
-    std::string text = fmt::format("{} ({} linear_attention, {} full_attention", c.n_layer(), n_linear, full.size());
+    // The other layers are all linear (the hybrids) or all sliding (diffusion_gemma).
+    bool sliding = false;
+    for (LayerKind k : c.layers) sliding = sliding || k == LayerKind::sliding_attention;
+    std::string text = fmt::format("{} ({} {}, {} full_attention", c.n_layer(), n_linear,
+                                   sliding ? "sliding_attention" : "linear_attention", full.size());
     bool periodic = !full.empty();
     const int64_t interval = full.empty() ? 0 : full[0] + 1;
     for (size_t i = 0; periodic && i < c.layers.size(); ++i)
@@ -71,6 +82,21 @@ std::vector<std::pair<std::string, std::string>> model_config_summary(const Mode
         add("moe", fmt::format("{} experts, top {}, expert ffn {}, shared expert ffn {}, {} of {} layers{}", c.n_expert,
                                c.n_expert_used, c.expert_ff, c.shared_expert_ff, n_moe, c.n_layer(),
                                c.norm_topk_prob ? "" : ", top-k weights not renormalised"));
+    }
+    if (c.canvas_length > 0) {
+        // Block diffusion: the attention rows above are the sliding layers'; the full layers differ.
+        int64_t full = -1, window = 0;
+        for (size_t i = 0; i < c.layer_attention.size(); ++i) {
+            if (c.layers[i] == LayerKind::full_attention && full < 0) full = int64_t(i);
+            window = std::max(window, c.layer_attention[i].window);
+        }
+        if (full >= 0) {
+            const LayerAttention& a = c.layer_attention[size_t(full)];
+            add("full layers", fmt::format("{} kv heads, head dim {}, rope {} of {} pairs, theta {:g}, values = keys",
+                                           a.n_head_kv, a.head_dim, a.rope_pairs, a.head_dim / 2, a.rope_theta));
+        }
+        add("block diffusion", fmt::format("canvas {}, sliding window {}, logit softcap {:g}", c.canvas_length, window,
+                                           c.final_logit_softcap));
     }
     add("rms eps", fmt::format("{:g}", c.rms_eps));
     if (c.context_length > 0) add("context", fmt::format("{}", c.context_length));
@@ -116,6 +142,19 @@ nlohmann::json model_config_to_json(const ModelConfig& c) {
     j["layer_is_moe"] = c.layer_is_moe;
     j["bos_id"] = c.bos_id;
     j["eos_ids"] = c.eos_ids;
+    if (!c.layer_attention.empty()) {
+        nlohmann::json per_layer = nlohmann::json::array();
+        for (const LayerAttention& a : c.layer_attention)
+            per_layer.push_back({{"n_head_kv", a.n_head_kv}, {"head_dim", a.head_dim}, {"rope_pairs", a.rope_pairs},
+                                 {"rope_theta", a.rope_theta}, {"window", a.window}, {"value_is_key", a.value_is_key}});
+        j["layer_attention"] = std::move(per_layer);
+    }
+    if (c.canvas_length > 0) {
+        j["canvas_length"] = c.canvas_length;
+        j["final_logit_softcap"] = c.final_logit_softcap;
+        j["pad_id"] = c.pad_id;
+        j["image_token_id"] = c.image_token_id;
+    }
     return j;
 }
 

@@ -41,6 +41,11 @@ constexpr NameRule kGlobalRules[] = {
     {"model.embed_tokens.weight", "token_embd.weight", Convert::matrix},
     {"model.norm.weight", "output_norm.weight", Convert::norm},
     {"lm_head.weight", "output.weight", Convert::matrix},
+    // diffusion_gemma's self-conditioning MLP (model.decoder.self_conditioning.*, renamed below)
+    {"model.self_conditioning.pre_norm.weight", "sc_pre_norm.weight", Convert::norm},
+    {"model.self_conditioning.gate_proj.weight", "sc_gate.weight", Convert::matrix},
+    {"model.self_conditioning.up_proj.weight", "sc_up.weight", Convert::matrix},
+    {"model.self_conditioning.down_proj.weight", "sc_down.weight", Convert::matrix},
 };
 
 constexpr NameRule kLayerRules[] = {
@@ -77,12 +82,52 @@ constexpr NameRule kLayerRules[] = {
     {"mlp.shared_expert.up_proj.weight", "ffn_up_shexp.weight", Convert::matrix},
     {"mlp.shared_expert.down_proj.weight", "ffn_down_shexp.weight", Convert::matrix},
     {"mlp.shared_expert_gate.weight", "ffn_gate_inp_shexp.weight", Convert::matrix},
+    // diffusion_gemma: a dense MLP (mlp.*, ffn_norm before it) beside the MoE, each with its own norms,
+    // and the layer's output scale for the decoder and (renamed below) for the encoder
+    {"pre_feedforward_layernorm.weight", "ffn_norm.weight", Convert::norm},
+    {"post_feedforward_layernorm_1.weight", "post_ffw_norm_1.weight", Convert::norm},
+    {"pre_feedforward_layernorm_2.weight", "pre_ffw_norm_2.weight", Convert::norm},
+    {"post_feedforward_layernorm_2.weight", "post_ffw_norm_2.weight", Convert::norm},
+    {"post_feedforward_layernorm.weight", "post_ffw_norm.weight", Convert::norm},
+    {"router.proj.weight", "ffn_gate_inp.weight", Convert::matrix},
+    {"router.scale", "ffn_gate_inp.scale", Convert::plain_vector},
+    {"router.per_expert_scale", "ffn_down_exps.scale", Convert::plain_vector},
+    {"experts.gate_up_proj", "ffn_gate_exps.weight", Convert::split_gate_up, "ffn_up_exps.weight"},
+    {"experts.down_proj", "ffn_down_exps.weight", Convert::matrix},
+    {"layer_scalar", "layer_output_scale.weight", Convert::plain_vector},
+    {"encoder.layer_scalar", "enc_layer_output_scale.weight", Convert::plain_vector},
 };
 
 // Weights the text model never reads: multi-token prediction and the vision tower of the VLM wrappers.
 constexpr std::string_view kIgnoredPrefixes[] = {"mtp.", "model.mtp.", "model.visual.", "visual."};
 
 bool starts_with(std::string_view s, std::string_view prefix) { return s.substr(0, prefix.size()) == prefix; }
+
+// Zero-centred "1 + w" norm weights: the Qwen3.5 / Qwen3-Next hybrids. Qwen3 and DiffusionGemma multiply
+// by w itself.
+bool hf_norms_are_one_plus(Arch arch) {
+    return arch == Arch::qwen35 || arch == Arch::qwen35moe || arch == Arch::qwen3next;
+}
+
+// DiffusionGemma keeps its text weights under model.decoder (reference §1.4): they become the names the
+// rules above know. The encoder shares them (tied) except its per-layer layer_scalar, renamed
+// model.layers.N.encoder.layer_scalar; the vision tower is not used. Returns "" for a tensor to skip.
+std::string diffusion_gemma_name(const std::string& name, const std::function<void(std::string_view)>& refuse) {
+    constexpr std::string_view decoder = "model.decoder.", encoder_layers = "model.encoder.language_model.layers.";
+    if (starts_with(name, "model.encoder.vision_tower.") || starts_with(name, "model.encoder.embed_vision."))
+        return "";
+    if (starts_with(name, decoder)) return "model." + name.substr(decoder.size());
+    if (starts_with(name, encoder_layers)) {
+        const std::string rest = name.substr(encoder_layers.size());
+        const size_t dot = rest.find('.');
+        if (dot != std::string::npos && rest.substr(dot + 1) == "layer_scalar")
+            return "model.layers." + rest.substr(0, dot) + ".encoder.layer_scalar";
+    }
+    if (starts_with(name, "model.encoder."))
+        refuse("the encoder shares the decoder's text weights (only its layer_scalar is its own); a separate "
+               "copy is not supported");
+    return name;
+}
 
 class HfConverter {
 public:
@@ -112,6 +157,10 @@ private:
         // Qwen3.5 VLM checkpoints keep the text model under model.language_model.
         std::string normalized(name);
         if (starts_with(name, "model.language_model.")) normalized = "model." + std::string(name.substr(21));
+        if (c_.arch == Arch::diffusion_gemma) {
+            normalized = diffusion_gemma_name(normalized, [&](std::string_view why) { unknown(t, why); });
+            if (normalized.empty()) return false;
+        }
         name = normalized;
 
         if (starts_with(name, "model.layers.")) {
@@ -217,7 +266,7 @@ private:
             case Convert::conv: {
                 auto* values = static_cast<float*>(out_.own(uint64_t(n) * 4));
                 plain_to_f32(dtype, t.data, n, values, origin(t));
-                const bool one_plus = rule.convert == Convert::norm && c_.arch != Arch::qwen3;
+                const bool one_plus = rule.convert == Convert::norm && hf_norms_are_one_plus(c_.arch);
                 for (int64_t i = 0; i < n; ++i) {
                     if (one_plus) values[i] = 1.0f + values[i];
                     if (rule.convert == Convert::neg_exp) values[i] = -std::exp(values[i]);

@@ -56,6 +56,9 @@ std::vector<float> Model::forward(SequenceState& state, std::span<const int32_t>
     ThreadPool* const pool = options.pool;
     const ModelConfig& c = config();
     const int64_t T = int64_t(ids.size()), D = c.n_embd;
+    if (parts_.diffusion)
+        fail("forward: {} is a block-diffusion model ({}): it has no left-to-right forward pass", weights_.source(),
+             c.arch_name);
     if (state.n_layer() != c.n_layer())
         fail("forward: the sequence state has {} layers but the model has {}", state.n_layer(), c.n_layer());
     if (T == 0) return {};

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -90,11 +91,16 @@ LayerWeightsOf<M> map_layer(const LayerWeights& from, const ModelConfig& c, int6
     return to;
 }
 
+struct DiffusionGemmaWeights;  // models/diffusion_gemma.h
+
 struct ModelParts {
     WeightView token_embd;  // [n_vocab][n_embd]
     const float* output_norm = nullptr;
     WeightView output;      // [n_vocab][n_embd]; token_embd when tied
-    std::vector<LayerWeights> layers;
+    std::vector<LayerWeights> layers;  // the autoregressive forward's layers (empty for diffusion_gemma)
+    // A block-diffusion model's layers and self-conditioning MLP, driven by DiffusionGemma
+    // (models/diffusion_gemma.h) rather than forward(); null for the autoregressive architectures.
+    std::shared_ptr<const DiffusionGemmaWeights> diffusion;
 };
 
 // DELTABIT_CPU_REFERENCE=1: every CPU product runs on the naive reference (ops/reference/matmul_cpu.cpp) instead of the

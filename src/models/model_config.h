@@ -11,9 +11,26 @@
 
 namespace deltabit {
 
-enum class Arch { qwen35, qwen35moe, qwen3next, qwen3 };
+enum class Arch { qwen35, qwen35moe, qwen3next, qwen3, diffusion_gemma };
 
-enum class LayerKind { full_attention, linear_attention };
+// sliding_attention: attention over a window of recent tokens (diffusion_gemma; its geometry is in
+// ModelConfig::layer_attention).
+enum class LayerKind { full_attention, linear_attention, sliding_attention };
+
+// The attention geometry of one layer, for architectures whose attention layers differ from each other
+// (diffusion_gemma: full layers have their own head_dim, KV heads and RoPE, and no v_proj).
+struct LayerAttention {
+    int64_t n_head_kv = 0;
+    int64_t head_dim = 0;
+    // RoPE pairs (j, j + head_dim/2) rotate for j < rope_pairs, at pos·rope_theta^(−2j/head_dim)
+    // (ops/rope_proportional.h); head_dim/2 is ordinary full RoPE.
+    int64_t rope_pairs = 0;
+    float rope_theta = 10000.0f;
+    // Sliding layers: in causal use a query sees itself and the window − 1 tokens before it, and the
+    // cache keeps the last window − 1 tokens. 0: the whole history (full layers).
+    int64_t window = 0;
+    bool value_is_key = false;  // V is the raw K projection (before k_norm and RoPE); no v_proj
+};
 
 // How DeltaNet value heads map to key heads. qwen35/qwen35moe GGUFs store them tiled (value head h
 // uses key head h % H_k); Hugging Face and qwen3next GGUFs group them (key head h / (H_v/H_k)).
@@ -21,7 +38,7 @@ enum class ValueHeadOrder { grouped, tiled };
 
 struct ModelConfig {
     Arch arch = Arch::qwen35;
-    std::string arch_name;  // GGUF general.architecture: "qwen35", "qwen35moe", "qwen3next", "qwen3"
+    std::string arch_name;  // GGUF general.architecture: "qwen35", "qwen35moe", "qwen3next", "qwen3", "diffusion_gemma"
 
     int64_t n_vocab = 0;
     int64_t n_embd = 0;          // hidden size D
@@ -62,7 +79,19 @@ struct ModelConfig {
     // block_count as blk.{n_layer}..; HF mtp_num_hidden_layers, weights mtp.*). The forward pass never
     // runs them; a converter that drops their weights must set this to 0.
     int64_t n_nextn_layers = 0;
-    std::vector<bool> layer_is_moe; // one per layer
+    std::vector<bool> layer_is_moe; // one per layer (diffusion_gemma: all, each beside a dense MLP of n_ff)
+
+    // Per-layer attention geometry (diffusion_gemma); empty for the others, whose attention layers all
+    // use n_head_kv, head_dim, rope_dim and rope_theta above. When set, those fields hold the sliding
+    // layers' values.
+    std::vector<LayerAttention> layer_attention;
+
+    // Block diffusion (diffusion_gemma; ../shared/reference/diffusion-gemma.md). 0 for autoregressive models.
+    int64_t canvas_length = 0;        // tokens denoised together (one block)
+    float final_logit_softcap = 0.0f; // logits = cap·tanh(logits/cap); 0: none
+    int64_t pad_id = -1;
+    // Image placeholder token: the encoder reads it as pad_id (text-only: no image features to put there).
+    int64_t image_token_id = -1;
 
     // Special tokens from the model's own metadata (never borrowed from another model).
     int64_t bos_id = -1;

@@ -61,9 +61,18 @@ void hash_geometry(Hasher& h, const ModelConfig& c) {
     h.u64(c.norm_topk_prob);
     h.u64(c.value_head_order == ValueHeadOrder::tiled);
     h.u64(c.layers.size());
-    for (LayerKind k : c.layers) h.u64(k == LayerKind::linear_attention);
+    for (LayerKind k : c.layers) h.u64(uint64_t(k));  // 0 full, 1 linear (as before), 2 sliding
     h.u64(c.layer_is_moe.size());
     for (bool moe : c.layer_is_moe) h.u64(moe);
+    // Only diffusion_gemma sets these; hashing nothing for the others keeps their fingerprints as they were.
+    for (const LayerAttention& a : c.layer_attention) {
+        for (int64_t v : {a.n_head_kv, a.head_dim, a.rope_pairs, a.window, int64_t(a.value_is_key)}) h.i64(v);
+        h.f32(a.rope_theta);
+    }
+    if (c.arch == Arch::diffusion_gemma) {
+        h.i64(c.canvas_length);
+        h.f32(c.final_logit_softcap);
+    }
 }
 
 }  // namespace

@@ -30,6 +30,9 @@ std::unique_ptr<Engine> open_engine(const std::filesystem::path& path, std::stri
     if (backend == "cuda") make_backend("cuda");  // the reason CUDA is unavailable, before a long load
     const double host_share = cuda ? kHostShareOfCudaLoad : 1.0;
     auto model = std::make_shared<const Model>(Model::load(path, host_part(progress, host_share)));
+    if (model->config().arch == Arch::diffusion_gemma)
+        fail("{}: {} is a block-diffusion model; this command drives left-to-right models only", path.string(),
+             model->config().arch_name);
     if (!cuda) return make_cpu_engine(std::move(model));
     LoadFraction upload;
     if (progress)

@@ -1,6 +1,10 @@
 // `deltabit logits` end to end: the binary's output file against transformers' logits of a fixture.
 #include "cli_command.h"
+#include "diffusion_gemma_folder.h"
 #include "fixture.h"
+
+#include "models/diffusion_gemma.h"
+#include "models/model.h"
 
 #include <gtest/gtest.h>
 
@@ -94,6 +98,49 @@ TEST(CmdLogits, BadArgumentsAreOneLineErrors) {
     const CommandResult not_number = run("logits -m " + model + " --ids 1,x -o /dev/null");
     EXPECT_EQ(not_number.exit_code, 1);
     EXPECT_NE(not_number.output.find("\"x\""), std::string::npos) << not_number.output;
+}
+
+TEST(CmdLogits, CanvasModeWritesTheDecodersLogits) {
+    // A block-diffusion model: encode --ids (in any mode), then the decoder's logits over --canvas, with
+    // --sc-logits as self-conditioning; the binary must write what DiffusionGemma computes in process.
+    const test::TinyDiffusionGemma tiny;
+    const std::filesystem::path dir = std::filesystem::temp_directory_path() / "deltabit_test_cmd_logits_dg";
+    tiny.write(dir);
+    const Model model = Model::load(dir);
+    const DiffusionGemma dg(model);
+    DiffusionCache cache = dg.new_cache();
+    const std::vector<int32_t> ids = {3, 17, 5, 9, 33, 21, 8}, canvas = {4, 4, 38, 0, 12};
+    dg.encode(cache, ids);
+    const std::vector<float> step1 = dg.denoise(cache, canvas);
+    std::vector<float> sc(step1.size());
+    for (size_t i = 0; i < sc.size(); ++i) sc[i] = step1[i] / 0.8f;
+    const std::vector<float> step2 = dg.denoise(cache, canvas, sc);
+    const std::filesystem::path out = dir / "out.bin", sc_file = dir / "sc.bin";
+    std::ofstream(sc_file, std::ios::binary).write(reinterpret_cast<const char*>(sc.data()), std::streamsize(sc.size() * 4));
+
+    const std::string base = "logits -m " + dir.string() + " --ids 3,17,5,9,33,21,8 --canvas 4,4,38,0,12 -o " + out.string();
+    const CommandResult plain = run(base + " --mode split:3");
+    ASSERT_EQ(plain.exit_code, 0) << plain.output;
+    const std::vector<float> got1 = read_floats(out);
+    ASSERT_EQ(got1.size(), step1.size());
+    double worst = 0.0;
+    for (size_t i = 0; i < got1.size(); ++i) worst = std::max(worst, std::abs(double(got1[i]) - step1[i]));
+    EXPECT_LE(worst, 1e-5 * 30.0);  // the encoder fed in two calls: fp32 summation order only
+    const CommandResult conditioned = run(base + " --sc-logits " + sc_file.string());
+    ASSERT_EQ(conditioned.exit_code, 0) << conditioned.output;
+    EXPECT_EQ(read_floats(out), step2);  // the same calls in the same order: bit for bit
+
+    const CommandResult short_sc = run(base + " --sc-logits " + out.string() + "x");
+    EXPECT_EQ(short_sc.exit_code, 1);
+    std::ofstream(sc_file, std::ios::binary | std::ios::trunc).write("abcd", 4);
+    const CommandResult wrong_size = run(base + " --sc-logits " + sc_file.string());
+    EXPECT_EQ(wrong_size.exit_code, 1);
+    EXPECT_NE(wrong_size.output.find("4 bytes, expected 800"), std::string::npos) << wrong_size.output;
+    const CommandResult not_diffusion = run("logits -m " + (test::fixtures_dir() / "qwen3_float").string() +
+                                            " --ids 1,2 --canvas 3,4 -o " + out.string());
+    EXPECT_EQ(not_diffusion.exit_code, 1);
+    EXPECT_NE(not_diffusion.output.find("not a block-diffusion one"), std::string::npos) << not_diffusion.output;
+    std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "ops/attention.h"
+#include "ops/attention_spans.h"
 #include "ops_test_util.h"
 
 namespace deltabit {
@@ -96,6 +97,33 @@ TEST(Attention, PrefillThenContinueEqualsOneCall) {
     cpu::attention(q.data(), k.data(), v.data(), nullptr, a, split.data());
     cpu::attention(q.data() + first * h * d, k.data(), v.data(), nullptr, b, split.data() + first * h * d);
     EXPECT_EQ(split, whole);  // same arithmetic in the same order: bit-identical
+}
+
+TEST(AttentionSpans, CausalSpansWithInverseSqrtScaleAreCausalAttention) {
+    const int64_t T = 7, past = 3, h = 4, kvh = 2, d = 5;
+    const std::vector<float> q = test::random_vector(T * h * d, 21);
+    const std::vector<float> k = test::random_vector((past + T) * kvh * d, 22);
+    const std::vector<float> v = test::random_vector((past + T) * kvh * d, 23);
+    std::vector<float> want(T * h * d), got(T * h * d);
+    cpu::attention(q.data(), k.data(), v.data(), nullptr, {T, past, h, kvh, d}, want.data());
+    std::vector<int64_t> begin(T, 0), end(T);
+    for (int64_t t = 0; t < T; ++t) end[size_t(t)] = past + t + 1;
+    cpu::attention_spans(q.data(), k.data(), v.data(), {T, past + T, h, kvh, d}, 1.0 / std::sqrt(double(d)),
+                         begin.data(), end.data(), got.data());
+    EXPECT_EQ(got, want);
+}
+
+TEST(AttentionSpans, ScaleOneAndAWindowedSpan) {
+    // One head, head_dim 2, scale 1 (no 1/√d). Query 0 sees keys 1..2 only: q·k1 = ln 3, q·k2 = 0 →
+    // weights 3/4 and 1/4 of v1 = (4, 0) and v2 = (0, 8). Key 0 (huge score, value 1000) is outside the span.
+    // Query 1 sees all three keys equally (q = 0): the mean of the values.
+    const float q[4] = {float(std::log(3.0)), 0.0f, 0.0f, 0.0f};
+    const float k[6] = {100, 0, 1, 0, 0, 1};
+    const float v[6] = {1000, 1000, 4, 0, 0, 8};
+    const int64_t begin[2] = {1, 0}, end[2] = {3, 3};
+    std::vector<float> out(4);
+    cpu::attention_spans(q, k, v, {2, 3, 1, 1, 2}, 1.0, begin, end, out.data());
+    test::expect_close(out, std::vector<double>{3.0, 2.0, 1004.0 / 3.0, 1008.0 / 3.0}, 1e-6);
 }
 
 }  // namespace

@@ -5,8 +5,10 @@
 #include <vector>
 
 #include "ops/gated_rms_norm.h"
+#include "ops/gelu_glu.h"
 #include "ops/l2_norm.h"
 #include "ops/rms_norm.h"
+#include "ops/softcap.h"
 #include "ops/swiglu.h"
 #include "ops_test_util.h"
 
@@ -61,6 +63,36 @@ TEST(Swiglu, SiluOfGateTimesUp) {
     // silu(−1) = −1/(1+e) = −0.268941421; silu(−200) underflows to −0 (e^200 ≈ 7e86 is finite in double)
     test::expect_close(out, std::vector<double>{0.0, 1.462117157, -0.806824262, 0.0}, kRel, 1e-6);
     EXPECT_FALSE(std::isnan(out[3]));
+}
+
+TEST(RmsNorm, ScaleFreeIgnoresTheWeight) {
+    // DiffusionGemma's value, router and input norms have no weight: w may be null.
+    const float x[4] = {3, 4, -6, 8};
+    std::vector<float> y(4);
+    cpu::rms_norm(x, nullptr, 2, 2, 0.0f, cpu::NormWeight::none, y.data());
+    test::expect_close(y, std::vector<double>{0.848528137, 1.131370850, -0.848528137, 1.131370850}, kRel);
+}
+
+TEST(GeluGlu, TanhGeluOfGateTimesUp) {
+    // gelu_tanh(x) = 0.5·x·(1 + tanh(√(2/π)(x + 0.044715x³))), evaluated with Python's math module:
+    // gelu_tanh(1) = 0.8411919906082768, gelu_tanh(−1) = −0.15880800939172324, gelu_tanh(3) = 2.996362607918227.
+    // Exact GELU would give 0.8413447, −0.1586553, 2.9959502: the tanh form is told apart at 1e-4.
+    const float gate[5] = {0.0f, 1.0f, -1.0f, 3.0f, -200.0f};
+    const float up[5] = {5.0f, 2.0f, 3.0f, -1.0f, 7.0f};
+    std::vector<float> out(5);
+    cpu::gelu_glu(gate, up, 5, out.data());
+    test::expect_close(out, std::vector<double>{0.0, 2 * 0.8411919906082768, 3 * -0.15880800939172324,
+                                                -2.996362607918227, 0.0},
+                       kRel, 1e-6);
+    EXPECT_FALSE(std::isnan(out[4]));
+}
+
+TEST(Softcap, TanhBoundedAndNearIdentityForSmallLogits) {
+    const float x[4] = {45.0f, -0.3f, 1e6f, 0.0f};
+    std::vector<float> y(4);
+    cpu::softcap(x, 4, 30.0f, y.data());
+    // 30·tanh(1.5) = 27.154447609345993; 30·tanh(−0.01) = −0.2999900003999838 (Python math)
+    test::expect_close(y, std::vector<double>{27.154447609345993, -0.2999900003999838, 30.0, 0.0}, kRel);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "ops/rope.h"
+#include "ops/rope_proportional.h"
 #include "ops_test_util.h"
 
 namespace deltabit {
@@ -66,6 +67,40 @@ TEST(Rope, AngleIsFormedInFp32LikeTransformers) {
     EXPECT_NEAR(y[1], std::cos(double(angle)), 1e-6);
     EXPECT_NEAR(y[3], std::sin(double(angle)), 1e-6);
     EXPECT_NEAR(x[0], std::cos(100003.0), 1e-6);  // inv_freq 1: the fp32 angle is exact
+}
+
+TEST(RopeProportional, OnlyTheFirstPairsRotateWithTheWholeHeadInTheExponent) {
+    // head_dim 8, 1 rotated pair of 4 (DiffusionGemma's full layers: 64 of 256): pair (0, 4) rotates by
+    // pos·theta^0 = pos; dims 1, 2, 3, 5, 6, 7 pass through untouched.
+    const int64_t dim = 8;
+    std::vector<float> x = test::random_vector(2 * dim, 11);
+    const std::vector<float> before = x;
+    const int32_t pos[2] = {0, 5};
+    cpu::rope_proportional(x.data(), pos, 2, 1, dim, 1, 1e6f);
+    for (int t = 0; t < 2; ++t) {
+        const float* b = before.data() + t * dim;
+        const float* a = x.data() + t * dim;
+        EXPECT_NEAR(a[0], b[0] * std::cos(pos[t]) - b[4] * std::sin(pos[t]), 1e-6);
+        EXPECT_NEAR(a[4], b[4] * std::cos(pos[t]) + b[0] * std::sin(pos[t]), 1e-6);
+        for (int i : {1, 2, 3, 5, 6, 7}) EXPECT_EQ(a[i], b[i]) << "token " << t << " dim " << i;
+    }
+    // Two rotated pairs: pair 1's frequency is theta^(−2/8) (over head_dim), not theta^(−2/4) as a
+    // partial rope_neox over the first 4 dims would use.
+    std::vector<float> y = {0, 1, 0, 0, 0, 0, 0, 0};
+    const int32_t p7[1] = {7};
+    cpu::rope_proportional(y.data(), p7, 1, 1, dim, 2, 10000.0f);
+    const float inv_freq = 1.0f / float(std::pow(10000.0, double(2.0f / 8.0f)));
+    EXPECT_NEAR(y[1], std::cos(double(7.0f * inv_freq)), 1e-6);
+    EXPECT_NEAR(y[5], std::sin(double(7.0f * inv_freq)), 1e-6);
+}
+
+TEST(RopeProportional, AllPairsIsFullNeoxRope) {
+    const int64_t dim = 16, heads = 3, T = 4;
+    std::vector<float> a = test::random_vector(T * heads * dim, 12), b = a;
+    const int32_t pos[T] = {0, 1, 77, 4096};
+    cpu::rope_proportional(a.data(), pos, T, heads, dim, dim / 2, 10000.0f);
+    cpu::rope_neox(b.data(), pos, T, heads, dim, dim, 10000.0f);
+    EXPECT_EQ(a, b);  // the same formula in the same order
 }
 
 }  // namespace

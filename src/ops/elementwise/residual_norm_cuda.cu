@@ -114,6 +114,7 @@ void add_rms_norm_quantize(float* x, const float* residual, const float* w, int6
         fail_message("cuda add_rms_norm_quantize: quantised view of " + std::to_string(hq.cols) + " inputs for a row of " +
                      std::to_string(dim));
     require_plain_view(hq, "cuda add_rms_norm_quantize");
+    if (weight == cpu::NormWeight::none) fail_message("cuda add_rms_norm_quantize: a scale-free norm is not supported here");
     const Args args{x, residual, w, h, hq.q, hq.meta, int(dim), eps, weight == cpu::NormWeight::one_plus};
     launch_programmatic(add_rms_norm_quantize_kernel, dim3(1), dim3(kThreads), 0, stream, "add_rms_norm_quantize",
                         args);

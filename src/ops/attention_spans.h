@@ -1,0 +1,26 @@
+// Grouped-query attention where each query sees an explicit contiguous span of keys and the score
+// scale is given: the form DiffusionGemma needs (../shared/reference/diffusion-gemma.md §2.3, §2.6–2.7):
+// scale 1 (no 1/√d), a causal sliding window in the encoder, and no mask at all over cache ++ canvas in
+// the decoder. cpu::attention (attention.h) is the causal special case with scale 1/√head_dim.
+//
+//   q      [n_queries][n_head][head_dim]
+//   k, v   [n_keys][n_kv_head][head_dim]
+//   key_begin, key_end  [n_queries]   query t attends keys key_begin[t] .. key_end[t] − 1
+//                                     (0 <= begin < end <= n_keys: every query sees at least one key)
+//   out    [n_queries][n_head][head_dim]
+//
+// Query head h reads kv head h / (n_head / n_kv_head) (transformers' repeat_kv). Scores scale · q·k,
+// softmax over the span. Reference numerics: scores, softmax and the weighted sum of v in double.
+#pragma once
+#include <cstdint>
+namespace deltabit::cpu {
+struct AttentionSpanDims {
+    int64_t n_queries = 0;
+    int64_t n_keys = 0;
+    int64_t n_head = 0;
+    int64_t n_kv_head = 0;  // divides n_head
+    int64_t head_dim = 0;
+};
+void attention_spans(const float* q, const float* k, const float* v, const AttentionSpanDims& dims, double scale,
+                     const int64_t* key_begin, const int64_t* key_end, float* out);
+}  // namespace deltabit::cpu

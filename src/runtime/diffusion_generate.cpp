@@ -1,0 +1,194 @@
+#include "runtime/diffusion_generate.h"
+
+#include "core/error.h"
+#include "sampling/rng.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <numeric>
+
+namespace deltabit {
+
+struct SeededDiffusionRandomness::State {
+    SamplerRng rng;
+};
+
+SeededDiffusionRandomness::SeededDiffusionRandomness(uint64_t seed) : state_(std::make_unique<State>(State{SamplerRng(seed)})) {}
+SeededDiffusionRandomness::~SeededDiffusionRandomness() = default;
+
+void SeededDiffusionRandomness::uniform_tokens(int64_t n_vocab, std::span<int32_t> out) {
+    // Multiply-shift of 53 random bits: the bias is below 2^-33 for any vocabulary that fits int32.
+    for (int32_t& t : out) t = int32_t(std::min<double>(double(n_vocab) - 1, std::floor(state_->rng.next_unit() * double(n_vocab))));
+}
+
+void SeededDiffusionRandomness::sample(std::span<const float> probs, int64_t n_vocab, std::span<int32_t> out) {
+    for (size_t r = 0; r < out.size(); ++r) {
+        const float* p = probs.data() + r * size_t(n_vocab);
+        double total = 0.0;
+        for (int64_t v = 0; v < n_vocab; ++v) total += p[v];
+        const double u = state_->rng.next_unit() * total;
+        double acc = 0.0;
+        int64_t pick = n_vocab - 1;
+        for (int64_t v = 0; v < n_vocab; ++v) {
+            acc += p[v];
+            if (u < acc && p[v] > 0.0f) {
+                pick = v;
+                break;
+            }
+        }
+        while (pick > 0 && p[pick] == 0.0f) --pick;  // never a zero-probability token from rounding at the end
+        out[r] = int32_t(pick);
+    }
+}
+
+double DiffusionGeneration::tokens_per_forward() const {
+    int64_t passes = 0;
+    for (int64_t s : steps_per_block) passes += s;
+    int64_t real = 0;
+    for (int32_t t : tokens) real += t != pad_id;
+    return passes > 0 ? double(real) / double(passes) : 0.0;
+}
+
+namespace {
+
+struct StepStats {
+    std::vector<float> scaled;      // logits / T_s, [L][V]
+    std::vector<float> probs;       // softmax(scaled)
+    std::vector<double> entropy;    // per position
+    std::vector<int32_t> argmax;    // per position
+};
+
+StepStats scale_and_measure(const std::vector<float>& logits, int64_t L, int64_t V, double temperature) {
+    StepStats s;
+    s.scaled.resize(logits.size());
+    s.probs.resize(logits.size());
+    s.entropy.resize(size_t(L));
+    s.argmax.resize(size_t(L));
+    const float t = float(temperature);  // torch divides an fp32 tensor by the scalar as fp32
+    for (size_t i = 0; i < logits.size(); ++i) s.scaled[i] = logits[i] / t;
+    for (int64_t r = 0; r < L; ++r) {
+        const float* x = s.scaled.data() + r * V;
+        const int64_t best = std::max_element(x, x + V) - x;  // first of equal maxima, as torch.argmax
+        s.argmax[size_t(r)] = int32_t(best);
+        double denom = 0.0;
+        for (int64_t v = 0; v < V; ++v) denom += std::exp(double(x[v]) - double(x[best]));
+        const double log_denom = std::log(denom);
+        double h = 0.0;
+        for (int64_t v = 0; v < V; ++v) {
+            const double log_p = double(x[v]) - double(x[best]) - log_denom;
+            const double p = std::exp(log_p);
+            s.probs[size_t(r * V + v)] = float(p);
+            if (p > 0.0) h -= p * log_p;
+        }
+        s.entropy[size_t(r)] = h;
+    }
+    return s;
+}
+
+// Entropy-bound acceptance (arXiv 2505.24857, reference §3.1 step 5).
+std::vector<bool> accepted_positions(const std::vector<double>& entropy, double bound) {
+    std::vector<size_t> order(entropy.size());
+    std::iota(order.begin(), order.end(), size_t(0));
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return entropy[a] < entropy[b]; });
+    std::vector<bool> accepted(entropy.size(), false);
+    double before = 0.0;  // the sum of strictly lower-ranked entropies
+    for (size_t j = 0; j < order.size(); ++j) {
+        accepted[order[j]] = before <= bound;
+        before += entropy[order[j]];
+    }
+    return accepted;
+}
+
+void validate(const DiffusionGenerationConfig& g, int64_t canvas, std::span<const int32_t> prompt,
+              std::span<const int32_t> first_canvas) {
+    if (prompt.empty()) fail("diffusion generate: the prompt is empty");
+    if (g.max_new_tokens < 1) fail("diffusion generate: max_new_tokens must be at least 1 (found {})", g.max_new_tokens);
+    if (g.max_denoising_steps < 1)
+        fail("diffusion generate: max_denoising_steps must be at least 1 (found {})", g.max_denoising_steps);
+    if (!(g.t_min > 0.0) || !(g.t_max > 0.0))
+        fail("diffusion generate: t_min and t_max must be positive (found {} and {})", g.t_min, g.t_max);
+    if (g.stability_threshold < 0)
+        fail("diffusion generate: stability_threshold must not be negative (found {})", g.stability_threshold);
+    if (!first_canvas.empty() && int64_t(first_canvas.size()) != canvas)
+        fail("diffusion generate: the first canvas has {} tokens; the model's canvas is {}", first_canvas.size(), canvas);
+}
+
+}  // namespace
+
+DiffusionGeneration generate_diffusion(const DiffusionGemma& model, std::span<const int32_t> prompt,
+                                       const DiffusionGenerationConfig& g, DiffusionRandomness& random,
+                                       std::span<const int32_t> first_canvas, const DiffusionBlockCallback& on_block) {
+    const ModelConfig& c = model.config();
+    const int64_t L = c.canvas_length, V = c.n_vocab, N = g.max_denoising_steps;
+    validate(g, L, prompt, first_canvas);
+    const int64_t n_blocks = (g.max_new_tokens + L - 1) / L;
+
+    DiffusionGeneration out;
+    out.pad_id = g.pad_id;
+    DiffusionCache cache = model.new_cache();
+    model.encode(cache, prompt);
+    std::vector<int32_t> committed;  // the last block, pad-replaced: what the next block encodes first
+    for (int64_t b = 0; b < n_blocks; ++b) {
+        if (b > 0) model.encode(cache, committed);
+        std::vector<int32_t> canvas(static_cast<size_t>(L));
+        random.uniform_tokens(V, canvas);  // drawn even when a first canvas is given (dict.pop's default)
+        if (b == 0 && !first_canvas.empty()) canvas.assign(first_canvas.begin(), first_canvas.end());
+
+        std::vector<float> self_conditioning;  // none on a block's first step
+        std::vector<int32_t> argmax_canvas = canvas;
+        // The last stability_threshold argmax canvases, oldest first; -1 until filled, so no early stop
+        // before step stability_threshold + 1.
+        std::deque<std::vector<int32_t>> history(size_t(g.stability_threshold), std::vector<int32_t>(size_t(L), -1));
+        int64_t steps = 0;
+        for (int64_t s = N; s >= 1; --s) {
+            const std::vector<float> logits = model.denoise(cache, canvas, self_conditioning);
+            ++steps;
+            const double temperature = g.t_min + (g.t_max - g.t_min) * double(s) / double(N);
+            StepStats st = scale_and_measure(logits, L, V, temperature);
+            std::vector<int32_t> sampled(static_cast<size_t>(L));
+            random.sample(st.probs, V, sampled);
+            const std::vector<bool> accepted = accepted_positions(st.entropy, g.entropy_bound);
+            std::vector<int32_t> noise(static_cast<size_t>(L));
+            random.uniform_tokens(V, noise);
+            std::vector<int32_t> next(static_cast<size_t>(L));
+            for (int64_t i = 0; i < L; ++i) next[size_t(i)] = accepted[size_t(i)] ? sampled[size_t(i)] : noise[size_t(i)];
+
+            bool stable = true;
+            for (const std::vector<int32_t>& old : history) stable = stable && old == st.argmax;
+            double mean_entropy = 0.0;
+            for (double h : st.entropy) mean_entropy += h;
+            mean_entropy /= double(L);
+            const bool finished = stable && mean_entropy < g.confidence_threshold;
+            if (!history.empty()) {
+                history.pop_front();
+                history.push_back(st.argmax);
+            }
+            self_conditioning = std::move(st.scaled);
+            canvas = std::move(next);
+            argmax_canvas = std::move(st.argmax);
+            if (finished) break;
+        }
+        out.steps_per_block.push_back(steps);
+
+        // Commit the argmax, then EOS/pad (§3.1 steps 5–6).
+        committed = argmax_canvas;
+        bool has_eos = false;
+        if (!g.eos_ids.empty()) {
+            for (int64_t i = 0; i < L; ++i) {
+                const bool eos = std::find(g.eos_ids.begin(), g.eos_ids.end(), committed[size_t(i)]) != g.eos_ids.end();
+                if (has_eos && g.pad_id >= 0) committed[size_t(i)] = int32_t(g.pad_id);  // after the first EOS
+                has_eos = has_eos || eos;
+            }
+        }
+        out.tokens.insert(out.tokens.end(), committed.begin(), committed.end());
+        if (on_block) on_block(committed, steps);
+        if (has_eos) {
+            out.finished = true;
+            break;  // one sequence: finished means every row is
+        }
+    }
+    return out;
+}
+
+}  // namespace deltabit
