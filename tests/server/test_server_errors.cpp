@@ -17,7 +17,7 @@ const std::string kChat = R"({"messages": [{"role": "user", "content": "hi"}], "
 class ServerErrors : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
-        dir_ = fs::temp_directory_path() / "deltabit_test_server_errors";
+        dir_ = test::scratch_dir("deltabit_test_server_errors");
         fs::remove_all(dir_);
         model_ = new fs::path(test::server_model(dir_ / "model"));
     }

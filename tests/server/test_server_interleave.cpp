@@ -35,8 +35,7 @@ int64_t count_between(const std::vector<Clock::time_point>& times, Clock::time_p
 class ServerInterleave : public ::testing::Test {
 protected:
     void SetUp() override {
-        dir_ = fs::temp_directory_path() / ("deltabit_test_server_interleave_" +
-                                            std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()));
+        dir_ = test::scratch_dir("deltabit_test_server_interleave");
         fs::remove_all(dir_);
         model_ = test::server_model(dir_ / "model");
     }
@@ -68,12 +67,12 @@ TEST_F(ServerInterleave, TwoStreamsBothProgressBeforeEitherFinishes) {
     EXPECT_EQ(server.stop(), 0);
 }
 
-// A running stream keeps getting tokens while a 3,000-token prompt is read: with chunks of 64 tokens
-// the prompt takes 47 iterations, each with one decode step of the running stream. Read whole (one
-// forward call), the stream would get at most a token or two until the new request's first token.
+// A running stream keeps getting tokens while a 1,536-token prompt is read: with chunks of 64 tokens
+// the prompt takes 24 iterations, each with one decode step of the running stream. Read whole (one
+// forward call; --prefill-chunk 0), the stream gets a token or two until the new request's first.
 TEST_F(ServerInterleave, LongPromptAdmittedMidStreamDoesNotStallTheStream) {
     test::ServerProcess server(model_, {"--parallel", "2", "--prefill-chunk", "64"});
-    constexpr int kPromptTokens = 3000;  // the byte tokenizer: one token per character
+    constexpr int kPromptTokens = 1536;  // the byte tokenizer: one token per character
     constexpr int64_t kChunks = (kPromptTokens + 63) / 64;
 
     std::atomic<bool> a_started{false}, a_ended{false}, hang_up_a{false};

@@ -45,7 +45,7 @@ double percentile(std::vector<double> v, double p) {
 }
 
 TEST(ServerLoad, SixtyFourStreamingClientsThousandRequestsNoErrorsNoCrossedReplies) {
-    const fs::path dir = fs::temp_directory_path() / "deltabit_test_server_load";
+    const fs::path dir = test::scratch_dir("deltabit_test_server_load");
     fs::remove_all(dir);
     test::ServerProcess server(test::server_model(dir / "model"),
                                {"--parallel", "16", "--max-concurrent", "256", "--park-budget", "64"});
