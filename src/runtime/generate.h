@@ -115,8 +115,8 @@ public:
 
     bool finished() const { return finished_; }
     // The tokens, text and finish reason so far (complete once finished()); timings.decode_ms counts
-    // the steps' time (a batched forward call's time counts to each of its sequences), decode_steps
-    // their forward calls.
+    // from each draw() to its fed() (a caller that runs other sequences in between counts their time
+    // too), decode_steps the tokens fed.
     GenerationResult& result() { return result_; }
 
 private:

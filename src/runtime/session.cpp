@@ -296,44 +296,48 @@ TurnStep SessionTurn::step() {
             throw;
         }
     }
-    TurnStep out;
-    const std::optional<int32_t> token = draw_token();
-    if (token) {
-        try {
-            const int32_t ids[1] = {*token};
-            session_.engine_.forward(*session_.sequence_, ids);
-        } catch (...) {
-            cancel();
-            throw;
-        }
-        token_fed();
-    }
-    out.token = finished_ ? result_.generation.tokens.back() : decode_->result().tokens.back();
-    out.finished = finished_;
-    return out;
-}
-
-std::optional<int32_t> SessionTurn::draw_token() {
-    if (finished_) fail("session: internal: a step after the turn finished");
-    if (!decode_) fail("session: internal: a token drawn before the prompt was read");
     try {
-        const std::optional<int32_t> token = decode_->draw();
-        if (!token) end_decode();
-        return token;
+        const int32_t ids[1] = {*to_feed_};
+        session_.engine_.forward(*session_.sequence_, ids);
     } catch (...) {
         cancel();
         throw;
     }
+    return token_fed();
 }
 
-void SessionTurn::token_fed() {
-    if (finished_ || !decode_) fail("session: internal: token_fed() without a drawn token");
+int32_t SessionTurn::token_to_feed() const {
+    if (!decoding()) fail("session: internal: no token to feed (the prompt is unread or the turn has finished)");
+    return *to_feed_;
+}
+
+TurnStep SessionTurn::token_fed() {
+    if (!decoding()) fail("session: internal: token_fed() without a token to feed");
     try {
         decode_->fed();
+        to_feed_.reset();
     } catch (...) {
         cancel();
         throw;
     }
+    return draw();
+}
+
+// Draws the next token (the loop's first half); the turn ends with it or waits for it to be fed.
+TurnStep SessionTurn::draw() {
+    TurnStep out;
+    try {
+        to_feed_ = decode_->draw();
+    } catch (...) {
+        cancel();
+        throw;
+    }
+    out.token = decode_->result().tokens.back();
+    if (!to_feed_) {
+        end_decode();
+        out.finished = true;
+    }
+    return out;
 }
 
 EngineSequence& SessionTurn::sequence() { return *session_.sequence_; }
@@ -348,7 +352,7 @@ void SessionTurn::end_decode() {
 }
 
 // One prompt piece, its checkpoint and progress report; the last one also ends the prompt (the
-// end-of-prompt checkpoint, after_forward) and starts the decode loop.
+// end-of-prompt checkpoint, after_forward), starts the decode loop and draws the first token.
 TurnStep SessionTurn::read_piece() {
     const Clock::time_point start = Clock::now();
     const auto [piece_end, kind] = pieces_[next_piece_++];
@@ -366,8 +370,14 @@ TurnStep SessionTurn::read_piece() {
     if (callbacks_.on_prefill_progress) callbacks_.on_prefill_progress(at_ - reused, to_read);
     result_.generation.timings.prefill_ms += ms_since(start);
     result_.generation.timings.prompt_tokens += int64_t(piece.size());
-    if (last) decode_ = std::make_unique<DecodeLoop>(session_.engine_, *session_.sequence_, session_.ledger_, options_, hooked_);
-    TurnStep out;
+    if (!last) {
+        TurnStep out;
+        out.prompt_tokens = int64_t(piece.size());
+        return out;
+    }
+    // The first token, from the logits this piece left, before any other sequence runs.
+    decode_ = std::make_unique<DecodeLoop>(session_.engine_, *session_.sequence_, session_.ledger_, options_, hooked_);
+    TurnStep out = draw();
     out.prompt_tokens = int64_t(piece.size());
     return out;
 }

@@ -135,7 +135,7 @@ struct SessionStats {
 // What one SessionTurn::step() did.
 struct TurnStep {
     int64_t prompt_tokens = 0;     // prompt tokens this step read (a prefill piece); 0 in a decode step
-    std::optional<int32_t> token;  // the token this step generated
+    std::optional<int32_t> token;  // the token this step drew (and reported through on_token)
     bool finished = false;         // the turn has ended (the step's token, if any, was its last)
 };
 
@@ -148,12 +148,16 @@ class Session;
 //
 // Prompt pieces end at the checkpoint interval's multiples and the turn starts (each followed by its
 // checkpoint), at multiples of `max_piece` when it is > 0 (absolute positions, no checkpoint), and at
-// the end of the prompt. A decode step draws a token from the last logits, reports it (on_token) and,
-// unless the turn ends with it, feeds it. The session must outlive the turn; while a turn is open the
+// the end of the prompt. The step that reads the last piece also draws the first token from its
+// logits and reports it (on_token); each decode step then feeds the token drawn last and draws the
+// next from the logits that forward call left. A token is drawn right after its sequence's forward
+// call, with no other sequence's call in between: the CUDA engine keeps only the latest call's
+// logits (runtime/engine.h). The turn ends with the token that ends it (EOS, stop string, max_tokens,
+// a full sequence), which is never fed. The session must outlive the turn; while a turn is open the
 // session refuses other turns, reset() and load().
 class SessionTurn {
 public:
-    ~SessionTurn();  // ends the turn (as cancel()) if it has not finished
+    ~SessionTurn();  // ends the turn if it has not finished; the session keeps what was fed (as cancel())
     SessionTurn(const SessionTurn&) = delete;
     SessionTurn& operator=(const SessionTurn&) = delete;
 
@@ -161,20 +165,20 @@ public:
     // ends the turn and leaves the session consistent (the ledger matches the sequence).
     TurnStep step();
 
-    // A decode step in its two halves (DecodeLoop::draw / fed), for a caller that feeds many sessions'
-    // tokens in one batched forward call: draw_token() draws and reports the next token and returns it
-    // when it must be fed to the session's sequence; nullopt when the turn ended with it (finished()).
-    // The caller feeds exactly that token, then calls token_fed(). Error unless decoding() and not
-    // finished(). A turn cancelled between the halves (the token not fed) holds what it held before.
-    std::optional<int32_t> draw_token();
-    void token_fed();
+    // A decode step in its two halves around its forward call, for a caller that feeds many sessions'
+    // tokens in one batched call: while decoding(), token_to_feed() is the token drawn last, which the
+    // caller feeds to sequence(); then token_fed() records it and draws the next token from the logits
+    // that call left (reporting it; the turn may end with it). Error unless decoding(). A turn
+    // cancelled between the halves must not have been fed the token: it holds what it held before.
+    int32_t token_to_feed() const;
+    TurnStep token_fed();
     EngineSequence& sequence();  // the session's, which the drawn token is fed to
     // Ends the turn now: the session keeps what the turn fed so far (consistent, reusable by the next
     // turn); result() holds the tokens generated so far. Nothing when already finished.
     void cancel();
     bool finished() const { return finished_; }
     bool cancelled() const { return cancelled_; }
-    bool decoding() const { return decode_ != nullptr; }  // the prompt has been read
+    bool decoding() const { return decode_ != nullptr && !finished_; }  // the prompt has been read, a token waits
     const ReuseReport& reuse() const { return result_.reuse; }
     // The turn's result: complete once finished() (after cancel(): the tokens so far, finish "length").
     const TurnResult& result() const { return result_; }
@@ -183,6 +187,7 @@ private:
     friend class Session;
     explicit SessionTurn(Session& session) : session_(session) {}
     TurnStep read_piece();
+    TurnStep draw();     // the next token, after the prompt or a fed token
     void end_decode();  // the turn ends with the token just drawn
     void close();
 
@@ -195,8 +200,8 @@ private:
     size_t next_piece_ = 0;
     int64_t at_ = 0;
     CheckpointKind end_kind_ = CheckpointKind::end_of_prompt;
-    double prefill_ms_ = 0.0;
     std::unique_ptr<DecodeLoop> decode_;
+    std::optional<int32_t> to_feed_;  // drawn, not yet fed
     TurnResult result_;
     bool finished_ = false, cancelled_ = false;
 };

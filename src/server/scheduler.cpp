@@ -40,8 +40,8 @@ std::string finish_name(FinishReason reason) {
 }  // namespace
 
 // One admitted job: its turn on a session, driven a step at a time by the scheduler thread. A job
-// first wants prefill steps (scoring the prompt for echo + logprobs, then its prompt pieces), then
-// decode steps (one token each), in the two halves a batched forward call needs (draw, fed).
+// first wants prefill steps (scoring the prompt for echo + logprobs, then its prompt pieces; the last
+// piece's step draws the first token), then decode steps: feed the token drawn last, draw the next.
 class ActiveJob {
 public:
     ActiveJob(Scheduler& scheduler, std::shared_ptr<Job> job, Session* session, Clock::time_point deadline)
@@ -76,7 +76,9 @@ public:
                 finish();
             } else {
                 if (!turn_) begin();
-                read = turn_->step().prompt_tokens;
+                const TurnStep step = turn_->step();
+                read = step.prompt_tokens;
+                if (step.finished) end_turn();  // its first token was its last
             }
         } catch (const std::exception& e) {
             fail_with(e);
@@ -86,34 +88,23 @@ public:
         return read;
     }
 
-    // The first half of a decode step: draws and reports the next token; returns it when it must be
-    // fed to the session's sequence (then fed()), nullopt when the job has finished.
-    std::optional<int32_t> draw() {
-        const Clock::time_point start = Clock::now();
-        std::optional<int32_t> token;
-        try {
-            token = turn_->draw_token();
-            if (!token) end_turn();
-        } catch (const std::exception& e) {
-            fail_with(e);
-        }
-        decode_seconds_ += seconds_since(start);
-        return token;
-    }
-    // The second half, after the drawn token was fed; `forward_seconds`: this job's share of the call.
+    // A decode step in its two halves around the forward call: the token drawn last, to be fed to
+    // sequence(); then fed(), which records it and draws the next (the job may finish with it).
+    int32_t token_to_feed() const { return turn_->token_to_feed(); }
+    EngineSequence& sequence() { return turn_->sequence(); }
+    // `forward_seconds`: this job's share of the forward call.
     void fed(double forward_seconds) {
         const Clock::time_point start = Clock::now();
         try {
-            turn_->token_fed();
+            if (turn_->token_fed().finished) end_turn();
         } catch (const std::exception& e) {
             fail_with(e);
         }
         decode_seconds_ += forward_seconds + seconds_since(start);
     }
-    // The forward call for the drawn token failed: the job ends with the error (the turn, cancelled,
-    // holds what it held before the token).
+    // The forward call for the token failed: the job ends with the error (the turn, cancelled, holds
+    // what it held before the token).
     void forward_failed(const std::exception& e) { fail_with(e); }
-    EngineSequence& sequence() { return turn_->sequence(); }
 
     // The job's reader is this many events behind: it is not stepped until it catches up (a slow
     // client holds back its own generation, not the others', and its queue stays bounded).
@@ -341,25 +332,22 @@ void Scheduler::iterate() {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
-// The seam for batched decoding (scheduler.h): one decode step of each job in `decoding`. The forward
-// calls in the middle are the batch: today one call per sequence, in turn.
+// The seam for batched decoding (scheduler.h): one decode step of each job in `decoding` — feed the
+// token it drew last, then record it and draw the next from the logits that call left. Today each job
+// in turn, its forward call then its draw: the CUDA engine keeps only the latest forward call's logits
+// (runtime/engine.h), so a sequence's draw must follow its own call. A batched executor makes one
+// forward call for all the jobs' tokens, with logits for each, then calls every job's fed().
 void Scheduler::step_active(std::span<ActiveJob* const> decoding) {
-    std::vector<ActiveJob*> feeding;
-    std::vector<int32_t> tokens;
-    for (ActiveJob* job : decoding)
-        if (const std::optional<int32_t> token = job->draw()) {
-            feeding.push_back(job);
-            tokens.push_back(*token);
-        }
-    for (size_t i = 0; i < feeding.size(); ++i) {
+    for (ActiveJob* job : decoding) {
         const Clock::time_point start = Clock::now();
         try {
-            engine_.forward(feeding[i]->sequence(), std::span(&tokens[i], 1));
+            const int32_t token = job->token_to_feed();
+            engine_.forward(job->sequence(), std::span(&token, 1));
         } catch (const std::exception& e) {
-            feeding[i]->forward_failed(e);
+            job->forward_failed(e);
             continue;
         }
-        feeding[i]->fed(std::chrono::duration<double>(Clock::now() - start).count());
+        job->fed(std::chrono::duration<double>(Clock::now() - start).count());
     }
 }
 

@@ -9,15 +9,15 @@
 //
 // Each job's turn is a SessionTurn (runtime/session.h), driven a step at a time on this thread: a
 // prefill step reads one prompt piece (at most `prefill_chunk` tokens, ending also at the session's
-// checkpoint interval), a decode step draws one token and feeds it. So a long prompt is read a chunk
-// per iteration between the running streams' tokens, and a request admitted mid-stream joins at the
-// next iteration.
+// checkpoint interval; the last piece's step draws the first token), a decode step feeds the token
+// drawn last and draws the next. So a long prompt is read a chunk per iteration between the running
+// streams' tokens, and a request admitted mid-stream joins at the next iteration.
 //
 // step_active() is the seam for batched decoding: it receives every job that wants a decode step this
-// iteration and makes each one's step in three phases — draw all tokens (sampling, stop strings, the
-// event to the client), feed them (today one forward call per sequence in turn), record them. A
-// batched executor (one forward call for N sequences, on the GPU) replaces the middle phase with one
-// call; nothing around it changes.
+// iteration, and each job's step is two halves around one forward call — the token to feed, then
+// fed() (record it, draw the next: sampling, stop strings, the event to the client). Today it makes
+// the calls one job at a time; a batched executor (one forward call for N sequences, on the GPU) makes
+// one call for all of them and then runs each job's second half; nothing around it changes.
 //
 // Backpressure: a job whose connection has not taken 256 of its events is skipped until it has, so a
 // slow reader holds back only its own generation and its queue stays bounded.

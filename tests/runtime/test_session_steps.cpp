@@ -1,7 +1,7 @@
 // Turns driven a step at a time (Session::begin_turn, SessionTurn; runtime/session.h): the same tokens
 // and logits, bit for bit, as run_turn, on the qwen3_5 (hybrid) and qwen3 (attention only) fixtures,
 // greedy and seeded, fresh and reusing an earlier turn; stop strings; bounded prompt pieces; decode
-// steps in their two halves (draw_token / token_fed, the batched executor's seam); cancel mid-prefill
+// steps in their two halves (token_to_feed / token_fed, the batched executor's seam); cancel mid-prefill
 // and mid-decode; refusals.
 #include "engine_test_support.h"
 #include "runtime/session.h"
@@ -61,7 +61,7 @@ Trace by_run_turn(Session& session, std::span<const int32_t> prompt, const Gener
 }
 
 // Drives the turn step by step, checking each step's report: a piece of at most `max_piece` tokens
-// (when > 0) until the prompt is read, then one token per step.
+// (when > 0) until the prompt is read, the last piece with the first token; then one token per step.
 Trace by_steps(Session& session, std::span<const int32_t> prompt, const GenerationOptions& options,
                int64_t max_piece = 0) {
     Trace trace;
@@ -72,15 +72,16 @@ Trace by_steps(Session& session, std::span<const int32_t> prompt, const Generati
         const size_t tokens_before = trace.tokens.size();
         const TurnStep step = turn->step();
         ++trace.steps;
+        const bool drew = decoding || turn->decoding() || turn->finished();  // a decode step, or the last piece
+        EXPECT_EQ(step.token.has_value(), drew);
+        EXPECT_EQ(trace.tokens.size(), tokens_before + (drew ? 1 : 0));
+        if (step.token) EXPECT_EQ(*step.token, trace.tokens.back());
+        EXPECT_EQ(step.finished, turn->finished());
         if (decoding) {
             EXPECT_EQ(step.prompt_tokens, 0);
-            EXPECT_TRUE(step.token.has_value());
-            EXPECT_EQ(trace.tokens.size(), tokens_before + 1);
-            if (step.token) EXPECT_EQ(*step.token, trace.tokens.back());
         } else {
             EXPECT_GT(step.prompt_tokens, 0);
             if (max_piece > 0) EXPECT_LE(step.prompt_tokens, max_piece);
-            EXPECT_FALSE(step.token.has_value());
             read += step.prompt_tokens;
         }
     }
@@ -123,7 +124,7 @@ TEST_P(SessionSteps, StepByStepEqualsRunTurn) {
     const Trace ref1 = by_run_turn(reference, first, generation);
     const Trace step1 = by_steps(stepped, first, generation);
     expect_same(ref1, step1);
-    EXPECT_EQ(step1.steps, 3 + 9);  // pieces [0, 16), [16, 32), [32, 45); then 9 tokens
+    EXPECT_EQ(step1.steps, 3 + 8);  // pieces [0, 16), [16, 32), [32, 45) (and token 1); then 8 tokens
     EXPECT_EQ(reference.stats().turns, stepped.stats().turns);
     EXPECT_EQ(reference.stats().checkpoints_taken, stepped.stats().checkpoints_taken);
 
@@ -156,7 +157,7 @@ TEST(SessionStepsPieces, BoundedPiecesEqualRunTurnWithThatInterval) {
     const Trace ref = by_run_turn(reference, prompt, test::greedy_options(6));
     const Trace step = by_steps(stepped, prompt, test::greedy_options(6), 8);
     expect_same(ref, step);
-    EXPECT_EQ(step.steps, 6 + 6);  // pieces ending at 8, 16, 24, 32, 40, 45; then 6 tokens
+    EXPECT_EQ(step.steps, 6 + 5);  // pieces ending at 8, 16, 24, 32, 40, 45 (and token 1); then 5 tokens
 }
 
 // cancel() leaves the session holding what was fed, consistent: the next turn reuses it and gives the
@@ -172,12 +173,12 @@ TEST(SessionStepsCancel, CancelledTurnLeavesAReusableSession) {
               "session: a turn is in progress; finish or cancel it before starting another");
     EXPECT_EQ(message_of([&] { session.reset(); }),
               "session: a turn is in progress; finish or cancel it before resetting");
-    turn->step();                              // the prompt, one piece
-    for (int i = 0; i < 3; ++i) turn->step();  // three tokens, each fed (none ended the turn)
+    turn->step();                              // the prompt, one piece, and token 1
+    for (int i = 0; i < 3; ++i) turn->step();  // tokens 1..3 fed, 2..4 drawn (none ended the turn)
     turn->cancel();
     EXPECT_TRUE(turn->finished());
     EXPECT_TRUE(turn->cancelled());
-    EXPECT_EQ(turn->result().generation.tokens.size(), 3u);
+    EXPECT_EQ(turn->result().generation.tokens.size(), 4u);  // all reported; the last was never fed
     EXPECT_EQ(session.ledger().size(), 30 + 3);
     EXPECT_EQ(session.ledger().size(), session.sequence().position());
     EXPECT_EQ(message_of([&] { turn->step(); }), "session: internal: a step after the turn finished");
@@ -228,9 +229,11 @@ TEST(SessionStepsStop, StopStringEndsBothTheSame) {
 }
 
 // The two halves of a decode step, with the caller feeding the token (what the server's scheduler does
-// so that a batched executor can feed many sessions at once), interleaving two sessions on one engine:
-// each gives the tokens it gives alone through run_turn.
-TEST(SessionStepsHalves, DrawFeedRecordInterleavedEqualsRunTurn) {
+// so that a batched executor can feed many sessions at once), in a batch's order over two sessions on
+// one engine — every token fed, then every turn's record-and-draw: each gives the tokens and logits it
+// gives alone through run_turn (the CPU engine keeps every sequence's logits; the CUDA engine only the
+// latest call's, so there the scheduler interleaves call and draw per session).
+TEST(SessionStepsHalves, FeedThenRecordInABatchEqualsRunTurn) {
     const std::shared_ptr<const Model> model = test::load_model("qwen3_5_binary");
     const std::unique_ptr<Engine> engine = make_cpu_engine(*model);
     const SessionOptions options{.sequence = {.max_positions = 256, .kv_format = KvFormat::f32},
@@ -246,27 +249,29 @@ TEST(SessionStepsHalves, DrawFeedRecordInterleavedEqualsRunTurn) {
     Trace got_a, got_b;
     std::unique_ptr<SessionTurn> turn_a = a.begin_turn(prompt_a, gen_a, recording(a, got_a));
     std::unique_ptr<SessionTurn> turn_b = b.begin_turn(prompt_b, gen_b, recording(b, got_b));
-    EXPECT_EQ(message_of([&] { turn_a->draw_token(); }), "session: internal: a token drawn before the prompt was read");
+    EXPECT_EQ(message_of([&] { turn_a->token_to_feed(); }),
+              "session: internal: no token to feed (the prompt is unread or the turn has finished)");
     while (!turn_a->decoding()) turn_a->step();
     while (!turn_b->decoding()) turn_b->step();
     int both = 0;
-    while (!turn_a->finished() || !turn_b->finished()) {
-        // Draw for every unfinished turn, then feed, then record: the order of a batched step.
-        std::vector<std::pair<SessionTurn*, int32_t>> feeding;
+    while (turn_a->decoding() || turn_b->decoding()) {
+        std::vector<SessionTurn*> batch;
         for (SessionTurn* turn : {turn_a.get(), turn_b.get()})
-            if (!turn->finished())
-                if (const std::optional<int32_t> token = turn->draw_token()) feeding.emplace_back(turn, *token);
-        if (feeding.size() == 2) ++both;
-        for (auto& [turn, token] : feeding) engine->forward(turn->sequence(), std::span(&token, 1));
-        for (auto& [turn, token] : feeding) turn->token_fed();
+            if (turn->decoding()) batch.push_back(turn);
+        if (batch.size() == 2) ++both;
+        for (SessionTurn* turn : batch) {
+            const int32_t token = turn->token_to_feed();
+            engine->forward(turn->sequence(), std::span(&token, 1));
+        }
+        for (SessionTurn* turn : batch) turn->token_fed();
     }
-    EXPECT_GE(both, 6);
+    EXPECT_EQ(both, 6);  // b's 7 tokens: 6 decode steps, all in a batch with a's
     finish_trace(a, turn_a->result(), got_a);
     finish_trace(b, turn_b->result(), got_b);
     expect_same(want_a, got_a);
     expect_same(want_b, got_b);
     EXPECT_EQ(a.stats().turns, 1);
-    EXPECT_EQ(message_of([&] { turn_a->draw_token(); }), "session: internal: a step after the turn finished");
+    EXPECT_EQ(message_of([&] { turn_a->token_fed(); }), "session: internal: token_fed() without a token to feed");
 }
 
 // Cancelled mid-prefill (after some pieces): the session holds the pieces read, consistent, and the
