@@ -1,7 +1,7 @@
 // The one thread that owns the model: it takes jobs (job.h) from the HTTP threads (submit), runs up to
 // --parallel of them at once on sessions from the pool (session_pool.h), and sends their events back
-// through each job's own queue. It alone touches
-// the engine, the pool and the sessions, so none of them needs a lock.
+// through each job's own queue. It alone touches the engine, the pool and the sessions, so none of
+// them needs a lock.
 //
 //   loop:  admit queued jobs while a session is free  →  iterate()  →  retire finished jobs
 //   iterate():  prefill pieces, oldest job first, up to `prefill_chunk` prompt tokens in all
