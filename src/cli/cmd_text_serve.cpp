@@ -43,6 +43,7 @@ struct ServeArgs {
     int port = 8080;
     std::string api_key;
     int parallel = 4;
+    int64_t prefill_chunk = 256;
     int64_t park_budget_mib = 1024;
     int max_queue = 256;
     int max_concurrent = 128;
@@ -75,6 +76,7 @@ void run_serve(const ServeArgs& args) {
     scheduler_options.pool.session = {.sequence = sequence, .checkpoints = {}};
     scheduler_options.pool.park_budget_bytes = args.park_budget_mib << 20;
     scheduler_options.max_queued = args.max_queue;
+    scheduler_options.prefill_chunk = args.prefill_chunk;
     server::Scheduler scheduler(*engine, *text.tokenizer, scheduler_options);
 
     server::ModelText model;
@@ -136,6 +138,9 @@ void add_serve_command(CLI::App& app) {
     cmd->add_option("--api-key", args->api_key, "require 'Authorization: Bearer KEY' on /v1/* and /metrics (default: none)");
     cmd->add_option("--parallel", args->parallel, "conversations generating at once (live sessions)")
         ->check(CLI::Range(1, 1024))->capture_default_str();
+    cmd->add_option("--prefill-chunk", args->prefill_chunk,
+                    "prompt tokens read between two decode steps of the running conversations (0: whole prompts)")
+        ->check(CLI::Range(int64_t(0), int64_t(1) << 30))->capture_default_str();
     cmd->add_option("--park-budget", args->park_budget_mib, "MiB of host memory for parked conversations (0: none kept)")
         ->check(CLI::Range(int64_t(0), int64_t(1) << 30))->capture_default_str();
     cmd->add_option("--max-queue", args->max_queue, "requests waiting for a session; more get 429")

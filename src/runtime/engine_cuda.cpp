@@ -119,6 +119,7 @@ public:
     void forward(EngineSequence& sequence, std::span<const int32_t> ids) override {
         CudaSequence& s = own(sequence);
         check_forward(config(), ids, s.position(), s.max_positions());
+        note_forward(s);
         if (s.ahead_ && ids.size() == 1 && ids[0] == s.ahead_token_ && s.ahead_serial_ == serial_) {
             // The token the run-ahead step already consumed: keep the step, nothing to compute.
             s.ahead_ = false;
@@ -135,13 +136,18 @@ public:
     // token starts before the id reaches the host, so the GPU is busy while the caller detokenizes, checks
     // stops and calls forward() with that id — which then finds the step done. When the caller stops
     // instead (EOS, a stop string, max tokens), the step is undone on the sequence's next use: the session
-    // ends exactly after the token that ended it, as without run-ahead.
+    // ends exactly after the token that ended it, as without run-ahead. Not when the last two forward
+    // calls were on different sequences (below).
     int32_t next_token(EngineSequence& sequence, Sampler& sampler, const TokenHistory& history) override {
         CudaSequence& s = own(sequence);
         s.settle();
         const float* logits = logits_of(s);
         if (!is_plain_greedy(sampler.params()))
             return checked(sampler_.sample(logits, sampler, history, model_.stream()), logits, s);
+        // The caller interleaves sequences (the server's scheduler: each one's forward call, then its
+        // token): the next forward call is most likely another sequence's, which would undo a step run
+        // ahead here after the GPU had spent it — so none is started.
+        if (interleaved_) return checked(model_.argmax(logits), logits, s);
         // The step overwrites the model's logits buffer: this sequence's last logits move to a copy first,
         // so that settling the step leaves them readable.
         float* held = held_logits_.get<float>();
@@ -180,6 +186,7 @@ public:
     std::vector<float> forward_all(EngineSequence& sequence, std::span<const int32_t> ids) override {
         CudaSequence& s = own(sequence);
         check_forward(config(), ids, s.position(), s.max_positions());
+        note_forward(s);
         s.settle();
         std::vector<float> logits = model_.forward(s.state_, ids);
         // forward() hands every row to the host; the last goes back up so next_token works as after forward().
@@ -194,6 +201,11 @@ public:
     }
 
 private:
+    // Whether the last two forward calls were on different sequences (see next_token).
+    void note_forward(const CudaSequence& s) {
+        interleaved_ = last_forward_ != nullptr && last_forward_ != &s;
+        last_forward_ = &s;
+    }
     CudaSequence& own(EngineSequence& sequence) const {
         return const_cast<CudaSequence&>(own(static_cast<const EngineSequence&>(sequence)));
     }
@@ -228,6 +240,8 @@ private:
     cuda::DeviceBuffer held_logits_;  // the last logits of a sequence that runs ahead
     mutable EngineCounters counters_;  // sequences count their undone steps
     uint64_t serial_ = 0;  // forward calls so far (run-ahead steps too); names the logits the model's buffer holds
+    const CudaSequence* last_forward_ = nullptr;  // compared, never dereferenced (it may be gone)
+    bool interleaved_ = false;
     mutable std::once_flag fingerprint_once_;
     mutable std::string fingerprint_;
 };

@@ -27,8 +27,10 @@
 #include "runtime/token_ledger.h"
 #include "sampling/sampling_params.h"
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -78,6 +80,57 @@ struct GenerationResult {
     std::string text;             // decoded text without EOS or stop string (empty without detokenize)
     FinishReason finish = FinishReason::length;
     GenerationTimings timings;
+};
+
+class Sampler;
+class StopStringMatcher;
+
+// The loop after the prompt, one token per step(): draw a token from the sequence's last logits,
+// report it (on_token), and, unless it ends the generation, feed it (then after_forward). generate()
+// is this loop run to the end; a session's turn (runtime/session.h) and the server's scheduler drive it
+// step by step. The caller has fed the prompt; engine, sequence, ledger and callbacks must outlive it.
+//
+// A step is two halves around its one forward call, so that a caller can feed many sequences' tokens
+// in one batched call: draw() chooses and reports the token and returns it when it must be fed;
+// the caller feeds it to the sequence; fed() records it. step() is draw, forward, fed.
+class DecodeLoop {
+public:
+    // Constructing it changes nothing; the options were checked by the caller (check_generation_options).
+    DecodeLoop(Engine& engine, EngineSequence& sequence, TokenLedger& ledger, const GenerationOptions& options,
+               const GenerationCallbacks& callbacks);
+    ~DecodeLoop();
+    DecodeLoop(const DecodeLoop&) = delete;
+    DecodeLoop& operator=(const DecodeLoop&) = delete;
+
+    // One token (above); returns it. Error after finished().
+    int32_t step();
+
+    // The first half: draws and reports the next token. Returns it when the generation goes on (the
+    // caller must feed exactly this token to the sequence, then call fed()); nullopt when it was the
+    // last (finished(), the token is result().tokens.back()). Error after finished() or while a drawn
+    // token waits to be fed.
+    std::optional<int32_t> draw();
+    // The second half: the token draw() returned has been fed to the sequence.
+    void fed();
+
+    bool finished() const { return finished_; }
+    // The tokens, text and finish reason so far (complete once finished()); timings.decode_ms counts
+    // from each draw() to its fed() (a caller that runs other sequences in between counts their time
+    // too), decode_steps the tokens fed.
+    GenerationResult& result() { return result_; }
+
+private:
+    Engine& engine_;
+    EngineSequence& sequence_;
+    TokenLedger& ledger_;
+    const GenerationOptions& options_;
+    const GenerationCallbacks& callbacks_;
+    std::unique_ptr<Sampler> sampler_;
+    std::unique_ptr<StopStringMatcher> stops_;
+    GenerationResult result_;
+    std::optional<int32_t> to_feed_;       // drawn, not yet fed
+    std::chrono::steady_clock::time_point drawn_at_;
+    bool finished_ = false;
 };
 
 // Generates after `prompt` on an engine's sequence, continuing it and its `ledger` (which must agree in

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 
 namespace deltabit {
 namespace {
@@ -37,6 +38,15 @@ TokenLedger ledger_prefix(const TokenLedger& ledger, int64_t n) {
         }
     }
     return out;
+}
+
+// The decode loop's tokens, text, finish and decode timings, into `out`, which holds the prefill
+// timings of the turn's pieces.
+void take_decode_result(GenerationResult& out, DecodeLoop& decode) {
+    const GenerationTimings prefill = out.timings;
+    out = std::move(decode.result());
+    out.timings.prefill_ms = prefill.prefill_ms;
+    out.timings.prompt_tokens = prefill.prompt_tokens;
 }
 
 }  // namespace
@@ -105,6 +115,7 @@ Session::Session(Engine& engine, const SessionOptions& options)
 }
 
 void Session::reset() {
+    if (open_turn_) fail("session: a turn is in progress; finish or cancel it before resetting");
     sequence_->reset();
     ledger_.clear();
     checkpoints_.clear();
@@ -192,8 +203,18 @@ void Session::feed_prompt_piece(std::span<const int32_t> piece) {
 
 TurnResult Session::run_turn(std::span<const int32_t> prompt, const GenerationOptions& options,
                              const GenerationCallbacks& callbacks, std::span<const int64_t> turn_starts) {
+    std::unique_ptr<SessionTurn> turn = begin_turn(prompt, options, callbacks, turn_starts);
+    while (!turn->finished()) turn->step();
+    return turn->result();
+}
+
+std::unique_ptr<SessionTurn> Session::begin_turn(std::span<const int32_t> prompt, const GenerationOptions& options,
+                                                 const GenerationCallbacks& callbacks,
+                                                 std::span<const int64_t> turn_starts, int64_t max_piece) {
     const ModelConfig& config = engine_.config();
     // Refusals, before anything changes.
+    if (open_turn_) fail("session: a turn is in progress; finish or cancel it before starting another");
+    if (max_piece < 0) fail("session: max_piece {} is negative (0 leaves prompt pieces unbounded)", max_piece);
     if (prompt.empty()) fail("session: the prompt is empty; a turn needs at least one token");
     if (int64_t(prompt.size()) > sequence_->max_positions())
         fail("session: the prompt has {} tokens, more than the sequence's capacity of {}; render fewer turns "
@@ -209,60 +230,156 @@ TurnResult Session::run_turn(std::span<const int32_t> prompt, const GenerationOp
                  turn_starts[i], prompt.size());
     check_generation_options(config.eos_ids, options, callbacks, config.arch_name);
 
+    std::unique_ptr<SessionTurn> turn(new SessionTurn(*this));
+    turn->prompt_.assign(prompt.begin(), prompt.end());
+    turn->options_ = options;
+    turn->callbacks_ = callbacks;
+
     std::vector<int64_t> positions;
     for (const KeptCheckpoint& c : checkpoints_) positions.push_back(c.state->position);
-    TurnResult turn;
-    turn.reuse = plan_reuse(ledger_.tokens(), prompt, positions, any_position_);
-    if (turn.reuse.from == ReuseFrom::checkpoint)
+    ReuseReport& reuse = turn->result_.reuse;
+    reuse = plan_reuse(ledger_.tokens(), prompt, positions, any_position_);
+    if (reuse.from == ReuseFrom::checkpoint)
         for (const KeptCheckpoint& c : checkpoints_)
-            if (c.state->position == turn.reuse.reused) turn.reuse.checkpoint_kind = c.kind;
-    return_to(turn.reuse.reused);
+            if (c.state->position == reuse.reused) reuse.checkpoint_kind = c.kind;
+    return_to(reuse.reused);
 
-    // The prompt in pieces that end at interval multiples and turn starts, each followed by its
-    // checkpoint; the last piece goes to generate(), whose first forward call ends the prompt.
-    const Clock::time_point prefill_start = Clock::now();
+    // The prompt's pieces: each ends at an interval multiple (a checkpoint), a turn start (a checkpoint
+    // of that kind, which wins over an interval's at the same position), a max_piece multiple (none),
+    // or the end (the end-of-prompt checkpoint, or a turn start's when one is there).
     const int64_t end = int64_t(prompt.size());
     const int64_t interval = options_.checkpoints.interval;
-    int64_t at = turn.reuse.reused;
-    const int64_t to_read = end - turn.reuse.reused;
-    std::vector<std::pair<int64_t, CheckpointKind>> boundaries;  // in (at, end), ascending, distinct
+    const int64_t at = reuse.reused;
+    std::map<int64_t, std::optional<CheckpointKind>> ends;  // in (at, end)
+    if (max_piece > 0)
+        for (int64_t b = (at / max_piece + 1) * max_piece; b < end; b += max_piece) ends[b] = std::nullopt;
     if (interval > 0)
-        for (int64_t b = (at / interval + 1) * interval; b < end; b += interval)
-            boundaries.emplace_back(b, CheckpointKind::interval);
+        for (int64_t b = (at / interval + 1) * interval; b < end; b += interval) ends[b] = CheckpointKind::interval;
     for (int64_t b : turn_starts)
-        if (b > at && b < end) boundaries.emplace_back(b, CheckpointKind::turn_start);
-    std::sort(boundaries.begin(), boundaries.end());  // a turn start after an interval at the same position
-    for (size_t i = 0; i < boundaries.size(); ++i) {
-        const auto [boundary, kind] = boundaries[i];
-        if (i + 1 < boundaries.size() && boundaries[i + 1].first == boundary) continue;  // kept as the turn start
-        feed_prompt_piece(prompt.subspan(size_t(at), size_t(boundary - at)));
-        keep_checkpoint(kind);
-        at = boundary;
-        if (callbacks.on_prefill_progress) callbacks.on_prefill_progress(at - turn.reuse.reused, to_read);
-    }
-    const double pieces_ms = ms_since(prefill_start);
-    const int64_t pieces_tokens = at - turn.reuse.reused;
-    const bool turn_starts_at_end = !turn_starts.empty() && turn_starts.back() == end;
-
-    GenerationCallbacks hooked = callbacks;
-    hooked.after_forward = [&](int64_t position) {
-        if (position == end)
-            keep_checkpoint(turn_starts_at_end ? CheckpointKind::turn_start : CheckpointKind::end_of_prompt);
-        else if (interval > 0 && position % interval == 0) keep_checkpoint(CheckpointKind::interval);
-        if (callbacks.after_forward) callbacks.after_forward(position);
+        if (b > at && b < end) ends[b] = CheckpointKind::turn_start;
+    turn->pieces_.assign(ends.begin(), ends.end());
+    turn->pieces_.emplace_back(end, std::nullopt);
+    turn->at_ = at;
+    turn->end_kind_ = !turn_starts.empty() && turn_starts.back() == end ? CheckpointKind::turn_start
+                                                                        : CheckpointKind::end_of_prompt;
+    // Generated tokens: a checkpoint at every interval multiple, then the caller's hook.
+    turn->hooked_ = turn->callbacks_;
+    turn->hooked_.after_forward = [this, interval, after = turn->callbacks_.after_forward](int64_t position) {
+        if (interval > 0 && position % interval == 0) keep_checkpoint(CheckpointKind::interval);
+        if (after) after(position);
     };
-    if (callbacks.on_prefill_progress)
-        hooked.on_prefill_progress = [&, read_before = at - turn.reuse.reused](int64_t done, int64_t) {
-            callbacks.on_prefill_progress(read_before + done, to_read);
-        };
-    turn.generation = generate(engine_, *sequence_, ledger_, prompt.subspan(size_t(at)), options, hooked);
-    turn.generation.timings.prefill_ms += pieces_ms;
-    turn.generation.timings.prompt_tokens += pieces_tokens;
-
-    ++totals_.turns;
-    totals_.tokens_reused += turn.reuse.reused;
-    totals_.tokens_recomputed += turn.reuse.recomputed;
+    open_turn_ = turn.get();
     return turn;
+}
+
+SessionTurn::~SessionTurn() { close(); }
+
+void SessionTurn::close() {
+    finished_ = true;
+    if (session_.open_turn_ == this) session_.open_turn_ = nullptr;
+}
+
+void SessionTurn::cancel() {
+    if (finished_) return;
+    cancelled_ = true;
+    if (decode_) take_decode_result(result_.generation, *decode_);
+    close();
+}
+
+TurnStep SessionTurn::step() {
+    if (finished_) fail("session: internal: a step after the turn finished");
+    if (!decode_) {
+        try {
+            return read_piece();
+        } catch (...) {
+            close();
+            throw;
+        }
+    }
+    try {
+        const int32_t ids[1] = {*to_feed_};
+        session_.engine_.forward(*session_.sequence_, ids);
+    } catch (...) {
+        cancel();
+        throw;
+    }
+    return token_fed();
+}
+
+int32_t SessionTurn::token_to_feed() const {
+    if (!decoding()) fail("session: internal: no token to feed (the prompt is unread or the turn has finished)");
+    return *to_feed_;
+}
+
+TurnStep SessionTurn::token_fed() {
+    if (!decoding()) fail("session: internal: token_fed() without a token to feed");
+    try {
+        decode_->fed();
+        to_feed_.reset();
+    } catch (...) {
+        cancel();
+        throw;
+    }
+    return draw();
+}
+
+// Draws the next token (the loop's first half); the turn ends with it or waits for it to be fed.
+TurnStep SessionTurn::draw() {
+    TurnStep out;
+    try {
+        to_feed_ = decode_->draw();
+    } catch (...) {
+        cancel();
+        throw;
+    }
+    out.token = decode_->result().tokens.back();
+    if (!to_feed_) {
+        end_decode();
+        out.finished = true;
+    }
+    return out;
+}
+
+EngineSequence& SessionTurn::sequence() { return *session_.sequence_; }
+
+void SessionTurn::end_decode() {
+    take_decode_result(result_.generation, *decode_);
+    SessionStats& totals = session_.totals_;
+    ++totals.turns;
+    totals.tokens_reused += result_.reuse.reused;
+    totals.tokens_recomputed += result_.reuse.recomputed;
+    close();
+}
+
+// One prompt piece, its checkpoint and progress report; the last one also ends the prompt (the
+// end-of-prompt checkpoint, after_forward), starts the decode loop and draws the first token.
+TurnStep SessionTurn::read_piece() {
+    const Clock::time_point start = Clock::now();
+    const auto [piece_end, kind] = pieces_[next_piece_++];
+    const std::span<const int32_t> piece = std::span(prompt_).subspan(size_t(at_), size_t(piece_end - at_));
+    session_.feed_prompt_piece(piece);
+    at_ = piece_end;
+    const bool last = next_piece_ == pieces_.size();
+    const int64_t reused = result_.reuse.reused, to_read = int64_t(prompt_.size()) - reused;
+    if (last) {
+        session_.keep_checkpoint(end_kind_);
+        if (callbacks_.after_forward) callbacks_.after_forward(at_);
+    } else if (kind) {
+        session_.keep_checkpoint(*kind);
+    }
+    if (callbacks_.on_prefill_progress) callbacks_.on_prefill_progress(at_ - reused, to_read);
+    result_.generation.timings.prefill_ms += ms_since(start);
+    result_.generation.timings.prompt_tokens += int64_t(piece.size());
+    if (!last) {
+        TurnStep out;
+        out.prompt_tokens = int64_t(piece.size());
+        return out;
+    }
+    // The first token, from the logits this piece left, before any other sequence runs.
+    decode_ = std::make_unique<DecodeLoop>(session_.engine_, *session_.sequence_, session_.ledger_, options_, hooked_);
+    TurnStep out = draw();
+    out.prompt_tokens = int64_t(piece.size());
+    return out;
 }
 
 SessionStats Session::stats() const {
@@ -296,6 +413,7 @@ void Session::save(const std::filesystem::path& file) const {
 }
 
 void Session::load(const std::filesystem::path& file) {
+    if (open_turn_) fail("session: a turn is in progress; finish or cancel it before loading a snapshot");
     SnapshotExpectation expect;
     expect.fingerprint = engine_.fingerprint();
     expect.kv_format = sequence_->kv_format();

@@ -67,6 +67,7 @@
 #include <deque>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <utility>
@@ -131,6 +132,80 @@ struct SessionStats {
     KvFormat kv_format = KvFormat::f32;
 };
 
+// What one SessionTurn::step() did.
+struct TurnStep {
+    int64_t prompt_tokens = 0;     // prompt tokens this step read (a prefill piece); 0 in a decode step
+    std::optional<int32_t> token;  // the token this step drew (and reported through on_token)
+    bool finished = false;         // the turn has ended (the step's token, if any, was its last)
+};
+
+class Session;
+
+// One turn driven a step at a time (Session::begin_turn): each step() reads one prompt piece or
+// generates one token, so a caller can interleave many sessions' turns on one engine (the server's
+// scheduler) and stop any of them between steps. run_turn() is this loop run to the end, so a turn
+// driven step by step gives run_turn's tokens and logits bit for bit.
+//
+// Prompt pieces end at the checkpoint interval's multiples and the turn starts (each followed by its
+// checkpoint), at multiples of `max_piece` when it is > 0 (absolute positions, no checkpoint), and at
+// the end of the prompt. The step that reads the last piece also draws the first token from its
+// logits and reports it (on_token); each decode step then feeds the token drawn last and draws the
+// next from the logits that forward call left. A token is drawn right after its sequence's forward
+// call, with no other sequence's call in between: the CUDA engine keeps only the latest call's
+// logits (runtime/engine.h). The turn ends with the token that ends it (EOS, stop string, max_tokens,
+// a full sequence), which is never fed. The session must outlive the turn; while a turn is open the
+// session refuses other turns, reset() and load().
+class SessionTurn {
+public:
+    ~SessionTurn();  // ends the turn if it has not finished; the session keeps what was fed (as cancel())
+    SessionTurn(const SessionTurn&) = delete;
+    SessionTurn& operator=(const SessionTurn&) = delete;
+
+    // One piece or one token (above). Error after finished(). An Error from the engine or a callback
+    // ends the turn and leaves the session consistent (the ledger matches the sequence).
+    TurnStep step();
+
+    // A decode step in its two halves around its forward call, for a caller that feeds many sessions'
+    // tokens in one batched call: while decoding(), token_to_feed() is the token drawn last, which the
+    // caller feeds to sequence(); then token_fed() records it and draws the next token from the logits
+    // that call left (reporting it; the turn may end with it). Error unless decoding(). A turn
+    // cancelled between the halves must not have been fed the token: it holds what it held before.
+    int32_t token_to_feed() const;
+    TurnStep token_fed();
+    EngineSequence& sequence();  // the session's, which the drawn token is fed to
+    // Ends the turn now: the session keeps what the turn fed so far (consistent, reusable by the next
+    // turn); result() holds the tokens generated so far. Nothing when already finished.
+    void cancel();
+    bool finished() const { return finished_; }
+    bool cancelled() const { return cancelled_; }
+    bool decoding() const { return decode_ != nullptr && !finished_; }  // the prompt has been read, a token waits
+    const ReuseReport& reuse() const { return result_.reuse; }
+    // The turn's result: complete once finished() (after cancel(): the tokens so far, finish "length").
+    const TurnResult& result() const { return result_; }
+
+private:
+    friend class Session;
+    explicit SessionTurn(Session& session) : session_(session) {}
+    TurnStep read_piece();
+    TurnStep draw();     // the next token, after the prompt or a fed token
+    void end_decode();  // the turn ends with the token just drawn
+    void close();
+
+    Session& session_;
+    std::vector<int32_t> prompt_;
+    GenerationOptions options_;
+    GenerationCallbacks callbacks_;  // the caller's
+    GenerationCallbacks hooked_;     // the caller's plus the session's checkpoints
+    std::vector<std::pair<int64_t, std::optional<CheckpointKind>>> pieces_;  // piece ends, ascending
+    size_t next_piece_ = 0;
+    int64_t at_ = 0;
+    CheckpointKind end_kind_ = CheckpointKind::end_of_prompt;
+    std::unique_ptr<DecodeLoop> decode_;
+    std::optional<int32_t> to_feed_;  // drawn, not yet fed
+    TurnResult result_;
+    bool finished_ = false, cancelled_ = false;
+};
+
 // The reuse decision of run_turn() for held tokens `held`, a new `prompt` and checkpoints at
 // `checkpoint_positions`; `any_position`: the sequence can return to any position (see above).
 // Pure, so its arithmetic can be checked by hand.
@@ -151,6 +226,13 @@ public:
     // ledger matches the sequence; the turn's tokens fed so far stay).
     TurnResult run_turn(std::span<const int32_t> prompt, const GenerationOptions& options,
                         const GenerationCallbacks& callbacks = {}, std::span<const int64_t> turn_starts = {});
+    // The same turn, to be driven step by step (SessionTurn): the same refusals, before any change; the
+    // reuse decision and return to the reused position happen here. `max_piece` > 0 bounds the prompt
+    // pieces (above); run_turn() uses 0. The turn keeps its own copies of the arguments.
+    std::unique_ptr<SessionTurn> begin_turn(std::span<const int32_t> prompt, const GenerationOptions& options,
+                                            const GenerationCallbacks& callbacks = {},
+                                            std::span<const int64_t> turn_starts = {}, int64_t max_piece = 0);
+    bool in_turn() const { return open_turn_ != nullptr; }
 
     void reset();  // empty sequence, no checkpoints
     // Snapshots (runtime/snapshot.h). load() verifies the whole file first and installs it only then;
@@ -167,6 +249,7 @@ public:
     const EngineSequence& sequence() const { return *sequence_; }
 
 private:
+    friend class SessionTurn;
     struct KeptCheckpoint {
         std::shared_ptr<const StateCheckpoint> state;  // shared with snapshots being written, never changed
         CheckpointKind kind = CheckpointKind::interval;
@@ -185,6 +268,7 @@ private:
     bool any_position_ = false;               // nothing a KV cut cannot recover: no checkpoints needed
     uint64_t next_serial_ = 0;
     SessionStats totals_;
+    SessionTurn* open_turn_ = nullptr;
 };
 
 }  // namespace deltabit

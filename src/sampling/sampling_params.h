@@ -49,25 +49,35 @@ uint64_t random_seed();
 
 // The valid range of every setting, in one place for the command-line flags and the server's JSON
 // fields. Each field has its snake_case name (as in SamplingParams and docs/sampling.md).
+//
+// Two sets of bounds: `engine`, what each stage can mean (the CLI's flags); `openai_api`, the same
+// narrowed to what the OpenAI API documents for its fields (temperature at most 2, presence and
+// frequency penalties in [−2, 2]), which the server applies so that what it accepts is what an OpenAI
+// client may send.
+enum class SamplingBounds { engine, openai_api };
+
 struct SamplingField {
-    std::string_view name;   // "top_p"
-    std::string_view range;  // "in (0, 1]; 1 = off", for messages and --help
-    bool integer;            // whole numbers only
+    std::string_view name;       // "top_p"
+    std::string_view range;      // "in (0, 1] (1 = off)", for messages and --help
+    std::string_view api_range;  // the same under SamplingBounds::openai_api
+    bool integer;                // whole numbers only
 };
 std::span<const SamplingField> sampling_fields();
 
-// nullopt when `value` is valid for `field`, else the range it must lie in (SamplingField::range).
-// NaN and infinities are outside every range. Unknown names are a programming error (Error).
-std::optional<std::string_view> sampling_range_error(std::string_view field, double value);
+// nullopt when `value` is valid for `field`, else the range it must lie in (SamplingField::range or
+// api_range). NaN and infinities are outside every range. Unknown names are a programming error (Error).
+std::optional<std::string_view> sampling_range_error(std::string_view field, double value,
+                                                     SamplingBounds bounds = SamplingBounds::engine);
 
-// The first field of `params` outside its range: {name, value as given} — for a request parser that
-// filled the struct first.
+// The first field of `params` outside its range: {name, value as held, range} — for a request parser
+// that filled the struct first (a value that was in range as given can leave it as a float).
 struct SamplingRangeViolation {
     std::string_view field;
     double value;
     std::string_view range;
 };
-std::optional<SamplingRangeViolation> check_sampling_params(const SamplingParams& params);
+std::optional<SamplingRangeViolation> check_sampling_params(const SamplingParams& params,
+                                                            SamplingBounds bounds = SamplingBounds::engine);
 
 // A seed given as text: a whole decimal number in 0 .. 2^64 − 1, else nullopt.
 std::optional<uint64_t> parse_seed(std::string_view text);

@@ -1,5 +1,7 @@
 #include "server/request_parse.h"
 
+#include "sampling/sampling_params.h"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -65,15 +67,21 @@ std::string get_string(const ordered_json& v, const std::string& field) {
     return v.get<std::string>();
 }
 
-double get_number(const ordered_json& v, const Range& range) {
-    const std::string field(range.field);
-    if (!v.is_number()) wrong_type(field, "a number", v);
+// A sampling setting: a number (a whole one for integer settings) within the sampling table's range
+// under the OpenAI API's bounds (sampling/sampling_params.h), named `field` as the request spells it.
+double get_sampling(const ordered_json& v, const std::string& field, std::string_view setting) {
+    const bool integer = setting == "top_k";
+    if (integer ? !v.is_number_integer() && !v.is_number_unsigned() : !v.is_number())
+        wrong_type(field, integer ? "an integer" : "a number", v);
     const double x = v.get<double>();
-    const bool below = range.low_open ? !(x > range.low) : !(x >= range.low);
-    if (!std::isfinite(x) || below || x > range.high)
-        refuse(field, fmt::format("'{}' is {}; it must be in {}{}, {}]", field, v.dump(), range.low_open ? "(" : "[",
-                                  range.low, range.high));
+    if (const std::optional<std::string_view> range = sampling_range_error(setting, x, SamplingBounds::openai_api))
+        refuse(field, fmt::format("'{}' is {}; it must be {}", field, v.dump(), *range));
     return x;
+}
+
+// The request's spelling of a sampling setting.
+std::string_view request_field(std::string_view setting) {
+    return setting == "repeat_penalty" ? "repetition_penalty" : setting;
 }
 
 int64_t get_integer(const ordered_json& v, const std::string& field, int64_t low, int64_t high) {
@@ -99,13 +107,13 @@ SamplingParams server_sampling_defaults() {
 // One of the fields both endpoints share; false when `key` is not one of them.
 bool parse_generation_field(const std::string& key, const ordered_json& v, GenerationRequest& g,
                             const RequestLimits& limits, bool& seed_given) {
-    if (key == "temperature") g.sampling.temperature = float(get_number(v, kTemperatureRange));
-    else if (key == "top_p") g.sampling.top_p = float(get_number(v, kTopPRange));
-    else if (key == "top_k") g.sampling.top_k = int(get_integer(v, "top_k", 0, int64_t(kTopKRange.high)));
-    else if (key == "min_p") g.sampling.min_p = float(get_number(v, kMinPRange));
-    else if (key == "presence_penalty") g.sampling.presence_penalty = float(get_number(v, kPresenceRange));
-    else if (key == "frequency_penalty") g.sampling.frequency_penalty = float(get_number(v, kFrequencyRange));
-    else if (key == "repetition_penalty") g.sampling.repeat_penalty = float(get_number(v, kRepetitionRange));
+    if (key == "temperature") g.sampling.temperature = float(get_sampling(v, key, "temperature"));
+    else if (key == "top_p") g.sampling.top_p = float(get_sampling(v, key, "top_p"));
+    else if (key == "top_k") g.sampling.top_k = int(get_sampling(v, key, "top_k"));
+    else if (key == "min_p") g.sampling.min_p = float(get_sampling(v, key, "min_p"));
+    else if (key == "presence_penalty") g.sampling.presence_penalty = float(get_sampling(v, key, "presence_penalty"));
+    else if (key == "frequency_penalty") g.sampling.frequency_penalty = float(get_sampling(v, key, "frequency_penalty"));
+    else if (key == "repetition_penalty") g.sampling.repeat_penalty = float(get_sampling(v, key, "repeat_penalty"));
     else if (key == "seed") {
         if (!v.is_number_integer() && !v.is_number_unsigned()) wrong_type("seed", "an integer", v);
         g.sampling.seed = v.is_number_unsigned() ? v.get<uint64_t>() : uint64_t(v.get<int64_t>());
@@ -145,6 +153,12 @@ bool parse_generation_field(const std::string& key, const ordered_json& v, Gener
 }
 
 void finish_generation(GenerationRequest& g, bool seed_given, const ordered_json& root) {
+    // The settings as the sampler will hold them: a number in range as given can leave it as a float
+    // (1e-50 for top_p becomes 0).
+    if (const std::optional<SamplingRangeViolation> bad = check_sampling_params(g.sampling, SamplingBounds::openai_api)) {
+        const std::string field(request_field(bad->field));
+        refuse(field, fmt::format("'{}' is {} as a 32-bit float; it must be {}", field, bad->value, bad->range));
+    }
     if (root.contains("stream_options") && !root["stream_options"].is_null() && !g.stream)
         refuse("stream_options", "'stream_options' is only allowed with \"stream\": true");
     g.seed_given = seed_given;

@@ -11,11 +11,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Thrown out of Session::run_turn at a step boundary to end a job early.
-struct StopTurn {
-    std::string reason;  // "cancelled" or "deadline"
-};
-
 // log-softmax of `logits` at `token`, and the `top` most likely tokens (ties to the lower id).
 TokenLogprob logprob_of(std::span<const float> logits, int32_t token, int top) {
     float max = -INFINITY;
@@ -44,34 +39,79 @@ std::string finish_name(FinishReason reason) {
 
 }  // namespace
 
-// One admitted job, run on a thread of its own that holds the engine only between a grant (step())
-// and its next step boundary (see scheduler.h).
-class TurnRunner {
+// One admitted job: its turn on a session, driven a step at a time by the scheduler thread. A job
+// first wants prefill steps (scoring the prompt for echo + logprobs, then its prompt pieces; the last
+// piece's step draws the first token), then decode steps: feed the token drawn last, draw the next.
+class ActiveJob {
 public:
-    TurnRunner(Scheduler& scheduler, std::shared_ptr<Job> job, Session* session, Clock::time_point deadline)
+    ActiveJob(Scheduler& scheduler, std::shared_ptr<Job> job, Session* session, Clock::time_point deadline)
         : scheduler_(scheduler), job_(std::move(job)), session_(session), deadline_(deadline),
-          thread_([this] { body(); }) {}
-    ~TurnRunner() { thread_.join(); }
-
-    // Lets the runner take one step; returns at its next boundary or when it has finished.
-    void step() {
-        const Clock::time_point start = Clock::now();
-        std::unique_lock lock(mutex_);
-        if (finished_) return;
-        runner_turn_ = true;
-        turn_.notify_all();
-        turn_.wait(lock, [&] { return !runner_turn_; });
-        (decoding_ ? decode_seconds_ : prefill_seconds_) += std::chrono::duration<double>(Clock::now() - start).count();
+          detokenizer_(scheduler.tokenizer_, {.skip_special = false}) {
+        done_.kind = JobEvent::Kind::done;
+        done_.prompt_tokens = int64_t(job_->prompt.size());
     }
-    void cancel() { job_->cancel(); }
+    ActiveJob(const ActiveJob&) = delete;
+    ActiveJob& operator=(const ActiveJob&) = delete;
+
+    // Ends the job when it was cancelled (Job::cancel, shutdown) or ran past its deadline; checked
+    // before each of its steps, so it stops within one step of either. True when it has finished.
+    bool stopped(Clock::time_point now) {
+        if (!finished_ && job_->cancelled()) stop("cancelled");
+        if (!finished_ && now > deadline_) stop("deadline");
+        return finished_;
+    }
+    bool decoding() const { return turn_ && turn_->decoding(); }
+
+    // A prefill step: scoring the prompt, or one prompt piece (the turn begins with the first). Returns
+    // the prompt tokens it read.
+    int64_t prefill_step() {
+        const Clock::time_point start = Clock::now();
+        int64_t read = 0;
+        try {
+            if (job_->prompt_logprobs && !scored_) {
+                read = score_prompt();
+                scored_ = true;
+            } else if (!job_->generate) {
+                done_.finish = "length";
+                finish();
+            } else {
+                if (!turn_) begin();
+                const TurnStep step = turn_->step();
+                read = step.prompt_tokens;
+                if (step.finished) end_turn();  // its first token was its last
+            }
+        } catch (const std::exception& e) {
+            fail_with(e);
+        }
+        tokens_read_ += read;
+        prefill_seconds_ += seconds_since(start);
+        return read;
+    }
+
+    // A decode step in its two halves around the forward call: the token drawn last, to be fed to
+    // sequence(); then fed(), which records it and draws the next (the job may finish with it).
+    int32_t token_to_feed() const { return turn_->token_to_feed(); }
+    EngineSequence& sequence() { return turn_->sequence(); }
+    // `forward_seconds`: this job's share of the forward call.
+    void fed(double forward_seconds) {
+        const Clock::time_point start = Clock::now();
+        try {
+            if (turn_->token_fed().finished) end_turn();
+        } catch (const std::exception& e) {
+            fail_with(e);
+        }
+        decode_seconds_ += forward_seconds + seconds_since(start);
+    }
+    // The forward call for the token failed: the job ends with the error (the turn, cancelled, holds
+    // what it held before the token).
+    void forward_failed(const std::exception& e) { fail_with(e); }
+
     // The job's reader is this many events behind: it is not stepped until it catches up (a slow
     // client holds back its own generation, not the others', and its queue stays bounded).
     bool backlogged() const { return job_->pending() >= kMaxBacklog && !job_->cancelled(); }
     static constexpr size_t kMaxBacklog = 256;
-    bool finished() const {
-        std::lock_guard lock(mutex_);
-        return finished_;
-    }
+    bool finished() const { return finished_; }
+    void cancel() { job_->cancel(); }
 
     Session* session() const { return session_; }
     const JobEvent& done() const { return done_; }
@@ -80,58 +120,41 @@ public:
     int64_t tokens_read() const { return tokens_read_; }
 
 private:
-    // The runner's side of a step boundary: hand the engine back, wait for the next grant, then stop
-    // here if the job was cancelled or ran out of time.
-    void boundary() {
-        {
-            std::unique_lock lock(mutex_);
-            runner_turn_ = false;
-            turn_.notify_all();
-            turn_.wait(lock, [&] { return runner_turn_; });
-        }
-        if (job_->cancelled()) throw StopTurn{"cancelled"};
-        if (Clock::now() > deadline_) throw StopTurn{"deadline"};
+    static double seconds_since(Clock::time_point start) {
+        return std::chrono::duration<double>(Clock::now() - start).count();
     }
-
-    void body() {
-        {
-            std::unique_lock lock(mutex_);
-            turn_.wait(lock, [&] { return runner_turn_; });
-        }
-        Job& job = *job_;
-        done_.kind = JobEvent::Kind::done;
-        done_.prompt_tokens = int64_t(job.prompt.size());
-        try {
-            if (job.cancelled()) throw StopTurn{"cancelled"};
-            if (job.prompt_logprobs) score_prompt();
-            if (job.generate) {
-                generate();
-            } else {
-                done_.finish = "length";
-            }
-        } catch (const StopTurn& stop) {
-            done_.finish = stop.reason;
-        } catch (const std::exception& e) {
-            done_.kind = JobEvent::Kind::error;
-            done_.status = 500;
-            done_.message = e.what();
-        }
-        job.push(done_);
-        std::lock_guard lock(mutex_);
+    // Ends the job early; the session keeps what the turn fed so far (consistent and reusable).
+    void stop(const char* reason) {
+        if (turn_) turn_->cancel();
+        done_.finish = reason;
+        finish();
+    }
+    void fail_with(const std::exception& e) {
+        if (turn_) turn_->cancel();
+        done_.kind = JobEvent::Kind::error;
+        done_.status = 500;
+        done_.message = e.what();
+        finish();
+    }
+    void end_turn() {
+        done_.cached_tokens = turn_->reuse().reused;
+        done_.finish = finish_name(turn_->result().generation.finish);
+        finish();
+    }
+    void finish() {
+        turn_.reset();  // closes the turn before the session goes back to the pool
+        job_->push(done_);
         finished_ = true;
-        runner_turn_ = false;
-        turn_.notify_all();
     }
 
     // echo + logprobs: every prompt token's logprob given the tokens before it, from a scratch sequence
-    // (the session's own state is not touched).
-    void score_prompt() {
+    // (the session's own state is not touched). One step, the whole prompt.
+    int64_t score_prompt() {
         Engine& engine = session_->engine();
         const std::vector<int32_t>& prompt = job_->prompt;
         const SequenceOptions options{.max_positions = int64_t(prompt.size()), .kv_format = session_->sequence().kv_format()};
         std::unique_ptr<EngineSequence> scratch = engine.new_sequence(options);
         const std::vector<float> logits = engine.forward_all(*scratch, prompt);
-        tokens_read_ += int64_t(prompt.size());
         const size_t n_vocab = size_t(engine.config().n_vocab);
         JobEvent event;
         event.kind = JobEvent::Kind::prompt_logprobs;
@@ -139,51 +162,37 @@ private:
             event.prompt_logprobs.push_back(logprob_of(std::span(logits).subspan((i - 1) * n_vocab, n_vocab), prompt[i],
                                                        job_->top_logprobs));
         job_->push(std::move(event));
-        boundary();
+        return int64_t(prompt.size());
     }
 
-    void generate() {
+    void begin() {
         Job& job = *job_;
-        const text::Tokenizer& tokenizer = scheduler_.tokenizer_;
-        text::StreamingDetokenizer detokenizer(tokenizer, {.skip_special = false});
         GenerationCallbacks callbacks;
-        callbacks.detokenize = [&](int32_t id) { return detokenizer.push(id); };
-        callbacks.detokenize_finish = [&] { return detokenizer.finish(); };
-        callbacks.on_token = [&](int32_t token, std::string_view text) {
-            decoding_ = true;
+        callbacks.detokenize = [this](int32_t id) { return detokenizer_.push(id); };
+        callbacks.detokenize_finish = [this] { return detokenizer_.finish(); };
+        callbacks.on_token = [this](int32_t token, std::string_view text) {
             JobEvent event;
             event.kind = JobEvent::Kind::token;
             event.token = token;
             event.text = std::string(text);
-            if (job.logprobs)
-                event.logprob = logprob_of(session_->engine().last_logits(session_->sequence()), token, job.top_logprobs);
+            if (job_->logprobs)
+                event.logprob = logprob_of(session_->engine().last_logits(session_->sequence()), token, job_->top_logprobs);
             ++done_.completion_tokens;
-            job.push(std::move(event));
+            job_->push(std::move(event));
         };
-        callbacks.after_forward = [&](int64_t) { boundary(); };
-        callbacks.on_prefill_progress = [&](int64_t done, int64_t total) {
-            if (done < total) boundary();  // a piece of a long prompt; the last is followed by after_forward
-        };
-        const TurnResult turn = session_->run_turn(job.prompt, job.options, callbacks);
-        done_.cached_tokens = turn.reuse.reused;
-        tokens_read_ += turn.generation.timings.prompt_tokens;
-        done_.finish = finish_name(turn.generation.finish);
+        turn_ = session_->begin_turn(job.prompt, job.options, callbacks, {}, scheduler_.options_.prefill_chunk);
     }
 
     Scheduler& scheduler_;
     std::shared_ptr<Job> job_;
     Session* session_;
     Clock::time_point deadline_;
+    text::StreamingDetokenizer detokenizer_;
+    std::unique_ptr<SessionTurn> turn_;
     JobEvent done_;
     double prefill_seconds_ = 0.0, decode_seconds_ = 0.0;
     int64_t tokens_read_ = 0;
-    bool decoding_ = false;  // written by the runner, read by step() after the runner has yielded
-
-    mutable std::mutex mutex_;
-    std::condition_variable turn_;
-    bool runner_turn_ = false;
-    bool finished_ = false;
-    std::thread thread_;  // last: starts after every member above exists
+    bool scored_ = false, finished_ = false;
 };
 
 Scheduler::Scheduler(Engine& engine, const text::Tokenizer& tokenizer, SchedulerOptions options)
@@ -231,7 +240,7 @@ void Scheduler::run() {
             wake_.wait(lock, [&] { return stopping_ || !queue_.empty() || !active_.empty(); });
             stopping = stopping_;
             if (stopping) {
-                // Shutdown: nothing new starts; what runs is cancelled and stops at its next boundary.
+                // Shutdown: nothing new starts; what runs is cancelled and stops at its next step.
                 for (auto& job : queue_) {
                     JobEvent e;
                     e.kind = JobEvent::Kind::error;
@@ -244,8 +253,11 @@ void Scheduler::run() {
                 if (active_.empty()) return;
             }
         }
-        if (!stopping) admit();
-        step_active();
+        if (stopping)
+            for (auto& job : active_) job->cancel();
+        else
+            admit();
+        iterate();
         retire();
     }
 }
@@ -289,28 +301,54 @@ void Scheduler::admit() {
         }
         const int64_t max_tokens = job->generate ? job->options.max_tokens.value_or(0) : 0;
         const Clock::time_point deadline = Clock::now() + deadline_for(int64_t(job->prompt.size()), max_tokens);
-        active_.push_back(std::make_unique<TurnRunner>(*this, std::move(job), session, deadline));
+        active_.push_back(std::make_unique<ActiveJob>(*this, std::move(job), session, deadline));
     }
 }
 
-// The seam for batched decoding (scheduler.h): one step of every active job.
-void Scheduler::step_active() {
-    bool stopping;
+// One iteration (scheduler.h): the jobs that can take a step this time, prefill pieces within the
+// chunk, then one decode step for every job past its prompt.
+void Scheduler::iterate() {
     {
         std::lock_guard lock(mutex_);
-        stopping = stopping_;
         stats_.active = int(active_.size());
         ++stats_.steps;
     }
-    bool stepped = false;
-    for (auto& runner : active_) {
-        if (stopping) runner->cancel();
-        if (runner->backlogged()) continue;
-        runner->step();
-        stepped = true;
+    const Clock::time_point now = Clock::now();
+    std::vector<ActiveJob*> prefilling, decoding;
+    for (auto& job : active_) {
+        if (job->backlogged() || job->stopped(now)) continue;
+        (job->decoding() ? decoding : prefilling).push_back(job.get());
     }
+    // Admission order: the oldest prompt first, up to the chunk's tokens in all (a piece may take the
+    // total past it; the next job waits for the next iteration).
+    int64_t budget = options_.prefill_chunk > 0 ? options_.prefill_chunk : INT64_MAX;
+    for (ActiveJob* job : prefilling) {
+        while (budget > 0 && !job->finished() && !job->decoding()) budget -= std::max<int64_t>(job->prefill_step(), 1);
+        if (budget <= 0) break;
+    }
+    step_active(decoding);
     // Every active job waits for its reader: give the readers time instead of spinning.
-    if (!stepped && !active_.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (prefilling.empty() && decoding.empty() && !active_.empty())
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
+// The seam for batched decoding (scheduler.h): one decode step of each job in `decoding` — feed the
+// token it drew last, then record it and draw the next from the logits that call left. Today each job
+// in turn, its forward call then its draw: the CUDA engine keeps only the latest forward call's logits
+// (runtime/engine.h), so a sequence's draw must follow its own call. A batched executor makes one
+// forward call for all the jobs' tokens, with logits for each, then calls every job's fed().
+void Scheduler::step_active(std::span<ActiveJob* const> decoding) {
+    for (ActiveJob* job : decoding) {
+        const Clock::time_point start = Clock::now();
+        try {
+            const int32_t token = job->token_to_feed();
+            engine_.forward(job->sequence(), std::span(&token, 1));
+        } catch (const std::exception& e) {
+            job->forward_failed(e);
+            continue;
+        }
+        job->fed(std::chrono::duration<double>(Clock::now() - start).count());
+    }
 }
 
 void Scheduler::retire() {
@@ -328,16 +366,16 @@ void Scheduler::retire() {
     stats_.pool = pool_.counts();
 }
 
-void Scheduler::account(const TurnRunner& runner) {
-    const JobEvent& done = runner.done();
+void Scheduler::account(const ActiveJob& job) {
+    const JobEvent& done = job.done();
     std::lock_guard lock(mutex_);
     ++stats_.finished[done.kind == JobEvent::Kind::error ? std::string("error") : done.finish];
     stats_.prompt_tokens += done.prompt_tokens;
     stats_.cached_tokens += done.cached_tokens;
     stats_.generated_tokens += done.completion_tokens;
-    stats_.prefill_seconds += runner.prefill_seconds();
-    stats_.prefill_tokens += runner.tokens_read();
-    stats_.decode_seconds += runner.decode_seconds();
+    stats_.prefill_seconds += job.prefill_seconds();
+    stats_.prefill_tokens += job.tokens_read();
+    stats_.decode_seconds += job.decode_seconds();
     stats_.decode_tokens += done.completion_tokens;
 }
 

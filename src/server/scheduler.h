@@ -1,23 +1,29 @@
-// The one thread that owns the model. HTTP threads submit() jobs (job.h) and read their events; the
-// scheduler admits queued jobs to sessions (session_pool.h) up to --parallel at once and then steps
-// every active job once per iteration:
+// The one thread that owns the model: it takes jobs (job.h) from the HTTP threads (submit), runs up to
+// --parallel of them at once on sessions from the pool (session_pool.h), and sends their events back
+// through each job's own queue. It alone touches the engine, the pool and the sessions, so none of
+// them needs a lock.
 //
-//   loop:  admit queued jobs while a session is free  →  step_active()  →  retire finished jobs
+//   loop:  admit queued jobs while a session is free  →  iterate()  →  retire finished jobs
+//   iterate():  prefill pieces, oldest job first, up to `prefill_chunk` prompt tokens in all
+//               →  step_active(the jobs past their prompt): one decode step each
 //
-// step_active() is the seam for batched decoding. Today it grants each active job one engine step in
-// turn: a job runs Session::run_turn on a runner thread of its own that may touch the engine only
-// between a grant and its next step boundary (after each forward call: a prompt piece of the session's
-// checkpoint interval, or one token), so the engine is used by one thread at a time, in the order
-// the scheduler chooses, and a long prompt is read in pieces between other jobs' tokens. A batched
-// step (one forward call for N sequences, on the GPU) replaces that loop with one call; it needs a
-// Session API that stops at step boundaries by itself (begin_turn / step) instead of the runner
-// threads, and nothing on the HTTP side changes.
+// Each job's turn is a SessionTurn (runtime/session.h), driven a step at a time on this thread: a
+// prefill step reads one prompt piece (at most `prefill_chunk` tokens, ending also at the session's
+// checkpoint interval; the last piece's step draws the first token), a decode step feeds the token
+// drawn last and draws the next. So a long prompt is read a chunk per iteration between the running
+// streams' tokens, and a request admitted mid-stream joins at the next iteration.
+//
+// step_active() is the seam for batched decoding: it receives every job that wants a decode step this
+// iteration, and each job's step is two halves around one forward call — the token to feed, then
+// fed() (record it, draw the next: sampling, stop strings, the event to the client). Today it makes
+// the calls one job at a time; a batched executor (one forward call for N sequences, on the GPU) makes
+// one call for all of them and then runs each job's second half; nothing around it changes.
 //
 // Backpressure: a job whose connection has not taken 256 of its events is skipped until it has, so a
 // slow reader holds back only its own generation and its queue stays bounded.
 //
-// Cancellation (Job::cancel, shutdown) and the deadline are checked at every step boundary: the
-// runner throws out of run_turn, which leaves the session consistent (runtime/session.h) and reusable.
+// Cancellation (Job::cancel, shutdown) and the deadline are checked before every step of a job: the
+// turn is cancelled there, which leaves the session consistent (runtime/session.h) and reusable.
 // Deadline: from admission, 30 s plus ten times the job's modelled cost — its prompt at the measured
 // prefill rate plus max_tokens at the measured decode rate — so a long prefill is not taken for stuck.
 #pragma once
@@ -33,6 +39,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -42,6 +49,10 @@ namespace deltabit::server {
 struct SchedulerOptions {
     PoolOptions pool;
     int max_queued = 256;  // submit() refuses past this many waiting jobs
+    // Prompt tokens read per iteration, in pieces of at most this many (Session::begin_turn's
+    // max_piece), so a long prompt is read between the other jobs' tokens. 0: no bound (pieces end only
+    // at checkpoint intervals, and every waiting prompt is read in one iteration).
+    int64_t prefill_chunk = 256;
 };
 
 // Counters for /metrics, a consistent copy.
@@ -55,7 +66,7 @@ struct SchedulerStats {
     std::map<std::string, int64_t> finished;  // by finish reason, and "error"
 };
 
-class TurnRunner;
+class ActiveJob;
 
 class Scheduler {
 public:
@@ -64,19 +75,20 @@ public:
 
     // False when the queue is full (the HTTP side answers 429) or the scheduler is stopping.
     bool submit(std::shared_ptr<Job> job);
-    // Cancels what is queued and in flight, waits for the runners, joins the thread.
+    // Cancels what is queued and in flight, joins the thread.
     void stop();
     SchedulerStats stats() const;
     // The budget a job of this size gets (see the header comment).
     std::chrono::milliseconds deadline_for(int64_t prompt_tokens, int64_t max_tokens) const;
 
 private:
-    friend class TurnRunner;
+    friend class ActiveJob;
     void run();
     void admit();
-    void step_active();  // the seam (see above)
+    void iterate();
+    void step_active(std::span<ActiveJob* const> decoding);  // the seam (see above)
     void retire();
-    void account(const TurnRunner& runner);
+    void account(const ActiveJob& job);
 
     Engine& engine_;
     const text::Tokenizer& tokenizer_;
@@ -89,7 +101,7 @@ private:
     bool stopping_ = false;
     SchedulerStats stats_;
 
-    std::vector<std::unique_ptr<TurnRunner>> active_;  // the scheduler thread's alone
+    std::vector<std::unique_ptr<ActiveJob>> active_;  // the scheduler thread's alone
     std::thread thread_;
 };
 

@@ -122,6 +122,62 @@ TEST_F(CudaEngineTest, GreedyTokensEqualTheCpuEngines) {
               kCrossBackendTolerance * max_abs(runs[1].last_logits));
 }
 
+// Two sequences decoded in turn, as the server's scheduler does (each one's forward call, then its
+// token): after the prompts no step runs ahead (the other sequence's call would undo it after the GPU
+// had spent it), and each sequence's greedy tokens are the ones it decodes alone, with run-ahead. Back
+// to one sequence, it runs ahead again.
+TEST_F(CudaEngineTest, InterleavedSequencesDoNotRunAhead) {
+    SamplingParams greedy;
+    greedy.temperature = 0.0f;
+    const std::vector<int32_t> prompt_a = byte_tokens(40, 21), prompt_b = byte_tokens(70, 22);
+    const SequenceOptions so{.max_positions = 256};
+    constexpr int kTokens = 24;
+    std::vector<std::vector<int32_t>> alone;
+    for (const std::vector<int32_t>* prompt : {&prompt_a, &prompt_b}) {
+        auto seq = gpu_->new_sequence(so);
+        gpu_->forward(*seq, *prompt);
+        Sampler sampler(greedy);
+        alone.push_back(continue_sequence(*gpu_, *seq, sampler, *prompt, kTokens).tokens);
+    }
+
+    const std::unique_ptr<Engine> engine = make_cuda_engine(model_);
+    struct Stream {
+        std::unique_ptr<EngineSequence> seq;
+        Sampler sampler;
+        std::vector<int32_t> history;
+        std::vector<uint8_t> generated;
+        std::vector<int32_t> tokens;
+    };
+    Stream a{engine->new_sequence(so), Sampler(greedy), prompt_a, std::vector<uint8_t>(prompt_a.size(), 0), {}};
+    Stream b{engine->new_sequence(so), Sampler(greedy), prompt_b, std::vector<uint8_t>(prompt_b.size(), 0), {}};
+    auto draw = [&](Stream& s) {
+        const int32_t t = engine->next_token(*s.seq, s.sampler, {s.history, s.generated});
+        s.tokens.push_back(t);
+        s.history.push_back(t);
+        s.generated.push_back(1);
+    };
+    auto feed_and_draw = [&](Stream& s) {
+        engine->forward(*s.seq, std::span(&s.tokens.back(), 1));
+        draw(s);
+    };
+    engine->forward(*a.seq, prompt_a);
+    draw(a);
+    engine->forward(*b.seq, prompt_b);
+    draw(b);
+    const EngineCounters after_prompts = engine->counters();
+    for (int i = 1; i < kTokens; ++i) {
+        feed_and_draw(a);
+        feed_and_draw(b);
+    }
+    EXPECT_EQ(engine->counters().run_ahead_steps, after_prompts.run_ahead_steps) << "a step ran ahead while interleaved";
+    EXPECT_EQ(a.tokens, alone[0]);
+    EXPECT_EQ(b.tokens, alone[1]);
+
+    feed_and_draw(a);  // the last two calls: b's, then a's — still interleaved
+    feed_and_draw(a);  // a's twice: one sequence alone
+    EXPECT_EQ(engine->counters().run_ahead_steps, after_prompts.run_ahead_steps + 1) << "one sequence alone did not run ahead";
+}
+
 // Save a state, load it into a fresh sequence, feed both the same next token and let each sample 300
 // more: the tokens and the final logits must be bit-identical, per KV format.
 TEST_F(CudaEngineTest, SaveLoadThenContinueIsBitIdentical) {

@@ -36,6 +36,12 @@ inline constexpr const char* kServerTemplate =
     "{{ c.function.arguments | tojson }}}</tool_call>{% endfor %}{% endif %}{{ m.content }}>{% endfor %}"
     "{%- if add_generation_prompt %}assistant<{% if enable_thinking is defined and enable_thinking %}<think>{% endif %}{% endif %}";
 
+// A scratch folder under the temp dir, named `name` and this process's id: ctest runs each test in a
+// process of its own, in parallel, and other checkouts run the same tests on the same machine.
+inline std::filesystem::path scratch_dir(const std::string& name) {
+    return std::filesystem::temp_directory_path() / (name + "_" + std::to_string(getpid()));
+}
+
 // An attention-only fixture (Qwen3): its sessions return to any position exactly, so a reply is the
 // same whatever the server reused (runtime/session.h) — what the load test's comparison needs.
 inline std::filesystem::path server_model(const std::filesystem::path& dir, const std::string& fixture = "qwen3_binary",

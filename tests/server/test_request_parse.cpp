@@ -3,7 +3,12 @@
 #include "server/reply_parse.h"
 #include "server/request_parse.h"
 
+#include "sampling/sampling_params.h"
+
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 namespace deltabit::server {
 namespace {
@@ -21,6 +26,59 @@ std::string refused_param(const std::string& body) {
 
 constexpr const char* kMessages = R"("messages": [{"role": "user", "content": "hi"}])";
 std::string with(const std::string& field) { return std::string("{") + kMessages + ", " + field + "}"; }
+
+// The message a refused body gives, or "(accepted)".
+std::string refusal(const std::string& body) {
+    try {
+        parse_chat_request(body, RequestLimits{});
+    } catch (const RequestError& e) {
+        return e.error().message;
+    }
+    return "(accepted)";
+}
+
+// The sampling fields' ranges are the sampler's table under the OpenAI API's bounds
+// (sampling/sampling_params.h): the parser refuses exactly what the table refuses, with the table's
+// words, and what it accepts the sampler takes (check_sampling_params finds nothing).
+TEST(RequestParse, SamplingRangesAreTheSamplersTable) {
+    struct Case {
+        const char* field;    // as the request spells it
+        const char* setting;  // as SamplingParams does
+        double value;
+    };
+    const Case cases[] = {
+        {"temperature", "temperature", 0.0},   {"temperature", "temperature", 2.0},
+        {"temperature", "temperature", 2.01},  {"temperature", "temperature", -0.1},
+        {"top_p", "top_p", 0.0},               {"top_p", "top_p", 1.0},
+        {"top_p", "top_p", 1.5},               {"min_p", "min_p", 0.0},
+        {"min_p", "min_p", 0.99},              {"min_p", "min_p", 1.0},
+        {"top_k", "top_k", 0.0},               {"top_k", "top_k", 4e9},
+        {"presence_penalty", "presence_penalty", -2.0},   {"presence_penalty", "presence_penalty", 2.5},
+        {"frequency_penalty", "frequency_penalty", 2.0},  {"frequency_penalty", "frequency_penalty", -3.0},
+        {"repetition_penalty", "repeat_penalty", 0.0},    {"repetition_penalty", "repeat_penalty", 1.3},
+    };
+    for (const Case& c : cases) {
+        const std::string value = c.value == std::floor(c.value) ? fmt::format("{}", int64_t(c.value)) : fmt::format("{}", c.value);
+        const std::string body = with(fmt::format("\"{}\": {}", c.field, value));
+        const std::optional<std::string_view> range = sampling_range_error(c.setting, c.value, SamplingBounds::openai_api);
+        SCOPED_TRACE(body);
+        if (!range) {
+            EXPECT_EQ(refused_param(body), "(accepted)");
+            EXPECT_FALSE(check_sampling_params(parse_chat_request(body, RequestLimits{}).generation.sampling,
+                                               SamplingBounds::openai_api));
+        } else {
+            EXPECT_EQ(refused_param(body), c.field);
+            EXPECT_EQ(refusal(body), fmt::format("'{}' is {}; it must be {}", c.field, value, *range));
+        }
+    }
+    // The engine's ranges are wider where OpenAI states bounds; elsewhere the same.
+    EXPECT_FALSE(sampling_range_error("temperature", 3.0));
+    EXPECT_FALSE(sampling_range_error("presence_penalty", -5.0));
+    EXPECT_TRUE(sampling_range_error("min_p", 1.0));
+    // In range as a double, out of range as the float the sampler holds: refused, named.
+    EXPECT_EQ(refused_param(with(R"("top_p": 1e-50)")), "top_p");
+    EXPECT_EQ(refusal(with(R"("top_p": 1e-50)")), "'top_p' is 0 as a 32-bit float; it must be in (0, 1] (1 = off)");
+}
 
 TEST(RequestParse, RefusesEachBadFieldByName) {
     EXPECT_EQ(refused_param(std::string("{") + kMessages + "}"), "(accepted)");

@@ -19,7 +19,7 @@ constexpr int kReplyTokens = 8;
 class Server : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
-        dir_ = fs::temp_directory_path() / "deltabit_test_server_api";
+        dir_ = test::scratch_dir("deltabit_test_server_api");
         fs::remove_all(dir_);
         model_ = new fs::path(test::server_model(dir_ / "model"));
         server_ = new ServerProcess(*model_);

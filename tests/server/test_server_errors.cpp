@@ -17,7 +17,7 @@ const std::string kChat = R"({"messages": [{"role": "user", "content": "hi"}], "
 class ServerErrors : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
-        dir_ = fs::temp_directory_path() / "deltabit_test_server_errors";
+        dir_ = test::scratch_dir("deltabit_test_server_errors");
         fs::remove_all(dir_);
         model_ = new fs::path(test::server_model(dir_ / "model"));
     }
@@ -141,10 +141,18 @@ TEST_F(ServerErrors, SigtermWhileStreamingExitsZero) {
     const std::string request = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                                 "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
     ASSERT_EQ(write(fd, request.data(), request.size()), ssize_t(request.size()));
-    char buffer[256];
-    ASSERT_GT(read(fd, buffer, sizeof buffer), 0);
-    // A client that keeps reading (one that does not is cut off after a 5 s grace).
+    // Until the first token's event (the role's comes at once): the job is generating, not queued —
+    // a queued one is refused at shutdown (503), not cancelled.
     std::string rest;
+    char buffer[4096];
+    for (size_t events = 0; events < 2;) {
+        const ssize_t n = read(fd, buffer, sizeof buffer);
+        ASSERT_GT(n, 0);
+        rest.append(buffer, size_t(n));
+        events = 0;
+        for (size_t at = rest.find("data: "); at != std::string::npos; at = rest.find("data: ", at + 1)) ++events;
+    }
+    // A client that keeps reading (one that does not is cut off after a 5 s grace).
     std::thread reader([&] {
         char chunk[4096];
         ssize_t n;

@@ -5,6 +5,7 @@
 // fail, and the server's resident memory must stay flat. Prints requests/s, aggregate tok/s and time
 // to first token.
 #include "server_process.h"
+#include "stream_client.h"
 
 #include <algorithm>
 #include <atomic>
@@ -25,99 +26,6 @@ constexpr int kRequests = 1000;
 constexpr int kConversations = 24;
 constexpr int kReplyTokens = 12;
 
-struct StreamResult {
-    bool ok = false;           // HTTP 200, well-formed chunks, ended with [DONE]
-    std::string content;
-    std::string finish;
-    double ttft_ms = -1.0;     // to the first content delta
-    int64_t completion_tokens = 0;
-    std::string error;
-};
-
-// POSTs `body` on a fresh connection and reads the SSE stream (chunked transfer encoding decoded
-// here); with `hang_up`, closes the connection right after the first content delta.
-StreamResult stream_chat(int port, const std::string& body, bool hang_up) {
-    StreamResult r;
-    const Clock::time_point start = Clock::now();
-    const int fd = test::connect_loopback(port);
-    if (fd < 0) {
-        r.error = "connect failed";
-        return r;
-    }
-    const std::string request = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                                "Content-Type: application/json\r\nContent-Length: " +
-                                std::to_string(body.size()) + "\r\n\r\n" + body;
-    if (write(fd, request.data(), request.size()) != ssize_t(request.size())) {
-        close(fd);
-        r.error = "write failed";
-        return r;
-    }
-    std::string raw, decoded;
-    size_t parsed = 0;  // of raw, past the headers
-    bool headers_done = false, done = false;
-    char buffer[8192];
-    while (!done) {
-        const ssize_t n = read(fd, buffer, sizeof buffer);
-        if (n <= 0) break;
-        raw.append(buffer, size_t(n));
-        if (!headers_done) {
-            const size_t end = raw.find("\r\n\r\n");
-            if (end == std::string::npos) continue;
-            if (raw.rfind("HTTP/1.1 200", 0) != 0) {
-                r.error = raw.substr(0, raw.find("\r\n"));
-                break;
-            }
-            headers_done = true;
-            parsed = end + 4;
-        }
-        // Chunks: size in hex, CRLF, data, CRLF.
-        for (;;) {
-            const size_t line_end = raw.find("\r\n", parsed);
-            if (line_end == std::string::npos) break;
-            const size_t size = std::stoul(raw.substr(parsed, line_end - parsed), nullptr, 16);
-            if (raw.size() < line_end + 2 + size + 2) break;
-            decoded += raw.substr(line_end + 2, size);
-            parsed = line_end + 2 + size + 2;
-            if (size == 0) done = true;
-        }
-        size_t at;
-        while ((at = decoded.find("\n\n")) != std::string::npos) {
-            const std::string event = decoded.substr(0, at);
-            decoded.erase(0, at + 2);
-            if (event.rfind("data: ", 0) != 0) continue;
-            const std::string data = event.substr(6);
-            if (data == "[DONE]") {
-                r.ok = true;
-                continue;
-            }
-            const json chunk = json::parse(data, nullptr, false);
-            if (chunk.is_discarded() || chunk.contains("error")) {
-                r.error = "bad chunk: " + data;
-                close(fd);
-                return r;
-            }
-            if (chunk.contains("usage")) {
-                r.completion_tokens = chunk["usage"]["completion_tokens"];
-                continue;
-            }
-            const json& c = chunk["choices"][0];
-            if (c["delta"].contains("content") && !c["delta"]["content"].get<std::string>().empty()) {
-                if (r.ttft_ms < 0) r.ttft_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-                r.content += c["delta"]["content"].get<std::string>();
-                if (hang_up) {
-                    close(fd);
-                    r.ok = true;
-                    return r;
-                }
-            }
-            if (!c["finish_reason"].is_null()) r.finish = c["finish_reason"];
-        }
-    }
-    close(fd);
-    if (!r.ok && r.error.empty()) r.error = "stream ended without [DONE]";
-    return r;
-}
-
 json turn_one(int i) { return json::array({{{"role", "user"}, {"content", "conversation " + std::to_string(i)}}}); }
 json turn_two(int i, const std::string& reply) {
     json m = turn_one(i);
@@ -137,7 +45,7 @@ double percentile(std::vector<double> v, double p) {
 }
 
 TEST(ServerLoad, SixtyFourStreamingClientsThousandRequestsNoErrorsNoCrossedReplies) {
-    const fs::path dir = fs::temp_directory_path() / "deltabit_test_server_load";
+    const fs::path dir = test::scratch_dir("deltabit_test_server_load");
     fs::remove_all(dir);
     test::ServerProcess server(test::server_model(dir / "model"),
                                {"--parallel", "16", "--max-concurrent", "256", "--park-budget", "64"});
@@ -145,10 +53,10 @@ TEST(ServerLoad, SixtyFourStreamingClientsThousandRequestsNoErrorsNoCrossedRepli
     // The replies served alone, one request at a time.
     std::vector<std::string> first(kConversations), second(kConversations);
     for (int i = 0; i < kConversations; ++i) {
-        const StreamResult a = stream_chat(server.port(), body_of(turn_one(i), kReplyTokens), false);
+        const test::StreamResult a = test::stream_chat(server.port(), body_of(turn_one(i), kReplyTokens));
         ASSERT_TRUE(a.ok) << a.error;
         first[size_t(i)] = a.content;
-        const StreamResult b = stream_chat(server.port(), body_of(turn_two(i, a.content), kReplyTokens), false);
+        const test::StreamResult b = test::stream_chat(server.port(), body_of(turn_two(i, a.content), kReplyTokens));
         ASSERT_TRUE(b.ok) << b.error;
         second[size_t(i)] = b.content;
     }
@@ -175,7 +83,8 @@ TEST(ServerLoad, SixtyFourStreamingClientsThousandRequestsNoErrorsNoCrossedRepli
                 const bool hang_up = kind == 9;
                 const bool follow = kind >= 5 && kind <= 8;
                 const json messages = follow ? turn_two(i, first[size_t(i)]) : turn_one(i);
-                const StreamResult r = stream_chat(server.port(), body_of(messages, hang_up ? 400 : kReplyTokens), hang_up);
+                const test::StreamResult r = test::stream_chat(server.port(), body_of(messages, hang_up ? 400 : kReplyTokens),
+                                                              hang_up ? test::hang_up_at_first : test::ChunkCheck{});
                 std::lock_guard lock(mutex);
                 if (!r.ok) {
                     ++errors;

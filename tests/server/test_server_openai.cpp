@@ -14,7 +14,7 @@ TEST(ServerOpenAiClient, PassesTheClientScript) {
     if (!fs::exists(client / "node_modules" / "openai"))
         GTEST_SKIP() << "tests/server/client/node_modules is missing: run scripts/setup.sh (npm ci there)";
     if (std::system("node --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "node is not installed (scripts/setup.sh)";
-    const fs::path dir = fs::temp_directory_path() / "deltabit_test_server_openai";
+    const fs::path dir = test::scratch_dir("deltabit_test_server_openai");
     fs::remove_all(dir);
     test::ServerProcess server(test::server_model(dir / "model"));
     const std::string command = "node " + (client / "openai_client.mjs").string() + " http://127.0.0.1:" +

@@ -25,7 +25,7 @@ std::string run(const std::string& command) {
 TEST(ServerPage, StreamsAReplyInHeadlessChromium) {
     if (std::system("command -v chromium > /dev/null 2>&1") != 0)
         GTEST_SKIP() << "chromium is not installed (apt-get install chromium; scripts/setup.sh does it)";
-    const fs::path dir = fs::temp_directory_path() / "deltabit_test_server_page";
+    const fs::path dir = test::scratch_dir("deltabit_test_server_page");
     fs::remove_all(dir);
     test::ServerProcess server(test::server_model(dir / "model"));
     const std::string url = "http://127.0.0.1:" + std::to_string(server.port()) + "/";
