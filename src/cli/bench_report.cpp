@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 #include <string_view>
@@ -186,6 +188,34 @@ nlohmann::json report_to_json(const BenchReport& r) {
             {"upload_seconds", r.upload_seconds},
             {"measurements", std::move(measurements)},
             {"notes", r.notes}};
+}
+
+std::string utc_date() {
+    const std::time_t now = std::time(nullptr);
+    std::tm utc{};
+    gmtime_r(&now, &utc);
+    char text[16];
+    std::strftime(text, sizeof text, "%Y-%m-%d", &utc);
+    return text;
+}
+
+std::string command_output(const std::string& command) {
+    FILE* pipe = popen(command.c_str(), "r");
+    if (pipe == nullptr) return "";
+    std::string out;
+    char buffer[256];
+    while (fgets(buffer, sizeof buffer, pipe) != nullptr) out += buffer;
+    pclose(pipe);
+    while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+    return out;
+}
+
+std::string source_commit() {
+    const std::string dir = DELTABIT_SOURCE_DIR;
+    const std::string hash = command_output("git -C '" + dir + "' rev-parse --short HEAD 2>/dev/null");
+    if (hash.empty()) return "unknown";
+    const bool dirty = !command_output("git -C '" + dir + "' status --porcelain --untracked-files=no 2>/dev/null").empty();
+    return dirty ? hash + "+dirty" : hash;
 }
 
 }  // namespace deltabit::cli
