@@ -275,7 +275,7 @@ void check_delta_rule(int64_t B, int64_t T, int64_t Hk, int64_t Hv, int64_t dk, 
         gdq = DeviceArray::zeros(q.size()), gdk = DeviceArray::zeros(k.size()), gdv = DeviceArray::zeros(v.size()),
         gdg = DeviceArray::zeros(g.size()), gdbeta = DeviceArray::zeros(g.size()),
         gstates = DeviceArray::zeros(size_t(cuda::delta_rule_chunk_states_floats(B, T, Hv, dk, dv))),
-        gscratch = DeviceArray::zeros(size_t(cuda::delta_rule_scratch_floats(B, Hv, dk, dv)));
+        gscratch = DeviceArray::zeros(size_t(cuda::delta_rule_scratch_floats(B, T, Hv, dk, dv)));
     cuda::delta_rule_forward(gq.get(), gk.get(), gv.get(), gg.get(), gbeta.get(), B, T, Hk, Hv, dk, dv, go.get(),
                              gstates.get());
     cuda::delta_rule_backward(gq.get(), gk.get(), gv.get(), gg.get(), gbeta.get(), gdout.get(), gstates.get(), B, T, Hk,
@@ -294,7 +294,8 @@ TEST(CudaTrainOps, DeltaRuleForwardBackward) {
     check_delta_rule(1, 1, 1, 1, 3, 4);
     check_delta_rule(2, 150, 1, 2, 5, 7);     // three chunks, the last partial; grouped value heads
     check_delta_rule(2, 64, 2, 2, 4, 40);     // exactly one chunk; more value columns than key rows
-    check_delta_rule(1, 70, 2, 4, 64, 128);   // the default model's head shape (shared memory > 48 KiB)
+    check_delta_rule(1, 70, 2, 4, 64, 128);   // the default model's head shape: 32 tiles of 4 columns
+    check_delta_rule(1, 65, 1, 1, 128, 40);   // wide keys (2 columns a tile, a partial last tile)
 }
 
 TEST(CudaTrainOps, LinearOnCublas) {

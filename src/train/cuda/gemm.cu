@@ -13,7 +13,7 @@
 namespace deltabit::train::cuda {
 namespace {
 
-constexpr cublasComputeType_t kCompute = CUBLAS_COMPUTE_32F_FAST_16BF;
+GemmMath g_math = GemmMath::bf16;
 
 void cublas_check(cublasStatus_t status, const char* what) {
     if (status != CUBLAS_STATUS_SUCCESS)
@@ -36,11 +36,16 @@ void gemm(cublasOperation_t op_a, cublasOperation_t op_b, int64_t m, int64_t n, 
         fail_message(std::string("cublas: ") + what + ": a dimension exceeds 2^31");
     const float alpha = 1.0f;
     cublas_check(cublasGemmEx(handle(), op_a, op_b, int(m), int(n), int(k), &alpha, a, CUDA_R_32F, int(lda), b,
-                              CUDA_R_32F, int(ldb), &beta, c, CUDA_R_32F, int(ldc), kCompute, CUBLAS_GEMM_DEFAULT),
+                              CUDA_R_32F, int(ldb), &beta, c, CUDA_R_32F, int(ldc),
+                              g_math == GemmMath::bf16 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT),
                  what);
 }
 
 }  // namespace
+
+void set_gemm_math(GemmMath math) { g_math = math; }
+GemmMath gemm_math() { return g_math; }
 
 void linear_forward(const float* x, const float* w, int64_t n, int64_t in, int64_t out, float* y, bool accumulate) {
     gemm(CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, w, in, x, in, accumulate ? 1.0f : 0.0f, y, out, "linear_forward");

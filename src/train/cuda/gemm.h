@@ -11,6 +11,12 @@
 
 namespace deltabit::train::cuda {
 
+// bf16: the training path. fp32: full-precision products (CUBLAS_COMPUTE_32F), for tests that check the
+// plumbing of the whole step against the double reference without bf16's noise.
+enum class GemmMath { bf16, fp32 };
+void set_gemm_math(GemmMath math);
+GemmMath gemm_math();
+
 void linear_forward(const float* x, const float* w, int64_t n, int64_t in, int64_t out, float* y,
                     bool accumulate = false);
 void linear_backward_input(const float* dy, const float* w, int64_t n, int64_t in, int64_t out, float* dx);

@@ -76,17 +76,17 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
 
 // ---- the gated delta rule (delta_rule_kernels.cu) ----
 
-// Recurrent form per (sequence, value head), state S[dk][dv] in shared memory, from a zero state.
+// Recurrent form per (sequence, value head, tile of state columns), from a zero state.
 // q, k [B·T][Hk][dk] (normalised, q scaled); v [B·T][Hv][dv]; g, beta [B·T][Hv]; o [B·T][Hv][dv].
 // The forward saves the state at the start of every chunk of kDeltaChunk steps in `chunk_states`
-// (delta_rule_chunk_states_floats); the backward replays one chunk at a time from it, keeping that
-// chunk's states in `scratch` (delta_rule_scratch_floats), so nothing grows with T but the checkpoints.
+// (delta_rule_chunk_states_floats); the backward replays one chunk at a time from it and needs
+// `scratch` (delta_rule_scratch_floats) for its per-tile partial sums.
 inline constexpr int64_t kDeltaChunk = 64;
 int64_t delta_rule_chunk_states_floats(int64_t B, int64_t T, int64_t Hv, int64_t dk, int64_t dv);
-int64_t delta_rule_scratch_floats(int64_t B, int64_t Hv, int64_t dk, int64_t dv);
+int64_t delta_rule_scratch_floats(int64_t B, int64_t T, int64_t Hv, int64_t dk, int64_t dv);
 void delta_rule_forward(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t B,
                         int64_t T, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, float* o, float* chunk_states);
-// dq, dk are shared by the Hv/Hk value heads of a key head: accumulated with atomics.
+// Adds into dq, dk_out (shared by the Hv/Hk value heads of a key head), dv_out, dg, dbeta.
 void delta_rule_backward(const float* q, const float* k, const float* v, const float* g, const float* beta,
                          const float* dout, const float* chunk_states, int64_t B, int64_t T, int64_t Hk, int64_t Hv,
                          int64_t dk, int64_t dv, float* dq, float* dk_out, float* dv_out, float* dg, float* dbeta,

@@ -253,7 +253,7 @@ struct TrainModel::Impl {
         delta_rule_backward(buf("dn.q_hat", N * key_dim), buf("dn.k_hat", N * key_dim), buf("dn.v", N * value_dim), g,
                             beta, d_o, buf("dn.chunk_states", delta_rule_chunk_states_floats(B, T, Hv, dk, dv)), B, T,
                             Hk, Hv, dk, dv, dq_hat, dk_hat, dv_, dg, dbeta,
-                            buf("dn.scratch", delta_rule_scratch_floats(B, Hv, dk, dv)));
+                            buf("dn.scratch", delta_rule_scratch_floats(B, T, Hv, dk, dv)));
         float* db = zeroed("dn.db", N * Hv);
         float* da = zeroed("dn.da", N * Hv);
         gdn_gates_backward(buf("dn.b", N * Hv), buf("dn.a", N * Hv), W(p + "A_log"), W(p + "dt_bias"), dbeta, dg, N, Hv,
