@@ -118,6 +118,7 @@ __global__ void delta_rule_forward_kernel(const float* q, const float* k, const 
     const bool active = i < dk && j < dv;
     const int64_t n_chunks = (T + kDeltaChunk - 1) / kDeltaChunk;
     float* states = chunk_states + (b * Hv + h) * n_chunks * dk * dv;
+    float* kq = in.dout;  // the forward has no dout: that space holds k·q of each step
     float S = 0.0f;
     for (int64_t c = 0; c < n_chunks; ++c) {
         const int64_t t0 = c * kDeltaChunk, t1 = min(T, t0 + kDeltaChunk);
@@ -125,15 +126,21 @@ __global__ void delta_rule_forward_kernel(const float* q, const float* k, const 
         __syncthreads();  // the previous chunk's steps are done with `in`
         in.load(k, q, g, beta, v, nullptr, b, T, t0, t1, Hk, Hv, h, kh, dk, dv, tile, W);
         __syncthreads();
+        for (int64_t s = threadIdx.x; s < t1 - t0; s += blockDim.x) {
+            float dot = 0.0f;
+            for (int64_t e = 0; e < dk; ++e) dot += in.k[s * dk + e] * in.q[s * dk + e];
+            kq[s] = dot;
+        }
+        __syncthreads();
+        // o = S_tᵀq = e^g·S_{t−1}ᵀq + (k·q)·δ: one reduction over the rows per step, for Sᵀk and Sᵀq together.
         for (int64_t s = 0; s < t1 - t0; ++s) {
             const float ki = active ? in.k[s * dk + i] : 0.0f;
             const float qi = active ? in.q[s * dk + i] : 0.0f;
             const float eg = expf(in.g[s]), bt = in.beta[s];
-            const float kv = column_sum2(S * ki, 0.0f, W, reduce).x;
-            const float delta = bt * (in.v[s * W + jl] - eg * kv);
+            const float2 sums = column_sum2(S * ki, S * qi, W, reduce);
+            const float delta = bt * (in.v[s * W + jl] - eg * sums.x);
             S = eg * S + ki * delta;
-            const float oj = column_sum2(S * qi, 0.0f, W, reduce).x;
-            if (active && i == 0) o[((b * T + t0 + s) * Hv + h) * dv + j] = oj;
+            if (active && i == 0) o[((b * T + t0 + s) * Hv + h) * dv + j] = eg * sums.y + kq[s] * delta;
         }
     }
 }
