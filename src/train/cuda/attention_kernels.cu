@@ -1,6 +1,7 @@
 // Causal GQA attention for training, forward and backward, the straightforward way: one block per
-// (query row, head) holds that row's scores in shared memory (T floats), and the backward recomputes
-// the probabilities from the saved log-sum-exp. dq is computed per query row; dk and dv per key row
+// (query row, head) holds that row's scores in shared memory (T floats), a warp per key forms a score
+// (lanes split the head dimension: coalesced rows), and the backward recomputes the probabilities from
+// the saved log-sum-exp. dq is computed per query row; dk and dv per key row
 // (one block per (key row, kv head) walks the later queries of every head in its group), so no
 // gradient needs atomics. O(T²·dh) CUDA-core work per head: correct first; a flash-style tensor-core
 // kernel replaces it once this one is the oracle on the GPU.
@@ -39,14 +40,18 @@ __global__ void attention_forward_kernel(const float* q, const float* k, const f
     const int64_t row = (b * T + t) * Hq + h;
     for (int64_t d = threadIdx.x; d < dh; d += blockDim.x) qs[d] = q[row * dh + d];
     __syncthreads();
-    float local_max = -INFINITY;
-    for (int64_t s = threadIdx.x; s <= t; s += blockDim.x) {
+    // One warp per key: the lanes split the head dimension, so a key row is read coalesced.
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    for (int64_t s = warp; s <= t; s += warps) {
         const float* ks = k + ((b * T + s) * Hkv + kvh) * dh;
         float dot = 0.0f;
-        for (int64_t d = 0; d < dh; ++d) dot += qs[d] * ks[d];
-        p[s] = dot * scale;
-        local_max = fmaxf(local_max, p[s]);
+        for (int64_t d = lane; d < dh; d += 32) dot += qs[d] * ks[d];
+        dot = warp_sum(dot);
+        if (lane == 0) p[s] = dot * scale;
     }
+    __syncthreads();
+    float local_max = -INFINITY;
+    for (int64_t s = threadIdx.x; s <= t; s += blockDim.x) local_max = fmaxf(local_max, p[s]);
     const float row_max = block_max(local_max, reduce);
     float local_sum = 0.0f;
     for (int64_t s = threadIdx.x; s <= t; s += blockDim.x) {
@@ -88,16 +93,18 @@ __global__ void attention_dq_kernel(const float* q, const float* k, const float*
     }
     __syncthreads();
     const float row_lse = lse[row], row_D = D[row];
-    for (int64_t s = threadIdx.x; s <= t; s += blockDim.x) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    for (int64_t s = warp; s <= t; s += warps) {  // a warp per key, as the forward
         const float* ks = k + ((b * T + s) * Hkv + kvh) * dh;
         const float* vs = v + ((b * T + s) * Hkv + kvh) * dh;
         float dot = 0.0f, dp = 0.0f;
-        for (int64_t d = 0; d < dh; ++d) {
+        for (int64_t d = lane; d < dh; d += 32) {
             dot += qs[d] * ks[d];
             dp += dos[d] * vs[d];
         }
-        const float p = expf(dot * scale - row_lse);
-        ds[s] = p * (dp - row_D);
+        dot = warp_sum(dot);
+        dp = warp_sum(dp);
+        if (lane == 0) ds[s] = expf(dot * scale - row_lse) * (dp - row_D);
     }
     __syncthreads();
     for (int64_t d = threadIdx.x; d < dh; d += blockDim.x) {
@@ -124,17 +131,22 @@ __global__ void attention_dkv_kernel(const float* q, const float* k, const float
         vs[d] = v[kv_row * dh + d];
     }
     __syncthreads();
-    for (int64_t work = threadIdx.x; work < group * (T - s); work += blockDim.x) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    for (int64_t work = warp; work < group * (T - s); work += warps) {  // a warp per (head, query row)
         const int64_t g = work / (T - s), t = s + work % (T - s);
         const int64_t row = (b * T + t) * Hq + kvh * group + g;
         float dot = 0.0f, dp = 0.0f;
-        for (int64_t d = 0; d < dh; ++d) {
+        for (int64_t d = lane; d < dh; d += 32) {
             dot += q[row * dh + d] * ks[d];
             dp += dout[row * dh + d] * vs[d];
         }
-        const float prob = expf(dot * scale - lse[row]);
-        p[g * T + t] = prob;
-        ds[g * T + t] = prob * (dp - D[row]);
+        dot = warp_sum(dot);
+        dp = warp_sum(dp);
+        if (lane == 0) {
+            const float prob = expf(dot * scale - lse[row]);
+            p[g * T + t] = prob;
+            ds[g * T + t] = prob * (dp - D[row]);
+        }
     }
     __syncthreads();
     for (int64_t d = threadIdx.x; d < dh; d += blockDim.x) {
