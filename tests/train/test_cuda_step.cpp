@@ -7,9 +7,10 @@
 // against the double reference, and with the training path's bf16 products.
 //
 // Tolerances (each check prints its measured value):
-//   fp32 products: every op is fp32 against double; a value passes through a few hundred rounded
-//     operations from the embeddings to a gradient (≈ 300 · 6e-8 ≈ 2e-5), so max|Δ| ≤ 2e-4 · max|ref|
-//     per gradient tensor and 2e-5 relative on the loss.
+//   fp32 products: every op is fp32 against double. Run through a CPU emulation of the CUDA thread
+//     model (docs/notes/train-cuda.md), the tiny qwen35's worst gradient tensor was 1.1e-4 of its
+//     largest value (layer 0's input norm: the end of the longest backward chain, on weights of std
+//     0.3), the loss 4e-8: the bounds are 5e-4 per gradient tensor and 2e-5 on the loss.
 //   bf16 products: operands rounded to 2⁻⁹ relative in every product of the forward and backward; the
 //     errors are independent roundings that add in quadrature, so a gradient tensor's relative L2
 //     error stays within 5e-2 (a 2⁻⁹ error through ~8 chained products, ×3 margin), and the summed
@@ -51,7 +52,7 @@ using Vec = std::vector<double>;
 namespace fs = std::filesystem;
 
 constexpr double kFp32LossTolerance = 2e-5;
-constexpr double kFp32GradientTolerance = 2e-4;
+constexpr double kFp32GradientTolerance = 5e-4;
 constexpr double kLossTolerance = 5e-3;
 constexpr double kGradientTolerance = 5e-2;
 // Losses after the CPU and GPU runs have taken their own AdamW steps (not the same weights any more).
