@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 #include <string_view>
@@ -201,6 +202,34 @@ double lower_median(std::vector<double> v) {
 void bench_progress(const std::string& line) {
     std::fputs(("bench: " + line + "\n").c_str(), stderr);
     std::fflush(stderr);
+}
+
+std::string utc_date() {
+    const std::time_t now = std::time(nullptr);
+    std::tm utc{};
+    gmtime_r(&now, &utc);
+    char text[16];
+    std::strftime(text, sizeof text, "%Y-%m-%d", &utc);
+    return text;
+}
+
+std::string command_output(const std::string& command) {
+    FILE* pipe = popen(command.c_str(), "r");
+    if (pipe == nullptr) return "";
+    std::string out;
+    char buffer[256];
+    while (fgets(buffer, sizeof buffer, pipe) != nullptr) out += buffer;
+    pclose(pipe);
+    while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+    return out;
+}
+
+std::string source_commit() {
+    const std::string dir = DELTABIT_SOURCE_DIR;
+    const std::string hash = command_output("git -C '" + dir + "' rev-parse --short HEAD 2>/dev/null");
+    if (hash.empty()) return "unknown";
+    const bool dirty = !command_output("git -C '" + dir + "' status --porcelain --untracked-files=no 2>/dev/null").empty();
+    return dirty ? hash + "+dirty" : hash;
 }
 
 }  // namespace deltabit::cli

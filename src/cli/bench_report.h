@@ -83,5 +83,12 @@ double seconds_since(BenchClock::time_point start);
 double lower_median(std::vector<double> v);
 // One progress line on stderr ("bench: ..."), flushed at once.
 void bench_progress(const std::string& line);
+// Today's date in UTC (YYYY-MM-DD), the history's `date` column.
+std::string utc_date();
+// A shell command's standard output without its trailing newline; "" when it cannot run.
+std::string command_output(const std::string& command);
+// The source tree's commit, "+dirty" when tracked files differ from it; "unknown" without git (the
+// GPU machines get a copy of the tree without its history: pass --commit there).
+std::string source_commit();
 
 }  // namespace deltabit::cli

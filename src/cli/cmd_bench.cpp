@@ -149,35 +149,8 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-std::string utc_date() {
-    const std::time_t now = std::time(nullptr);
-    std::tm utc{};
-    gmtime_r(&now, &utc);
-    char text[16];
-    std::strftime(text, sizeof text, "%Y-%m-%d", &utc);
-    return text;
-}
 
-std::string command_output(const std::string& command) {
-    FILE* pipe = popen(command.c_str(), "r");
-    if (pipe == nullptr) return "";
-    std::string out;
-    char buffer[256];
-    while (fgets(buffer, sizeof buffer, pipe) != nullptr) out += buffer;
-    pclose(pipe);
-    while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-    return out;
-}
 
-// The source tree's commit, "+dirty" when tracked files differ from it; "unknown" without git (the
-// GPU machines get a copy of the tree without its history: pass --commit there).
-std::string source_commit() {
-    const std::string dir = DELTABIT_SOURCE_DIR;
-    const std::string hash = command_output("git -C '" + dir + "' rev-parse --short HEAD 2>/dev/null");
-    if (hash.empty()) return "unknown";
-    const bool dirty = !command_output("git -C '" + dir + "' status --porcelain --untracked-files=no 2>/dev/null").empty();
-    return dirty ? hash + "+dirty" : hash;
-}
 
 // The dtype holding most of the matrix bytes: the history's `type` column.
 std::string main_weight_type(const ModelWeights& weights) {

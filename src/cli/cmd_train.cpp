@@ -1,12 +1,16 @@
 // `deltabit train CONFIG.toml`: runs or resumes the training run the config describes (train/
 // train_config.h; docs/train.md). Built only with toml++ (the train module).
 //
-//   deltabit train CONFIG.toml [--resume] [--max-steps N] [--quiet]
+//   deltabit train CONFIG.toml [--resume] [--max-steps N] [--backend cpu|cuda|auto] [--quiet]
+//                  [--no-history | --history FILE] [--commit HASH]
 //
 // Writes into run.out_dir: curves.csv (one row per optimizer step; eval_bpb on evaluation steps),
 // checkpoint.bin (every checkpoint.every steps and at the end, atomically), and when the run reaches
 // run.steps, model.gguf (Q1_0 for a QAT run, else F32: train/export.h); prints a progress line (step,
-// tokens/s, loss, eval BPB, ETA) on a terminal, one line per evaluation otherwise.
+// tokens/s, MFU, loss, eval BPB, ETA) on a terminal, one line per evaluation otherwise; appends the
+// invocation's mean tokens/s and MFU to bench/history.tsv (MFU against the bf16 tensor rate `deltabit
+// bench` reads prefill against, cli/bench_gpu.h; only on a GPU whose rate is known).
+#include "cli/bench_report.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "core/error.h"
@@ -30,7 +34,38 @@ struct TrainArgs {
     bool resume = false;
     bool quiet = false;
     int64_t max_steps = 0;  // 0: run to run.steps
+    std::string backend;    // "": the config's run.backend
+    std::string history = std::string(DELTABIT_SOURCE_DIR) + "/bench/history.tsv";
+    bool no_history = false;
+    std::string commit;
 };
+
+// Dense bf16 tensor rate (TFLOP/s) of the GPU the run is on, as `deltabit bench` reads prefill against
+// (cli/bench_gpu.h: measured on this workplace's H200s); 0 when unknown (no MFU printed).
+constexpr double kH200Bf16Tflops = 790.0;
+double bf16_peak_tflops(const std::string& backend) {
+    return backend.find("H200") != std::string::npos ? kH200Bf16Tflops : 0.0;
+}
+
+// One history row for the invocation (columns: bench/history.tsv's header, cli/bench_report.h).
+void append_train_history(const std::string& path, const std::string& commit, const train::Trainer& trainer,
+                          const std::string& run_name, int64_t steps, double seconds, double tokens_per_s,
+                          double tflop_s, double peak, double loss, double bpb) {
+    const bool fresh = !std::filesystem::exists(path);
+    std::ofstream out(path, std::ios::app);
+    if (!out) fail("train: {}: cannot open for appending (--no-history skips it)", path);
+    if (fresh) out << history_header() << "\n";
+    const train::TrainConfig& c = trainer.config();
+    const std::string note = fmt::format("{} steps to step {}, {} parameters, loss {:.4f}, held-out {:.4f} bpb, {}",
+                                         steps, trainer.step(), trainer.layout().total(), loss, bpb,
+                                         trainer.backend_description());
+    out << fmt::format("{}\t{}\t{}\tdeltabit train\t{}\t{}\t{}\ttrain b{}x{}x{}\t{:.0f}\t\t\t{}\t{:.0f}\t{:.2f}\t{}\t\t\n",
+                       utc_date(), commit, trainer.backend_description(), run_name, c.run.seq_len,
+                       c.qat.enabled ? "q1_0-qat" : "f32-master", c.run.batch, c.run.seq_len, c.run.grad_accum,
+                       1e6 * seconds / double(std::max<int64_t>(steps, 1)), note, tokens_per_s, tflop_s,
+                       peak > 0 ? fmt::format("{:.2f}", 100.0 * tflop_s / peak) : std::string());
+    if (!out.flush()) fail("train: {}: write failed", path);
+}
 
 std::string format_duration(double seconds) {
     const int64_t s = int64_t(seconds + 0.5);
@@ -42,7 +77,8 @@ void run_train(const TrainArgs& args) {
     if (!in) fail("train: {}: cannot open the config file", args.config);
     std::ostringstream text;
     text << in.rdbuf();
-    const train::TrainConfig config = train::load_train_config(args.config);
+    train::TrainConfig config = train::load_train_config(args.config);
+    if (!args.backend.empty()) config.run.backend = args.backend;
     const std::filesystem::path out_dir =
         std::filesystem::path(config.run.out_dir).is_relative()
             ? (std::filesystem::path(args.config).parent_path() / config.run.out_dir).lexically_normal()
@@ -65,15 +101,19 @@ void run_train(const TrainArgs& args) {
 
     const bool live = !args.quiet && stderr_is_terminal();
     const int64_t total = config.run.steps, tokens_per_step = config.tokens_per_step();
-    fmt::print(stderr, "train: {} parameters, {} tokens per step, {} steps from step {} → {}\n",
-               trainer.layout().total(), tokens_per_step, total, trainer.step(), out_dir.string());
-    double last_bpb = NAN, seconds_sum = 0.0;
+    const std::string backend = trainer.backend_description();
+    const double flops_per_token = train::train_flops_per_token(trainer.layout().config(), config.run.seq_len);
+    const double peak = bf16_peak_tflops(backend);
+    fmt::print(stderr, "train: {} parameters, {} tokens per step, {} steps from step {} on {} → {}\n",
+               trainer.layout().total(), tokens_per_step, total, trainer.step(), backend, out_dir.string());
+    double last_bpb = NAN, seconds_sum = 0.0, last_loss = NAN;
     int64_t steps_timed = 0;
     const int64_t stop_at = args.max_steps > 0 ? std::min(total, trainer.step() + args.max_steps) : total;
     while (trainer.step() < stop_at) {
         const train::StepReport r = trainer.train_step();
         seconds_sum += r.seconds;
         ++steps_timed;
+        last_loss = r.loss;
         const bool eval_now = (config.eval.every > 0 && r.step % config.eval.every == 0) || r.step == total;
         std::string bpb_field;
         if (eval_now) {
@@ -87,9 +127,11 @@ void run_train(const TrainArgs& args) {
         if ((config.checkpoint.every > 0 && r.step % config.checkpoint.every == 0) || r.step == stop_at)
             trainer.save_checkpoint(checkpoint);
         const double eta = seconds_sum / double(steps_timed) * double(total - r.step);
+        const std::string mfu =
+            peak > 0 ? fmt::format("  MFU {:.1f}%", 100.0 * tokens_per_s * flops_per_token / (peak * 1e12)) : "";
         const std::string line =
-            fmt::format("step {}/{}  {:.0f} tok/s  loss {:.4f}  eval {} bpb  lr {:.3g}  ETA {}", r.step, total,
-                        tokens_per_s, r.loss, std::isnan(last_bpb) ? "-" : fmt::format("{:.4f}", last_bpb), r.lr,
+            fmt::format("step {}/{}  {:.0f} tok/s{}  loss {:.4f}  eval {} bpb  lr {:.3g}  ETA {}", r.step, total,
+                        tokens_per_s, mfu, r.loss, std::isnan(last_bpb) ? "-" : fmt::format("{:.4f}", last_bpb), r.lr,
                         format_duration(eta));
         if (live)
             fmt::print(stderr, "\r\033[K{}", line);
@@ -100,6 +142,17 @@ void run_train(const TrainArgs& args) {
     if (std::isnan(last_bpb)) last_bpb = trainer.evaluate_bpb();  // nothing ran, or no evaluation step yet
     fmt::print("train: done at step {}: held-out {:.5f} bits per byte; checkpoint {}, curves {}\n", trainer.step(),
                last_bpb, checkpoint.string(), curves.string());
+    if (steps_timed > 0) {
+        const double tokens_per_s = double(tokens_per_step * steps_timed) / seconds_sum;
+        const double tflop_s = tokens_per_s * flops_per_token / 1e12;
+        fmt::print("train: {} steps in {:.1f} s: {:.0f} tokens/s, {:.2f} TFLOP/s{}\n", steps_timed, seconds_sum,
+                   tokens_per_s, tflop_s,
+                   peak > 0 ? fmt::format(", MFU {:.1f}% of {:.0f} TFLOP/s bf16", 100.0 * tflop_s / peak, peak) : "");
+        if (!args.no_history)
+            append_train_history(args.history, args.commit.empty() ? source_commit() : args.commit, trainer,
+                                 std::filesystem::path(args.config).stem().string(), steps_timed, seconds_sum,
+                                 tokens_per_s, tflop_s, peak, last_loss, last_bpb);
+    }
     if (trainer.finished()) {
         const std::filesystem::path model = out_dir / "model.gguf";
         const DType type = config.qat.enabled ? DType::Q1_0 : DType::F32;
@@ -113,7 +166,7 @@ void run_train(const TrainArgs& args) {
 
 void add_train_command(CLI::App& app) {
     auto args = std::make_shared<TrainArgs>();
-    CLI::App* cmd = app.add_subcommand("train", "Train a model as CONFIG.toml describes (CPU reference backend)");
+    CLI::App* cmd = app.add_subcommand("train", "Train a model as CONFIG.toml describes (on the GPU or the CPU reference)");
     cmd->add_option("config", args->config, "the run's TOML config (see configs/bytelm-hybrid.toml)")->required();
     cmd->add_flag("--resume", args->resume,
                   "continue from run.out_dir/checkpoint.bin (default: start fresh; refused if one exists)");
@@ -122,6 +175,14 @@ void add_train_command(CLI::App& app) {
                     "run.steps); continue later with --resume")
         ->check(CLI::PositiveNumber);
     cmd->add_flag("-q,--quiet", args->quiet, "no progress output (default: a live line on a terminal)");
+    cmd->add_option("--backend", args->backend,
+                    "cpu (the double reference), cuda (the GPU trainer) or auto (cuda when a GPU is present) "
+                    "(default: the config's run.backend)")
+        ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+    cmd->add_option("--history", args->history, "the TSV this run's tokens/s and MFU are appended to")
+        ->default_str("bench/history.tsv");
+    cmd->add_flag("--no-history", args->no_history, "do not append to the history file");
+    cmd->add_option("--commit", args->commit, "commit hash for the history row (default: git's, where present)");
     cmd->callback([args] { run_train(*args); });
 }
 

@@ -151,8 +151,8 @@ void validate(const TrainConfig& c, const std::string& s) {
     require(r.batch >= 1, s, "run.batch", fmt::format("must be ≥ 1, got {}", r.batch));
     require(r.grad_accum >= 1, s, "run.grad_accum", fmt::format("must be ≥ 1, got {}", r.grad_accum));
     require(r.steps >= 1, s, "run.steps", fmt::format("must be ≥ 1, got {}", r.steps));
-    require(r.backend == "cpu", s, "run.backend",
-            fmt::format("expected cpu (the CUDA trainer is not built yet), got '{}'", r.backend));
+    require(r.backend == "cpu" || r.backend == "cuda" || r.backend == "auto", s, "run.backend",
+            fmt::format("expected cpu, cuda or auto, got '{}'", r.backend));
     require(!r.out_dir.empty(), s, "run.out_dir", "must not be empty");
     const OptimizerSection& o = c.optimizer;
     require(o.kind == "adamw", s, "optimizer.kind", fmt::format("expected adamw, got '{}'", o.kind));

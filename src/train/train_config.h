@@ -52,7 +52,7 @@ struct RunSection {
     int64_t grad_accum = 1;
     int64_t steps = 1000;            // optimizer steps
     uint64_t seed = 1;
-    std::string backend = "cpu";     // cpu (the reference); cuda arrives with the CUDA kernels
+    std::string backend = "cpu";     // cpu (the double reference), cuda (train/cuda/), auto (cuda when a GPU is present)
     std::string out_dir = "runs/default";
 };
 

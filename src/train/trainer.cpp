@@ -4,6 +4,15 @@
 #include "train/qat.h"
 #include "train/reference_model.h"
 
+#ifdef DELTABIT_HAVE_CUDA
+#include "backend/cuda_probe.h"
+#include "train/cuda/train_model.h"
+#else
+namespace deltabit::train::cuda {
+class TrainModel {};  // never made without CUDA; complete so that Trainer's unique_ptr can be destroyed
+}  // namespace deltabit::train::cuda
+#endif
+
 #include <fmt/format.h>
 
 #include <chrono>
@@ -120,6 +129,41 @@ Trainer::Trainer(TrainConfig config, std::string config_text)
     grads_.assign(params_.size(), 0.0f);
     data_rng_.seed(config_.run.seed ^ 0x9e3779b97f4a7c15ull);  // a stream apart from the initialisation's
     backend_ = make_cpu_reference_backend(layout_);
+    const std::string& wanted = config_.run.backend;
+#ifdef DELTABIT_HAVE_CUDA
+    const bool gpu_present = deltabit::cuda::device_count() > 0;
+    if (wanted == "cuda" && !gpu_present) fail("train: run.backend = cuda, but this machine has no usable CUDA device");
+    if (wanted == "cuda" || (wanted == "auto" && gpu_present)) {
+        device_ = std::make_unique<cuda::TrainModel>(layout_);
+        device_->set_parameters(params_);
+        device_->set_optimizer_state(adam_);
+    }
+#else
+    if (wanted == "cuda") fail("train: run.backend = cuda, but this build has no CUDA (configure with nvcc present)");
+#endif
+}
+
+Trainer::~Trainer() = default;
+
+std::string Trainer::backend_description() const {
+#ifdef DELTABIT_HAVE_CUDA
+    if (device_) return "cuda (" + device_->device_name() + ")";
+#endif
+    return "cpu reference";
+}
+
+void Trainer::sync_from_device() const {
+#ifdef DELTABIT_HAVE_CUDA
+    if (!device_ || !host_stale_) return;
+    device_->get_parameters(params_);
+    device_->get_optimizer_state(adam_);
+    host_stale_ = false;
+#endif
+}
+
+std::span<const float> Trainer::parameters() const {
+    sync_from_device();
+    return params_;
 }
 
 Batch Trainer::next_batch() {
@@ -140,6 +184,7 @@ Batch Trainer::next_batch() {
 }
 
 std::vector<float> Trainer::forward_weights() const {
+    sync_from_device();
     if (!config_.qat.enabled) return params_;
     std::vector<float> weights(params_.size());
     qat_effective_weights(layout_, params_, binarisation_weight(step_, config_.run.steps), weights);
@@ -148,10 +193,27 @@ std::vector<float> Trainer::forward_weights() const {
 
 StepReport Trainer::train_step() {
     const auto start = std::chrono::steady_clock::now();
-    std::fill(grads_.begin(), grads_.end(), 0.0f);
     const RunSection& r = config_.run;
     const double predicted = double(r.batch * r.seq_len * r.grad_accum);
     double loss_sum = 0.0;
+#ifdef DELTABIT_HAVE_CUDA
+    if (device_) {
+        // The same step on the GPU: QAT weights, gradients, clipping and AdamW stay on the device.
+        device_->use_qat_weights(config_.qat.enabled ? binarisation_weight(step_, r.steps) : 0.0);
+        device_->zero_gradients();
+        for (int64_t micro = 0; micro < r.grad_accum; ++micro)
+            loss_sum += device_->accumulate_gradient(next_batch(), 1.0 / predicted);
+        StepReport report;
+        report.lr = learning_rate(config_.optimizer, step_, r.steps);
+        report.grad_norm = device_->optimizer_step(config_.optimizer, report.lr);
+        host_stale_ = true;
+        report.loss = loss_sum / predicted;
+        report.step = ++step_;
+        report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        return report;
+    }
+#endif
+    std::fill(grads_.begin(), grads_.end(), 0.0f);
     // QAT: the forward sees the binarised weights; their gradient is applied to the latent ones as it
     // is (straight-through).
     const std::vector<float> weights = forward_weights();
@@ -166,31 +228,65 @@ StepReport Trainer::train_step() {
     return report;
 }
 
-double bits_per_byte(GradientBackend& backend, std::span<const float> params, std::span<const uint8_t> text,
+double bits_per_byte(const std::function<double(const Batch&)>& batch_loss, std::span<const uint8_t> text,
                      int64_t seq_len) {
     double nats = 0.0;
     int64_t predicted = 0;
+    Batch batch;
+    const auto flush = [&] {
+        if (batch.n_sequences == 0) return;
+        nats += batch_loss(batch);
+        predicted += batch.n_sequences * batch.length;
+        batch = Batch{};
+    };
     for (int64_t begin = 0; begin + 1 < int64_t(text.size()); begin += seq_len) {
         const int64_t n = std::min<int64_t>(seq_len, int64_t(text.size()) - 1 - begin);
-        Batch window;
-        window.n_sequences = 1;
-        window.length = n;
+        if (batch.n_sequences == kEvalWindowsPerBatch || (batch.n_sequences > 0 && batch.length != n)) flush();
+        batch.length = n;
+        ++batch.n_sequences;
         for (int64_t t = 0; t < n; ++t) {
-            window.tokens.push_back(text[size_t(begin + t)]);
-            window.targets.push_back(text[size_t(begin + t + 1)]);
+            batch.tokens.push_back(text[size_t(begin + t)]);
+            batch.targets.push_back(text[size_t(begin + t + 1)]);
         }
-        nats += backend.loss(params, window);
-        predicted += n;
     }
+    flush();
     return nats / (double(predicted) * std::numbers::ln2);
 }
 
+double bits_per_byte(GradientBackend& backend, std::span<const float> params, std::span<const uint8_t> text,
+                     int64_t seq_len) {
+    return bits_per_byte([&](const Batch& batch) { return backend.loss(params, batch); }, text, seq_len);
+}
+
 double Trainer::evaluate_bpb() {
-    return bits_per_byte(*backend_, forward_weights(), std::span(heldout_bytes_).first(size_t(config_.eval.bytes)),
-                         config_.run.seq_len);
+    const std::span<const uint8_t> window = std::span(heldout_bytes_).first(size_t(config_.eval.bytes));
+#ifdef DELTABIT_HAVE_CUDA
+    if (device_) {
+        device_->use_qat_weights(config_.qat.enabled ? binarisation_weight(step_, config_.run.steps) : 0.0);
+        return bits_per_byte([&](const Batch& batch) { return device_->loss(batch); }, window, config_.run.seq_len);
+    }
+#endif
+    return bits_per_byte(*backend_, forward_weights(), window, config_.run.seq_len);
+}
+
+double train_flops_per_token(const ModelConfig& c, int64_t seq_len) {
+    const ParameterLayout layout(c);
+    double matrix_weights = 0.0;
+    for (const ParameterInfo& p : layout.all())
+        if (p.role == ParameterRole::matrix) matrix_weights += double(p.size);
+    if (c.tied_embeddings) matrix_weights += double(c.n_vocab * c.n_embd);  // the head is still a product
+    double flops = 6.0 * matrix_weights;
+    for (const LayerKind kind : c.layers) {
+        if (kind == LayerKind::full_attention)
+            flops += 6.0 * double(seq_len) * double(c.n_head * c.head_dim);
+        else
+            flops += 18.0 * double(c.ssm_n_value_heads * c.ssm_key_dim * c.ssm_value_dim);
+    }
+    return flops;
 }
 
 void Trainer::save_checkpoint(const std::filesystem::path& path) const {
+    sync_from_device();
     const std::filesystem::path tmp = path.string() + ".tmp";
     {
         std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
@@ -247,6 +343,13 @@ void Trainer::load_checkpoint(const std::filesystem::path& path) {
     adam_.m = std::move(m);
     adam_.v = std::move(v);
     adam_.step = adam_step;
+#ifdef DELTABIT_HAVE_CUDA
+    if (device_) {
+        device_->set_parameters(params_);
+        device_->set_optimizer_state(adam_);
+        host_stale_ = false;
+    }
+#endif
 }
 
 }  // namespace deltabit::train

@@ -19,6 +19,10 @@
 
 namespace deltabit::train {
 
+namespace cuda {
+class TrainModel;
+}
+
 // Sequences of byte ids: tokens[b][T] and next-byte targets[b][T].
 struct Batch {
     int64_t n_sequences = 0, length = 0;
@@ -50,14 +54,19 @@ struct StepReport {
 class Trainer {
 public:
     // A fresh run (parameters from the seed) or, when `checkpoint` exists, a resumed one (its config
-    // must be the same text as config_text).
+    // must be the same text as config_text). config.run.backend picks the arithmetic: cpu (the double
+    // reference), cuda (weights, gradients and AdamW on the GPU: train/cuda/train_model.h), auto (cuda
+    // when the build has CUDA and a GPU is present).
     Trainer(TrainConfig config, std::string config_text);
+    ~Trainer();
 
     const TrainConfig& config() const { return config_; }
     const ParameterLayout& layout() const { return layout_; }
     int64_t step() const { return step_; }
     bool finished() const { return step_ >= config_.run.steps; }
-    std::span<const float> parameters() const { return params_; }  // the latent (master) weights
+    std::span<const float> parameters() const;  // the latent (master) weights
+    bool on_gpu() const { return device_ != nullptr; }
+    std::string backend_description() const;  // "cpu reference" or "cuda (NVIDIA H200)"
     // The weights the forward uses at the current step: the parameters, or with qat.enabled the
     // binarised ones at λ(step) (train/qat.h); at the end of a QAT run, fully binary.
     std::vector<float> forward_weights() const;
@@ -73,22 +82,38 @@ public:
 
 private:
     Batch next_batch();
+    void sync_from_device() const;  // the GPU run's weights and moments into params_ and adam_
+
 
     TrainConfig config_;
     std::string config_text_;
     ParameterLayout layout_;
     std::vector<uint8_t> train_bytes_, heldout_bytes_;
-    std::vector<float> params_, grads_;
-    AdamState adam_;
+    mutable std::vector<float> params_;
+    std::vector<float> grads_;
+    mutable AdamState adam_;
     std::mt19937_64 data_rng_;
     int64_t step_ = 0;
     int64_t sequences_drawn_ = 0;
     std::unique_ptr<GradientBackend> backend_;
+    std::unique_ptr<cuda::TrainModel> device_;  // set for the cuda backend
+    mutable bool host_stale_ = false;           // the device holds newer weights than params_
 };
 
 // Bits per byte of `text` under the model, over consecutive windows of `seq_len` predicted bytes (the
 // windows overlap by one byte: window i reads bytes [i·L, i·L + L] and predicts the last L).
 double bits_per_byte(GradientBackend& backend, std::span<const float> params, std::span<const uint8_t> text,
                      int64_t seq_len);
+// The same windows, scored by any loss function (Σ nats over a batch); windows of equal length go
+// together, up to kEvalWindowsPerBatch per call.
+inline constexpr int64_t kEvalWindowsPerBatch = 32;
+double bits_per_byte(const std::function<double(const Batch&)>& batch_loss, std::span<const uint8_t> text,
+                     int64_t seq_len);
+
+// Training arithmetic per token for MFU: 6 FLOPs per matrix weight (forward 2, backward 4; the token
+// embedding is a lookup, not counted), plus the causal attention scores and mixing (6·T·heads·head_dim
+// per full-attention layer on average over positions) and the delta rule's state products
+// (18·value_heads·dk·dv per DeltaNet layer: three dk×dv products forward, twice that backward).
+double train_flops_per_token(const ModelConfig& config, int64_t seq_len);
 
 }  // namespace deltabit::train

@@ -65,7 +65,7 @@ every = 3
 
 TEST(CmdTrain, StopAndResumeEqualsOneRun) {
     const fs::path dir = make_run_dir("resume", "straight");
-    const test::CommandResult straight = test::run_deltabit("train -q '" + (dir / "run.toml").string() + "'");
+    const test::CommandResult straight = test::run_deltabit("train -q --no-history '" + (dir / "run.toml").string() + "'");
     ASSERT_EQ(straight.exit_code, 0) << straight.output;
     EXPECT_NE(straight.output.find("done at step 8"), std::string::npos) << straight.output;
     EXPECT_NE(straight.output.find("exported"), std::string::npos) << straight.output;
@@ -74,14 +74,14 @@ TEST(CmdTrain, StopAndResumeEqualsOneRun) {
     // The same config text with another out_dir would be a different config: run the split run in a copy.
     const fs::path split_dir = make_run_dir("resume_split", "straight");
     const std::string cfg = "'" + (split_dir / "run.toml").string() + "'";
-    const test::CommandResult first = test::run_deltabit("train -q --max-steps 5 " + cfg);
+    const test::CommandResult first = test::run_deltabit("train -q --no-history --max-steps 5 " + cfg);
     ASSERT_EQ(first.exit_code, 0) << first.output;
     EXPECT_NE(first.output.find("done at step 5"), std::string::npos) << first.output;
     EXPECT_FALSE(fs::exists(split_dir / "straight" / "model.gguf"));  // not finished: no export yet
-    const test::CommandResult again = test::run_deltabit("train -q " + cfg);
+    const test::CommandResult again = test::run_deltabit("train -q --no-history " + cfg);
     EXPECT_EQ(again.exit_code, 1);
     EXPECT_NE(again.output.find("pass --resume"), std::string::npos) << again.output;
-    const test::CommandResult second = test::run_deltabit("train -q --resume " + cfg);
+    const test::CommandResult second = test::run_deltabit("train -q --no-history --resume " + cfg);
     ASSERT_EQ(second.exit_code, 0) << second.output;
 
     const std::string a = read_file(dir / "straight" / "checkpoint.bin");
@@ -107,7 +107,7 @@ TEST(CmdTrain, StopAndResumeEqualsOneRun) {
 // `deltabit eval` on the exported model gives the BPB the trainer printed for the same window.
 TEST(CmdTrain, EvalOfTheExportEqualsTheTrainersNumber) {
     const fs::path dir = make_run_dir("eval", "out");
-    const test::CommandResult run = test::run_deltabit("train -q '" + (dir / "run.toml").string() + "'");
+    const test::CommandResult run = test::run_deltabit("train -q --no-history '" + (dir / "run.toml").string() + "'");
     ASSERT_EQ(run.exit_code, 0) << run.output;
     const size_t at = run.output.find("held-out ");
     ASSERT_NE(at, std::string::npos) << run.output;
@@ -119,6 +119,25 @@ TEST(CmdTrain, EvalOfTheExportEqualsTheTrainersNumber) {
     // The engine's f32 forward against the trainer's double one on an F32 export: ~1e-6 (5 digits printed).
     EXPECT_NEAR(eval_bpb, trainer_bpb, 2e-5) << run.output << eval.output;
     EXPECT_NE(eval.output.find("over 63 predicted bytes"), std::string::npos) << eval.output;
+}
+
+// Each invocation appends one row of bench/history.tsv's 17 columns (a fresh file gets the header), and
+// --backend overrides the config (cpu here; `cuda` is refused where there is no GPU or no CUDA build).
+TEST(CmdTrain, AppendsItsThroughputToTheHistory) {
+    const fs::path dir = make_run_dir("history", "out");
+    const fs::path history = dir / "history.tsv";
+    const test::CommandResult run = test::run_deltabit("train -q --backend cpu --commit abc1234 --history '" +
+                                                       history.string() + "' '" + (dir / "run.toml").string() + "'");
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    EXPECT_NE(run.output.find("tokens/s"), std::string::npos) << run.output;
+    const std::string text = read_file(history);
+    ASSERT_EQ(std::count(text.begin(), text.end(), '\n'), 2) << text;
+    EXPECT_EQ(text.rfind("date\tcommit\tgpu\tbench\t", 0), 0u) << text;
+    const std::string row = text.substr(text.find('\n') + 1);
+    EXPECT_EQ(std::count(row.begin(), row.end(), '\t'), 16) << row;
+    EXPECT_NE(row.find("\tabc1234\tcpu reference\tdeltabit train\trun\t16\tf32-master\ttrain b2x16x2\t"),
+              std::string::npos)
+        << row;
 }
 
 TEST(CmdTrain, BadUseIsOneLine) {

@@ -1,0 +1,117 @@
+// The CUDA twins of the trainer's CPU reference ops (train/reference_ops.h): same formulas, same
+// layouts, fp32 on the device instead of double on the host. Every pointer is device memory; every
+// launch goes on the default stream. A backward ADDS into its d* outputs, as the reference does, so a
+// tensor read twice accumulates; the caller zeroes once.
+//
+// A training batch is B sequences of T tokens stored as N = B·T rows; ops that look across time (rope
+// positions, attention, the causal conv, the delta rule) take B and T and never cross a sequence.
+//
+// Plain declarations without CUDA types, so C++ tests and the model code include them without nvcc.
+#pragma once
+
+#include <cstdint>
+
+namespace deltabit::train::cuda {
+
+// ---- norms (norm_kernels.cu) ----
+
+// y = x / sqrt(mean(x²) + eps) · (one_plus ? 1 + w : w) over rows of dim.
+void rms_norm_forward(const float* x, const float* w, int64_t rows, int64_t dim, float eps, bool one_plus, float* y);
+// dx += …, dw += … (dw may be null).
+void rms_norm_backward(const float* x, const float* w, const float* dy, int64_t rows, int64_t dim, float eps,
+                       bool one_plus, float* dx, float* dw);
+// y = w ⊙ x / sqrt(mean(x²) + eps) ⊙ silu(z) (the DeltaNet output norm; plain w).
+void gated_rms_norm_forward(const float* x, const float* z, const float* w, int64_t rows, int64_t dim, float eps,
+                            float* y);
+void gated_rms_norm_backward(const float* x, const float* z, const float* w, const float* dy, int64_t rows,
+                             int64_t dim, float eps, float* dx, float* dz, float* dw);
+// y = x / sqrt(Σx² + eps) · scale.
+void l2_norm_forward(const float* x, int64_t rows, int64_t dim, float eps, float scale, float* y);
+void l2_norm_backward(const float* x, const float* dy, int64_t rows, int64_t dim, float eps, float scale, float* dx);
+
+// ---- pointwise and across-time ops (pointwise_kernels.cu) ----
+
+// out = silu(gate) · up over n.
+void swiglu_forward(const float* gate, const float* up, int64_t n, float* out);
+void swiglu_backward(const float* gate, const float* up, const float* dout, int64_t n, float* dgate, float* dup);
+// y += x over n.
+void add_into(const float* x, int64_t n, float* y);
+// x[N][D] = embed[tokens[n]]; the backward adds rows of dx into dembed (atomics: a byte repeats).
+void embedding_forward(const float* embed, const int32_t* tokens, int64_t N, int64_t D, float* x);
+void embedding_backward(const float* dx, const int32_t* tokens, int64_t N, int64_t D, float* dembed);
+// Split-half rotary embedding in place on x[B·T][heads][head_dim] (row n is position n mod T), the
+// angle in fp32 and cos/sin of it, as the reference; direction −1 is the backward (the transpose).
+void rope_apply(float* x, int64_t B, int64_t T, int64_t heads, int64_t head_dim, int64_t rope_dim, float theta,
+                float direction);
+// Copies column blocks: dst[n][dst_offset + i] = src[n][src_offset + i] for i < width, per row of
+// `groups` groups (row n, group g reads src + (n·groups + g)·src_stride). With accumulate, dst +=.
+void copy_columns(const float* src, int64_t src_stride, int64_t src_offset, float* dst, int64_t dst_stride,
+                  int64_t dst_offset, int64_t rows, int64_t width, bool accumulate);
+// gated[i] = att[i] · sigmoid(gate[i]); backward: datt += dgated · s, dgate += dgated · att · s(1 − s).
+void sigmoid_gate_forward(const float* att, const float* gate, int64_t n, float* gated);
+void sigmoid_gate_backward(const float* att, const float* gate, const float* dgated, int64_t n, float* datt,
+                           float* dgate);
+// Depthwise causal conv then SiLU per sequence: y[b][t][c] = silu(Σ_j w[c][j] x[b][t−(K−1)+j][c]).
+void conv_silu_forward(const float* x, const float* w, int64_t B, int64_t T, int64_t C, int64_t K, float* y);
+void conv_silu_backward(const float* x, const float* w, const float* dy, int64_t B, int64_t T, int64_t C, int64_t K,
+                        float* dx, float* dw);
+// beta = sigmoid(b), g = −exp(A_log)·softplus(a + dt_bias); b, a, beta, g [N][Hv].
+void gdn_gates_forward(const float* b, const float* a, const float* a_log, const float* dt_bias, int64_t N,
+                       int64_t Hv, float* beta, float* g);
+void gdn_gates_backward(const float* b, const float* a, const float* a_log, const float* dt_bias, const float* dbeta,
+                        const float* dg, int64_t N, int64_t Hv, float* db, float* da, float* da_log,
+                        float* ddt_bias);
+
+// ---- causal GQA attention (attention_kernels.cu) ----
+
+// o[B·T][Hq][dh] = softmax(q·kᵀ·scale, causal)·v per sequence; q [B·T][Hq][dh], k, v [B·T][Hkv][dh].
+// lse[B·T][Hq] keeps each row's log-sum-exp for the backward. T up to kAttentionMaxT.
+inline constexpr int64_t kAttentionMaxT = 8192;
+void attention_forward(const float* q, const float* k, const float* v, int64_t B, int64_t T, int64_t Hq,
+                       int64_t Hkv, int64_t dh, float scale, float* o, float* lse);
+// workspace: B·T·Hq floats (the rows' Σ dout·o).
+void attention_backward(const float* q, const float* k, const float* v, const float* o, const float* lse,
+                        const float* dout, int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t dh, float scale,
+                        float* dq, float* dk, float* dv, float* workspace);
+
+// ---- the gated delta rule (delta_rule_kernels.cu) ----
+
+// Recurrent form per (sequence, value head, tile of state columns), from a zero state.
+// q, k [B·T][Hk][dk] (normalised, q scaled); v [B·T][Hv][dv]; g, beta [B·T][Hv]; o [B·T][Hv][dv].
+// The forward saves the state at the start of every chunk of kDeltaChunk steps in `chunk_states`
+// (delta_rule_chunk_states_floats); the backward replays one chunk at a time from it and needs
+// `scratch` (delta_rule_scratch_floats) for its per-tile partial sums.
+inline constexpr int64_t kDeltaChunk = 64;
+int64_t delta_rule_chunk_states_floats(int64_t B, int64_t T, int64_t Hv, int64_t dk, int64_t dv);
+int64_t delta_rule_scratch_floats(int64_t B, int64_t T, int64_t Hv, int64_t dk, int64_t dv);
+void delta_rule_forward(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t B,
+                        int64_t T, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, float* o, float* chunk_states);
+// Adds into dq, dk_out (shared by the Hv/Hk value heads of a key head), dv_out, dg, dbeta.
+void delta_rule_backward(const float* q, const float* k, const float* v, const float* g, const float* beta,
+                         const float* dout, const float* chunk_states, int64_t B, int64_t T, int64_t Hk, int64_t Hv,
+                         int64_t dk, int64_t dv, float* dq, float* dk_out, float* dv_out, float* dg, float* dbeta,
+                         float* scratch);
+
+// ---- the LM head's softmax and cross entropy (loss_kernels.cu) ----
+
+// On a chunk of logits[rows][V] in place: per row with target ≥ 0, loss_sum += logsumexp − logit[target]
+// (double atomics) and the row becomes scale·(softmax − onehot); rows with target < 0 become 0.
+void cross_entropy_rows(float* logits, const int32_t* targets, int64_t rows, int64_t V, float scale,
+                        double* loss_sum);
+// Loss only (logits untouched).
+void cross_entropy_loss_rows(const float* logits, const int32_t* targets, int64_t rows, int64_t V, double* loss_sum);
+
+// ---- optimizer and QAT (optimizer_kernels.cu) ----
+
+// *sum_sq (double, device) += Σ g².
+void sum_of_squares(const float* g, int64_t n, double* sum_sq);
+// AdamW on n values with per-value decay flags (1 = decayed), gradient scaled by grad_scale (the
+// clip factor) first; the same fp32 arithmetic order as train/optimizer.cpp.
+void adamw_update(float* params, const float* grads, float* m, float* v, const uint8_t* decay, int64_t n,
+                  float grad_scale, float beta1, float beta2, double correction1, double correction2, double lr,
+                  double eps, double weight_decay);
+// QAT forward weights of one binarised tensor (rows × row_len, row_len % 128 == 0): out = Q1_0(w)
+// dequantised at lambda = 1, else w + λ(ŵ − w), bit for bit as train/qat.cpp.
+void qat_binarise(const float* w, int64_t rows, int64_t row_len, float lambda, bool full, float* out);
+
+}  // namespace deltabit::train::cuda

@@ -1,0 +1,68 @@
+// The trainer's model on one GPU: fp32 master weights, AdamW moments and gradients resident on the
+// device; the forward and backward of the layer loop of train/reference_model.cpp on the CUDA twins
+// of its ops (train/cuda/kernels.h) with the matrix products on cuBLAS in bf16 (train/cuda/gemm.h).
+//
+// Same structure as the reference on purpose, so a difference points at one op: the forward keeps each
+// layer's input residual [N][D]; the backward re-runs one layer's forward to get its intermediates
+// (activation recomputation), then walks it back. Memory: (layers + 1)·N·D floats plus one layer's
+// intermediates, N = sequences × length of the largest micro-batch seen.
+//
+// Plain C++ (pimpl): train/trainer.cpp includes it when the build has CUDA.
+#pragma once
+
+#include "train/optimizer.h"
+#include "train/parameters.h"
+#include "train/trainer.h"
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+namespace deltabit::train::cuda {
+
+class TrainModel {
+public:
+    explicit TrainModel(const ParameterLayout& layout);
+    ~TrainModel();
+    TrainModel(const TrainModel&) = delete;
+    TrainModel& operator=(const TrainModel&) = delete;
+
+    // Master weights and optimizer state, between host (checkpoints, export) and device.
+    void set_parameters(std::span<const float> params);
+    void get_parameters(std::span<float> params) const;
+    void set_optimizer_state(const AdamState& state);  // empty moments read as zeros
+    void get_optimizer_state(AdamState& state) const;
+
+    // The weights the forward uses: the master weights binarised at λ (train/qat.h; λ = 0 is the master
+    // weights as they are), or explicit ones (evaluation of given weights, tests).
+    void use_qat_weights(double lambda);
+    void use_weights(std::span<const float> weights);
+    void get_forward_weights(std::span<float> weights) const;
+
+    void zero_gradients();
+    // Forward and backward over the batch: adds scale·∂(Σ loss)/∂weights into the device gradients and
+    // returns Σ loss (nats). Straight-through for QAT: the gradient of the forward weights is the
+    // gradient applied to the master weights.
+    double accumulate_gradient(const Batch& batch, double scale);
+    double loss(const Batch& batch);
+    void get_gradients(std::span<float> grads) const;
+
+    // Clips the device gradients to o.clip by global norm and applies one AdamW step to the master
+    // weights (train/optimizer.h's arithmetic). Returns the norm before clipping.
+    double optimizer_step(const OptimizerSection& o, double lr);
+    int64_t optimizer_steps() const;
+
+    std::string device_name() const;
+    double peak_memory_gib() const;
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+// A GradientBackend on the GPU (deltabit eval, and the CPU trainer's step with CUDA arithmetic):
+// every call uploads the weights it is handed.
+std::unique_ptr<GradientBackend> make_backend(const ParameterLayout& layout);
+
+}  // namespace deltabit::train::cuda

@@ -1,0 +1,392 @@
+// The CUDA trainer as a whole (train/cuda/train_model.h) against the CPU reference (double): one
+// training step on a tiny qwen35, a tiny qwen3 and the qwen3_5_float fixture (loss, every parameter's
+// gradient, every parameter after the AdamW step), the QAT forward weights and their gradient, the Trainer's step loop on the
+// GPU matching its CPU loop, and the loss falling over 50 GPU steps. Skips without CUDA or a GPU.
+//
+// Each step comparison runs twice: with fp32 matrix products, where any plumbing mistake stands out
+// against the double reference, and with the training path's bf16 products.
+//
+// Tolerances (each check prints its measured value):
+//   fp32 products: every op is fp32 against double. Run through a CPU emulation of the CUDA thread
+//     model (docs/notes/train-cuda.md), the tiny qwen35's worst gradient tensor was 1.1e-4 of its
+//     largest value (layer 0's input norm: the end of the longest backward chain, on weights of std
+//     0.3), the loss 4e-8: the bounds are 5e-4 per gradient tensor and 2e-5 on the loss.
+//   bf16 products: operands rounded to 2⁻⁹ relative in every product of the forward and backward; the
+//     errors are independent roundings that add in quadrature, so a gradient tensor's relative L2
+//     error stays within 5e-2 (a 2⁻⁹ error through ~8 chained products, ×3 margin), and the summed
+//     loss within 5e-3 relative.
+//   parameters after the step: the step uses Adam's eps = 1, so that its first update
+//     ĝ/(|ĝ| + 1) + wd·θ (ĝ = clip factor · g) is 1-Lipschitz in ĝ (with the usual 1e-8 the first step
+//     is lr·sign(g), which flips wherever a gradient lies within rounding noise of 0). Every parameter
+//     is then checked against the bound that follows from the two runs' own gradients:
+//     |Δθ| ≤ lr · (|Δg| + |Δfactor|·|g|) + fp32 rounding of θ.
+#include "cuda_test_support.h"
+#include "models/fixture.h"
+
+#include "formats/safetensors.h"
+#include "models/model.h"
+#include "train/hf_parameters.h"
+#include "train/reference_model.h"
+#include "train/trainer.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#ifdef DELTABIT_HAVE_CUDA
+#include "train/cuda/gemm.h"
+#include "train/cuda/train_model.h"
+#include "train/qat.h"
+#endif
+
+namespace deltabit::train {
+namespace {
+
+#ifndef DELTABIT_HAVE_CUDA
+TEST(CudaTrainStep, SkippedWithoutCuda) { GTEST_SKIP() << "built without CUDA"; }
+#else
+
+using Vec = std::vector<double>;
+namespace fs = std::filesystem;
+
+constexpr double kFp32LossTolerance = 2e-5;
+constexpr double kFp32GradientTolerance = 5e-4;
+constexpr double kLossTolerance = 5e-3;
+constexpr double kGradientTolerance = 5e-2;
+// Losses after the CPU and GPU runs have taken their own AdamW steps (not the same weights any more).
+constexpr double kDivergedLossTolerance = 2e-2;
+
+// Every awkward choice at once (as tests/train/test_reference_model.cpp's tiny model): Hv ≠ Hk, dk ≠ dv,
+// GQA, partial rotary, odd sizes; three layers so that both mixers sit between others.
+ModelConfig tiny_config(bool hybrid) {
+    ModelConfig c;
+    c.arch = hybrid ? Arch::qwen35 : Arch::qwen3;
+    c.arch_name = hybrid ? "qwen35" : "qwen3";
+    c.n_vocab = 11;
+    c.n_embd = 24;
+    c.n_ff = 40;
+    c.rms_eps = 1e-6f;
+    c.n_head = 4;
+    c.n_head_kv = 2;
+    c.head_dim = 8;
+    c.rope_dim = hybrid ? 4 : 8;
+    c.rope_theta = 1.0e4f;
+    c.attn_output_gate = hybrid;
+    c.ssm_n_key_heads = 1;
+    c.ssm_n_value_heads = 2;
+    c.ssm_key_dim = 6;
+    c.ssm_value_dim = 10;
+    c.ssm_conv_kernel = 4;
+    c.layers = hybrid ? std::vector{LayerKind::linear_attention, LayerKind::full_attention, LayerKind::linear_attention}
+                      : std::vector{LayerKind::full_attention, LayerKind::full_attention, LayerKind::full_attention};
+    c.layer_is_moe = {false, false, false};
+    return c;
+}
+
+// Weights big enough that every path matters: norms away from their rest values too.
+std::vector<float> random_parameters(const ParameterLayout& layout, uint64_t seed) {
+    std::vector<float> p = initial_parameters(layout, 0.3, seed);
+    const Vec noise = testing::normal_values(p.size(), seed + 1000, 0.2);
+    for (const ParameterInfo& info : layout.all())
+        if (info.role == ParameterRole::norm)
+            for (int64_t i = info.offset; i < info.offset + info.size; ++i) p[size_t(i)] += float(noise[size_t(i)]);
+    return p;
+}
+
+// Two sequences of 70 tokens (past one 64-step delta-rule chunk), some targets ignored.
+Batch make_batch(int64_t V, int64_t T = 70) {
+    Batch b;
+    b.n_sequences = 2;
+    b.length = T;
+    for (int64_t s = 0; s < 2; ++s)
+        for (int64_t t = 0; t < T; ++t) {
+            b.tokens.push_back(int32_t((t * 7 + s * 3 + t / 5) % V));
+            b.targets.push_back(t % 23 == 11 ? -1 : int32_t((t * 5 + s + 1) % V));
+        }
+    return b;
+}
+
+struct ReferenceStep {
+    double loss = 0.0;
+    Vec grads;
+};
+
+ReferenceStep reference_gradient(const ParameterLayout& layout, const std::vector<float>& weights, const Batch& batch,
+                                 double scale) {
+    ReferenceStep r;
+    const Vec p(weights.begin(), weights.end());
+    r.grads.assign(p.size(), 0.0);
+    for (int64_t s = 0; s < batch.n_sequences; ++s) {
+        const size_t o = size_t(s * batch.length), n = size_t(batch.length);
+        r.loss += ref::sequence_loss_and_gradient(layout, p, std::span(batch.tokens).subspan(o, n),
+                                                  std::span(batch.targets).subspan(o, n), scale, r.grads)
+                      .loss_sum;
+    }
+    return r;
+}
+
+Vec slice(const std::vector<float>& v, const ParameterInfo& p) {
+    return Vec(v.begin() + p.offset, v.begin() + p.offset + p.size);
+}
+Vec slice(const Vec& v, const ParameterInfo& p) { return Vec(v.begin() + p.offset, v.begin() + p.offset + p.size); }
+
+double max_abs(const Vec& v) {
+    double m = 0.0;
+    for (double x : v) m = std::max(m, std::fabs(x));
+    return m;
+}
+
+double relative_l2(const std::string& what, const Vec& got, const Vec& want) {
+    double diff = 0.0, norm = 0.0;
+    for (size_t i = 0; i < got.size(); ++i) {
+        diff += (got[i] - want[i]) * (got[i] - want[i]);
+        norm += want[i] * want[i];
+    }
+    const double rel = norm > 0 ? std::sqrt(diff / norm) : std::sqrt(diff);
+    std::printf("[ cuda train ] %-58s rel L2 %.3g\n", what.c_str(), rel);
+    return rel;
+}
+
+void expect_step_matches(const ParameterLayout& layout, const std::vector<float>& params, const Batch& batch,
+                         const std::string& name, cuda::GemmMath math) {
+    const bool fp32 = math == cuda::GemmMath::fp32;
+    int64_t counted = 0;
+    for (int32_t t : batch.targets) counted += t >= 0;
+    const double scale = 1.0 / double(counted);
+    const ReferenceStep want = reference_gradient(layout, params, batch, scale);
+
+    const cuda::GemmMath saved = cuda::gemm_math();
+    cuda::set_gemm_math(math);
+    cuda::TrainModel model(layout);
+    model.set_parameters(params);
+    model.set_optimizer_state(AdamState{});
+    model.use_qat_weights(0.0);
+    model.zero_gradients();
+    const double loss = model.accumulate_gradient(batch, scale);
+    std::vector<float> grads(params.size());
+    model.get_gradients(grads);
+    const std::string tag = name + (fp32 ? " fp32" : " bf16");
+    DELTABIT_EXPECT_CLOSE(tag + " step loss", Vec{loss}, Vec{want.loss}, fp32 ? kFp32LossTolerance : kLossTolerance);
+    for (const ParameterInfo& p : layout.all()) {
+        if (fp32)
+            DELTABIT_EXPECT_CLOSE(tag + " grad " + p.name, slice(grads, p), slice(want.grads, p), kFp32GradientTolerance);
+        else
+            EXPECT_LE(relative_l2(tag + " grad " + p.name, slice(grads, p), slice(want.grads, p)), kGradientTolerance)
+                << p.name;
+    }
+
+    OptimizerSection o;
+    o.eps = 1.0;  // see the file comment
+    o.weight_decay = 0.1;
+    o.clip = 1.0;
+    const double lr = 1e-2;
+    std::vector<float> cpu_params = params, cpu_grads(want.grads.begin(), want.grads.end());
+    AdamState cpu_state;
+    const double cpu_norm = adamw_step(layout, o, lr, cpu_params, cpu_grads, cpu_state);
+    const double norm = model.optimizer_step(o, lr);
+    cuda::set_gemm_math(saved);
+    EXPECT_NEAR(norm, cpu_norm, (fp32 ? kFp32GradientTolerance : kGradientTolerance) * cpu_norm);
+    const double cpu_factor = cpu_norm > o.clip ? o.clip / cpu_norm : 1.0, factor = norm > o.clip ? o.clip / norm : 1.0;
+    std::vector<float> after(params.size());
+    model.get_parameters(after);
+    int64_t outside = 0;
+    double worst_ratio = 0.0;
+    for (size_t i = 0; i < after.size(); ++i) {
+        const double g_cpu = want.grads[i], dg = std::fabs(double(grads[i]) - g_cpu);
+        const double bound = lr * (dg + std::fabs(factor - cpu_factor) * std::fabs(g_cpu)) +
+                             1e-6 * std::fabs(double(cpu_params[i])) + 1e-9;
+        const double diff = std::fabs(double(after[i]) - double(cpu_params[i]));
+        worst_ratio = std::max(worst_ratio, diff / bound);
+        if (diff > bound && outside++ < 5)
+            ADD_FAILURE() << tag << " parameter " << i << " after the step: gpu " << after[i] << " cpu "
+                          << cpu_params[i] << " (bound " << bound << ")";
+    }
+    std::printf("[ cuda train ] %s parameters after the step: worst |Δθ| / bound %.3g\n", tag.c_str(), worst_ratio);
+    // And the step moved the weights (a step that did nothing would pass only if the CPU's did nothing too).
+    EXPECT_NE(std::memcmp(after.data(), params.data(), params.size() * 4), 0);
+}
+
+void expect_tiny_step_matches(bool hybrid) {
+    const ParameterLayout layout(tiny_config(hybrid));
+    const std::vector<float> params = random_parameters(layout, hybrid ? 1 : 2);
+    const Batch batch = make_batch(layout.config().n_vocab);
+    for (cuda::GemmMath math : {cuda::GemmMath::fp32, cuda::GemmMath::bf16})
+        expect_step_matches(layout, params, batch, hybrid ? "tiny qwen35" : "tiny qwen3", math);
+}
+
+TEST(CudaTrainStep, OneStepMatchesCpuReferenceQwen35) {
+    SKIP_WITHOUT_GPU();
+    expect_tiny_step_matches(true);
+}
+
+TEST(CudaTrainStep, OneStepMatchesCpuReferenceQwen3) {
+    SKIP_WITHOUT_GPU();
+    expect_tiny_step_matches(false);
+}
+
+// The qwen3_5_float fixture (tests/fixtures: the transformers model the engine is checked against;
+// hidden 128, DeltaNet heads of 32 × 128, V = 256) on its longest prompt, predicting each next token.
+TEST(CudaTrainStep, OneStepMatchesCpuReferenceOnTheQwen35Fixture) {
+    SKIP_WITHOUT_GPU();
+    const test::Fixture f = test::load_fixture("qwen3_5_float");
+    const Model engine = Model::load(f.dir);
+    const ParameterLayout layout(engine.config());
+    const std::vector<float> params = load_hf_parameters(layout, safetensors::Set::open(f.dir / "model.safetensors"));
+    const test::FixtureCase* longest = &f.cases.front();
+    for (const test::FixtureCase& c : f.cases)
+        if (c.tokens.size() > longest->tokens.size()) longest = &c;
+    Batch batch;
+    batch.n_sequences = 1;
+    batch.length = int64_t(longest->tokens.size());
+    batch.tokens = longest->tokens;
+    batch.targets.assign(longest->tokens.begin() + 1, longest->tokens.end());
+    batch.targets.push_back(-1);
+    for (cuda::GemmMath math : {cuda::GemmMath::fp32, cuda::GemmMath::bf16})
+        expect_step_matches(layout, params, batch, "fixture qwen3_5_float", math);
+}
+
+// QAT: the device's forward weights equal train/qat.cpp's bit for bit, and the gradient it produces is
+// the reference's gradient at those weights (straight-through: applied to the latent weights as is).
+TEST(CudaTrainStep, QatForwardWeightsAndGradient) {
+    SKIP_WITHOUT_GPU();
+    ModelConfig c = tiny_config(true);
+    c.n_embd = 128;  // whole groups of 128: the projections reading the residual are binarised
+    const ParameterLayout layout(c);
+    const std::vector<float> params = random_parameters(layout, 3);
+    const double lambda = 0.6;
+    std::vector<float> want_weights(params.size());
+    qat_effective_weights(layout, params, lambda, want_weights);
+    cuda::TrainModel model(layout);
+    model.set_parameters(params);
+    model.use_qat_weights(lambda);
+    std::vector<float> weights(params.size());
+    model.get_forward_weights(weights);
+    EXPECT_EQ(std::memcmp(weights.data(), want_weights.data(), weights.size() * 4), 0);
+    EXPECT_NE(std::memcmp(weights.data(), params.data(), weights.size() * 4), 0);  // something was binarised
+
+    const Batch batch = make_batch(c.n_vocab, 20);
+    const ReferenceStep want = reference_gradient(layout, want_weights, batch, 1.0 / 40.0);
+    model.zero_gradients();
+    const double loss = model.accumulate_gradient(batch, 1.0 / 40.0);
+    std::vector<float> grads(params.size());
+    model.get_gradients(grads);
+    DELTABIT_EXPECT_CLOSE("qat loss", Vec{loss}, Vec{want.loss}, kLossTolerance);
+    for (const ParameterInfo& p : layout.all())
+        EXPECT_LE(relative_l2("qat grad " + p.name, slice(grads, p), slice(want.grads, p)), kGradientTolerance)
+            << p.name;
+}
+
+// The Trainer's loop on the GPU (backend = cuda) against the same run on the CPU reference.
+std::string run_config_text(const fs::path& dir, const std::string& backend, int64_t steps, bool qat) {
+    return fmt::format(R"(
+[model]
+hidden = 128
+layers = 2
+full_attention_interval = 2
+heads = 2
+kv_heads = 1
+head_dim = 32
+rope_dim = 8
+ffn = 256
+deltanet_key_heads = 1
+deltanet_value_heads = 2
+deltanet_key_dim = 32
+deltanet_value_dim = 32
+init_std = 0.05
+[data]
+train = "{}"
+heldout = "{}"
+[run]
+seq_len = 64
+batch = 4
+grad_accum = 2
+steps = {}
+seed = 5
+backend = "{}"
+[optimizer]
+lr = 1e-2
+min_lr = 1e-3
+warmup_steps = 5
+[eval]
+bytes = 256
+[qat]
+enabled = {}
+)",
+                       (dir / "train.txt").string(), (dir / "heldout.txt").string(), steps, backend, qat);
+}
+
+fs::path make_text(const std::string& name) {
+    const fs::path dir = fs::temp_directory_path() / ("deltabit_test_cuda_trainer_" + name);
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    std::ofstream train(dir / "train.txt");
+    for (int i = 0; i < 200; ++i)
+        train << "the cat sat on the mat. the dog sat on the log. " << (i % 7) << " birds sang in the tree.\n";
+    std::ofstream(dir / "heldout.txt") << [] {
+        std::string s;
+        for (int i = 0; i < 6; ++i) s += "the dog sat on the mat. the cat sat on the log. 3 birds sang.\n";
+        return s;
+    }();
+    return dir;
+}
+
+TEST(CudaTrainer, LoopMatchesCpuReferenceLoop) {
+    SKIP_WITHOUT_GPU();
+    const fs::path dir = make_text("match");
+    for (bool qat : {false, true}) {
+        const std::string cpu_text = run_config_text(dir, "cpu", 4, qat), gpu_text = run_config_text(dir, "cuda", 4, qat);
+        Trainer cpu(parse_train_config(cpu_text, "cpu.toml"), cpu_text);
+        Trainer gpu(parse_train_config(gpu_text, "gpu.toml"), gpu_text);
+        EXPECT_TRUE(gpu.on_gpu());
+        EXPECT_FALSE(cpu.on_gpu());
+        for (int s = 0; s < 3; ++s) {
+            const StepReport a = cpu.train_step(), b = gpu.train_step();
+            std::printf("[ cuda train ] qat=%d step %d: loss cpu %.6f gpu %.6f, grad norm cpu %.6g gpu %.6g\n", qat,
+                        s + 1, a.loss, b.loss, a.grad_norm, b.grad_norm);
+            // The first step starts from the same weights; after it, AdamW's first update (lr·sign(g) with
+            // eps = 1e-8) has moved each weight whose gradient lies within bf16 noise of 0 by ±lr either
+            // way, so later losses agree only to the effect of those few weights.
+            EXPECT_NEAR(b.loss, a.loss, (s == 0 ? kLossTolerance : kDivergedLossTolerance) * a.loss);
+            EXPECT_EQ(b.lr, a.lr);
+        }
+        const double bpb_cpu = cpu.evaluate_bpb(), bpb_gpu = gpu.evaluate_bpb();
+        std::printf("[ cuda train ] qat=%d held-out BPB cpu %.5f gpu %.5f\n", qat, bpb_cpu, bpb_gpu);
+        EXPECT_NEAR(bpb_gpu, bpb_cpu, kDivergedLossTolerance * bpb_cpu);
+    }
+}
+
+TEST(CudaTrainer, LossFallsOverFiftySteps) {
+    SKIP_WITHOUT_GPU();
+    const fs::path dir = make_text("learn");
+    const std::string text = run_config_text(dir, "cuda", 50, true);
+    Trainer trainer(parse_train_config(text, "learn.toml"), text);
+    const double before = trainer.evaluate_bpb();
+    std::vector<double> losses;
+    while (!trainer.finished()) losses.push_back(trainer.train_step().loss);
+    const double after = trainer.evaluate_bpb();
+    double first = 0.0, last = 0.0;
+    for (int i = 0; i < 5; ++i) {
+        first += losses[size_t(i)] / 5;
+        last += losses[losses.size() - 1 - size_t(i)] / 5;
+    }
+    std::printf("[ cuda train ] 50 QAT steps: loss %.3f -> %.3f nats, held-out BPB %.3f -> %.3f\n", first, last,
+                before, after);
+    // A byte model starts near ln 259 = 5.56 nats; a repetitive 60-letter text is learned quickly.
+    EXPECT_LT(last, first - 1.5);
+    EXPECT_LT(after, before - 2.0);
+    // Checkpoints hold the device's weights: a save → load round trip changes nothing.
+    const fs::path checkpoint = dir / "checkpoint.bin";
+    trainer.save_checkpoint(checkpoint);
+    Trainer resumed(parse_train_config(text, "learn.toml"), text);
+    resumed.load_checkpoint(checkpoint);
+    EXPECT_EQ(std::memcmp(resumed.parameters().data(), trainer.parameters().data(), trainer.parameters().size() * 4), 0);
+    // The loss sums with double atomics, whose order may vary: equal to rounding, not to the bit.
+    EXPECT_NEAR(resumed.evaluate_bpb(), after, 1e-12 * after);
+}
+
+#endif
+
+}  // namespace
+}  // namespace deltabit::train
