@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "formats/safetensors.h"
+#include "train/train_config.h"
 
 #include <nlohmann/json.hpp>
 
@@ -47,17 +48,45 @@ nlohmann::json hf_config(const ModelConfig& c) {
     return j;
 }
 
+// tokenizer.json of a bytelm model (text/byte_tokenizer.h's ids) in Hugging Face's byte-level BPE form
+// with no merges: ids 0..255 are the bytes, each spelled in the byte-level alphabet (printable Latin-1
+// bytes stand for themselves, the other 68 take the code points from U+0100 up, in byte order); 256..258
+// are <|pad|>, <|bos|> and <|eos|>. The converter embeds it in the GGUF, so chat and run take text.
+nlohmann::json bytelm_tokenizer() {
+    nlohmann::json vocab = nlohmann::json::object();
+    int next_unprintable = 0x100;
+    for (int b = 0; b < 256; ++b) {
+        const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+        const int code = printable ? b : next_unprintable++;  // < 0x800: one or two UTF-8 bytes
+        const std::string utf8 = code < 0x80 ? std::string(1, char(code))
+                                             : std::string{char(0xC0 | (code >> 6)), char(0x80 | (code & 0x3F))};
+        vocab[utf8] = b;
+    }
+    nlohmann::json added = nlohmann::json::array();
+    for (const auto& [id, content] : {std::pair{256, "<|pad|>"}, {257, "<|bos|>"}, {258, "<|eos|>"}})
+        added.push_back({{"id", id}, {"content", content}, {"special", true}, {"single_word", false},
+                         {"lstrip", false}, {"rstrip", false}, {"normalized", false}});
+    return {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}},
+            {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false},
+                               {"use_regex", false}}},
+            {"decoder", {{"type", "ByteLevel"}}},
+            {"added_tokens", added}};
+}
+
+void write_json(const std::filesystem::path& file, const nlohmann::json& j) {
+    std::ofstream out(file);
+    out << j.dump(2) << "\n";
+    if (!out) fail("train: export: {}: write failed", file.string());
+}
+
 }  // namespace
 
 void write_hf_folder(const ParameterLayout& layout, std::span<const float> weights, const std::filesystem::path& dir) {
     if (int64_t(weights.size()) != layout.total())
         fail("train: export: {} weights for a model of {} parameters", weights.size(), layout.total());
     std::filesystem::create_directories(dir);
-    {
-        std::ofstream out(dir / "config.json");
-        out << hf_config(layout.config()).dump(2) << "\n";
-        if (!out) fail("train: export: {}: write failed", (dir / "config.json").string());
-    }
+    write_json(dir / "config.json", hf_config(layout.config()));
+    if (layout.config().n_vocab == kBytelmVocab) write_json(dir / "tokenizer.json", bytelm_tokenizer());
     std::vector<safetensors::TensorToWrite> tensors;
     for (const ParameterInfo& p : layout.all())
         tensors.push_back({p.name, "F32", p.shape,

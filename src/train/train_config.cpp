@@ -286,7 +286,7 @@ ModelConfig model_config_of(const TrainConfig& config) {
     const bool hybrid = m.arch == "qwen35";
     c.arch = hybrid ? Arch::qwen35 : Arch::qwen3;
     c.arch_name = m.arch;
-    c.n_vocab = 259;  // bytelm: 256 bytes + pad, bos, eos (text/byte_tokenizer.h)
+    c.n_vocab = kBytelmVocab;
     c.n_embd = m.hidden;
     c.n_ff = m.ffn;
     c.context_length = config.run.seq_len;

@@ -18,6 +18,9 @@
 
 namespace deltabit::train {
 
+// The bytelm vocabulary: 256 byte ids + pad, bos, eos (text/byte_tokenizer.h).
+inline constexpr int64_t kBytelmVocab = 259;
+
 struct ModelSection {
     std::string arch = "qwen35";     // qwen35 (hybrid: DeltaNet + gated attention) or qwen3 (dense attention)
     std::string vocab = "bytelm";    // bytelm: 256 byte ids + 3 specials (text/byte_tokenizer.h)

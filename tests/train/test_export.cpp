@@ -8,6 +8,10 @@
 #include "core/quant.h"
 #include "formats/gguf.h"
 #include "models/model.h"
+#if DELTABIT_HAVE_TEXT
+#include "text/byte_tokenizer.h"
+#include "text/tokenizer_load.h"
+#endif
 
 #include <gtest/gtest.h>
 
@@ -101,6 +105,26 @@ TEST(Export, QatModelToQ1_0IsExact) {
     EXPECT_LE(worst, kLogitTolerance * max_logit);
     EXPECT_GT(max_logit, 0.1);  // the comparison is not between two near-zero outputs
 }
+
+#if DELTABIT_HAVE_TEXT
+// A bytelm model's GGUF carries its tokenizer, so `deltabit run -p TEXT` and `chat` take text: every byte
+// is its own id (invalid UTF-8 included) and the specials are text/byte_tokenizer.h's.
+TEST(Export, BytelmGgufCarriesItsByteTokenizer) {
+    const ParameterLayout layout(exported_config(1));
+    const std::vector<float> weights = initial_parameters(layout, 0.02, 5);
+    const std::filesystem::path out = std::filesystem::temp_directory_path() / "deltabit_test_export_bytelm.gguf";
+    std::filesystem::remove(out);
+    export_gguf(layout, weights, out, DType::F32, "bytelm tokenizer test");
+    const text::Tokenizer tokenizer = text::load_tokenizer(out.string());
+    const std::string bytes = "Hi, caf\xc3\xa9 \xff\x01\n";
+    const std::vector<int32_t> ids = tokenizer.encode(bytes, {.add_special = false, .parse_special = false});
+    ASSERT_EQ(ids.size(), bytes.size());
+    for (size_t i = 0; i < bytes.size(); ++i) EXPECT_EQ(ids[i], int32_t(uint8_t(bytes[i]))) << i;
+    for (int b = 0; b < 256; ++b) EXPECT_EQ(tokenizer.token_bytes(b), std::string(1, char(b))) << b;
+    EXPECT_EQ(tokenizer.encode("<|bos|>x<|eos|>", {.add_special = false, .parse_special = true}),
+              (std::vector<int32_t>{text::kByteBosId, 'x', text::kByteEosId}));
+}
+#endif
 
 }  // namespace
 }  // namespace deltabit::train
