@@ -59,11 +59,13 @@ void append_train_history(const std::string& path, const std::string& commit, co
     const std::string note = fmt::format("{} steps to step {}, {} parameters, loss {:.4f}, held-out {:.4f} bpb, {}",
                                          steps, trainer.step(), trainer.layout().total(), loss, bpb,
                                          trainer.backend_description());
-    out << fmt::format("{}\t{}\t{}\tdeltabit train\t{}\t{}\t{}\ttrain b{}x{}x{}\t{:.0f}\t\t\t{}\t{:.0f}\t{:.2f}\t{}\t\t\n",
+    const double memory = trainer.device_memory_gib();
+    out << fmt::format("{}\t{}\t{}\tdeltabit train\t{}\t{}\t{}\ttrain b{}x{}x{}\t{:.0f}\t\t\t{}\t{:.0f}\t{:.2f}\t{}\t\t{}\n",
                        utc_date(), commit, trainer.backend_description(), run_name, c.run.seq_len,
                        c.qat.enabled ? "q1_0-qat" : "f32-master", c.run.batch, c.run.seq_len, c.run.grad_accum,
                        1e6 * seconds / double(std::max<int64_t>(steps, 1)), note, tokens_per_s, tflop_s,
-                       peak > 0 ? fmt::format("{:.2f}", 100.0 * tflop_s / peak) : std::string());
+                       peak > 0 ? fmt::format("{:.2f}", 100.0 * tflop_s / peak) : std::string(),
+                       memory > 0 ? fmt::format("{:.2f}", memory) : std::string());
     if (!out.flush()) fail("train: {}: write failed", path);
 }
 

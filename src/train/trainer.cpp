@@ -152,6 +152,13 @@ std::string Trainer::backend_description() const {
     return "cpu reference";
 }
 
+double Trainer::device_memory_gib() const {
+#ifdef DELTABIT_HAVE_CUDA
+    if (device_) return device_->peak_memory_gib();
+#endif
+    return 0.0;
+}
+
 void Trainer::sync_from_device() const {
 #ifdef DELTABIT_HAVE_CUDA
     if (!device_ || !host_stale_) return;

@@ -67,6 +67,9 @@ public:
     std::span<const float> parameters() const;  // the latent (master) weights
     bool on_gpu() const { return device_ != nullptr; }
     std::string backend_description() const;  // "cpu reference" or "cuda (NVIDIA H200)"
+    // GiB in use on the GPU (the device's total less its free memory; the trainer's buffers only grow,
+    // so after a step this is their peak); 0 on the CPU.
+    double device_memory_gib() const;
     // The weights the forward uses at the current step: the parameters, or with qat.enabled the
     // binarised ones at λ(step) (train/qat.h); at the end of a QAT run, fully binary.
     std::vector<float> forward_weights() const;

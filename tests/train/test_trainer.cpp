@@ -124,6 +124,26 @@ TEST(Trainer, TrainingLowersHeldOutBitsPerByte) {
     EXPECT_EQ(trainer.evaluate_bpb(), after);
 }
 
+// run.backend = cuda where it cannot be had is refused with one line, before anything runs.
+TEST(Trainer, CudaBackendWithoutCudaIsRefused) {
+#ifdef DELTABIT_HAVE_CUDA
+    GTEST_SKIP() << "this build has CUDA (tests/train/test_cuda_step.cpp runs the cuda backend)";
+#else
+    TinyRun run = make_run("no_cuda", 2);
+    run.config.run.backend = "cuda";
+    try {
+        Trainer trainer(run.config, run.text);
+        FAIL() << "a cuda trainer was made without CUDA";
+    } catch (const Error& e) {
+        EXPECT_EQ(std::string(e.what()), "train: run.backend = cuda, but this build has no CUDA (configure with nvcc present)");
+    }
+    run.config.run.backend = "auto";  // auto falls back to the CPU reference
+    Trainer trainer(run.config, run.text);
+    EXPECT_FALSE(trainer.on_gpu());
+    EXPECT_EQ(trainer.backend_description(), "cpu reference");
+#endif
+}
+
 TEST(Trainer, BitsPerByteOfAUniformModel) {
     const TinyRun run = make_run("uniform", 2);
     const ParameterLayout layout(model_config_of(run.config));

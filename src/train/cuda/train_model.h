@@ -54,7 +54,7 @@ public:
     int64_t optimizer_steps() const;
 
     std::string device_name() const;
-    double peak_memory_gib() const;
+    double peak_memory_gib() const;  // the device's memory in use (total − free), GiB
 
 private:
     struct Impl;
