@@ -85,9 +85,10 @@ ModelConfig tiny_config(bool hybrid) {
     return c;
 }
 
-// Weights big enough that every path matters: norms away from their rest values too.
-std::vector<float> random_parameters(const ParameterLayout& layout, uint64_t seed) {
-    std::vector<float> p = initial_parameters(layout, 0.3, seed);
+// Weights big enough that every path matters (std 0.3; `std` 0.02 is the trainer's init, init_std):
+// norms away from their rest values too.
+std::vector<float> random_parameters(const ParameterLayout& layout, uint64_t seed, double std = 0.3) {
+    std::vector<float> p = initial_parameters(layout, std, seed);
     const Vec noise = testing::normal_values(p.size(), seed + 1000, 0.2);
     for (const ParameterInfo& info : layout.all())
         if (info.role == ParameterRole::norm)
@@ -208,12 +209,18 @@ void expect_step_matches(const ParameterLayout& layout, const std::vector<float>
     EXPECT_NE(std::memcmp(after.data(), params.data(), params.size() * 4), 0);
 }
 
+// fp32 products on weights of std 0.3, where a plumbing mistake stands out; bf16 products on weights at
+// the trainer's init scale. At std 0.3 the tiny qwen35's logits reach ±480 (one-hot softmax), and on the
+// H200 its bf16 gradients differed from the reference by up to 0.17 relative L2 (layer 0's A_log, the
+// longest chain) while the fp32 products' matched within 8e-5: that is the ill-conditioned model
+// amplifying bf16 rounding, not the kernels; the fixture below checks bf16 on transformers' own init.
 void expect_tiny_step_matches(bool hybrid) {
     const ParameterLayout layout(tiny_config(hybrid));
-    const std::vector<float> params = random_parameters(layout, hybrid ? 1 : 2);
     const Batch batch = make_batch(layout.config().n_vocab);
-    for (cuda::GemmMath math : {cuda::GemmMath::fp32, cuda::GemmMath::bf16})
-        expect_step_matches(layout, params, batch, hybrid ? "tiny qwen35" : "tiny qwen3", math);
+    const std::string name = hybrid ? "tiny qwen35" : "tiny qwen3";
+    expect_step_matches(layout, random_parameters(layout, hybrid ? 1 : 2), batch, name, cuda::GemmMath::fp32);
+    expect_step_matches(layout, random_parameters(layout, hybrid ? 1 : 2, 0.02), batch, name + " (init 0.02)",
+                        cuda::GemmMath::bf16);
 }
 
 TEST(CudaTrainStep, OneStepMatchesCpuReferenceQwen35) {
@@ -308,7 +315,7 @@ backend = "{}"
 [optimizer]
 lr = 1e-2
 min_lr = 1e-3
-warmup_steps = 5
+warmup_steps = 2
 [eval]
 bytes = 256
 [qat]

@@ -116,7 +116,9 @@ TEST(Export, BytelmGgufCarriesItsByteTokenizer) {
     std::filesystem::remove(out);
     export_gguf(layout, weights, out, DType::F32, "bytelm tokenizer test");
     const text::Tokenizer tokenizer = text::load_tokenizer(out.string());
-    const std::string bytes = "Hi, caf\xc3\xa9 \xff\x01\n";
+    // Valid UTF-8: the GGUF's byte-level tokenizer repairs invalid input to U+FFFD (as Hugging Face's),
+    // where text/byte_tokenizer.h would keep each byte.
+    const std::string bytes = "Hi, caf\xc3\xa9 \x01\n";
     const std::vector<int32_t> ids = tokenizer.encode(bytes, {.add_special = false, .parse_special = false});
     ASSERT_EQ(ids.size(), bytes.size());
     for (size_t i = 0; i < bytes.size(); ++i) EXPECT_EQ(ids[i], int32_t(uint8_t(bytes[i]))) << i;
