@@ -19,16 +19,15 @@ test: build
 	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 	@$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$${FUZZ_SECONDS:-30}
 
-# The main job on the model that ships with the repo: a chat. Until the trained default model lands,
-# that is the tiny binary Qwen3.5 test model (random weights, so its replies are noise): convert it to
-# a proven Q1_0 GGUF, then chat with it from a script — two turns, with /stats after each to show the
-# second turn reusing the first one's state. `deltabit chat -m $(TINY_GGUF) --max-tokens 32` is the
-# same chat, interactive.
-TINY_HF = tests/fixtures/qwen3_5_binary
-TINY_GGUF = $(BUILD_DIR)/tiny-qwen35.q1_0.gguf
+# The main job on the model that ships with the repo (models/README.md): a 14M-parameter byte-level
+# hybrid (Gated DeltaNet + gated attention, the Qwen3.5 layout) that deltabit's own trainer taught English
+# from Debian's dictionaries, the KJV and fortunes, stored at 1 bit (2 MB). It learned text, not
+# conversation: the chat shows what it writes after a plain "user: ... assistant:" layout, and /stats
+# after each turn shows the second turn reusing the first one's state.
+# `deltabit chat -m $(DEFAULT_MODEL)` is the same chat, interactive.
+DEFAULT_MODEL = models/bytelm-hybrid-14m.q1_0.gguf
 run: build
-	@$(BUILD_DIR)/deltabit convert $(TINY_HF) -o $(TINY_GGUF) --type q1_0
-	@printf 'Hello\n/stats\nTell me more\n/stats\n' | $(BUILD_DIR)/deltabit chat -m $(TINY_GGUF) --max-tokens 32
+	@printf 'Hello\n/stats\nTell me about the sea\n/stats\n' | $(BUILD_DIR)/deltabit chat -m $(DEFAULT_MODEL) --max-tokens 120
 
 # libFuzzer targets for the file parsers, built with clang; FUZZ_SECONDS per target.
 FUZZ_SECONDS ?= 60

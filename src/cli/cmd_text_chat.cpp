@@ -77,11 +77,9 @@ bool read_message(LineReader& input, bool interactive, bool echo, std::string& m
 }
 
 void run_chat(const ChatArgs& args) {
-    // DESIGN.md §1 promises a small default model in models/; until it ships, say what to do instead.
     if (args.model.empty())
-        fail("chat: no model given: use -m MODEL (a GGUF file or a Hugging Face folder). The repository's "
-             "default model has not shipped yet; after `make run`, `deltabit chat -m build/tiny-qwen35.q1_0.gguf "
-             "--max-tokens 32` chats with a tiny test model (random weights)");
+        fail("chat: no model given: use -m MODEL (a GGUF file or a Hugging Face folder), e.g. the default model "
+             "that ships with deltabit: -m models/bytelm-hybrid-14m.q1_0.gguf (models/README.md)");
     if (args.max_tokens && *args.max_tokens < 1) fail("chat: --max-tokens {}: must be at least 1", *args.max_tokens);
 
     const bool show_progress = !args.quiet && stderr_is_terminal();

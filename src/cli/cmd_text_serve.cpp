@@ -30,11 +30,10 @@
 namespace deltabit::cli {
 namespace {
 
-// The model `deltabit serve` runs without -m: the one the README's main command (`make run`) uses.
-// Today that is the tiny binary Qwen3.5 test model (random weights); the trained default model
-// replaces it here.
+// The model `deltabit serve` runs without -m: the one the README's main command (`make run`) uses,
+// the trained default model that ships in models/ (models/README.md).
 std::string default_serve_model() {
-    return (std::filesystem::path(DELTABIT_SOURCE_DIR) / "tests" / "fixtures" / "qwen3_5_binary").string();
+    return (std::filesystem::path(DELTABIT_SOURCE_DIR) / "models" / "bytelm-hybrid-14m.q1_0.gguf").string();
 }
 
 struct ServeArgs {
