@@ -283,7 +283,7 @@ TEST(ConfigLoader, ReadsFileAndFolder) {
 TEST(ConfigLoader, ValidationErrorsNameTheField) {
     expect_config_error(json{{"model_type", "llama"}},
                         {"config.json: model_type 'llama' is not supported (supported: qwen3_next, qwen3_5_text, "
-                         "qwen3_5, qwen3_5_moe_text, qwen3_5_moe, qwen3)"});
+                         "qwen3_5, qwen3_5_moe_text, qwen3_5_moe, qwen3, diffusion_gemma, diffusion_gemma_text)"});
     expect_config_error(json{{"hidden_size", 4}}, {"config.json: missing required field model_type"});
     expect_config_error(json::array(), {"expected a JSON object"});
 

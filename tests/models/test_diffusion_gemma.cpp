@@ -14,6 +14,7 @@
 #include "models/model.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -218,7 +219,10 @@ TEST(DiffusionGemmaFixture, EncoderCacheAndDecoderLogitsMatchTransformers) {
 
 class DiffusionGemmaRandom : public ::testing::Test {
 protected:
-    static fs::path folder(const std::string& name) { return fs::temp_directory_path() / ("deltabit_test_dg_" + name); }
+    // One folder per process: ctest runs each test in its own process, in parallel.
+    static fs::path folder(const std::string& name) {
+        return fs::temp_directory_path() / ("deltabit_test_dg_" + std::to_string(::getpid()) + "_" + name);
+    }
 };
 
 // Writes a forward script in make_diffusion_fixture.py's format (tests/fixtures/README.md) into `dir` from

@@ -11,6 +11,7 @@
 #include "runtime/diffusion_generate.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <deque>
@@ -142,7 +143,8 @@ TEST(DiffusionGenerateFixture, ReplayingTransformersDrawsGivesItsTokens) {
 class DiffusionGenerateRandom : public ::testing::Test {
 protected:
     static void SetUpTestSuite() {
-        dir_ = fs::temp_directory_path() / "deltabit_test_dg_generate";
+        // ctest runs each test of the suite in its own process, in parallel: one folder per process.
+        dir_ = fs::temp_directory_path() / ("deltabit_test_dg_generate_" + std::to_string(::getpid()));
         test::TinyDiffusionGemma().write(dir_);
         model_ = std::make_unique<Model>(Model::load(dir_));
     }
