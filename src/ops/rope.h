@@ -23,4 +23,11 @@ namespace deltabit::cpu {
 void rope_neox(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_head, int64_t head_dim,
                int64_t rope_dim, float theta);
 
+// The rotation both rope_neox and rope_proportional (rope_proportional.h) apply, with the numerics above:
+// for j < n_pairs, dims (j, j + half) rotate by angle_j = pos · theta^(−2j / exponent_dim).
+// rope_neox: half = n_pairs = rope_dim / 2, exponent_dim = rope_dim; proportional: half = head_dim / 2,
+// exponent_dim = head_dim.
+void rope_rotate_pairs(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_head, int64_t head_dim,
+                       int64_t half, int64_t n_pairs, int64_t exponent_dim, float theta);
+
 }  // namespace deltabit::cpu
