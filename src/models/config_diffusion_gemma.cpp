@@ -33,15 +33,11 @@ constexpr double kDefaultSlidingTheta = 1e4, kDefaultFullTheta = 1e6, kDefaultFu
 
 std::vector<LayerKind> read_layer_types(const ConfigFields& f, int64_t n_layer) {
     std::vector<LayerKind> kinds(static_cast<size_t>(n_layer));
-    if (const json* types = f.find("layer_types")) {
-        if (!types->is_array()) f.bad("layer_types", fmt::format("expected an array, found {}", types->type_name()));
-        if (int64_t(types->size()) != n_layer)
-            f.bad("layer_types", fmt::format("has {} entries but num_hidden_layers is {}", types->size(), n_layer));
-        for (size_t i = 0; i < types->size(); ++i) {
-            const json& t = (*types)[i];
+    if (const std::vector<std::string> types = f.get_string_list("layer_types", n_layer, "num_hidden_layers");
+        !types.empty()) {
+        for (size_t i = 0; i < types.size(); ++i) {
             const std::string key = fmt::format("layer_types[{}]", i);
-            if (!t.is_string()) f.bad(key, fmt::format("expected a string, found {}", t.type_name()));
-            const std::string kind = t.get<std::string>();
+            const std::string& kind = types[i];
             if (kind == "full_attention")
                 kinds[i] = LayerKind::full_attention;
             else if (kind == "sliding_attention")

@@ -67,6 +67,22 @@ public:
         if (!find(key)) fail("{}: missing required field {}", source_, name(key));
         return get_string(key, "");
     }
+    // An array of exactly `count` strings (layer_types against num_hidden_layers, named by `count_name`);
+    // empty when absent. Each entry is reported as key[i].
+    std::vector<std::string> get_string_list(std::string_view key, int64_t count, std::string_view count_name) const {
+        const nlohmann::json* v = find(key);
+        if (!v) return {};
+        if (!v->is_array()) bad(key, fmt::format("expected an array, found {}", v->type_name()));
+        if (int64_t(v->size()) != count)
+            bad(key, fmt::format("has {} entries but {} is {}", v->size(), count_name, count));
+        std::vector<std::string> out;
+        for (size_t i = 0; i < v->size(); ++i) {
+            if (!(*v)[i].is_string())
+                bad(fmt::format("{}[{}]", key, i), fmt::format("expected a string, found {}", (*v)[i].type_name()));
+            out.push_back((*v)[i].get<std::string>());
+        }
+        return out;
+    }
     // An integer or an array of integers (eos_token_id); empty when absent.
     std::vector<int64_t> get_int_or_list(std::string_view key) const {
         const nlohmann::json* v = find(key);

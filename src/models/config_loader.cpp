@@ -36,16 +36,11 @@ bool is_hybrid(Arch arch) { return arch != Arch::qwen3; }
 
 std::vector<LayerKind> read_layer_kinds(const Fields& f, Arch arch, int64_t n_layer) {
     std::vector<LayerKind> layers(size_t(n_layer), LayerKind::full_attention);
-    const json* types = f.find("layer_types");
-    if (types) {
-        if (!types->is_array()) f.bad("layer_types", fmt::format("expected an array, found {}", types->type_name()));
-        if (int64_t(types->size()) != n_layer)
-            f.bad("layer_types", fmt::format("has {} entries but num_hidden_layers is {}", types->size(), n_layer));
-        for (size_t i = 0; i < types->size(); ++i) {
-            const json& t = (*types)[i];
+    const std::vector<std::string> types = f.get_string_list("layer_types", n_layer, "num_hidden_layers");
+    if (!types.empty()) {
+        for (size_t i = 0; i < types.size(); ++i) {
             const std::string key = fmt::format("layer_types[{}]", i);
-            if (!t.is_string()) f.bad(key, fmt::format("expected a string, found {}", t.type_name()));
-            const std::string kind = t.get<std::string>();
+            const std::string& kind = types[i];
             // transformers remaps the legacy names "mamba" and "attention" the same way.
             if (kind == "full_attention" || kind == "attention") {
                 layers[i] = LayerKind::full_attention;
