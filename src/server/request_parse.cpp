@@ -8,6 +8,9 @@
 #include <cmath>
 #include <initializer_list>
 #include <limits>
+#include <span>
+#include <string_view>
+#include <vector>
 
 namespace deltabit::server {
 namespace {
@@ -46,12 +49,43 @@ ordered_json parse_object(std::string_view body) {
     return root;
 }
 
+// Edits (insert, delete, substitute) from a to b: how close a misspelt field is to a known one.
+size_t edit_distance(std::string_view a, std::string_view b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+        size_t diagonal = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= b.size(); ++j) {
+            const size_t above = row[j];
+            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+            diagonal = above;
+        }
+    }
+    return row[b.size()];
+}
+
+// The known field within two edits of `key` (most likely the one meant), or "" when none is that close.
+std::string_view closest_field(std::string_view key, std::initializer_list<std::span<const std::string_view>> lists) {
+    std::string_view closest;
+    size_t best = 3;
+    for (std::span<const std::string_view> known : lists)
+        for (std::string_view k : known)
+            if (const size_t d = edit_distance(key, k); d < best) best = d, closest = k;
+    return closest;
+}
+
+[[noreturn]] void refuse_unknown(const std::string& field, std::string_view key,
+                                 std::initializer_list<std::span<const std::string_view>> lists) {
+    const std::string_view meant = closest_field(key, lists);
+    refuse(field, meant.empty() ? fmt::format("unknown field '{}'", field)
+                                : fmt::format("unknown field '{}' (did you mean '{}'?)", field, meant));
+}
+
 void check_known(const ordered_json& object, const std::string& where, std::initializer_list<std::string_view> known) {
     for (const auto& [key, value] : object.items())
         if (std::find(known.begin(), known.end(), key) == known.end())
-            refuse(where.empty() ? key : where + "." + key,
-                   fmt::format("unknown field '{}'{}", where.empty() ? key : where + "." + key,
-                               where.empty() ? "" : ""));
+            refuse_unknown(where.empty() ? key : where + "." + key, key, {std::span(known.begin(), known.size())});
 }
 
 bool get_bool(const ordered_json& v, const std::string& field) {
@@ -102,6 +136,15 @@ SamplingParams server_sampling_defaults() {
 }
 
 // One of the fields both endpoints share; false when `key` is not one of them.
+// The top-level fields each parser below reads (for naming the one a misspelt field meant; the
+// RequestParse.EveryDocumentedFieldIsKnown checks that every one listed is read).
+constexpr std::string_view kGenerationFields[] = {
+    "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "seed",
+    "max_tokens", "max_completion_tokens", "stop", "stream", "stream_options", "user", "n"};
+constexpr std::string_view kChatFields[] = {"model", "messages", "tools", "tool_choice", "chat_template_kwargs",
+                                            "parallel_tool_calls", "logprobs", "top_logprobs"};
+constexpr std::string_view kCompletionFields[] = {"model", "prompt", "echo", "logprobs"};
+
 bool parse_generation_field(const std::string& key, const ordered_json& v, GenerationRequest& g,
                             const RequestLimits& limits, bool& seed_given) {
     if (key == "temperature") g.sampling.temperature = float(get_sampling(v, key, "temperature"));
@@ -332,7 +375,7 @@ ChatCompletionRequest parse_chat_request(std::string_view body, const RequestLim
         } else if (key == "top_logprobs") {
             if (!v.is_null()) r.generation.top_logprobs = int(get_integer(v, "top_logprobs", 0, kMaxTopLogprobs));
         } else {
-            refuse(key, fmt::format("unknown field '{}'", key));
+            refuse_unknown(key, key, {kGenerationFields, kChatFields});
         }
     }
     if (!root.contains("messages")) refuse("messages", "'messages' is missing");
@@ -389,7 +432,7 @@ CompletionRequest parse_completion_request(std::string_view body, const RequestL
             r.generation.logprobs = true;
             r.generation.top_logprobs = int(get_integer(v, "logprobs", 0, kMaxTopLogprobs));
         } else {
-            refuse(key, fmt::format("unknown field '{}'", key));
+            refuse_unknown(key, key, {kGenerationFields, kCompletionFields});
         }
     }
     if (!has_prompt) refuse("prompt", "'prompt' is missing");

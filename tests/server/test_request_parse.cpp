@@ -90,6 +90,18 @@ TEST(RequestParse, RefusesEachBadFieldByName) {
     EXPECT_EQ(refused_param("{}"), "messages");
     EXPECT_EQ(refused_param(R"({"messages": []})"), "messages");
     EXPECT_EQ(refused_param(with(R"("foo": 1)")), "foo");
+    try {
+        parse_chat_request(with(R"("temprature": 1)"), RequestLimits{});
+        ADD_FAILURE() << "a misspelt field was accepted";
+    } catch (const RequestError& e) {
+        EXPECT_EQ(e.error().message, "unknown field 'temprature' (did you mean 'temperature'?)");
+    }
+    try {
+        parse_chat_request(with(R"("foo": 1)"), RequestLimits{});
+        ADD_FAILURE() << "an unknown field was accepted";
+    } catch (const RequestError& e) {
+        EXPECT_EQ(e.error().message, "unknown field 'foo'");
+    }
     EXPECT_EQ(refused_param(with(R"("temperature": "hot")")), "temperature");
     EXPECT_EQ(refused_param(with(R"("temperature": 2.5)")), "temperature");
     EXPECT_EQ(refused_param(with(R"("temperature": 2.0)")), "(accepted)");
@@ -120,6 +132,38 @@ TEST(RequestParse, RefusesEachBadFieldByName) {
     EXPECT_EQ(refused_param(with(R"("tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": {"type": "function", "function": {"name": "g"}})")),
               "tool_choice.function.name");
     EXPECT_EQ(refused_param(with(R"("chat_template_kwargs": {"enable_thinking": "yes"})")), "chat_template_kwargs.enable_thinking");
+}
+
+// Every field the API documents is read (none is refused as unknown, whatever else is wrong with null),
+// so the parser's lists that name the field a misspelt one meant hold only real fields.
+TEST(RequestParse, EveryDocumentedFieldIsKnown) {
+    auto unknown = [](auto parse, const std::string& body) {
+        try {
+            parse(body, RequestLimits{});
+        } catch (const RequestError& e) {
+            return e.error().message.starts_with("unknown field");
+        }
+        return false;
+    };
+    const std::vector<std::string> generation = {
+        "temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty",
+        "seed", "max_tokens", "max_completion_tokens", "stop", "stream", "stream_options", "user", "n"};
+    std::vector<std::string> chat = generation, completion = generation;
+    for (const char* f : {"model", "messages", "tools", "tool_choice", "chat_template_kwargs", "parallel_tool_calls",
+                          "logprobs", "top_logprobs"})
+        chat.push_back(f);
+    for (const char* f : {"model", "prompt", "echo", "logprobs"}) completion.push_back(f);
+    for (const std::string& f : chat)
+        EXPECT_FALSE(unknown(parse_chat_request, with("\"" + f + "\": null"))) << f;
+    for (const std::string& f : completion)
+        EXPECT_FALSE(unknown(parse_completion_request, "{\"prompt\": \"hi\", \"" + f + "\": null}")) << f;
+    // And a misspelt completions field names the one meant.
+    try {
+        parse_completion_request(R"({"prompt": "hi", "ecco": true})", RequestLimits{});
+        ADD_FAILURE() << "a misspelt field was accepted";
+    } catch (const RequestError& e) {
+        EXPECT_EQ(e.error().message, "unknown field 'ecco' (did you mean 'echo'?)");
+    }
 }
 
 TEST(RequestParse, ReadsWhatItAccepts) {
