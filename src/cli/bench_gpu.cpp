@@ -248,6 +248,53 @@ public:
         report(m);
     }
 
+    // B sequences at depth 0 stepped together (forward_batch), each row's greedy token chosen on the GPU.
+    void decode_batched(int64_t B) {
+        const int64_t steps = plan_.decode_tokens;
+        const std::string name = fmt::format("tg{}b{}", steps, B);
+        if (out_of_time(name)) return;
+        bench_progress(name);
+        watch_.restart();
+        std::vector<CudaSequenceState> states;
+        std::vector<CudaSequenceState*> rows;
+        states.reserve(size_t(B));
+        for (int64_t i = 0; i < B; ++i) states.push_back(model_.new_sequence(kWarmupSteps + steps + 2, plan_.kv));
+        for (CudaSequenceState& s : states) rows.push_back(&s);
+        const int64_t V = vocab();
+        cuda::DeviceBuffer scratch(cuda::argmax_scratch_bytes(V)), d_ids(size_t(B) * sizeof(int32_t));
+        std::vector<int32_t> ids = random_ids(B, V, rng_);
+        // Every row's argmax on the stream, one copy of the B ids back: what a batched greedy chooser costs.
+        const auto choose = [&](const float* logits) {
+            for (int64_t i = 0; i < B; ++i)
+                cuda::argmax(logits + i * V, V, scratch.get(), d_ids.get<int32_t>() + i, model_.stream());
+            cuda_check(cudaMemcpyAsync(ids.data(), d_ids.get(), size_t(B) * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                       model_.stream()), "download batch ids");
+            cuda_check(cudaStreamSynchronize(model_.stream()), "batch ids");
+            for (int32_t id : ids) check_finite(id);
+        };
+        for (int i = 0; i < kWarmupSteps; ++i) choose(model_.forward_batch(rows, ids));
+        const auto start = Clock::now();
+        for (int64_t i = 0; i < steps; ++i) choose(model_.forward_batch(rows, ids));
+        const double t = seconds_since(start);
+
+        const DecodeTraffic traffic = cost_.decode_traffic(kWarmupSteps + steps / 2);
+        const double step_bytes = double(traffic.weight_bytes) + double(B) * double(traffic.kv_bytes + traffic.state_bytes);
+        BenchMeasurement m;
+        m.test = name;
+        m.tokens = steps * B;
+        m.seconds = t;
+        m.unit_us = t / double(steps) * 1e6;
+        m.tokens_per_s = double(steps * B) / t;
+        m.bytes_per_token = step_bytes / double(B);
+        m.gb_s = step_bytes * double(steps) / t / 1e9;
+        m.pct_of_copy_bandwidth = 100.0 * *m.gb_s / gpu_.copy_gb_s;
+        m.peak_memory_gib = watch_.peak_gib();
+        m.note = fmt::format("{} sequences a step ({:.0f} us a step); MB/step weights {:.1f} + KV and state {:.1f}", B,
+                             m.unit_us, double(traffic.weight_bytes) / 1e6,
+                             double(B) * double(traffic.kv_bytes + traffic.state_bytes) / 1e6);
+        report(m);
+    }
+
     std::vector<BenchMeasurement> take() { return std::move(results_); }
 
 private:
@@ -380,6 +427,7 @@ std::vector<BenchMeasurement> run_gpu_bench(CudaModel& model, const InferenceCos
     bench.prompts();
     bench.first_tokens();
     for (int64_t depth : plan.depths) bench.decode_at(depth);
+    for (int64_t b : plan.batch_sizes) bench.decode_batched(b);
     const CudaDecodeStats s = model.decode_stats();
     decode_path = fmt::format("{} graph replays, {} captures, {} eager steps, {} prompt chunks over the run; seams {}",
                               s.graph_replays, s.graph_captures, s.eager_steps, s.prompt_chunks,

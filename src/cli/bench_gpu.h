@@ -6,7 +6,9 @@
 // by a stream synchronisation; a decode step or a first token ends with the GPU argmax's 4-byte copy),
 // so it is what a caller of the engine waits, launch gaps included. Prompts and first tokens take the
 // median of a few runs on fresh sequences; decode is the mean of 128 greedy steps after two warm-up
-// steps (which size the decode scratch and capture the step's CUDA graph for that sequence).
+// steps (which size the decode scratch and capture the step's CUDA graph for that sequence). A batched
+// decode test (tg128b8: 8 sequences) times forward_batch steps with every row's argmax on the GPU and the
+// B ids copied back once a step; its traffic is the weights once a step plus each row's KV and state.
 //
 // Depth. A decode run at depth n first brings a fresh sequence to n tokens: by prefill in chunks of
 // 4096 tokens, or — when that is projected to take longer than its budget from the prompt rates just
@@ -49,6 +51,9 @@ struct BenchPlan {
     std::vector<int64_t> first_token_lengths = {2, 16, 64};
     std::vector<int64_t> depths = {0, 4096, 32768};
     int64_t decode_tokens = 128;
+    // Batched decode tests (the server's continuous batching): for each B, B sequences at depth 0 stepped
+    // together (CudaModel::forward_batch), decode_tokens steps; tok/s counts every row's token.
+    std::vector<int64_t> batch_sizes = {8, 32};
     KvFormat kv = KvFormat::f32;
     DepthFill fill = DepthFill::automatic;
     // A prompt test projected (from the previous prompt rate) to take longer than this is skipped, and a

@@ -4,7 +4,8 @@
 //
 //   deltabit bench (-m MODEL | --geometry NAME) [--backend cuda|cpu] [--threads N] [--type q1_0] [--json]
 //                  [--depths 0,4096,32768]
-//                  [--prompts 512,4096] [--first-tokens 2,16,64] [--kv f32|f16] [--fill auto|prefill|synthetic]
+//                  [--prompts 512,4096] [--first-tokens 2,16,64] [--batch 8,32] [--kv f32|f16]
+//                  [--fill auto|prefill|synthetic]
 //                  [--prompt-budget S] [--fill-budget S] [--max-seconds S]
 //                  [--no-history | --history FILE] [--commit HASH] [--seed N]
 //
@@ -56,6 +57,7 @@ struct BenchArgs {
     std::vector<std::string> prompts;
     std::vector<std::string> first_tokens;
     std::optional<int64_t> decode_tokens;
+    std::vector<std::string> batches;
     std::string kv = "f32";
     std::string fill = "auto";
     bool no_history = false;
@@ -72,9 +74,10 @@ struct PlanDefaults {
     const char* prompts;
     const char* first_tokens;
     int64_t decode_tokens;
+    const char* batches;
 };
-constexpr PlanDefaults kGpuDefaults{"0,4096,32768", "512,4096", "2,16,64", 128};
-constexpr PlanDefaults kCpuDefaults{"0", "64", "", 32};
+constexpr PlanDefaults kGpuDefaults{"0,4096,32768", "512,4096", "2,16,64", 128, "8,32"};
+constexpr PlanDefaults kCpuDefaults{"0", "64", "", 32, ""};
 
 // {"0,4096", "32768"} → {0, 4096, 32768}; every value ≥ `minimum`.
 std::vector<int64_t> parse_counts(const std::vector<std::string>& given, const char* option, int64_t minimum) {
@@ -123,6 +126,10 @@ BenchPlan plan_from(const BenchArgs& args) {
     plan.first_token_lengths = parse_counts(or_default(args.first_tokens, defaults.first_tokens), "--first-tokens", 1);
     if (cpu && !plan.first_token_lengths.empty())
         fail("bench: --first-tokens: the CPU bench has no time-to-first-token test (a CPU prompt test is its prefill)");
+    plan.batch_sizes = parse_counts(or_default(args.batches, defaults.batches), "--batch", 0);
+    std::erase(plan.batch_sizes, 0);  // --batch 0: no batched test
+    if (cpu && !plan.batch_sizes.empty())
+        fail("bench: --batch: the CPU bench has no batched decode test (the CPU engine steps sequences in turn)");
     plan.decode_tokens = args.decode_tokens.value_or(defaults.decode_tokens);
     if (plan.decode_tokens < 1) fail("bench: --decode-tokens {}: expected 1 or more", plan.decode_tokens);
     const std::optional<KvFormat> kv = parse_kv_format(args.kv);
@@ -305,6 +312,10 @@ void add_bench_command(CLI::App& app) {
     cmd->add_option("--decode-tokens", args->decode_tokens,
                     fmt::format("Greedy steps a decode test times (default {} on cuda, {} on cpu)",
                                 kGpuDefaults.decode_tokens, kCpuDefaults.decode_tokens));
+    cmd->add_option("--batch", args->batches,
+                    fmt::format("Sequences stepped together in the batched decode tests (8,32 or 8 32; 0: none; "
+                                "default {} on cuda, none on cpu)",
+                                kGpuDefaults.batches));
     cmd->add_option("--kv", args->kv, "KV cache format: f32, f16 or kivi4")->default_str("f32");
     cmd->add_option("--fill", args->fill,
                     "How a decode test reaches its depth: prefill, synthetic (random KV, no model run), or auto "

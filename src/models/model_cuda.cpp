@@ -168,10 +168,16 @@ void CudaModel::run_layers(CudaSequenceState& state, const int32_t* d_ids, const
         const cuda::QuantizedActivationsView* in = seam(s, L.attn_norm, T);
         const SeamFold into_ffn{s.x, L.ffn_norm, &s.hq_folded};
         const SeamFold* fold = s.fold ? &into_ffn : nullptr;
-        if (L.kind == LayerKind::linear_attention)
+        if (!batch_.empty()) {
+            if (L.kind == LayerKind::linear_attention)
+                deltanet_rows(L.deltanet, s.h, l, m);
+            else
+                attention_rows(L.attention, s.h, l, d_positions, m);
+        } else if (L.kind == LayerKind::linear_attention) {
             deltanet_block(L.deltanet, s.h, in, T, state.parity(), state.layer(l), m, fold);
-        else
+        } else {
             attention_block(L.attention, s.h, in, T, n_past, d_positions, state.layer(l), m, fold, rope_table);
+        }
         s.pending = m;
 
         arena_->rewind(block_mark);

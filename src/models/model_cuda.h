@@ -36,7 +36,7 @@
 // Files, one idea each: the sequence state (models/sequence_state_cuda.h), the scratch arena
 // (models/device_arena.h), the weight upload (models/weights_cuda.h), the blocks and their matmuls
 // (blocks_cuda.cpp), the layer loops and the calls (model_cuda.cpp), the decode step's graph and run-ahead
-// (decode_graph_cuda.cpp).
+// (decode_graph_cuda.cpp), the batched step of several sequences (batch_step_cuda.cpp).
 #pragma once
 
 #if DELTABIT_HAVE_CUDA
@@ -74,6 +74,8 @@ struct CudaDecodeStats {
     int64_t run_ahead_steps = 0;  // replays started by argmax_and_step before the host knew the token
     int64_t eager_steps = 0;      // T = 1 steps launched kernel by kernel (first step, MoE, graphs off)
     int64_t prompt_chunks = 0;    // T > 1 calls are cut into chunks of at most kPromptChunk tokens
+    int64_t batch_steps = 0;      // forward_batch calls
+    int64_t batch_rows = 0;       // rows (sequences) they stepped, all together
     int64_t arena_allocations = 0;  // cudaMalloc calls of the scratch arenas, ever
     size_t prompt_arena_bytes = 0, decode_arena_bytes = 0;  // their buffers now (overflow not counted)
     bool folded_seams = false;      // the last T = 1 step enqueued folded its seams (set_seam_folding)
@@ -144,6 +146,17 @@ public:
     std::optional<int32_t> argmax_and_step(CudaSequenceState& state, const float* device_logits,
                                            const float** step_logits);
 
+    // One decode step of several sequences together (the server's continuous batching): row i feeds
+    // ids[i] to *states[i]. The rows share every weight read — each matmul takes the B rows as a prompt of
+    // B tokens (the per-token GEMV below kGemmMinTokens, one tensor-core GEMM from there, so the weights
+    // stream once for the batch) — while each row's attention and DeltaNet step run on its own state (its
+    // KV cache and length; its conv and recurrent copies) through the decode step's kernels, one launch per
+    // row (batch_step_cuda.cpp). Returns DEVICE logits [B][n_vocab], valid until the next call on this model.
+    // Every state advances one decode step (undoable, as a step of forward_last). Errors as forward(),
+    // checked for every row before any state changes; a state given twice is an Error. Rounding: a row's
+    // matmuls round as a B-token prompt's (ops/matmul/gemm_cuda.h), not as the fused decode step's.
+    const float* forward_batch(std::span<CudaSequenceState* const> states, std::span<const int32_t> ids);
+
     // Decode-step graphs on (default) or off (every step eager; the test of graph = eager uses it).
     void set_decode_graphs(bool enabled);
     // The decode step's seams folded into the GEMVs beside them (run_layers) when the model allows it
@@ -213,6 +226,11 @@ private:
     // a seam quantised alike with K = n_embd where it reads one (run_layers).
     bool seams_foldable() const;
     void moe_ffn(const CudaMoeWeights& w, const float* x, int64_t T, float* out);
+    // The blocks of a batched step (forward_batch): B = batch_.size() rows, row i at position
+    // d_positions[i] of batch_[i]'s layer `layer`; projections shared, the stateful middle per row.
+    void attention_rows(const CudaAttentionWeights& w, const float* x, int64_t layer, const int32_t* d_positions,
+                        float* out);
+    void deltanet_rows(const CudaDeltaNetWeights& w, const float* x, int64_t layer, float* out);
 
     void check_call(const CudaSequenceState& state, std::span<const int32_t> ids) const;
     // What the layer loop carries between blocks: the residual stream x, the normed input h, the block output
@@ -295,6 +313,9 @@ private:
     // The running call's sequence capacity (the decode grid is planned for it).
     int64_t call_capacity_ = 0;
     CudaDecodeStats stats_;
+    // The running forward_batch call's states, row by row (empty otherwise): run_layers then takes the
+    // batched blocks.
+    std::span<CudaSequenceState* const> batch_;
     // The running forward call's observer (forward), or nullptr; the layer its names are of.
     const ActivationObserver* observer_ = nullptr;
     int64_t observed_layer_ = 0;

@@ -3,6 +3,7 @@
 #include "backend/backend.h"
 #include "core/error.h"
 #include "models/model.h"
+#include "runtime/engine_checks.h"
 
 namespace deltabit {
 
@@ -21,6 +22,12 @@ LoadProgress host_part(const LoadFraction& progress, double share) {
 }
 
 }  // namespace
+
+void Engine::forward_batch(std::span<EngineSequence* const> sequences, std::span<const int32_t> ids) {
+    // Every row checked first: a refused row must leave every sequence unchanged, not only itself.
+    check_forward_batch(config(), sequences, ids);
+    for (size_t i = 0; i < sequences.size(); ++i) forward(*sequences[i], ids.subspan(i, 1));
+}
 
 std::unique_ptr<Engine> open_engine(const std::filesystem::path& path, std::string_view backend,
                                     const LoadFraction& progress) {

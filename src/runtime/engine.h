@@ -89,6 +89,14 @@ public:
     // sequence was made, reset, loaded or restored, and (fail_non_finite_logit, runtime/engine_checks.h)
     // when a logit is NaN or ±inf, naming the lowest such token; the sequence is then unchanged.
     virtual int32_t next_token(EngineSequence& sequence, Sampler& sampler, const TokenHistory& history) = 0;
+    // One decode step of several sequences at once (the server's continuous batching): sequences[i]
+    // consumes ids[i]. Afterwards each sequence's last logits are its own for next_token and last_logits,
+    // as after its own forward() — on CUDA until the engine's next forward call, so draw every row's token
+    // before feeding any sequence again. The CUDA engine reads the weights once for all the rows
+    // (CudaModel::forward_batch); the CPU engine, whose sequences keep their own logits, runs them in turn,
+    // as this default does for an engine that only wraps another. Error, with every sequence unchanged, for
+    // a row forward() would refuse or a sequence given twice.
+    virtual void forward_batch(std::span<EngineSequence* const> sequences, std::span<const int32_t> ids);
     // Host copy of the last logits [n_vocab].
     virtual std::vector<float> last_logits(const EngineSequence& sequence) const = 0;
     // As forward(), returning every token's logits [ids.size()][n_vocab] on the host.

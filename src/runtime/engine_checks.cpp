@@ -19,6 +19,20 @@ void check_forward(const ModelConfig& config, std::span<const int32_t> ids, int6
              max_positions);
 }
 
+void check_forward_batch(const ModelConfig& config, std::span<EngineSequence* const> sequences,
+                         std::span<const int32_t> ids) {
+    if (sequences.empty()) fail("engine: a batched step needs at least one sequence");
+    if (ids.size() != sequences.size())
+        fail("engine: a batched step of {} sequences got {} token ids (one each)", sequences.size(), ids.size());
+    for (size_t i = 0; i < sequences.size(); ++i) {
+        if (sequences[i] == nullptr) fail("engine: sequence {} of a batched step is null", i);
+        check_forward(config, ids.subspan(i, 1), sequences[i]->position(), sequences[i]->max_positions());
+        for (size_t j = 0; j < i; ++j)
+            if (sequences[j] == sequences[i])
+                fail("engine: sequences {} and {} of a batched step are the same sequence", j, i);
+    }
+}
+
 void check_image_fits(const StateImage& image, int64_t max_positions) {
     if (image.position > max_positions)
         fail("engine: the saved state holds {} tokens, more than this sequence's capacity of {}", image.position,

@@ -14,6 +14,10 @@ namespace deltabit {
 void check_sequence_options(const SequenceOptions& options);
 // ids not empty, every id in the vocabulary, and room for them.
 void check_forward(const ModelConfig& config, std::span<const int32_t> ids, int64_t position, int64_t max_positions);
+// A batched step's rows (Engine::forward_batch): one id per sequence, each row as check_forward, no
+// sequence twice.
+void check_forward_batch(const ModelConfig& config, std::span<EngineSequence* const> sequences,
+                         std::span<const int32_t> ids);
 // An image that would not fit this sequence's capacity.
 void check_image_fits(const StateImage& image, int64_t max_positions);
 // Logit `token` of the sequence at `position` is NaN or ±inf: the weights or activations broke, and

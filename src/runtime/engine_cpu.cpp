@@ -89,6 +89,14 @@ public:
         s.last_logits_ = run(s, ids, false);
     }
 
+    // The rows in turn: each sequence keeps its own logits. Every row is checked (and found to be this
+    // engine's) before the first runs, so a refused batch changes nothing.
+    void forward_batch(std::span<EngineSequence* const> sequences, std::span<const int32_t> ids) override {
+        check_forward_batch(config(), sequences, ids);
+        for (EngineSequence* sequence : sequences) own(*sequence);
+        for (size_t i = 0; i < sequences.size(); ++i) forward(*sequences[i], ids.subspan(i, 1));
+    }
+
     int32_t next_token(EngineSequence& sequence, Sampler& sampler, const TokenHistory& history) override {
         const CpuSequence& s = own(sequence);
         const std::span<const float> logits = logits_of(s);

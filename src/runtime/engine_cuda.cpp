@@ -20,6 +20,7 @@
 
 #include <mutex>
 #include <optional>
+#include <vector>
 #endif
 
 namespace deltabit {
@@ -130,6 +131,28 @@ public:
         s.settle();
         s.last_logits_ = model_.forward_last(s.state_, ids);
         s.logits_serial_ = ++serial_;
+    }
+
+    // One decode step of every row, the weights read once (CudaModel::forward_batch). Each row's logits are
+    // its row of the model's buffer, all under one serial: every row's token can be drawn before the next
+    // forward call. No run-ahead follows a batch (a step run ahead would overwrite the other rows' logits).
+    void forward_batch(std::span<EngineSequence* const> sequences, std::span<const int32_t> ids) override {
+        check_forward_batch(config(), sequences, ids);
+        std::vector<CudaSequence*> rows;
+        std::vector<CudaSequenceState*> states;
+        for (EngineSequence* sequence : sequences) rows.push_back(&own(*sequence));
+        for (CudaSequence* s : rows) {
+            s->settle();
+            states.push_back(&s->state_);
+        }
+        const float* logits = model_.forward_batch(states, ids);
+        const uint64_t serial = ++serial_;
+        for (size_t i = 0; i < rows.size(); ++i) {
+            rows[i]->last_logits_ = logits + i * size_t(config().n_vocab);
+            rows[i]->logits_serial_ = serial;
+        }
+        interleaved_ = true;
+        last_forward_ = nullptr;
     }
 
     // Plain greedy runs one step ahead (CudaModel::argmax_and_step): the step that consumes the chosen

@@ -40,9 +40,13 @@ std::string prometheus_text(const SchedulerStats& s, const HttpCounters& http) {
     out += fmt::format("deltabit_session_resumes_total {}\n", s.pool.resumes);
     metric("scheduler_steps_total", "counter", "scheduler iterations (one step of every active job)");
     out += fmt::format("deltabit_scheduler_steps_total {}\n", s.steps);
+    metric("batched_steps_total", "counter", "decode steps that fed several jobs in one forward call");
+    out += fmt::format("deltabit_batched_steps_total {}\n", s.batched_steps);
+    metric("batched_rows_total", "counter", "jobs fed by batched decode steps (÷ batched_steps_total: mean batch)");
+    out += fmt::format("deltabit_batched_rows_total {}\n", s.batched_rows);
     metric("prefill_tokens_per_second", "gauge", "prompt tokens read per second of prefill steps");
     out += fmt::format("deltabit_prefill_tokens_per_second {:.3f}\n", s.prefill_seconds > 0 ? s.prefill_tokens / s.prefill_seconds : 0.0);
-    metric("decode_tokens_per_second", "gauge", "tokens generated per second of decode steps");
+    metric("decode_tokens_per_second", "gauge", "tokens one job generates per second of its decode steps");
     out += fmt::format("deltabit_decode_tokens_per_second {:.3f}\n", s.decode_seconds > 0 ? s.decode_tokens / s.decode_seconds : 0.0);
     return out;
 }

@@ -332,14 +332,42 @@ void Scheduler::iterate() {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
-// The seam for batched decoding (scheduler.h): one decode step of each job in `decoding` — feed the
-// token it drew last, then record it and draw the next from the logits that call left. Today each job
-// in turn, its forward call then its draw: the CUDA engine keeps only the latest forward call's logits
-// (runtime/engine.h), so a sequence's draw must follow its own call. A batched executor makes one
-// forward call for all the jobs' tokens, with logits for each, then calls every job's fed().
+// The batched decode step (scheduler.h): every job in `decoding` feeds the token it drew last in one
+// forward call (Engine::forward_batch: on the GPU the weights are read once for all of them), then each
+// job's fed() records its token and draws the next from its own row of logits. A lone job takes forward(),
+// which lets the CUDA engine run greedy decoding a step ahead. A batch the engine refuses (a row past its
+// capacity, say) changed nothing, so each job then takes its own call and only the faulty one fails.
 void Scheduler::step_active(std::span<ActiveJob* const> decoding) {
+    if (decoding.empty()) return;
+    const Clock::time_point start = Clock::now();
+    if (decoding.size() > 1) {
+        std::vector<EngineSequence*> sequences;
+        std::vector<int32_t> tokens;
+        for (ActiveJob* job : decoding) {
+            sequences.push_back(&job->sequence());
+            tokens.push_back(job->token_to_feed());
+        }
+        bool stepped = false;
+        try {
+            engine_.forward_batch(sequences, tokens);
+            stepped = true;
+        } catch (const std::exception&) {
+            // Refused before any state changed: each job alone below, so the error lands on its owner.
+        }
+        if (stepped) {
+            // The step's time is every row's: each waited for all of it.
+            const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+            {
+                std::lock_guard lock(mutex_);
+                ++stats_.batched_steps;
+                stats_.batched_rows += int64_t(decoding.size());
+            }
+            for (ActiveJob* job : decoding) job->fed(seconds);
+            return;
+        }
+    }
     for (ActiveJob* job : decoding) {
-        const Clock::time_point start = Clock::now();
+        const Clock::time_point job_start = Clock::now();
         try {
             const int32_t token = job->token_to_feed();
             engine_.forward(job->sequence(), std::span(&token, 1));
@@ -347,7 +375,7 @@ void Scheduler::step_active(std::span<ActiveJob* const> decoding) {
             job->forward_failed(e);
             continue;
         }
-        job->fed(std::chrono::duration<double>(Clock::now() - start).count());
+        job->fed(std::chrono::duration<double>(Clock::now() - job_start).count());
     }
 }
 

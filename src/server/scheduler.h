@@ -13,11 +13,11 @@
 // drawn last and draws the next. So a long prompt is read a chunk per iteration between the running
 // streams' tokens, and a request admitted mid-stream joins at the next iteration.
 //
-// step_active() is the seam for batched decoding: it receives every job that wants a decode step this
+// step_active() is the batched decode step: it receives every job that wants a decode step this
 // iteration, and each job's step is two halves around one forward call — the token to feed, then
-// fed() (record it, draw the next: sampling, stop strings, the event to the client). Today it makes
-// the calls one job at a time; a batched executor (one forward call for N sequences, on the GPU) makes
-// one call for all of them and then runs each job's second half; nothing around it changes.
+// fed() (record it, draw the next: sampling, stop strings, the event to the client). All the jobs' tokens
+// go in one Engine::forward_batch call (on the GPU one read of the weights for all of them), then each
+// job's second half runs on its own row of logits.
 //
 // Backpressure: a job whose connection has not taken 256 of its events is skipped until it has, so a
 // slow reader holds back only its own generation and its queue stays bounded.
@@ -63,6 +63,7 @@ struct SchedulerStats {
     double prefill_seconds = 0.0, decode_seconds = 0.0;
     int64_t prefill_tokens = 0, decode_tokens = 0;  // tokens actually read, and generated, in those seconds
     int64_t steps = 0;
+    int64_t batched_steps = 0, batched_rows = 0;  // decode steps of several jobs in one call, and their rows
     std::map<std::string, int64_t> finished;  // by finish reason, and "error"
 };
 

@@ -180,6 +180,62 @@ TEST_F(CudaEngineTest, InterleavedSequencesDoNotRunAhead) {
 
 // Save a state, load it into a fresh sequence, feed both the same next token and let each sample 300
 // more: the tokens and the final logits must be bit-identical, per KV format.
+// A batched step (Engine::forward_batch): each row's logits are its sequence's, as the CPU engine computes
+// them (rung 3's bound), and greedy tokens drawn from every row after one step equal the CPU engine's; a
+// forward call of any sequence after the batch ends the rows' logits, as any forward call does.
+TEST_F(CudaEngineTest, BatchedStepRowsAreEachSequencesOwn) {
+    const std::vector<std::vector<int32_t>> prompts = {byte_tokens(30, 41), byte_tokens(3, 42), byte_tokens(12, 43),
+                                                       byte_tokens(57, 44)};
+    SamplingParams greedy;
+    greedy.temperature = 0.0f;
+    greedy.repeat_penalty = 1.3f;
+    Sampler sampler(greedy);
+    std::vector<std::unique_ptr<EngineSequence>> gpu_seqs, cpu_seqs;
+    std::vector<EngineSequence*> gpu_rows, cpu_rows;
+    std::vector<std::vector<int32_t>> histories = prompts;
+    // Each row's token drawn from the logits of its last call (the prompt's, then the batch's rows).
+    const auto draw = [&](size_t i, int step) {
+        const std::vector<uint8_t> generated(histories[i].size(), 0);
+        const int32_t g = gpu_->next_token(*gpu_rows[i], sampler, {histories[i], generated});
+        const int32_t c = cpu_->next_token(*cpu_rows[i], sampler, {histories[i], generated});
+        EXPECT_EQ(g, c) << "step " << step << ", row " << i;
+        histories[i].push_back(c);
+        return c;
+    };
+    std::vector<int32_t> ids;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        gpu_seqs.push_back(gpu_->new_sequence({.max_positions = 128}));
+        cpu_seqs.push_back(cpu_->new_sequence({.max_positions = 128}));
+        gpu_rows.push_back(gpu_seqs.back().get());
+        cpu_rows.push_back(cpu_seqs.back().get());
+        gpu_->forward(*gpu_rows[i], prompts[i]);
+        cpu_->forward(*cpu_rows[i], prompts[i]);
+        ids.push_back(draw(i, -1));
+    }
+    const int64_t ahead_before = gpu_->counters().run_ahead_steps;
+    for (int step = 0; step < 16; ++step) {
+        gpu_->forward_batch(gpu_rows, ids);
+        cpu_->forward_batch(cpu_rows, ids);
+        for (size_t i = 0; i < prompts.size(); ++i) {
+            const std::vector<float> want = cpu_->last_logits(*cpu_rows[i]);
+            EXPECT_LE(max_abs_diff(gpu_->last_logits(*gpu_rows[i]), want), kCrossBackendTolerance * max_abs(want))
+                << "step " << step << ", row " << i;
+            EXPECT_EQ(gpu_rows[i]->position(), int64_t(histories[i].size()));
+        }
+        for (size_t i = 0; i < prompts.size(); ++i) ids[i] = draw(i, step);
+    }
+    EXPECT_EQ(gpu_->counters().run_ahead_steps, ahead_before);  // no step ran ahead of a batch's rows
+    const int32_t one[1] = {7};
+    gpu_->forward(*gpu_rows[0], one);
+    const std::vector<uint8_t> generated(histories[1].size(), 0);
+    try {
+        gpu_->next_token(*gpu_rows[1], sampler, {histories[1], generated});
+        ADD_FAILURE() << "a row's logits outlived another sequence's forward call";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("another sequence ran a forward pass"), std::string::npos) << e.what();
+    }
+}
+
 TEST_F(CudaEngineTest, SaveLoadThenContinueIsBitIdentical) {
     for (KvFormat kv : {KvFormat::f32, KvFormat::f16, KvFormat::kivi4}) {
         SCOPED_TRACE(std::string(kv_format_name(kv)));

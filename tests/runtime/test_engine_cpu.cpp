@@ -209,6 +209,68 @@ TEST(EngineCpuRefuses, MisuseWithTheSequenceUnchanged) {
     EXPECT_NE(message_of([&] { engine->last_logits(*s); }).find("no logits yet"), std::string::npos);
 }
 
+// A batched step (Engine::forward_batch) gives each row the logits of its own call, bit for bit; a batch
+// with one bad row (past its capacity, the same sequence twice, another engine's sequence, ids that do
+// not match) is refused whole, every sequence as it was.
+TEST(EngineCpuBatch, RowsEqualTheirOwnCallsAndARefusedBatchChangesNothing) {
+    const Model model = Model::load(fixture_path("qwen3_5_binary"));
+    const std::unique_ptr<Engine> engine = make_cpu_engine(model);
+    const std::unique_ptr<Engine> other = make_cpu_engine(model);
+    const std::vector<std::vector<int32_t>> prompts = {test::random_tokens(9, 1), test::random_tokens(3, 2),
+                                                       test::random_tokens(14, 3)};
+    std::vector<std::unique_ptr<EngineSequence>> batched, alone;
+    std::vector<EngineSequence*> rows;
+    for (const std::vector<int32_t>& p : prompts) {
+        batched.push_back(engine->new_sequence({.max_positions = 20}));
+        alone.push_back(engine->new_sequence({.max_positions = 20}));
+        engine->forward(*batched.back(), p);
+        engine->forward(*alone.back(), p);
+        rows.push_back(batched.back().get());
+    }
+    for (int step = 0; step < 3; ++step) {
+        const std::vector<int32_t> ids = test::random_tokens(3, uint32_t(10 + step));
+        engine->forward_batch(rows, ids);
+        for (size_t i = 0; i < rows.size(); ++i) {
+            engine->forward(*alone[i], std::span(ids).subspan(i, 1));
+            ASSERT_TRUE(same_bits(engine->last_logits(*rows[i]), engine->last_logits(*alone[i]))) << step << " " << i;
+            EXPECT_EQ(rows[i]->position(), alone[i]->position());
+        }
+    }
+
+    // Row 2 holds 17 of 20: three more steps fit for every row, a fourth does not for it.
+    std::vector<std::vector<float>> logits;
+    for (EngineSequence* r : rows) logits.push_back(engine->last_logits(*r));
+    const auto expect_unchanged = [&](const char* after) {
+        for (size_t i = 0; i < rows.size(); ++i) {
+            EXPECT_EQ(rows[i]->position(), alone[i]->position()) << after;
+            EXPECT_TRUE(same_bits(engine->last_logits(*rows[i]), logits[i])) << after;
+        }
+    };
+    std::unique_ptr<EngineSequence> full = engine->new_sequence({.max_positions = 2});
+    engine->forward(*full, test::random_tokens(2, 4));
+    const std::vector<int32_t> four = {1, 2, 3, 4};
+    std::vector<EngineSequence*> with_full = rows;
+    with_full.push_back(full.get());
+    EXPECT_EQ(message_of([&] { engine->forward_batch(with_full, four); }),
+              "engine: the sequence holds 2 tokens; 1 more would pass its capacity of 2");
+    expect_unchanged("a row at capacity");
+    std::vector<EngineSequence*> twice = rows;
+    twice.push_back(rows[0]);
+    EXPECT_EQ(message_of([&] { engine->forward_batch(twice, four); }),
+              "engine: sequences 0 and 3 of a batched step are the same sequence");
+    expect_unchanged("a sequence twice");
+    std::unique_ptr<EngineSequence> foreign = other->new_sequence({.max_positions = 20});
+    std::vector<EngineSequence*> with_foreign = rows;
+    with_foreign.push_back(foreign.get());
+    EXPECT_EQ(message_of([&] { engine->forward_batch(with_foreign, four); }),
+              "engine: a sequence was passed to an engine that did not make it");
+    expect_unchanged("another engine's sequence");
+    EXPECT_EQ(message_of([&] { engine->forward_batch(rows, std::span(four).first(2)); }),
+              "engine: a batched step of 3 sequences got 2 token ids (one each)");
+    EXPECT_EQ(message_of([&] { engine->forward_batch({}, {}); }), "engine: a batched step needs at least one sequence");
+    expect_unchanged("ids that do not match");
+}
+
 // generate() on an engine refuses, before any forward call, what could not run to its end.
 TEST(EngineCpuGenerate, RefusesAPromptThatDoesNotFitAndALedgerOutOfStep) {
     const Model model = Model::load(fixture_path("qwen3_binary"));

@@ -1,8 +1,9 @@
 // The scheduler on its own (no HTTP): several jobs in flight on one engine, prompts read in chunks
-// between decode steps, each job's tokens equal to those it gets alone; and the order of engine calls
-// the CUDA engine needs — a sequence's token drawn right after its own forward call, since that
-// engine keeps only the latest call's logits (runtime/engine.h). A CPU engine wrapped to refuse any
-// other order stands in for it here.
+// between decode steps, decode steps batched (Engine::forward_batch), each job's tokens equal to those it
+// gets alone; and the order of engine calls the CUDA engine needs — a sequence's token drawn after its
+// own forward call (or the batch it was a row of) and before any other, since that engine keeps only the
+// latest call's logits (runtime/engine.h). A CPU engine wrapped to refuse any other order stands in for it
+// here.
 #include "core/error.h"
 #include "runtime/engine.h"
 #include "server/scheduler.h"
@@ -11,7 +12,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
+#include <vector>
 
 namespace deltabit {
 namespace {
@@ -34,8 +37,14 @@ public:
     }
     void forward(EngineSequence& sequence, std::span<const int32_t> ids) override {
         inner_->forward(sequence, ids);
-        latest_ = &sequence;
+        latest_ = {&sequence};
         ++forward_calls_;
+    }
+    void forward_batch(std::span<EngineSequence* const> sequences, std::span<const int32_t> ids) override {
+        inner_->forward_batch(sequences, ids);
+        latest_.assign(sequences.begin(), sequences.end());
+        ++batch_calls_;
+        batch_rows_ += int64_t(sequences.size());
     }
     int32_t next_token(EngineSequence& sequence, Sampler& sampler, const TokenHistory& history) override {
         check_latest(sequence);
@@ -47,20 +56,22 @@ public:
     }
     std::vector<float> forward_all(EngineSequence& sequence, std::span<const int32_t> ids) override {
         std::vector<float> logits = inner_->forward_all(sequence, ids);
-        latest_ = &sequence;
+        latest_ = {&sequence};
         return logits;
     }
 
     int64_t forward_calls() const { return forward_calls_; }
+    int64_t batch_calls() const { return batch_calls_; }
+    int64_t batch_rows() const { return batch_rows_; }
 
 private:
     void check_latest(const EngineSequence& sequence) const {
-        if (&sequence != latest_)
+        if (std::find(latest_.begin(), latest_.end(), &sequence) == latest_.end())
             fail("engine: cuda: another sequence ran a forward pass since this one's; feed this sequence again first");
     }
     std::unique_ptr<Engine> inner_;
-    const EngineSequence* latest_ = nullptr;
-    int64_t forward_calls_ = 0;
+    std::vector<const EngineSequence*> latest_;  // the last call's sequences (a batch's rows)
+    int64_t forward_calls_ = 0, batch_calls_ = 0, batch_rows_ = 0;
 };
 
 struct Reply {
@@ -148,12 +159,18 @@ TEST(SchedulerSteps, ConcurrentJobsKeepTheCudaCallOrderAndTheirAloneTokens) {
         EXPECT_EQ(got.logprobs, alone[i].logprobs);
     }
     EXPECT_EQ(jobs[1]->pending(), 0u);
-    // Chunks of 16: 5 + 3 + 1 prompt calls, and one per fed token (all but each job's last).
-    EXPECT_EQ(engine.forward_calls(), 5 + 3 + 1 + 3 * (kTokens - 1));
+    // Chunks of 16: 5 + 3 + 1 prompt calls, and one row per fed token (all but each job's last): a call of
+    // its own, or a row of a batched step when other jobs decoded at the same time — as all three do once
+    // the 70-token prompt is read (each has 23 tokens to feed; the prompts take 8 iterations).
+    EXPECT_EQ(engine.forward_calls() + engine.batch_rows(), 5 + 3 + 1 + 3 * (kTokens - 1));
+    EXPECT_GT(engine.batch_calls(), 0);
+    EXPECT_GE(engine.batch_rows(), 2 * engine.batch_calls());
     scheduler.stop();  // after the jobs are retired: their counts are in the stats
     const server::SchedulerStats stats = scheduler.stats();
     EXPECT_EQ(stats.finished.at("length"), 3);
     EXPECT_EQ(stats.generated_tokens, 3 * kTokens);
+    EXPECT_EQ(stats.batched_steps, engine.batch_calls());
+    EXPECT_EQ(stats.batched_rows, engine.batch_rows());
     fs::remove_all(dir);
 }
 
@@ -171,6 +188,15 @@ TEST(SchedulerSteps, TheStandInRefusesADrawAfterAnotherSequencesCall) {
     TokenHistory history;
     EXPECT_THROW(engine.next_token(*a, sampler, history), Error);
     EXPECT_NO_THROW(engine.next_token(*b, sampler, history));
+    // A batch's rows may all draw; a sequence outside it may not.
+    std::unique_ptr<EngineSequence> c = engine.new_sequence(options);
+    engine.forward(*c, ids);
+    EngineSequence* rows[2] = {a.get(), b.get()};
+    const int32_t next[2] = {3, 4};
+    engine.forward_batch(rows, next);
+    EXPECT_NO_THROW(engine.next_token(*a, sampler, history));
+    EXPECT_NO_THROW(engine.next_token(*b, sampler, history));
+    EXPECT_THROW(engine.next_token(*c, sampler, history), Error);
     fs::remove_all(dir);
 }
 

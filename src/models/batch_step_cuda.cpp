@@ -1,0 +1,149 @@
+// The CUDA model's batched decode step (models/model_cuda.h forward_batch): one token of each of several
+// sequences through the one layer loop (run_layers), the B rows sharing every matmul and each keeping its
+// own attention and DeltaNet state. Host code only (the kernels are in ops/): a .cpp so that fmt's
+// compile-time checks work, compiled to nothing in builds without CUDA.
+//
+// The stateful middle of a block runs the decode step's kernels once per row, on that row's state: correct
+// first, and every kernel the single-sequence step has proven. It costs a few launches per row and layer,
+// which the weights' single read pays for once B is more than a few rows; kernels that take every row in
+// one launch (a table of the rows' states on the device) are the next step.
+#include "models/model_cuda.h"
+
+#if DELTABIT_HAVE_CUDA
+
+#include <limits>
+
+#include "core/error.h"
+#include "ops/attention/attention_cuda.h"
+#include "ops/delta_rule/delta_rule_cuda.h"
+
+namespace deltabit {
+
+namespace {
+
+void check(cudaError_t status, const char* what) { cuda::cuda_check(status, what); }
+
+// As models/blocks.cpp: transformers' l2norm uses a fixed 1e-6 whatever rms_norm_eps is.
+constexpr float kL2NormEps = 1e-6f;
+
+}  // namespace
+
+const float* CudaModel::forward_batch(std::span<CudaSequenceState* const> states, std::span<const int32_t> ids) {
+    const int64_t B = int64_t(states.size());
+    if (B == 0) fail("cuda forward_batch: no sequences to step");
+    if (ids.size() != states.size())
+        fail("cuda forward_batch: {} token ids for {} sequences (one each)", ids.size(), states.size());
+    if (B > kPromptChunk) fail("cuda forward_batch: {} sequences, at most {} in one step", B, kPromptChunk);
+    for (int64_t i = 0; i < B; ++i) {
+        if (states[size_t(i)] == nullptr) fail("cuda forward_batch: sequence {} is null", i);
+        check_call(*states[size_t(i)], ids.subspan(size_t(i), 1));
+        for (int64_t j = 0; j < i; ++j)
+            if (states[size_t(j)] == states[size_t(i)])
+                fail("cuda forward_batch: sequences {} and {} are the same sequence (one token each per step)", j, i);
+    }
+
+    begin_call(prompt_arena_);
+    int32_t* d_ids = temp_ids(B);
+    int32_t* d_positions = temp_ids(B);
+    float* logits = temp(B * config_.n_vocab);
+    // The pinned prompt inputs, as prompt_chunk's: rewritten once the last copy from them has run.
+    check(cudaEventSynchronize(prompt_uploaded_), "wait for the previous prompt inputs");
+    int32_t* host_ids = prompt_host_;
+    int32_t* host_positions = prompt_host_ + kPromptChunk;
+    for (int64_t i = 0; i < B; ++i) {
+        host_ids[i] = ids[size_t(i)];
+        host_positions[i] = int32_t(states[size_t(i)]->position());
+    }
+    check(cudaMemcpyAsync(d_ids, host_ids, size_t(B) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_), "upload ids");
+    check(cudaMemcpyAsync(d_positions, host_positions, size_t(B) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
+          "upload positions");
+    check(cudaEventRecord(prompt_uploaded_, stream_), "record prompt inputs");
+
+    batch_ = states;
+    struct Unbatch {
+        std::span<CudaSequenceState* const>& batch;
+        ~Unbatch() { batch = {}; }
+    } unbatch{batch_};
+    run_layers(*states[0], d_ids, d_positions, B, 0, logits, /*step=*/false);
+    for (CudaSequenceState* s : states) s->advance_step();
+    ++stats_.batch_steps;
+    stats_.batch_rows += B;
+    return logits;
+}
+
+void CudaModel::attention_rows(const CudaAttentionWeights& w, const float* x, int64_t layer, const int32_t* d_positions,
+                               float* out) {
+    const ModelConfig& c = config_;
+    const int64_t B = int64_t(batch_.size());
+    const int64_t H = c.n_head, H_kv = c.n_head_kv, dh = c.head_dim;
+    const bool gated = c.attn_output_gate;
+    const int64_t per_head = gated ? 2 * dh : dh;
+
+    float* q_full = temp(B * H * per_head);
+    float* k_raw = temp(B * H_kv * dh);
+    float* v_raw = temp(B * H_kv * dh);
+    matmul_prompt_group(x, B, {{&w.q, q_full}, {&w.k, k_raw}, {&w.v, v_raw}});
+
+    const cuda::AttentionPrologueDims prologue{H, H_kv, dh, per_head, c.rope_dim, c.rope_theta, c.rms_eps};
+    // One scratch for every row (the rows run one after another on the stream), sized for any capacity.
+    cuda::CachedAttentionDims largest{1, H, H_kv, dh, std::numeric_limits<int32_t>::max(), per_head};
+    float* scratch = temp(int64_t(cuda::attention_decode_scratch_floats(largest)));
+    float* q = temp(B * H * dh);
+    float* attended = temp(B * H * dh);
+    for (int64_t i = 0; i < B; ++i) {
+        CudaSequenceState& sequence = *batch_[size_t(i)];
+        CudaLayerState& state = sequence.layer(layer);
+        const float* row_q_full = q_full + i * H * per_head;
+        float* row_q = q + i * H * dh;
+        const int32_t* position = d_positions + i;
+        cuda::attention_decode_prologue(row_q_full, k_raw + i * H_kv * dh, v_raw + i * H_kv * dh, w.q_norm, w.k_norm,
+                                        position, prologue, state.k.view, state.v.view, row_q, stream_);
+        const cuda::CachedAttentionDims dims{1, H, H_kv, dh, sequence.max_positions(), per_head};
+        cuda::attention_cached(row_q, state.k.view, state.v.view, gated ? row_q_full + dh : nullptr, position, dims,
+                               scratch, attended + i * H * dh, stream_);
+        compress_kv(state, position, 1);
+    }
+    matmul(attended, w.output, B, out);
+}
+
+void CudaModel::deltanet_rows(const CudaDeltaNetWeights& w, const float* x, int64_t layer, float* out) {
+    const ModelConfig& c = config_;
+    const int64_t B = int64_t(batch_.size());
+    const int64_t H_v = c.ssm_n_value_heads;
+    const int64_t key_dim = c.ssm_n_key_heads * c.ssm_key_dim, value_dim = H_v * c.ssm_value_dim;
+    const int64_t channels = c.ssm_conv_channels();
+    const cuda::KeyHeadMap key_head_map =
+        c.value_head_order == ValueHeadOrder::tiled ? cuda::KeyHeadMap::tiled : cuda::KeyHeadMap::grouped;
+
+    float* mixed = temp(B * channels);
+    float* z = temp(B * value_dim);
+    float* b = temp(B * H_v);
+    float* a = temp(B * H_v);
+    matmul_prompt_group(x, B, {{&w.qkv, mixed}, {&w.gate, z}, {&w.beta, b}, {&w.alpha, a}});
+
+    float* q = temp(B * key_dim);
+    float* k = temp(B * key_dim);
+    float* v = temp(B * value_dim);
+    float* beta = temp(B * H_v);
+    float* g = temp(B * H_v);
+    float* normed = temp(B * value_dim);
+    const cuda::GdnDecodeDims dims{c.ssm_n_key_heads, H_v, c.ssm_key_dim, c.ssm_value_dim, c.ssm_conv_kernel,
+                                   key_head_map};
+    for (int64_t i = 0; i < B; ++i) {
+        CudaSequenceState& sequence = *batch_[size_t(i)];
+        CudaLayerState& state = sequence.layer(layer);
+        // Reads copy `parity`, writes the other: the row's step stays undoable, as a single step's.
+        const int p = sequence.parity();
+        cuda::gdn_decode_prepare(mixed + i * channels, b + i * H_v, a + i * H_v, w.conv, state.conv[p].get<float>(),
+                                 state.conv[p ^ 1].get<float>(), w.ssm_a, w.dt_bias, dims, kL2NormEps, q + i * key_dim,
+                                 k + i * key_dim, v + i * value_dim, beta + i * H_v, g + i * H_v, stream_);
+        cuda::gdn_decode_recurrent(q + i * key_dim, k + i * key_dim, v + i * value_dim, beta + i * H_v, g + i * H_v,
+                                   z + i * value_dim, w.norm, c.rms_eps, dims, state.recurrent[p].get<float>(),
+                                   state.recurrent[p ^ 1].get<float>(), normed + i * value_dim, stream_);
+    }
+    matmul(normed, w.output, B, out);
+}
+
+}  // namespace deltabit
+
+#endif  // DELTABIT_HAVE_CUDA
