@@ -48,7 +48,7 @@ double max_abs_diff(std::span<const float> a, std::span<const float> b) {
 }
 
 std::vector<int32_t> random_ids(int64_t n, int64_t vocab, std::mt19937& rng) {
-    std::vector<int32_t> ids(size_t(n));
+    std::vector<int32_t> ids(static_cast<size_t>(n));
     for (int32_t& id : ids) id = int32_t(rng() % uint32_t(vocab));
     return ids;
 }
