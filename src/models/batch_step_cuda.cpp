@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "ops/attention/attention_cuda.h"
 #include "ops/delta_rule/delta_rule_cuda.h"
+#include "ops/matmul/gemm_cuda.h"
 
 namespace deltabit {
 
@@ -82,7 +83,7 @@ void CudaModel::attention_rows(const CudaAttentionWeights& w, const float* x, in
     float* q_full = temp(B * H * per_head);
     float* k_raw = temp(B * H_kv * dh);
     float* v_raw = temp(B * H_kv * dh);
-    matmul_prompt_group(x, B, {{&w.q, q_full}, {&w.k, k_raw}, {&w.v, v_raw}});
+    batch_matmul(x, B, {{&w.q, q_full}, {&w.k, k_raw}, {&w.v, v_raw}});
 
     const cuda::AttentionPrologueDims prologue{H, H_kv, dh, per_head, c.rope_dim, c.rope_theta, c.rms_eps};
     // One scratch for every row (the rows run one after another on the stream), sized for any capacity.
@@ -103,7 +104,7 @@ void CudaModel::attention_rows(const CudaAttentionWeights& w, const float* x, in
                                scratch, attended + i * H * dh, stream_);
         compress_kv(state, position, 1);
     }
-    matmul(attended, w.output, B, out);
+    batch_matmul(attended, B, {{&w.output, out}});
 }
 
 void CudaModel::deltanet_rows(const CudaDeltaNetWeights& w, const float* x, int64_t layer, float* out) {
@@ -119,7 +120,7 @@ void CudaModel::deltanet_rows(const CudaDeltaNetWeights& w, const float* x, int6
     float* z = temp(B * value_dim);
     float* b = temp(B * H_v);
     float* a = temp(B * H_v);
-    matmul_prompt_group(x, B, {{&w.qkv, mixed}, {&w.gate, z}, {&w.beta, b}, {&w.alpha, a}});
+    batch_matmul(x, B, {{&w.qkv, mixed}, {&w.gate, z}, {&w.beta, b}, {&w.alpha, a}});
 
     float* q = temp(B * key_dim);
     float* k = temp(B * key_dim);
@@ -141,7 +142,25 @@ void CudaModel::deltanet_rows(const CudaDeltaNetWeights& w, const float* x, int6
                                    z + i * value_dim, w.norm, c.rms_eps, dims, state.recurrent[p].get<float>(),
                                    state.recurrent[p ^ 1].get<float>(), normed + i * value_dim, stream_);
     }
-    matmul(normed, w.output, B, out);
+    batch_matmul(normed, B, {{&w.output, out}});
+}
+
+void CudaModel::batch_matmul(const float* x, int64_t B,
+                             std::initializer_list<std::pair<const CudaMatrix*, float*>> outputs) {
+    cuda::QuantizedActivationRows rows;  // quantised by the first matrix that takes the small GEMM
+    for (const auto& [w, y] : outputs) {
+        const bool small = B > 1 && B <= cuda::kSmallGemmMaxTokens && w->quantized && w->gemv.dtype == DType::Q1_0 &&
+                           w->cols % cuda::kActivationGroup == 0;
+        if (!small) {
+            matmul(x, *w, B, y);
+            continue;
+        }
+        if (rows.q == nullptr) {
+            rows = cuda::activation_rows_view(temp(int64_t((cuda::activation_rows_bytes(B, w->cols) + 3) / 4)), B, w->cols);
+            cuda::quantize_activation_rows(x, rows, stream_);
+        }
+        cuda::gemm_q1_0_small(rows, w->gemv.view(), y, stream_);
+    }
 }
 
 }  // namespace deltabit

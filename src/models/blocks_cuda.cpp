@@ -315,6 +315,14 @@ void CudaModel::swiglu_ffn(const CudaFfnWeights& w, const float* x, const cuda::
     const CudaMatrix &gate = w.gate, &up = w.up, &down = w.down;
     const int64_t width = gate.rows;
     float* act = temp(T * width);
+    if (!batch_.empty()) {  // a batched step's rows (batch_matmul)
+        float* g = temp(T * width);
+        float* u = temp(T * width);
+        batch_matmul(x, T, {{&gate, g}, {&up, u}});
+        cuda::swiglu(g, u, T * width, act, stream_);
+        batch_matmul(act, T, {{&down, out}});
+        return;
+    }
     if (step_kernels(T) && gate.rows == up.rows && all_quantized({&gate, &up}, gate.cols)) {
         // Both products and the SwiGLU in one launch (ops/matmul/matmul_cuda.h), which also quantises the result
         // for ffn_down when that is quantised.

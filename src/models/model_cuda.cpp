@@ -199,6 +199,8 @@ void CudaModel::run_layers(CudaSequenceState& state, const int32_t* d_ids, const
     const cuda::QuantizedActivationsView* in = seam(s, output_norm_, T, first_logit_row);
     if (in != nullptr && output_.quantized && output_.cols == D)
         cuda::gemv_quantized(*in, output_.gemv.view(), logits, stream_);
+    else if (!batch_.empty())
+        batch_matmul(s.h, T, {{&output_, logits}});
     else
         matmul(s.h, output_, T - first_logit_row, logits);
 }

@@ -147,14 +147,15 @@ public:
                                            const float** step_logits);
 
     // One decode step of several sequences together (the server's continuous batching): row i feeds
-    // ids[i] to *states[i]. The rows share every weight read — each matmul takes the B rows as a prompt of
-    // B tokens (the per-token GEMV below kGemmMinTokens, one tensor-core GEMM from there, so the weights
-    // stream once for the batch) — while each row's attention and DeltaNet step run on its own state (its
-    // KV cache and length; its conv and recurrent copies) through the decode step's kernels, one launch per
-    // row (batch_step_cuda.cpp). Returns DEVICE logits [B][n_vocab], valid until the next call on this model.
+    // ids[i] to *states[i]. The rows share every weight read — Q1_0 matrices through the few-token
+    // tensor-core GEMM (up to kSmallGemmMaxTokens rows; more take the prompt GEMM), so the weights stream
+    // once for the batch — while each row's attention and DeltaNet step run on its own state (its KV cache
+    // and length; its conv and recurrent copies) through the decode step's kernels, one launch per row
+    // (batch_step_cuda.cpp). Returns DEVICE logits [B][n_vocab], valid until the next call on this model.
     // Every state advances one decode step (undoable, as a step of forward_last). Errors as forward(),
-    // checked for every row before any state changes; a state given twice is an Error. Rounding: a row's
-    // matmuls round as a B-token prompt's (ops/matmul/gemm_cuda.h), not as the fused decode step's.
+    // checked for every row before any state changes; a state given twice is an Error. Rounding: each
+    // row's activations are quantised per group of 128 as a decode GEMV's, but the seams are the prompt's
+    // (an add and an RMS norm, not the step's fused kernel).
     const float* forward_batch(std::span<CudaSequenceState* const> states, std::span<const int32_t> ids);
 
     // Decode-step graphs on (default) or off (every step eager; the test of graph = eager uses it).
@@ -231,6 +232,11 @@ private:
     void attention_rows(const CudaAttentionWeights& w, const float* x, int64_t layer, const int32_t* d_positions,
                         float* out);
     void deltanet_rows(const CudaDeltaNetWeights& w, const float* x, int64_t layer, float* out);
+    // The batched step's matmuls: the B rows of x through every matrix of `outputs` (all reading x) — Q1_0
+    // ones by the few-token tensor-core GEMM (ops/matmul/gemm_cuda.h gemm_q1_0_small) on the rows
+    // quantised once, as each decode GEMV quantises its token; the others (and B = 1 or past
+    // kSmallGemmMaxTokens) as matmul().
+    void batch_matmul(const float* x, int64_t B, std::initializer_list<std::pair<const CudaMatrix*, float*>> outputs);
 
     void check_call(const CudaSequenceState& state, std::span<const int32_t> ids) const;
     // What the layer loop carries between blocks: the residual stream x, the normed input h, the block output

@@ -41,6 +41,13 @@ TEST(BenchCliCuda, TinyGeometryReportsEveryTestFromTheFastPath) {
             tests.push_back(m["test"].get<std::string>());
             EXPECT_GT(m["seconds"].get<double>(), 0.0);
             EXPECT_GT(m["peak_memory_gib"].get<double>(), 0.0);
+            if (m["test"] == "tg128b8") {
+                // Batched decode: 8 rows a step, the weights read once a step and every row's KV and state.
+                const DecodeTraffic t = cost.decode_traffic(2 + 64);
+                EXPECT_EQ(m["tokens"].get<int64_t>(), 8 * 128);
+                EXPECT_NEAR(m["bytes_per_token"].get<double>(),
+                            (double(t.weight_bytes) + 8.0 * double(t.kv_bytes + t.state_bytes)) / 8.0, 1.0);
+            }
             if (m["test"] != "tg128") continue;
             const int64_t depth = m["depth"].get<int64_t>();
             const std::string note = m["note"].get<std::string>();
@@ -56,7 +63,7 @@ TEST(BenchCliCuda, TinyGeometryReportsEveryTestFromTheFastPath) {
                                                          : std::vector<std::string>{"ttft2", "ttft16", "ttft64"};
         std::vector<std::string> want{"pp16", "pp64"};
         want.insert(want.end(), first.begin(), first.end());
-        want.insert(want.end(), {"tg128", "tg128"});
+        want.insert(want.end(), {"tg128", "tg128", "tg128b8", "tg128b32"});
         EXPECT_EQ(tests, want);
     }
 #endif

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/error.h"
 #include "core/half.h"
 #include "core/quant.h"
 #include "core/tensor.h"
@@ -282,6 +283,40 @@ TEST(PrefillGemm, Q1_0Bonsai27BShapes) {
         check_case(c, seed++);
         if (HasFailure()) return;
     }
+}
+
+// The few-token Q1_0 GEMM of the batched decode step (gemm_q1_0_small): every token and weight row of the
+// samples within the GEMM's bound of cpu::matmul_int8_activations, every output written and nothing past
+// it (guard band), at token counts that fill 1–4 tiles of 8 fully and partly, on Bonsai-27B's matrices
+// and odd ones (N not a multiple of 16, K of 3 groups: most warps hold no group).
+TEST(PrefillGemm, SmallBatchQ1_0Kernel) {
+    DELTABIT_REQUIRE_GPU();
+    uint32_t seed = 300;
+    const std::vector<Case> cases = {
+        {DType::Q1_0, 2, 10240, 5120}, {DType::Q1_0, 5, 48, 5120},    {DType::Q1_0, 8, 17408, 5120},
+        {DType::Q1_0, 9, 5120, 17408}, {DType::Q1_0, 16, 40, 384},    {DType::Q1_0, 23, 1000, 5120},
+        {DType::Q1_0, 32, 6144, 5120}, {DType::Q1_0, 1, 129, 1024},   {DType::Q1_0, 31, 248320, 5120},
+    };
+    for (const Case& c : cases) {
+        const Fixture f = make_fixture(c, seed++);
+        DeviceFixture d(f);
+        const cuda::QuantizedActivationRows xq = d.scratch.view(c.tokens, c.cols);
+        cuda::quantize_activation_rows(d.x.get(), xq, nullptr);
+        GuardedDeviceArray<float> y(size_t(c.tokens * c.rows));
+        cuda::gemm_q1_0_small(xq, d.w.view(), y.get(), nullptr);
+        const std::string what = describe(c) + " small";
+        const double worst = check_against_reference(f, y.download(what), what);
+        std::printf("[prefill gemm] %-52s worst %.3f of bound\n", what.c_str(), worst);
+        if (HasFailure()) return;
+    }
+    // Shapes it does not take are refused, naming them.
+    const Fixture f = make_fixture({DType::Q1_0, 33, 64, 256}, 9);
+    DeviceFixture d(f);
+    GuardedDeviceArray<float> y(size_t(33 * 64));
+    EXPECT_THROW(cuda::gemm_q1_0_small(d.scratch.view(33, 256), d.w.view(), y.get(), nullptr), Error);
+    const Fixture q4 = make_fixture({DType::Q4_0, 4, 64, 256}, 10);
+    DeviceFixture d4(q4);
+    EXPECT_THROW(cuda::gemm_q1_0_small(d4.scratch.view(4, 256), d4.w.view(), y.get(), nullptr), Error);
 }
 
 TEST(PrefillGemm, OtherDtypesOddShapes) {
