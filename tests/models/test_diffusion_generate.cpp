@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -157,6 +158,20 @@ TEST(DiffusionGenerateFixture, DISABLED_ReplayingTransformersDrawsGivesItsTokens
     const GenerateReplay r = replay_generate_runs(fixture_dir());
     for (const std::string& f : r.failures) ADD_FAILURE() << f;
     EXPECT_GE(r.replayed, 4);  // defaults, near-zero temperature, two early stops (+ EOS/pad, accept-all)
+}
+
+// transformers divides an int32 step tensor by N and so rounds T_s in fp32 operation by operation; for 8
+// steps that is one ulp above float(0.7) at step 6 and above float(0.45) at step 1 (fp32(0.4) + fp32(0.4·¾)
+// and fp32(0.4) + fp32(0.4/8)), where the double formula gives float(0.7) and float(0.45). For 6 steps
+// the two agree at every step.
+TEST(DiffusionGenerate, StepTemperatureIsRoundedAsTransformersRoundsIt) {
+    DiffusionGenerationConfig g;  // t_min 0.4, t_max 0.8
+    EXPECT_EQ(diffusion_step_temperature(g, 8, 8), 0.8f);
+    EXPECT_EQ(diffusion_step_temperature(g, 6, 8), std::nextafter(0.7f, 1.0f));
+    EXPECT_EQ(diffusion_step_temperature(g, 1, 8), std::nextafter(0.45f, 1.0f));
+    EXPECT_EQ(diffusion_step_temperature(g, 4, 8), 0.6f);
+    for (int64_t s = 1; s <= 6; ++s)  // 6 steps: no difference from the double formula
+        EXPECT_EQ(diffusion_step_temperature(g, s, 6), float(0.4 + 0.4 * double(s) / 6.0)) << s;
 }
 
 class DiffusionGenerateRandom : public ::testing::Test {
