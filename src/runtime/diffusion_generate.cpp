@@ -42,6 +42,16 @@ void SeededDiffusionRandomness::sample(std::span<const float> probs, int64_t n_v
     }
 }
 
+// transformers' step counter is an int32 tensor, so s/N is an fp32 tensor and the product with
+// (t_max − t_min) and the sum with t_min are fp32 operations, each rounded (the Python floats are cast to
+// fp32 first). For N = 8 that is one ulp away from the double formula at s = 6 and s = 1; the scaled
+// logits are the next step's self-conditioning input, so the last bit is kept as transformers has it.
+float diffusion_step_temperature(const DiffusionGenerationConfig& g, int64_t step, int64_t n_steps) {
+    const float fraction = float(step) / float(n_steps);
+    const float span = float(g.t_max - g.t_min) * fraction;
+    return float(g.t_min) + span;
+}
+
 double DiffusionGeneration::tokens_per_forward() const {
     int64_t passes = 0;
     for (int64_t s : steps_per_block) passes += s;
@@ -59,14 +69,14 @@ struct StepStats {
     std::vector<int32_t> argmax;    // per position
 };
 
-StepStats scale_and_measure(const std::vector<float>& logits, int64_t L, int64_t V, double temperature) {
+StepStats scale_and_measure(const std::vector<float>& logits, int64_t L, int64_t V, float temperature) {
     StepStats s;
     s.scaled.resize(logits.size());
     s.probs.resize(logits.size());
     s.entropy.resize(size_t(L));
     s.argmax.resize(size_t(L));
-    const float t = float(temperature);  // torch divides an fp32 tensor by the scalar as fp32
-    for (size_t i = 0; i < logits.size(); ++i) s.scaled[i] = logits[i] / t;
+    // torch divides the fp32 logits by the fp32 temperature tensor element by element.
+    for (size_t i = 0; i < logits.size(); ++i) s.scaled[i] = logits[i] / temperature;
     for (int64_t r = 0; r < L; ++r) {
         const float* x = s.scaled.data() + r * V;
         const int64_t best = std::max_element(x, x + V) - x;  // first of equal maxima, as torch.argmax
@@ -144,8 +154,7 @@ DiffusionGeneration generate_diffusion(const DiffusionGemma& model, std::span<co
         for (int64_t s = N; s >= 1; --s) {
             const std::vector<float> logits = model.denoise(cache, canvas, self_conditioning);
             ++steps;
-            const double temperature = g.t_min + (g.t_max - g.t_min) * double(s) / double(N);
-            StepStats st = scale_and_measure(logits, L, V, temperature);
+            StepStats st = scale_and_measure(logits, L, V, diffusion_step_temperature(g, s, N));
             std::vector<int32_t> sampled(static_cast<size_t>(L));
             random.sample(st.probs, V, sampled);
             const std::vector<bool> accepted = accepted_positions(st.entropy, g.entropy_bound);

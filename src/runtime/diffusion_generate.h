@@ -69,6 +69,10 @@ struct DiffusionGeneration {
     int64_t pad_id = -1;
 };
 
+// The temperature of denoising step `step` (n_steps down to 1): t_min + (t_max − t_min)·step/n_steps,
+// rounded in fp32 operation by operation as transformers computes it.
+float diffusion_step_temperature(const DiffusionGenerationConfig& config, int64_t step, int64_t n_steps);
+
 // Called after each block is committed, with that block's tokens (streaming).
 using DiffusionBlockCallback = std::function<void(std::span<const int32_t> block, int64_t steps)>;
 

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <deque>
 #include <functional>
@@ -116,7 +117,10 @@ GenerateReplay replay_generate_runs(const fs::path& dir, const std::set<std::str
             size_t i = 0;
             while (i < std::min(got.tokens.size(), want.size()) && got.tokens[i] == want[i]) ++i;
             out.failures.push_back(name + ": " + std::to_string(got.tokens.size()) + " tokens, transformers " +
-                                   std::to_string(want.size()) + "; first difference at new token " + std::to_string(i));
+                                   std::to_string(want.size()) + "; first difference at new token " + std::to_string(i) +
+                                   (run.contains("robust_replay") ? ""
+                                                                  : " (the fixture never checked that this run survives "
+                                                                    "rounding differences: regenerate it)"));
             continue;
         }
         if (random.left() != 0)
@@ -134,8 +138,9 @@ GenerateReplay replay_generate_runs(const fs::path& dir, const std::set<std::str
     return out;
 }
 
-// The runs whose tokens equal transformers' with its draws: near-zero temperature, the confidence early
-// stop and accept-all (every position accepted at each step).
+// The runs of the present fixture that rounding cannot decide: near-zero temperature (one-hot
+// distributions), the early stop after one step, and accept-all (three steps). Redundant, and to be
+// removed, once the fixture is regenerated and the test below is enabled.
 TEST(DiffusionGenerateFixture, ReplayingTransformersDrawsGivesItsTokensWhereEveryStepAcceptsByRank) {
     if (!fs::exists(fixture_dir() / "diffusion.json"))
         GTEST_SKIP() << "no DiffusionGemma fixture in " << fixture_dir().string()
@@ -145,11 +150,15 @@ TEST(DiffusionGenerateFixture, ReplayingTransformersDrawsGivesItsTokensWhereEver
     EXPECT_EQ(r.replayed, 3);
 }
 
-// DISABLED, an open defect of issue 37: with the default settings (and the stability stop, and EOS/pad)
-// the loop's tokens first differ from transformers' at new token 2 or 3 of the first block, with the
-// same draws and the forward pass matching transformers at every position. The entropies it ranks are
-// well apart (sorted gaps 0.01–0.5 nats), so it is not a near tie; the difference is in the loop's
-// order or rule, still to be found. Run it with --gtest_also_run_disabled_tests.
+// DISABLED until the fixture is regenerated (issue 37). The present fixture's model is chaotic under
+// self-conditioning: differences grow from one denoising step to the next, so after the 6 and 8 steps of
+// `defaults`, `stability_stop` and `eos_and_pad` float rounding decides the committed tokens (noise of
+// 1e-8 × max|logit| on each pass changes them; this engine is within 3.8e-6 of transformers). The
+// loop itself is confirmed step by step on those runs: every recorded sample stays likely under the
+// loop's own distributions, and any other acceptance at any step makes the next step's samples
+// improbable. tools/fixtures/make_diffusion_fixture.py now draws a non-chaotic model and keeps only runs
+// that replay unchanged under 2e-5 × max|logit| of noise; with that fixture this test is enabled and the
+// one above removed. Run it with --gtest_also_run_disabled_tests.
 TEST(DiffusionGenerateFixture, DISABLED_ReplayingTransformersDrawsGivesItsTokens) {
     if (!fs::exists(fixture_dir() / "diffusion.json"))
         GTEST_SKIP() << "no DiffusionGemma fixture in " << fixture_dir().string()
@@ -157,6 +166,20 @@ TEST(DiffusionGenerateFixture, DISABLED_ReplayingTransformersDrawsGivesItsTokens
     const GenerateReplay r = replay_generate_runs(fixture_dir());
     for (const std::string& f : r.failures) ADD_FAILURE() << f;
     EXPECT_GE(r.replayed, 4);  // defaults, near-zero temperature, two early stops (+ EOS/pad, accept-all)
+}
+
+// transformers divides an int32 step tensor by N and so rounds T_s in fp32 operation by operation; for 8
+// steps that is one ulp above float(0.7) at step 6 and above float(0.45) at step 1 (fp32(0.4) + fp32(0.4·¾)
+// and fp32(0.4) + fp32(0.4/8)), where the double formula gives float(0.7) and float(0.45). For 6 steps
+// the two agree at every step.
+TEST(DiffusionGenerate, StepTemperatureIsRoundedAsTransformersRoundsIt) {
+    DiffusionGenerationConfig g;  // t_min 0.4, t_max 0.8
+    EXPECT_EQ(diffusion_step_temperature(g, 8, 8), 0.8f);
+    EXPECT_EQ(diffusion_step_temperature(g, 6, 8), std::nextafter(0.7f, 1.0f));
+    EXPECT_EQ(diffusion_step_temperature(g, 1, 8), std::nextafter(0.45f, 1.0f));
+    EXPECT_EQ(diffusion_step_temperature(g, 4, 8), 0.6f);
+    for (int64_t s = 1; s <= 6; ++s)  // 6 steps: no difference from the double formula
+        EXPECT_EQ(diffusion_step_temperature(g, s, 6), float(0.4 + 0.4 * double(s) / 6.0)) << s;
 }
 
 class DiffusionGenerateRandom : public ::testing::Test {
