@@ -4,14 +4,18 @@
 // compile-time checks work, compiled to nothing in builds without CUDA.
 //
 // The stateful middle of a block runs the decode step's kernels once per row, on that row's state: correct
-// first, and every kernel the single-sequence step has proven. It costs a few launches per row and layer,
-// which the weights' single read pays for once B is more than a few rows; kernels that take every row in
-// one launch (a table of the rows' states on the device) are the next step.
+// first, and every kernel the single-sequence step has proven. It costs a few launches per row and layer;
+// a batch that repeats (a server's steady batch) replays the whole step as a CUDA graph, so those launches
+// cost the host nothing. Kernels that take every row in one launch (a table of the rows' states on the
+// device) would let one graph serve every batch of a size.
 #include "models/model_cuda.h"
 
 #if DELTABIT_HAVE_CUDA
 
+#include <algorithm>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "core/error.h"
 #include "ops/attention/attention_cuda.h"
@@ -43,14 +47,16 @@ const float* CudaModel::forward_batch(std::span<CudaSequenceState* const> states
                 fail("cuda forward_batch: sequences {} and {} are the same sequence (one token each per step)", j, i);
     }
 
-    begin_call(prompt_arena_);
-    int32_t* d_ids = temp_ids(B);
-    int32_t* d_positions = temp_ids(B);
-    float* logits = temp(B * config_.n_vocab);
-    // The pinned prompt inputs, as prompt_chunk's: rewritten once the last copy from them has run.
+    // The arena's growth frees the buffer the graphs point into.
+    if (batch_arena_.overflowed()) release_batch_graphs();
+    begin_call(batch_arena_);
+    // The pinned prompt inputs, as prompt_chunk's (rewritten once the last copy from them has run), copied
+    // into batch_inputs_, where a captured step reads them.
     check(cudaEventSynchronize(prompt_uploaded_), "wait for the previous prompt inputs");
     int32_t* host_ids = prompt_host_;
     int32_t* host_positions = prompt_host_ + kPromptChunk;
+    int32_t* d_ids = batch_inputs_.get<int32_t>();
+    int32_t* d_positions = d_ids + kPromptChunk;
     for (int64_t i = 0; i < B; ++i) {
         host_ids[i] = ids[size_t(i)];
         host_positions[i] = int32_t(states[size_t(i)]->position());
@@ -65,11 +71,74 @@ const float* CudaModel::forward_batch(std::span<CudaSequenceState* const> states
         std::span<CudaSequenceState* const>& batch;
         ~Unbatch() { batch = {}; }
     } unbatch{batch_};
-    run_layers(*states[0], d_ids, d_positions, B, 0, logits, /*step=*/false);
+    std::vector<std::pair<uint64_t, int>> rows;
+    std::vector<uint64_t> ids_of_states;
+    for (const CudaSequenceState* st : states) {
+        rows.emplace_back(st->id(), st->parity());
+        ids_of_states.push_back(st->id());
+    }
+    const bool repeated = ids_of_states == last_batch_;
+    last_batch_ = std::move(ids_of_states);
+
+    const float* logits = nullptr;
+    auto found = std::find_if(batch_graphs_.begin(), batch_graphs_.end(), [&](const BatchGraph& g) { return g.rows == rows; });
+    if (found != batch_graphs_.end()) {
+        std::rotate(batch_graphs_.begin(), found, found + 1);  // most recently used first
+        check(cudaGraphLaunch(batch_graphs_.front().exec, stream_), "replay batched step");
+        logits = batch_graphs_.front().logits;
+        ++stats_.batch_graph_replays;
+    } else if (graphs_enabled_ && graphable_ && repeated) {
+        cudaGraph_t graph = nullptr;
+        check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed), "begin batched step capture");
+        try {
+            logits = enqueue_batch_step(B);
+        } catch (...) {
+            cudaStreamEndCapture(stream_, &graph);
+            if (graph != nullptr) cudaGraphDestroy(graph);
+            throw;
+        }
+        check(cudaStreamEndCapture(stream_, &graph), "end batched step capture");
+        if (batch_arena_.overflowed()) {
+            // More scratch than the arena holds (a batch larger than any before): eager now, and the next
+            // call grows the arena.
+            cudaGraphDestroy(graph);
+            batch_arena_.rewind(0);
+            logits = enqueue_batch_step(B);
+        } else {
+            cudaGraphExec_t exec = nullptr;
+            const cudaError_t status = cudaGraphInstantiate(&exec, graph, 0);
+            cudaGraphDestroy(graph);
+            check(status, "instantiate batched step");
+            if (batch_graphs_.size() == kBatchGraphs) {
+                check(cudaStreamSynchronize(stream_), "drain before dropping a batched step graph");
+                cudaGraphExecDestroy(batch_graphs_.back().exec);
+                batch_graphs_.pop_back();
+            }
+            batch_graphs_.insert(batch_graphs_.begin(), BatchGraph{rows, exec, logits});
+            check(cudaGraphLaunch(exec, stream_), "run batched step");
+            ++stats_.batch_graph_captures;
+        }
+    } else {
+        logits = enqueue_batch_step(B);
+    }
     for (CudaSequenceState* s : states) s->advance_step();
     ++stats_.batch_steps;
     stats_.batch_rows += B;
     return logits;
+}
+
+const float* CudaModel::enqueue_batch_step(int64_t B) {
+    float* logits = temp(B * config_.n_vocab);
+    int32_t* d_ids = batch_inputs_.get<int32_t>();
+    run_layers(*batch_[0], d_ids, d_ids + kPromptChunk, B, 0, logits, /*step=*/false);
+    return logits;
+}
+
+void CudaModel::release_batch_graphs() {
+    if (batch_graphs_.empty()) return;
+    check(cudaStreamSynchronize(stream_), "drain before releasing batched step graphs");
+    for (const BatchGraph& g : batch_graphs_) cudaGraphExecDestroy(g.exec);
+    batch_graphs_.clear();
 }
 
 void CudaModel::attention_rows(const CudaAttentionWeights& w, const float* x, int64_t layer, const int32_t* d_positions,

@@ -66,6 +66,7 @@ CudaModel::CudaModel(const Model& model, const UploadProgress& progress) : confi
     check(cudaMallocHost(&prompt_host_, 2 * size_t(kPromptChunk) * sizeof(int32_t)), "pinned prompt inputs");
     check(cudaEventCreateWithFlags(&prompt_uploaded_, cudaEventDisableTiming), "prompt input event");
     argmax_scratch_ = cuda::DeviceBuffer(argmax_result_offset(c.n_vocab) + sizeof(int32_t));
+    batch_inputs_ = cuda::DeviceBuffer(2 * size_t(kPromptChunk) * sizeof(int32_t));
 }
 
 CudaModel::~CudaModel() {
@@ -73,6 +74,7 @@ CudaModel::~CudaModel() {
     if (stream_ != nullptr) cudaStreamSynchronize(stream_);
     for (const DecodeGraph& g : graphs_)
         if (g.exec != nullptr) cudaGraphExecDestroy(g.exec);
+    for (const BatchGraph& g : batch_graphs_) cudaGraphExecDestroy(g.exec);
     if (step_uploaded_ != nullptr) cudaEventDestroy(step_uploaded_);
     if (step_host_ != nullptr) cudaFreeHost(step_host_);
     if (token_ready_ != nullptr) cudaEventDestroy(token_ready_);
@@ -299,7 +301,7 @@ int32_t CudaModel::argmax(const float* device_logits) {
 
 CudaDecodeStats CudaModel::decode_stats() const {
     CudaDecodeStats s = stats_;
-    s.arena_allocations = decode_arena_.allocations() + prompt_arena_.allocations();
+    s.arena_allocations = decode_arena_.allocations() + prompt_arena_.allocations() + batch_arena_.allocations();
     s.prompt_arena_bytes = prompt_arena_.capacity();
     s.decode_arena_bytes = decode_arena_.capacity();
     return s;

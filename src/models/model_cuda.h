@@ -76,6 +76,8 @@ struct CudaDecodeStats {
     int64_t prompt_chunks = 0;    // T > 1 calls are cut into chunks of at most kPromptChunk tokens
     int64_t batch_steps = 0;      // forward_batch calls
     int64_t batch_rows = 0;       // rows (sequences) they stepped, all together
+    int64_t batch_graph_captures = 0;  // batched steps recorded as a CUDA graph
+    int64_t batch_graph_replays = 0;   // batched steps run by replaying one
     int64_t arena_allocations = 0;  // cudaMalloc calls of the scratch arenas, ever
     size_t prompt_arena_bytes = 0, decode_arena_bytes = 0;  // their buffers now (overflow not counted)
     bool folded_seams = false;      // the last T = 1 step enqueued folded its seams (set_seam_folding)
@@ -322,6 +324,22 @@ private:
     // The running forward_batch call's states, row by row (empty otherwise): run_layers then takes the
     // batched blocks.
     std::span<CudaSequenceState* const> batch_;
+    // Batched steps as CUDA graphs (batch_step_cuda.cpp). A graph bakes in its rows' state buffers, so it
+    // serves one batch — the same states in the same order, each at the same DeltaNet parity — and reads the
+    // step's ids and positions from batch_inputs_. Captured when a batch repeats the previous call's states
+    // (a server's steady batch), the first time eagerly: a batch that changes every step never pays a capture.
+    struct BatchGraph {
+        std::vector<std::pair<uint64_t, int>> rows;  // (state id, parity) of each row
+        cudaGraphExec_t exec = nullptr;
+        const float* logits = nullptr;  // where the graph leaves them (batch_arena_)
+    };
+    static constexpr size_t kBatchGraphs = 4;  // kept, the least recently used dropped
+    std::vector<BatchGraph> batch_graphs_;
+    std::vector<uint64_t> last_batch_;  // the state ids of the previous forward_batch call
+    DeviceArena batch_arena_;
+    cuda::DeviceBuffer batch_inputs_;   // kPromptChunk ids, then kPromptChunk positions
+    const float* enqueue_batch_step(int64_t B);
+    void release_batch_graphs();
     // The running forward call's observer (forward), or nullptr; the layer its names are of.
     const ActivationObserver* observer_ = nullptr;
     int64_t observed_layer_ = 0;

@@ -7,6 +7,7 @@
 //  - Q1_0 matrices, 5 rows (the per-token int8 GEMV) and 9 (the tensor-core GEMM): a batch's rows bit for bit
 //    those of the same sequences' twins batched in another order — nothing a row computes may depend on its
 //    neighbours or its place.
+//  - a repeated batch replayed from a CUDA graph, bit for bit the eager steps;
 //  - a batch with one bad row (past its capacity, a state twice) refused whole, every state unchanged.
 #include "models/fixture.h"
 
@@ -173,6 +174,47 @@ TEST_P(BatchStepQ1, RowsDoNotDependOnTheirNeighboursOrPlace) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, BatchStepQ1, ::testing::Values("qwen3_5_binary", "qwen3_binary", "qwen3_next_binary"));
+
+// A batch that repeats is replayed from a CUDA graph (from its third step: the first eager, then one capture
+// per DeltaNet parity), bit for bit the eager steps of a model with graphs off; a batch of other states,
+// or of the same states in another order, is not served by those graphs.
+TEST(BatchStep, RepeatedBatchReplaysAGraphBitForBitTheEagerSteps) {
+    DELTABIT_REQUIRE_GPU();
+    const Model cpu = test::load_fixture_model("qwen3_5_binary", /*q1_matrices=*/true);
+    CudaModel graphs(cpu), eager(cpu);
+    eager.set_decode_graphs(false);
+    const int64_t V = cpu.config().n_vocab, B = 6;
+    std::mt19937 rng(3);
+    std::vector<CudaSequenceState> a, b;
+    for (int64_t i = 0; i < B; ++i) {
+        const std::vector<int32_t> prompt = random_ids(kPromptLengths[size_t(i)], V, rng);
+        a.push_back(graphs.new_sequence(64, KvFormat::f16));
+        b.push_back(eager.new_sequence(64, KvFormat::f16));
+        graphs.forward_last(a.back(), prompt);
+        eager.forward_last(b.back(), prompt);
+    }
+    std::vector<CudaSequenceState*> rows_a, rows_b;
+    for (int64_t i = 0; i < B; ++i) {
+        rows_a.push_back(&a[size_t(i)]);
+        rows_b.push_back(&b[size_t(i)]);
+    }
+    for (int step = 0; step < 10; ++step) {
+        // Steps 6 and 7 swap the first two rows: another batch, stepped eagerly, then captured.
+        if (step == 6) {
+            std::swap(rows_a[0], rows_a[1]);
+            std::swap(rows_b[0], rows_b[1]);
+        }
+        const std::vector<int32_t> ids = random_ids(B, V, rng);
+        const std::vector<float> ga = download(graphs.forward_batch(rows_a, ids), B * V);
+        const std::vector<float> gb = download(eager.forward_batch(rows_b, ids), B * V);
+        ASSERT_EQ(std::memcmp(ga.data(), gb.data(), ga.size() * sizeof(float)), 0) << "step " << step;
+    }
+    const CudaDecodeStats s = graphs.decode_stats();
+    // Steps 0–5: eager, capture, capture, replay ×3; 6–9: eager, capture, capture, replay.
+    EXPECT_EQ(s.batch_graph_captures, 4);
+    EXPECT_EQ(s.batch_graph_replays, 4);
+    EXPECT_EQ(eager.decode_stats().batch_graph_captures + eager.decode_stats().batch_graph_replays, 0);
+}
 
 TEST(BatchStep, ABatchWithABadRowIsRefusedWholeAndChangesNothing) {
     DELTABIT_REQUIRE_GPU();

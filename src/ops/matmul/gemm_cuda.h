@@ -173,11 +173,11 @@ GemmLaunchReport gemm_q1_0_half(const HalfActivationRows& x, const GemvWeightVie
 // y[T][N] = x · Wᵀ for 1 ≤ T ≤ kSmallGemmMaxTokens rows already quantised (quantize_activation_rows), W Q1_0
 // in the GEMV layout with K a multiple of 128: the batched decode step's matmuls (models/model_cuda.h
 // forward_batch), where the prompt GEMMs' token tiles of 16 or more cost several decode GEMVs. The weights
-// are the mma's M side, so each is read once for every token. Numerics: the decode GEMV's terms — each
+// are the mma's M side and the tokens one n8 tile, so each weight is read once for every token. Numerics: the decode GEMV's terms — each
 // group's exact integer dot, 2·Σ bit·q − Σ q, times d_w · scale_x in fp32 — summed by fmaf over a warp's
 // groups (every kWarps-th) and the warps' sums added in warp order: within gemm_quantized's bound of
 // cpu::matmul_int8_activations. Error for other weights or shapes.
-inline constexpr int64_t kSmallGemmMaxTokens = 32;
+inline constexpr int64_t kSmallGemmMaxTokens = 8;
 void gemm_q1_0_small(const QuantizedActivationRows& x, const GemvWeightView& w, float* y, cudaStream_t stream);
 
 // The prompt matmul the model runs: the f16 GEMM where half_gemm_serves, else matmul_prefill (int8).

@@ -4,8 +4,13 @@
 // Why another kernel. The prompt GEMMs put tokens in the mma's M (16 or more) and build weight fragments
 // for every token tile; at 2–32 tokens (a server's batch of conversations) they cost 4–6 decode GEMVs
 // (H200, Bonsai-27B: ~15 ms a step for 8 tokens against ~2.7 ms for one token's GEMVs). Here the weights
-// are the M side (16 rows a warp) and the tokens the N side (tiles of 8): each weight fragment is built
-// once from the codes and serves every token tile, so the weights stream once per step as in the GEMV.
+// are the M side (tiles of 16 rows) and the tokens the N side (one tile of 8): each weight fragment is built
+// once from the codes and serves every token, so the weights stream once per step as in the GEMV.
+//
+// Measured (H200, Bonsai-27B batched step): as a kernel of up to 4 token tiles it lost to the f16 prompt GEMM
+// from 16 tokens (31 vs 25 ms a step; 32 tokens 51 vs 36: 178 registers left one block of 8 warps an SM, too
+// few to cover the activation loads), and won below (8 tokens 16.8 vs 20.2 ms; 4 tokens 12.5 vs 24 through
+// per-token GEMVs). So it takes one tile of 8 tokens, and more go to the prompt GEMM.
 //
 // Fragments (mma.m16n8k32, g = lane / 4, t = lane % 4). A (16 weight rows × 32 k, u8): a[0] row g, k 4t..4t+3;
 // a[1] row g+8; a[2] row g, k 16+4t..; a[3] row g+8, k 16+4t... The GEMV layout puts weights 4j..4j+3 of a
@@ -15,8 +20,9 @@
 // s8): b[0] k 4t..4t+3 of token g, b[1] k 16+4t.. — four consecutive activation bytes each.
 // C (16 × 8, s32): c[0], c[1] row g, tokens 2t, 2t+1; c[2], c[3] row g+8.
 //
-// Work. A block takes 16 weight rows; its kWarps warps split the activation groups (warp w: groups w,
-// w + kWarps, ...), each loading kUnroll groups' codes ahead before it computes them. Per group a warp
+// Work. A block takes 32 weight rows (two m16 tiles a warp, sharing each activation load); its kWarps warps
+// split the activation groups (warp w: groups w, w + kWarps, ...), each loading every operand of kUnroll
+// groups before it computes them. Per group a warp
 // turns its exact integer dots into one fp32 term each, float(dot) · (d_w · scale_x), added by fmaf — the
 // GEMV's terms — and at the end the warps' partial sums are added in warp order through shared memory.
 #include "ops/matmul/gemm_cuda.h"
@@ -31,12 +37,13 @@ namespace deltabit::cuda {
 
 namespace {
 
-constexpr int kRows = 16;    // weight rows of a block (one m16 tile)
+constexpr int kRowTiles = 2;  // m16 tiles of weight rows a warp holds: both share each activation load
+constexpr int kRows = 16 * kRowTiles;  // weight rows of a block
 constexpr int kWarps = 8;    // warps of a block, splitting K
 constexpr int kThreads = 32 * kWarps;
-constexpr int kUnroll = 4;   // groups whose codes a warp loads before computing them
+constexpr int kUnroll = 2;   // groups whose codes a warp loads before computing them
 constexpr int kGroupBytes = kActivationGroup / 8;  // Q1_0 codes of one group of 128 weights
-constexpr int kMaxTiles = int(kSmallGemmMaxTokens / 8);
+static_assert(kSmallGemmMaxTokens == 8, "one n8 tile of tokens");
 
 struct SmallGemmArgs {
     const uint8_t* codes;    // N rows of code_row_bytes
@@ -55,86 +62,85 @@ __device__ __forceinline__ void mma_u8_s8(int (&d)[4], const uint32_t (&a)[4], u
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-template <int kTiles>
 __global__ void __launch_bounds__(kThreads) gemm_q1_0_small_kernel(SmallGemmArgs a) {
-    __shared__ float partial[kWarps][kTiles * 8][kRows];
+    __shared__ float partial[kWarps][8][kRows];
     const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5, g = lane >> 2, t = lane & 3;
     const int64_t row0 = int64_t(blockIdx.x) * kRows, G = a.groups, T = a.tokens;
-    // Rows past N read the last row (their sums are never written).
-    const int64_t r_lo = min(row0 + g, a.n - 1), r_hi = min(row0 + g + 8, a.n - 1);
-    const uint8_t* codes_lo = a.codes + r_lo * a.code_row_bytes;
-    const uint8_t* codes_hi = a.codes + r_hi * a.code_row_bytes;
-    const uint16_t* scales_lo = a.scales + r_lo * G;
-    const uint16_t* scales_hi = a.scales + r_hi * G;
-    // This lane's B token of each tile (column g), clamped like the rows; its bytes are zeroed past T.
-    const int8_t* x_row[kTiles];
+    // Row tile m's rows g and g + 8; rows past N read the last row (their sums are never written).
+    const uint8_t* codes[kRowTiles][2];
+    const uint16_t* scales[kRowTiles][2];
 #pragma unroll
-    for (int i = 0; i < kTiles; ++i) x_row[i] = a.q + min(int64_t(8 * i + g), T - 1) * G * kActivationGroup;
-
-    float acc[kTiles][4];
+    for (int m = 0; m < kRowTiles; ++m)
 #pragma unroll
-    for (int i = 0; i < kTiles; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+        for (int h = 0; h < 2; ++h) {
+            const int64_t r = min(row0 + 16 * m + 8 * h + g, a.n - 1);
+            codes[m][h] = a.codes + r * a.code_row_bytes;
+            scales[m][h] = a.scales + r * G;
+        }
+    // This lane's B token (column g), clamped like the rows; its bytes are zeroed past T.
+    const bool live = g < T;
+    const int8_t* x_row = a.q + min(int64_t(g), T - 1) * G * kActivationGroup;
+    float acc[kRowTiles][4] = {};
 
     for (int64_t first = warp; first < G; first += int64_t(kWarps) * kUnroll) {
-        uint4 lo[kUnroll], hi[kUnroll];
-        float d_lo[kUnroll], d_hi[kUnroll];
+        // Every load of the kUnroll groups first (codes, scales, this lane's activation words and its two
+        // tokens' group meta), so a warp waits one memory round trip per batch, not one per dependent use.
+        uint4 w[kUnroll][kRowTiles][2];
+        float d[kUnroll][kRowTiles][2];
+        uint32_t b[kUnroll][8];
+        ActivationGroupMeta meta[kUnroll][2];
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
-            const int64_t grp = first + int64_t(u) * kWarps;
-            if (grp < G) {
-                lo[u] = __ldg(reinterpret_cast<const uint4*>(codes_lo + grp * kGroupBytes));
-                hi[u] = __ldg(reinterpret_cast<const uint4*>(codes_hi + grp * kGroupBytes));
-                d_lo[u] = __half2float(__ushort_as_half(__ldg(scales_lo + grp)));
-                d_hi[u] = __half2float(__ushort_as_half(__ldg(scales_hi + grp)));
-            }
+            const int64_t grp = min(first + int64_t(u) * kWarps, G - 1);  // past G: loaded, never used
+#pragma unroll
+            for (int m = 0; m < kRowTiles; ++m)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    w[u][m][h] = __ldg(reinterpret_cast<const uint4*>(codes[m][h] + grp * kGroupBytes));
+                    d[u][m][h] = __half2float(__ushort_as_half(__ldg(scales[m][h] + grp)));
+                }
+            // k 32·ks + 4t.. and 32·ks + 16 + 4t.. of the group: words 8·ks and 8·ks + 4 from this lane's.
+            const uint32_t* x = reinterpret_cast<const uint32_t*>(x_row + grp * kActivationGroup + 4 * t);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) b[u][i] = live ? __ldg(x + 8 * (i >> 1) + 4 * (i & 1)) : 0u;
+#pragma unroll
+            for (int j = 0; j < 2; ++j) meta[u][j] = a.meta[min(int64_t(2 * t + j), T - 1) * G + grp];
         }
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
-            const int64_t grp = first + int64_t(u) * kWarps;
-            if (grp >= G) break;
-            const uint32_t words_lo[4] = {lo[u].x, lo[u].y, lo[u].z, lo[u].w};
-            const uint32_t words_hi[4] = {hi[u].x, hi[u].y, hi[u].z, hi[u].w};
-            uint32_t frag[4][4];
+            if (first + int64_t(u) * kWarps >= G) break;
 #pragma unroll
-            for (int ks = 0; ks < 4; ++ks) {
-                const uint32_t wl = words_lo[ks] >> t, wh = words_hi[ks] >> t;
-                frag[ks][0] = wl & 0x01010101u;
-                frag[ks][1] = wh & 0x01010101u;
-                frag[ks][2] = (wl >> 4) & 0x01010101u;
-                frag[ks][3] = (wh >> 4) & 0x01010101u;
-            }
-#pragma unroll
-            for (int i = 0; i < kTiles; ++i) {
-                const bool live = 8 * i + g < T;
-                const int8_t* x = x_row[i] + grp * kActivationGroup + 4 * t;
+            for (int m = 0; m < kRowTiles; ++m) {
+                const uint32_t lo[4] = {w[u][m][0].x, w[u][m][0].y, w[u][m][0].z, w[u][m][0].w};
+                const uint32_t hi[4] = {w[u][m][1].x, w[u][m][1].y, w[u][m][1].z, w[u][m][1].w};
                 int dot[4] = {0, 0, 0, 0};
 #pragma unroll
                 for (int ks = 0; ks < 4; ++ks) {
-                    const uint32_t b0 = live ? __ldg(reinterpret_cast<const uint32_t*>(x + 32 * ks)) : 0u;
-                    const uint32_t b1 = live ? __ldg(reinterpret_cast<const uint32_t*>(x + 32 * ks + 16)) : 0u;
-                    mma_u8_s8(dot, frag[ks], b0, b1);
+                    const uint32_t wl = lo[ks] >> t, wh = hi[ks] >> t;
+                    const uint32_t frag[4] = {wl & 0x01010101u, wh & 0x01010101u, (wl >> 4) & 0x01010101u,
+                                              (wh >> 4) & 0x01010101u};
+                    mma_u8_s8(dot, frag, b[u][2 * ks], b[u][2 * ks + 1]);
                 }
 #pragma unroll
                 for (int j = 0; j < 2; ++j) {
-                    const int64_t tok = 8 * i + 2 * t + j;
-                    if (tok < T) {
-                        const ActivationGroupMeta m = a.meta[tok * G + grp];
-                        acc[i][j] = fmaf(float(2 * dot[j] - m.sum), d_lo[u] * m.scale, acc[i][j]);
-                        acc[i][2 + j] = fmaf(float(2 * dot[2 + j] - m.sum), d_hi[u] * m.scale, acc[i][2 + j]);
+                    if (2 * t + j < T) {
+                        const float s = meta[u][j].scale;
+                        acc[m][j] = fmaf(float(2 * dot[j] - meta[u][j].sum), d[u][m][0] * s, acc[m][j]);
+                        acc[m][2 + j] = fmaf(float(2 * dot[2 + j] - meta[u][j].sum), d[u][m][1] * s, acc[m][2 + j]);
                     }
                 }
             }
         }
     }
 #pragma unroll
-    for (int i = 0; i < kTiles; ++i)
+    for (int m = 0; m < kRowTiles; ++m)
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
-            partial[warp][8 * i + 2 * t + j][g] = acc[i][j];
-            partial[warp][8 * i + 2 * t + j][g + 8] = acc[i][2 + j];
+            partial[warp][2 * t + j][16 * m + g] = acc[m][j];
+            partial[warp][2 * t + j][16 * m + g + 8] = acc[m][2 + j];
         }
     __syncthreads();
-    for (int e = int(threadIdx.x); e < kTiles * 8 * kRows; e += kThreads) {
+    for (int e = int(threadIdx.x); e < 8 * kRows; e += kThreads) {
         const int tok = e / kRows, r = e % kRows;
         if (tok >= T || row0 + r >= a.n) continue;
         float sum = partial[0][tok][r];
@@ -159,12 +165,7 @@ void gemm_q1_0_small(const QuantizedActivationRows& x, const GemvWeightView& w, 
     const SmallGemmArgs args{w.codes, w.scales, x.q, x.meta, y, w.rows, w.cols / kActivationGroup,
                              int64_t(gemv_code_row_bytes(w.dtype, w.cols)), x.rows};
     const dim3 grid(unsigned((w.rows + kRows - 1) / kRows)), block(kThreads);
-    switch ((x.rows + 7) / 8) {
-        case 1: gemm_q1_0_small_kernel<1><<<grid, block, 0, stream>>>(args); break;
-        case 2: gemm_q1_0_small_kernel<2><<<grid, block, 0, stream>>>(args); break;
-        case 3: gemm_q1_0_small_kernel<3><<<grid, block, 0, stream>>>(args); break;
-        default: gemm_q1_0_small_kernel<kMaxTiles><<<grid, block, 0, stream>>>(args); break;
-    }
+    gemm_q1_0_small_kernel<<<grid, block, 0, stream>>>(args);
     cuda_check_launch("gemm_q1_0_small");
 }
 
