@@ -1,7 +1,7 @@
 // Every CUDA training op (train/cuda/kernels.h, gemm.h) against its CPU reference op
 // (train/reference_ops.h), forward and backward, on awkward shapes: odd sizes, GQA and Hv ≠ Hk
 // groupings, dk ≠ dv, two sequences per batch (nothing may leak across them), and lengths that cross
-// the delta rule's 64-step chunks. Skips without CUDA or a GPU.
+// the delta rule's checkpoints every 16 steps. Skips without CUDA or a GPU.
 //
 // Tolerances, relative to the reference's largest magnitude (each test prints its measured error):
 //   kFloat: fp32 kernels against double; one pass of fp32 sums over ≤ a few hundred terms and
@@ -294,10 +294,10 @@ void check_delta_rule(int64_t B, int64_t T, int64_t Hk, int64_t Hv, int64_t dk, 
 TEST(CudaTrainOps, DeltaRuleForwardBackward) {
     SKIP_WITHOUT_GPU();
     check_delta_rule(1, 1, 1, 1, 3, 4);
-    check_delta_rule(2, 150, 1, 2, 5, 7);     // three chunks, the last partial; grouped value heads
-    check_delta_rule(2, 64, 2, 2, 4, 40);     // exactly one chunk; more value columns than key rows
+    check_delta_rule(2, 150, 1, 2, 5, 7);     // ten replayed chunks, the last partial; grouped value heads
+    check_delta_rule(2, 64, 2, 2, 4, 40);     // whole chunks only; more value columns than key rows
     check_delta_rule(1, 70, 2, 4, 64, 128);   // the default model's head shape: 32 tiles of 4 columns
-    check_delta_rule(1, 65, 1, 1, 128, 40);   // wide keys (2 columns a tile, a partial last tile)
+    check_delta_rule(1, 65, 1, 1, 128, 41);   // wide keys: 2 columns a tile, the last tile partial
 }
 
 TEST(CudaTrainOps, LinearOnCublas) {

@@ -96,7 +96,8 @@ std::vector<float> random_parameters(const ParameterLayout& layout, uint64_t see
     return p;
 }
 
-// Two sequences of 70 tokens (past one 64-step delta-rule chunk), some targets ignored.
+// Two sequences of 70 tokens (past several delta-rule checkpoints, the last chunk partial), some targets
+// ignored.
 Batch make_batch(int64_t V, int64_t T = 70) {
     Batch b;
     b.n_sequences = 2;

@@ -10,9 +10,9 @@
 // downwards with dS = ∂L/∂S_t, P = S_{t−1}, u = v − e^g Pᵀk, du = β·dδ:
 //   dS += q doᵀ;  dδ = dSᵀk;  dv = du;  dβ = Σ dδ·u;  dq = S_t do;  dk = dS δ − e^g P du;
 //   d(e^g) = Σ P⊙dS − Σ (Pᵀk)⊙du;  dg = e^g·d(e^g);  dS ← e^g (dS − k duᵀ).
-// P is needed at every step: the forward checkpoints S at the start of every chunk of kDeltaChunk
-// steps; the backward replays one chunk from its checkpoint, keeping each thread's S_{t−1} for the
-// chunk's steps in shared memory (its own slots), then walks the chunk back. Each chunk's inputs are
+// P is needed at every step: the forward checkpoints S every kDeltaCheckpoint steps (a "chunk" below);
+// the backward replays one chunk from its checkpoint, keeping each thread's S_{t−1} for the chunk's
+// steps in shared memory (its own slots), then walks the chunk back. Each chunk's inputs are
 // staged in shared memory first (ChunkInputs), so a step waits on no global load.
 //
 // This is the recurrent form on the GPU with chunk-sized checkpoints, not yet the chunked (WY,
@@ -29,9 +29,11 @@ namespace {
 using deltabit::cuda::cuda_check;
 using deltabit::cuda::cuda_check_launch;
 
-// The replay keeps kDeltaChunk states of dk·W floats per block in shared memory; this budget (3 blocks
-// per H100/H200 SM) picks W.
+// The replay keeps kDeltaCheckpoint states of dk·W floats per block in shared memory, within this
+// budget; blocks of at most kMaxThreads threads (dk·W) keep the barriers of the sequential steps cheap
+// and let several blocks share an SM.
 constexpr int64_t kReplayBytes = 64 * 1024;
+constexpr int64_t kMaxThreads = 256;
 
 struct Tiling {
     int W;        // state columns per block: a power of two ≤ 32 (row sums are shuffles over W lanes)
@@ -41,7 +43,8 @@ struct Tiling {
 
 Tiling tiling(int64_t dk, int64_t dv) {
     int W = 32;
-    while (W > 1 && (W / 2 >= dv || int64_t(W) * dk > 1024 || kDeltaChunk * dk * W * 4 > kReplayBytes)) W /= 2;
+    while (W > 1 && (W / 2 >= dv || int64_t(W) * dk > kMaxThreads || kDeltaCheckpoint * dk * W * 4 > kReplayBytes))
+        W /= 2;
     return {W, int((dk * W + 31) / 32 * 32), int((dv + W - 1) / W)};
 }
 
@@ -79,10 +82,10 @@ __device__ inline float row_sum(float x, int W) {
 // tile's columns of v (and dout) [chunk][W].
 struct ChunkInputs {
     float *k, *q, *g, *beta, *v, *dout;
-    static int64_t floats(int64_t dk, int W) { return kDeltaChunk * (2 * dk + 2 + 2 * W); }
+    static int64_t floats(int64_t dk, int W) { return kDeltaCheckpoint * (2 * dk + 2 + 2 * W); }
     __device__ ChunkInputs(float* base, int64_t dk, int W)
-        : k(base), q(base + kDeltaChunk * dk), g(q + kDeltaChunk * dk), beta(g + kDeltaChunk),
-          v(beta + kDeltaChunk), dout(v + kDeltaChunk * W) {}
+        : k(base), q(base + kDeltaCheckpoint * dk), g(q + kDeltaCheckpoint * dk), beta(g + kDeltaCheckpoint),
+          v(beta + kDeltaCheckpoint), dout(v + kDeltaCheckpoint * W) {}
     // Steps t0..t1−1 of sequence b, head h (key head kh), columns tile·W..; the caller syncs after.
     __device__ void load(const float* k_in, const float* q_in, const float* g_in, const float* beta_in,
                          const float* v_in, const float* dout_in, int64_t b, int64_t T, int64_t t0, int64_t t1,
@@ -116,12 +119,12 @@ __global__ void delta_rule_forward_kernel(const float* q, const float* k, const 
     const int64_t tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z, kh = h / (Hv / Hk);
     const int64_t i = threadIdx.x / W, jl = threadIdx.x % W, j = tile * W + jl;
     const bool active = i < dk && j < dv;
-    const int64_t n_chunks = (T + kDeltaChunk - 1) / kDeltaChunk;
+    const int64_t n_chunks = (T + kDeltaCheckpoint - 1) / kDeltaCheckpoint;
     float* states = chunk_states + (b * Hv + h) * n_chunks * dk * dv;
     float* kq = in.dout;  // the forward has no dout: that space holds k·q of each step
     float S = 0.0f;
     for (int64_t c = 0; c < n_chunks; ++c) {
-        const int64_t t0 = c * kDeltaChunk, t1 = min(T, t0 + kDeltaChunk);
+        const int64_t t0 = c * kDeltaCheckpoint, t1 = min(T, t0 + kDeltaCheckpoint);
         if (active) states[c * dk * dv + i * dv + j] = S;
         __syncthreads();  // the previous chunk's steps are done with `in`
         in.load(k, q, g, beta, v, nullptr, b, T, t0, t1, Hk, Hv, h, kh, dk, dv, tile, W);
@@ -155,19 +158,19 @@ __global__ void delta_rule_backward_kernel(const float* q, const float* k, const
     const int warps = blockDim.x / 32;
     float* reduce = shared_mem;                                  // [warps][W][2]
     float* saved = reduce + warps * W * 2;                       // [chunk][threads]: each thread's S_{t−1}
-    float* saved_delta = saved + kDeltaChunk * blockDim.x;       // [chunk][W]
-    float* saved_pk = saved_delta + kDeltaChunk * W;             // [chunk][W]: Pᵀk
-    ChunkInputs in(saved_pk + kDeltaChunk * W, dk, W);
+    float* saved_delta = saved + kDeltaCheckpoint * blockDim.x;       // [chunk][W]
+    float* saved_pk = saved_delta + kDeltaCheckpoint * W;             // [chunk][W]: Pᵀk
+    ChunkInputs in(saved_pk + kDeltaCheckpoint * W, dk, W);
     const int64_t tile = blockIdx.x, h = blockIdx.y, b = blockIdx.z, kh = h / (Hv / Hk);
     const int64_t tiles = gridDim.x;
     const int64_t i = threadIdx.x / W, jl = threadIdx.x % W, j = tile * W + jl;
     const bool active = i < dk && j < dv;
-    const int64_t n_chunks = (T + kDeltaChunk - 1) / kDeltaChunk;
+    const int64_t n_chunks = (T + kDeltaCheckpoint - 1) / kDeltaCheckpoint;
     const float* states = chunk_states + (b * Hv + h) * n_chunks * dk * dv;
     const int64_t part = h * tiles + tile, N = int64_t(gridDim.z) * T;
     float dS = 0.0f;
     for (int64_t c = n_chunks - 1; c >= 0; --c) {
-        const int64_t t0 = c * kDeltaChunk, t1 = min(T, t0 + kDeltaChunk);
+        const int64_t t0 = c * kDeltaCheckpoint, t1 = min(T, t0 + kDeltaCheckpoint);
         __syncthreads();  // the previous chunk's walk is done with `in` and `saved`
         in.load(k, q, g, beta, v, dout, b, T, t0, t1, Hk, Hv, h, kh, dk, dv, tile, W);
         __syncthreads();
@@ -263,7 +266,7 @@ size_t forward_shared_bytes(const Tiling& tl, int64_t dk) {
 }
 
 size_t backward_shared_bytes(const Tiling& tl, int64_t dk) {
-    return size_t((tl.threads / 32) * tl.W * 2 + kDeltaChunk * tl.threads + 2 * kDeltaChunk * tl.W +
+    return size_t((tl.threads / 32) * tl.W * 2 + kDeltaCheckpoint * tl.threads + 2 * kDeltaCheckpoint * tl.W +
                   ChunkInputs::floats(dk, tl.W)) *
            sizeof(float);
 }
@@ -277,7 +280,7 @@ void allow_shared(Kernel kernel, size_t bytes, const char* what) {
 }  // namespace
 
 int64_t delta_rule_chunk_states_floats(int64_t B, int64_t T, int64_t Hv, int64_t dk, int64_t dv) {
-    return B * Hv * ((T + kDeltaChunk - 1) / kDeltaChunk) * dk * dv;
+    return B * Hv * ((T + kDeltaCheckpoint - 1) / kDeltaCheckpoint) * dk * dv;
 }
 
 int64_t delta_rule_scratch_floats(int64_t B, int64_t T, int64_t Hv, int64_t dk, int64_t dv) {

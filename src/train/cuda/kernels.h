@@ -78,10 +78,13 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
 
 // Recurrent form per (sequence, value head, tile of state columns), from a zero state.
 // q, k [B·T][Hk][dk] (normalised, q scaled); v [B·T][Hv][dv]; g, beta [B·T][Hv]; o [B·T][Hv][dv].
-// The forward saves the state at the start of every chunk of kDeltaChunk steps in `chunk_states`
-// (delta_rule_chunk_states_floats); the backward replays one chunk at a time from it and needs
-// `scratch` (delta_rule_scratch_floats) for its per-tile partial sums.
-inline constexpr int64_t kDeltaChunk = 64;
+// The forward saves the state every kDeltaCheckpoint steps in `chunk_states`
+// (delta_rule_chunk_states_floats); the backward replays the steps between two checkpoints at a time
+// from it and needs `scratch` (delta_rule_scratch_floats) for its per-tile partial sums.
+// The interval sets the backward's shared memory (interval × dk × columns per block): 16 lets 8 blocks
+// of 256 threads share an H100/H200 SM at dk = 64, where 64 allowed 2; the checkpoints cost
+// B·Hv·dk·dv·T/16 floats (67 MB per layer for 32 × 512 tokens, 8 heads of 64 × 128).
+inline constexpr int64_t kDeltaCheckpoint = 16;
 int64_t delta_rule_chunk_states_floats(int64_t B, int64_t T, int64_t Hv, int64_t dk, int64_t dv);
 int64_t delta_rule_scratch_floats(int64_t B, int64_t T, int64_t Hv, int64_t dk, int64_t dv);
 void delta_rule_forward(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t B,
