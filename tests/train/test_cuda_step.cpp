@@ -381,9 +381,11 @@ TEST(CudaTrainer, LossFallsOverFiftySteps) {
     }
     std::printf("[ cuda train ] 50 QAT steps: loss %.3f -> %.3f nats, held-out BPB %.3f -> %.3f\n", first, last,
                 before, after);
-    // A byte model starts near ln 259 = 5.56 nats; a repetitive 60-letter text is learned quickly.
+    // The CPU reference backend on this config and text (same data order): mean loss of the first 5
+    // steps 2.875 → last 5 0.238 nats, held-out 8.33 → 0.75 bits per byte. The GPU run must learn as
+    // much, give or take bf16: at least 1.5 nats and 5 bits per byte of that.
     EXPECT_LT(last, first - 1.5);
-    EXPECT_LT(after, before - 2.0);
+    EXPECT_LT(after, before - 5.0);
     // Checkpoints hold the device's weights: a save → load round trip changes nothing.
     const fs::path checkpoint = dir / "checkpoint.bin";
     trainer.save_checkpoint(checkpoint);
