@@ -55,8 +55,6 @@ constexpr double kFp32LossTolerance = 2e-5;
 constexpr double kFp32GradientTolerance = 5e-4;
 constexpr double kLossTolerance = 5e-3;
 constexpr double kGradientTolerance = 5e-2;
-// Losses after the CPU and GPU runs have taken their own AdamW steps (not the same weights any more).
-constexpr double kDivergedLossTolerance = 2e-2;
 
 // Every awkward choice at once (as tests/train/test_reference_model.cpp's tiny model): Hv ≠ Hk, dk ≠ dv,
 // GQA, partial rotary, odd sizes; three layers so that both mixers sit between others.
@@ -340,29 +338,40 @@ fs::path make_text(const std::string& name) {
     return dir;
 }
 
+// The whole training loop (data order, schedule, AdamW, QAT, evaluation) on the GPU against the CPU
+// reference. With fp32 products the two runs stay together step after step: losses and the held-out BPB
+// within the fp32 bound. With bf16 products (what training runs) only the first step shares its weights:
+// AdamW's first update is lr·sign(g) for every gradient above eps = 1e-8, so each weight whose gradient lies
+// within bf16 noise of 0 moves ±lr either way, and under QAT a latent weight near 0 then binarises to the
+// other sign — after that the runs are two trainings, compared by what they learn (LossFallsOverFiftySteps),
+// not by their losses (a first H200 run: held-out BPB after 3 QAT steps 3.792 GPU vs 3.710 CPU).
 TEST(CudaTrainer, LoopMatchesCpuReferenceLoop) {
     SKIP_WITHOUT_GPU();
     const fs::path dir = make_text("match");
-    for (bool qat : {false, true}) {
-        const std::string cpu_text = run_config_text(dir, "cpu", 4, qat), gpu_text = run_config_text(dir, "cuda", 4, qat);
-        Trainer cpu(parse_train_config(cpu_text, "cpu.toml"), cpu_text);
-        Trainer gpu(parse_train_config(gpu_text, "gpu.toml"), gpu_text);
-        EXPECT_TRUE(gpu.on_gpu());
-        EXPECT_FALSE(cpu.on_gpu());
-        for (int s = 0; s < 3; ++s) {
-            const StepReport a = cpu.train_step(), b = gpu.train_step();
-            std::printf("[ cuda train ] qat=%d step %d: loss cpu %.6f gpu %.6f, grad norm cpu %.6g gpu %.6g\n", qat,
-                        s + 1, a.loss, b.loss, a.grad_norm, b.grad_norm);
-            // The first step starts from the same weights; after it, AdamW's first update (lr·sign(g) with
-            // eps = 1e-8) has moved each weight whose gradient lies within bf16 noise of 0 by ±lr either
-            // way, so later losses agree only to the effect of those few weights.
-            EXPECT_NEAR(b.loss, a.loss, (s == 0 ? kLossTolerance : kDivergedLossTolerance) * a.loss);
-            EXPECT_EQ(b.lr, a.lr);
+    const cuda::GemmMath saved = cuda::gemm_math();
+    for (cuda::GemmMath math : {cuda::GemmMath::fp32, cuda::GemmMath::bf16}) {
+        const bool fp32 = math == cuda::GemmMath::fp32;
+        cuda::set_gemm_math(math);
+        for (bool qat : {false, true}) {
+            const std::string cpu_text = run_config_text(dir, "cpu", 4, qat), gpu_text = run_config_text(dir, "cuda", 4, qat);
+            Trainer cpu(parse_train_config(cpu_text, "cpu.toml"), cpu_text);
+            Trainer gpu(parse_train_config(gpu_text, "gpu.toml"), gpu_text);
+            EXPECT_TRUE(gpu.on_gpu());
+            EXPECT_FALSE(cpu.on_gpu());
+            for (int s = 0; s < (fp32 ? 3 : 1); ++s) {
+                const StepReport a = cpu.train_step(), b = gpu.train_step();
+                std::printf("[ cuda train ] %s qat=%d step %d: loss cpu %.7f gpu %.7f, grad norm cpu %.6g gpu %.6g\n",
+                            fp32 ? "fp32" : "bf16", qat, s + 1, a.loss, b.loss, a.grad_norm, b.grad_norm);
+                EXPECT_NEAR(b.loss, a.loss, (fp32 ? kFp32LossTolerance : kLossTolerance) * a.loss);
+                EXPECT_EQ(b.lr, a.lr);
+            }
+            if (!fp32) continue;
+            const double bpb_cpu = cpu.evaluate_bpb(), bpb_gpu = gpu.evaluate_bpb();
+            std::printf("[ cuda train ] fp32 qat=%d held-out BPB after 3 steps: cpu %.7f gpu %.7f\n", qat, bpb_cpu, bpb_gpu);
+            EXPECT_NEAR(bpb_gpu, bpb_cpu, kFp32LossTolerance * bpb_cpu);
         }
-        const double bpb_cpu = cpu.evaluate_bpb(), bpb_gpu = gpu.evaluate_bpb();
-        std::printf("[ cuda train ] qat=%d held-out BPB cpu %.5f gpu %.5f\n", qat, bpb_cpu, bpb_gpu);
-        EXPECT_NEAR(bpb_gpu, bpb_cpu, kDivergedLossTolerance * bpb_cpu);
     }
+    cuda::set_gemm_math(saved);
 }
 
 TEST(CudaTrainer, LossFallsOverFiftySteps) {
