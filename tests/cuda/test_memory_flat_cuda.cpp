@@ -1,7 +1,8 @@
 // Steady-state decode and prefill allocate no device memory (issue #5): after one warm-up of each shape
 // class (a prompt cut into chunks, the eager first decode step, the graph capture), 20 repeated long
 // prefills and 2000 decode steps leave the free device memory (cudaMemGetInfo) and the arenas'
-// allocation count exactly where they were, and every one of the 2000 steps is a graph replay.
+// allocation count exactly where they were, and every one of the 2000 steps is a graph replay. Free memory
+// is device-wide, so ctest runs this test alone (RUN_SERIAL, CMakeLists.txt).
 #include "models/fixture.h"
 
 #if DELTABIT_HAVE_CUDA
