@@ -88,16 +88,7 @@ const float* CudaModel::forward_batch(std::span<CudaSequenceState* const> states
         logits = batch_graphs_.front().logits;
         ++stats_.batch_graph_replays;
     } else if (graphs_enabled_ && graphable_ && repeated) {
-        cudaGraph_t graph = nullptr;
-        check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed), "begin batched step capture");
-        try {
-            logits = enqueue_batch_step(B);
-        } catch (...) {
-            cudaStreamEndCapture(stream_, &graph);
-            if (graph != nullptr) cudaGraphDestroy(graph);
-            throw;
-        }
-        check(cudaStreamEndCapture(stream_, &graph), "end batched step capture");
+        cudaGraph_t graph = record_graph([&] { logits = enqueue_batch_step(B); }, "batched step graph");
         if (batch_arena_.overflowed()) {
             // More scratch than the arena holds (a batch larger than any before): eager now, and the next
             // call grows the arena.

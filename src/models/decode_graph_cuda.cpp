@@ -43,18 +43,8 @@ const float* CudaModel::enqueue_decode_step(CudaSequenceState& state) {
 bool CudaModel::capture_decode_graph(CudaSequenceState& state) {
     if (graph_state_id_ != state.id()) release_graph();
     DecodeGraph& slot = graphs_[state.parity()];
-    cudaGraph_t graph = nullptr;
-    // Relaxed: the GEMV launcher queries the device (attributes, occupancy) while it is being recorded.
-    check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed), "begin decode graph capture");
     const float* logits = nullptr;
-    try {
-        logits = enqueue_decode_step(state);
-    } catch (...) {
-        cudaStreamEndCapture(stream_, &graph);
-        if (graph != nullptr) cudaGraphDestroy(graph);
-        throw;
-    }
-    check(cudaStreamEndCapture(stream_, &graph), "end decode graph capture");
+    cudaGraph_t graph = record_graph([&] { logits = enqueue_decode_step(state); }, "decode graph");
     if (arena_->overflowed()) {
         // The step needs more scratch than the eager step that sized the arena (not expected: its size
         // does not depend on the sequence). Run this step eagerly; the next call grows the arena and
@@ -73,6 +63,21 @@ bool CudaModel::capture_decode_graph(CudaSequenceState& state) {
     graph_state_id_ = state.id();
     ++stats_.graph_captures;
     return true;
+}
+
+cudaGraph_t CudaModel::record_graph(const std::function<void()>& enqueue, const char* what) {
+    cudaGraph_t graph = nullptr;
+    // Relaxed: the GEMV launcher queries the device (attributes, occupancy) while it is being recorded.
+    check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed), what);
+    try {
+        enqueue();
+    } catch (...) {
+        cudaStreamEndCapture(stream_, &graph);
+        if (graph != nullptr) cudaGraphDestroy(graph);
+        throw;
+    }
+    check(cudaStreamEndCapture(stream_, &graph), what);
+    return graph;
 }
 
 void CudaModel::release_graph() {

@@ -272,6 +272,8 @@ private:
     // False (nothing captured) when the step outgrew the decode arena: it then runs eagerly.
     bool capture_decode_graph(CudaSequenceState& state);
     void release_graph();
+    // What `enqueue` launches on the stream, recorded as a graph (destroyed if it throws); `what` names it in errors.
+    cudaGraph_t record_graph(const std::function<void()>& enqueue, const char* what);
     // Makes `arena` the running call's, grown first if the last call overflowed it.
     void begin_call(DeviceArena& arena);
 

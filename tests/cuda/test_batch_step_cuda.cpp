@@ -57,6 +57,30 @@ std::vector<int32_t> random_ids(int64_t n, int64_t vocab, std::mt19937& rng) {
 // Prompt lengths of the rows: prompt-path chunks (≥ 5 tokens) and short prompts taken as decode steps (≤ 4).
 const std::vector<int64_t> kPromptLengths = {3, 11, 6, 17, 1, 24, 9, 2, 13};
 
+// Prompts of kPromptLengths' first B lengths.
+std::vector<std::vector<int32_t>> row_prompts(int64_t B, int64_t vocab, std::mt19937& rng) {
+    std::vector<std::vector<int32_t>> prompts;
+    for (int64_t i = 0; i < B; ++i) prompts.push_back(random_ids(kPromptLengths[size_t(i)], vocab, rng));
+    return prompts;
+}
+
+// A sequence (f16 KV, room for 64 tokens) of `gpu` after each prompt.
+std::vector<CudaSequenceState> prefilled(CudaModel& gpu, const std::vector<std::vector<int32_t>>& prompts) {
+    std::vector<CudaSequenceState> states;
+    states.reserve(prompts.size());
+    for (const std::vector<int32_t>& p : prompts) {
+        states.push_back(gpu.new_sequence(64, KvFormat::f16));
+        gpu.forward_last(states.back(), p);
+    }
+    return states;
+}
+
+std::vector<CudaSequenceState*> pointers(std::vector<CudaSequenceState>& states) {
+    std::vector<CudaSequenceState*> rows;
+    for (CudaSequenceState& s : states) rows.push_back(&s);
+    return rows;
+}
+
 struct BatchCase {
     std::string fixture;
     KvFormat kv;
@@ -148,19 +172,11 @@ TEST_P(BatchStepQ1, RowsDoNotDependOnTheirNeighboursOrPlace) {
     for (const int64_t B : {int64_t{5}, int64_t{9}}) {
         SCOPED_TRACE(testing::Message() << B << " rows");
         std::mt19937 rng(11);
-        std::vector<CudaSequenceState> in_order, twins;
-        in_order.reserve(size_t(B));
-        twins.reserve(size_t(B));
-        for (int64_t i = 0; i < B; ++i) {
-            const std::vector<int32_t> prompt = random_ids(kPromptLengths[size_t(i)], V, rng);
-            in_order.push_back(gpu.new_sequence(64, KvFormat::f16));
-            twins.push_back(gpu.new_sequence(64, KvFormat::f16));
-            gpu.forward_last(in_order.back(), prompt);
-            gpu.forward_last(twins.back(), prompt);
-        }
-        std::vector<CudaSequenceState*> rows, reversed;
-        for (CudaSequenceState& s : in_order) rows.push_back(&s);
-        for (auto it = twins.rbegin(); it != twins.rend(); ++it) reversed.push_back(&*it);
+        const std::vector<std::vector<int32_t>> prompts = row_prompts(B, V, rng);
+        std::vector<CudaSequenceState> in_order = prefilled(gpu, prompts), twins = prefilled(gpu, prompts);
+        const std::vector<CudaSequenceState*> rows = pointers(in_order);
+        std::vector<CudaSequenceState*> reversed = pointers(twins);
+        std::reverse(reversed.begin(), reversed.end());
         for (int step = 0; step < 6; ++step) {
             const std::vector<int32_t> ids = random_ids(B, V, rng);
             const std::vector<int32_t> reversed_ids(ids.rbegin(), ids.rend());
@@ -185,19 +201,9 @@ TEST(BatchStep, RepeatedBatchReplaysAGraphBitForBitTheEagerSteps) {
     eager.set_decode_graphs(false);
     const int64_t V = cpu.config().n_vocab, B = 6;
     std::mt19937 rng(3);
-    std::vector<CudaSequenceState> a, b;
-    for (int64_t i = 0; i < B; ++i) {
-        const std::vector<int32_t> prompt = random_ids(kPromptLengths[size_t(i)], V, rng);
-        a.push_back(graphs.new_sequence(64, KvFormat::f16));
-        b.push_back(eager.new_sequence(64, KvFormat::f16));
-        graphs.forward_last(a.back(), prompt);
-        eager.forward_last(b.back(), prompt);
-    }
-    std::vector<CudaSequenceState*> rows_a, rows_b;
-    for (int64_t i = 0; i < B; ++i) {
-        rows_a.push_back(&a[size_t(i)]);
-        rows_b.push_back(&b[size_t(i)]);
-    }
+    const std::vector<std::vector<int32_t>> prompts = row_prompts(B, V, rng);
+    std::vector<CudaSequenceState> a = prefilled(graphs, prompts), b = prefilled(eager, prompts);
+    std::vector<CudaSequenceState*> rows_a = pointers(a), rows_b = pointers(b);
     for (int step = 0; step < 10; ++step) {
         // Steps 6 and 7 swap the first two rows: another batch, stepped eagerly, then captured.
         if (step == 6) {

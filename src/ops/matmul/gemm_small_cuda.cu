@@ -32,6 +32,7 @@
 #include <string>
 
 #include "backend/cuda_buffer.h"
+#include "ops/cuda/tensor_core.cuh"
 
 namespace deltabit::cuda {
 
@@ -53,14 +54,6 @@ struct SmallGemmArgs {
     float* y;                // [T][N]
     int64_t n, groups, code_row_bytes, tokens;
 };
-
-__device__ __forceinline__ void mma_u8_s8(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 __global__ void __launch_bounds__(kThreads) gemm_q1_0_small_kernel(SmallGemmArgs a) {
     __shared__ float partial[kWarps][8][kRows];
@@ -119,7 +112,7 @@ __global__ void __launch_bounds__(kThreads) gemm_q1_0_small_kernel(SmallGemmArgs
                     const uint32_t wl = lo[ks] >> t, wh = hi[ks] >> t;
                     const uint32_t frag[4] = {wl & 0x01010101u, wh & 0x01010101u, (wl >> 4) & 0x01010101u,
                                               (wh >> 4) & 0x01010101u};
-                    mma_u8_s8(dot, frag, b[u][2 * ks], b[u][2 * ks + 1]);
+                    mma_u8_s8_s32(dot, frag, b[u][2 * ks], b[u][2 * ks + 1]);
                 }
 #pragma unroll
                 for (int j = 0; j < 2; ++j) {
