@@ -32,6 +32,8 @@
 #include <string>
 
 #include "backend/cuda_buffer.h"
+#include "core/env_switch.h"
+#include "ops/cuda/async_copy.cuh"
 #include "ops/cuda/tensor_core.cuh"
 
 namespace deltabit::cuda {
@@ -54,6 +56,57 @@ struct SmallGemmArgs {
     float* y;                // [T][N]
     int64_t n, groups, code_row_bytes, tokens;
 };
+
+// The warps' partial sums (this lane's acc: row tile m's rows g, g + 8 for tokens 2t, 2t + 1) added in warp
+// order through shared memory, and y written.
+__device__ __forceinline__ void store_partials_and_reduce(float (&partial)[kWarps][8][kRows],
+                                                          const float (&acc)[kRowTiles][4], const SmallGemmArgs& a,
+                                                          int64_t row0, int warp, int g, int t) {
+#pragma unroll
+    for (int m = 0; m < kRowTiles; ++m)
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            partial[warp][2 * t + j][16 * m + g] = acc[m][j];
+            partial[warp][2 * t + j][16 * m + g + 8] = acc[m][2 + j];
+        }
+    __syncthreads();
+    for (int e = int(threadIdx.x); e < 8 * kRows; e += kThreads) {
+        const int tok = e / kRows, r = e % kRows;
+        if (tok >= a.tokens || row0 + r >= a.n) continue;
+        float sum = partial[0][tok][r];
+#pragma unroll
+        for (int w = 1; w < kWarps; ++w) sum += partial[w][tok][r];
+        a.y[int64_t(tok) * a.n + row0 + r] = sum;
+    }
+}
+
+// One group's dots of a warp's two row tiles, added into acc as the GEMV's terms: lo/hi are the codes of rows
+// g and g + 8 of each tile, d their scales, b this lane's activation words, meta its tokens' group meta.
+__device__ __forceinline__ void group_terms(float (&acc)[kRowTiles][4], const uint4 (&codes)[kRowTiles][2],
+                                            const float (&d)[kRowTiles][2], const uint32_t (&b)[8],
+                                            const ActivationGroupMeta (&meta)[2], int t, int64_t T) {
+#pragma unroll
+    for (int m = 0; m < kRowTiles; ++m) {
+        const uint32_t lo[4] = {codes[m][0].x, codes[m][0].y, codes[m][0].z, codes[m][0].w};
+        const uint32_t hi[4] = {codes[m][1].x, codes[m][1].y, codes[m][1].z, codes[m][1].w};
+        int dot[4] = {0, 0, 0, 0};
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+            const uint32_t wl = lo[ks] >> t, wh = hi[ks] >> t;
+            const uint32_t frag[4] = {wl & 0x01010101u, wh & 0x01010101u, (wl >> 4) & 0x01010101u,
+                                      (wh >> 4) & 0x01010101u};
+            mma_u8_s8_s32(dot, frag, b[2 * ks], b[2 * ks + 1]);
+        }
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            if (2 * t + j < T) {
+                const float s = meta[j].scale;
+                acc[m][j] = fmaf(float(2 * dot[j] - meta[j].sum), d[m][0] * s, acc[m][j]);
+                acc[m][2 + j] = fmaf(float(2 * dot[2 + j] - meta[j].sum), d[m][1] * s, acc[m][2 + j]);
+            }
+        }
+    }
+}
 
 __global__ void __launch_bounds__(kThreads) gemm_q1_0_small_kernel(SmallGemmArgs a) {
     __shared__ float partial[kWarps][8][kRows];
@@ -102,45 +155,93 @@ __global__ void __launch_bounds__(kThreads) gemm_q1_0_small_kernel(SmallGemmArgs
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
             if (first + int64_t(u) * kWarps >= G) break;
+            group_terms(acc, w[u], d[u], b[u], meta[u], t, T);
+        }
+    }
+    store_partials_and_reduce(partial, acc, a, row0, warp, g, t);
+}
+
+// The ring kernel: the same work and the same terms in the same order (y equal bit for bit), but a warp's
+// operands for kStages groups travel by cp.async into a ring in shared memory, so the bytes in flight are
+// not held in registers: five groups' codes (2.5 KB) a warp ahead of its computation.
+constexpr int kStages = 6;
+constexpr int kTokenStride = 144;  // bytes between tokens' activations in a stage: 16-aligned, and lanes
+                                   // (g, t) reading word 36g + t + 8ks hit 32 distinct banks
+struct RingStage {
+    uint4 codes[kRows];                  // row r of the block: 16 bytes, the group's 128 weights
+    int8_t x[8 * kTokenStride];          // token j's 128 activations at j·kTokenStride
+    ActivationGroupMeta meta[8];         // token j's {scale, sum}
+    uint32_t scale_words[kRows];         // the aligned word holding row r's fp16 scale
+};
+constexpr size_t kRingBytes = sizeof(RingStage) * kStages * kWarps;
+
+__global__ void __launch_bounds__(kThreads) gemm_q1_0_small_ring_kernel(SmallGemmArgs a) {
+    extern __shared__ __align__(16) unsigned char ring_memory[];
+    __shared__ float partial[kWarps][8][kRows];
+    const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5, g = lane >> 2, t = lane & 3;
+    const int64_t row0 = int64_t(blockIdx.x) * kRows, G = a.groups, T = a.tokens;
+    RingStage* ring = reinterpret_cast<RingStage*>(ring_memory) + warp * kStages;
+
+    // What this lane copies into a stage: row `lane`'s codes and scale word, activation chunks `lane` and
+    // `lane + 32` (chunk c: token c / 8, bytes 16·(c % 8)), and (lanes 0..7) token `lane`'s meta. Rows past N
+    // copy the last row; tokens past T copy zeros (their terms are never written).
+    const int64_t my_row = min(row0 + lane, a.n - 1);
+    const uint8_t* code_src = a.codes + my_row * a.code_row_bytes;
+    const uint16_t* scale_src = a.scales + my_row * G;
+    const int c0 = lane, c1 = lane + 32;
+    const int8_t* x_src0 = a.q + min(int64_t(c0 / 8), T - 1) * G * kActivationGroup + 16 * (c0 % 8);
+    const int8_t* x_src1 = a.q + min(int64_t(c1 / 8), T - 1) * G * kActivationGroup + 16 * (c1 % 8);
+    const ActivationGroupMeta* meta_src = a.meta + min(int64_t(lane % 8), T - 1) * G;
+    const auto issue = [&](int64_t grp, RingStage& st) {
+        cp_async16(&st.codes[lane], code_src + grp * kGroupBytes);
+        cp_async4(&st.scale_words[lane], reinterpret_cast<const void*>(
+                                             reinterpret_cast<uintptr_t>(scale_src + grp) & ~uintptr_t(3)));
+        cp_async16(st.x + (c0 / 8) * kTokenStride + 16 * (c0 % 8), x_src0 + grp * kActivationGroup, c0 / 8 >= T);
+        cp_async16(st.x + (c1 / 8) * kTokenStride + 16 * (c1 % 8), x_src1 + grp * kActivationGroup, c1 / 8 >= T);
+        if (lane < 8) cp_async8(&st.meta[lane], meta_src + grp, lane >= T);
+    };
+    // This warp's groups: warp, warp + kWarps, ...
+    const int64_t mine = G > warp ? (G - warp + kWarps - 1) / kWarps : 0;
 #pragma unroll
-            for (int m = 0; m < kRowTiles; ++m) {
-                const uint32_t lo[4] = {w[u][m][0].x, w[u][m][0].y, w[u][m][0].z, w[u][m][0].w};
-                const uint32_t hi[4] = {w[u][m][1].x, w[u][m][1].y, w[u][m][1].z, w[u][m][1].w};
-                int dot[4] = {0, 0, 0, 0};
+    for (int i = 0; i < kStages - 1; ++i) {
+        if (i < mine) issue(warp + int64_t(i) * kWarps, ring[i]);
+        cp_async_commit_group();
+    }
+    float acc[kRowTiles][4] = {};
+    for (int64_t i = 0; i < mine; ++i) {
+        cp_async_wait_group<kStages - 2>();
+        __syncwarp();  // every lane's copies of stage i have landed
+        const RingStage& st = ring[i % kStages];
+        const int64_t grp = warp + i * kWarps;
+        uint4 codes[kRowTiles][2];
+        float d[kRowTiles][2];
 #pragma unroll
-                for (int ks = 0; ks < 4; ++ks) {
-                    const uint32_t wl = lo[ks] >> t, wh = hi[ks] >> t;
-                    const uint32_t frag[4] = {wl & 0x01010101u, wh & 0x01010101u, (wl >> 4) & 0x01010101u,
-                                              (wh >> 4) & 0x01010101u};
-                    mma_u8_s8_s32(dot, frag, b[u][2 * ks], b[u][2 * ks + 1]);
-                }
+        for (int m = 0; m < kRowTiles; ++m)
 #pragma unroll
-                for (int j = 0; j < 2; ++j) {
-                    if (2 * t + j < T) {
-                        const float s = meta[u][j].scale;
-                        acc[m][j] = fmaf(float(2 * dot[j] - meta[u][j].sum), d[u][m][0] * s, acc[m][j]);
-                        acc[m][2 + j] = fmaf(float(2 * dot[2 + j] - meta[u][j].sum), d[u][m][1] * s, acc[m][2 + j]);
-                    }
-                }
+            for (int h = 0; h < 2; ++h) {
+                const int r = 16 * m + 8 * h + g;
+                codes[m][h] = st.codes[r];
+                const uintptr_t address = reinterpret_cast<uintptr_t>(a.scales + min(row0 + r, a.n - 1) * G + grp);
+                const uint32_t word = st.scale_words[r];
+                d[m][h] = __half2float(__ushort_as_half(uint16_t((address & 2) ? word >> 16 : word & 0xFFFFu)));
             }
+        uint32_t b[8];
+        const uint32_t* x = reinterpret_cast<const uint32_t*>(st.x + g * kTokenStride + 4 * t);
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+            b[2 * ks] = x[8 * ks];
+            b[2 * ks + 1] = x[8 * ks + 4];
         }
+        const ActivationGroupMeta meta[2] = {st.meta[2 * t], st.meta[2 * t + 1]};
+        group_terms(acc, codes, d, b, meta, t, T);
+        // The slot of group i − 1, which every lane finished reading before the __syncwarp above, takes the
+        // group kStages − 1 ahead.
+        const int64_t next = i + kStages - 1;
+        if (next < mine) issue(warp + next * kWarps, ring[next % kStages]);
+        cp_async_commit_group();
     }
-#pragma unroll
-    for (int m = 0; m < kRowTiles; ++m)
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-            partial[warp][2 * t + j][16 * m + g] = acc[m][j];
-            partial[warp][2 * t + j][16 * m + g + 8] = acc[m][2 + j];
-        }
-    __syncthreads();
-    for (int e = int(threadIdx.x); e < 8 * kRows; e += kThreads) {
-        const int tok = e / kRows, r = e % kRows;
-        if (tok >= T || row0 + r >= a.n) continue;
-        float sum = partial[0][tok][r];
-#pragma unroll
-        for (int w = 1; w < kWarps; ++w) sum += partial[w][tok][r];
-        a.y[int64_t(tok) * a.n + row0 + r] = sum;
-    }
+    cp_async_wait_group<0>();
+    store_partials_and_reduce(partial, acc, a, row0, warp, g, t);
 }
 
 }  // namespace
@@ -158,7 +259,20 @@ void gemm_q1_0_small(const QuantizedActivationRows& x, const GemvWeightView& w, 
     const SmallGemmArgs args{w.codes, w.scales, x.q, x.meta, y, w.rows, w.cols / kActivationGroup,
                              int64_t(gemv_code_row_bytes(w.dtype, w.cols)), x.rows};
     const dim3 grid(unsigned((w.rows + kRows - 1) / kRows)), block(kThreads);
-    gemm_q1_0_small_kernel<<<grid, block, 0, stream>>>(args);
+    // Experiment: DELTABIT_SMALL_GEMM_RING=1 runs the cp.async ring kernel (docs/notes/batched-decode.md).
+    static const bool ring = env_switch("DELTABIT_SMALL_GEMM_RING", false);
+    if (ring) {
+        static const bool sized = [] {
+            cuda_check(cudaFuncSetAttribute(gemm_q1_0_small_ring_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            int(kRingBytes)),
+                       "gemm_q1_0_small: shared memory of the ring");
+            return true;
+        }();
+        (void)sized;
+        gemm_q1_0_small_ring_kernel<<<grid, block, kRingBytes, stream>>>(args);
+    } else {
+        gemm_q1_0_small_kernel<<<grid, block, 0, stream>>>(args);
+    }
     cuda_check_launch("gemm_q1_0_small");
 }
 
