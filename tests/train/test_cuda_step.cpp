@@ -364,6 +364,23 @@ TEST(CudaTrainer, LoopMatchesCpuReferenceLoop) {
                             fp32 ? "fp32" : "bf16", qat, s + 1, a.loss, b.loss, a.grad_norm, b.grad_norm);
                 EXPECT_NEAR(b.loss, a.loss, (fp32 ? kFp32LossTolerance : kLossTolerance) * a.loss);
                 EXPECT_EQ(b.lr, a.lr);
+                if (qat && fp32) {  // DIAGNOSTIC (temporary): where the QAT runs part
+                    const auto pa = cpu.parameters(), pb = gpu.parameters();
+                    std::vector<float> qa(pa.size()), qb(pb.size());
+                    qat_effective_weights(cpu.layout(), pa, 1.0, qa);
+                    qat_effective_weights(gpu.layout(), pb, 1.0, qb);
+                    int64_t sign = 0, scale = 0, near = 0;
+                    double max_dw = 0;
+                    for (size_t i = 0; i < pa.size(); ++i) {
+                        max_dw = std::max(max_dw, std::abs(double(pa[i]) - pb[i]));
+                        if ((pa[i] >= 0) != (pb[i] >= 0)) ++sign;
+                        else if (qa[i] != qb[i]) ++scale;
+                        if (std::abs(pa[i]) < 1e-3) ++near;
+                    }
+                    std::printf("[ cuda train ] diag after step %d: max|dw| %.3g, binarised weights differing: sign %lld, "
+                                "scale only %lld; |w| < 1e-3: %lld of %zu\n", s + 1, max_dw, (long long)sign,
+                                (long long)scale, (long long)near, pa.size());
+                }
             }
             if (!fp32) continue;
             const double bpb_cpu = cpu.evaluate_bpb(), bpb_gpu = gpu.evaluate_bpb();
