@@ -339,12 +339,16 @@ fs::path make_text(const std::string& name) {
 }
 
 // The whole training loop (data order, schedule, AdamW, QAT, evaluation) on the GPU against the CPU
-// reference. With fp32 products the two runs stay together step after step: losses and the held-out BPB
-// within the fp32 bound. With bf16 products (what training runs) only the first step shares its weights:
-// AdamW's first update is lr·sign(g) for every gradient above eps = 1e-8, so each weight whose gradient lies
-// within bf16 noise of 0 moves ±lr either way, and under QAT a latent weight near 0 then binarises to the
-// other sign — after that the runs are two trainings, compared by what they learn (LossFallsOverFiftySteps),
-// not by their losses (a first H200 run: held-out BPB after 3 QAT steps 3.792 GPU vs 3.710 CPU).
+// reference, with fp32 products: plain training stays together step after step (losses and the held-out
+// BPB within the fp32 bound). The runs still part at AdamW's first update, g / (|g| + ε) per weight: where
+// a gradient lies within the products' error of 0 (far above ε = 1e-8) the two updates differ by up to
+// 2·lr (H200: max|Δw| 3.6e-4 after step 1). Plain training barely feels those weights (their gradient is
+// ~0); under QAT each moves its group's d = mean|w|, whose fp16 rounding then flips for some groups, and
+// every weight of such a group changes (measured after steps 1, 2, 3: 2,521, 22,236 and 47,958 binarised
+// weights differing, 0, 4 and 72 of them in sign). So QAT runs are compared on the steps whose forward
+// reads at most one update (1 and 2; measured 0 and 1.0e-5 relative); after that they are two trainings,
+// compared by what they learn (LossFallsOverFiftySteps). With bf16 products (what training runs) only
+// the first step shares its weights.
 TEST(CudaTrainer, LoopMatchesCpuReferenceLoop) {
     SKIP_WITHOUT_GPU();
     const fs::path dir = make_text("match");
@@ -358,33 +362,16 @@ TEST(CudaTrainer, LoopMatchesCpuReferenceLoop) {
             Trainer gpu(parse_train_config(gpu_text, "gpu.toml"), gpu_text);
             EXPECT_TRUE(gpu.on_gpu());
             EXPECT_FALSE(cpu.on_gpu());
-            for (int s = 0; s < (fp32 ? 3 : 1); ++s) {
+            for (int s = 0; s < (!fp32 ? 1 : qat ? 2 : 3); ++s) {
                 const StepReport a = cpu.train_step(), b = gpu.train_step();
                 std::printf("[ cuda train ] %s qat=%d step %d: loss cpu %.7f gpu %.7f, grad norm cpu %.6g gpu %.6g\n",
                             fp32 ? "fp32" : "bf16", qat, s + 1, a.loss, b.loss, a.grad_norm, b.grad_norm);
                 EXPECT_NEAR(b.loss, a.loss, (fp32 ? kFp32LossTolerance : kLossTolerance) * a.loss);
                 EXPECT_EQ(b.lr, a.lr);
-                if (qat && fp32) {  // DIAGNOSTIC (temporary): where the QAT runs part
-                    const auto pa = cpu.parameters(), pb = gpu.parameters();
-                    std::vector<float> qa(pa.size()), qb(pb.size());
-                    qat_effective_weights(cpu.layout(), pa, 1.0, qa);
-                    qat_effective_weights(gpu.layout(), pb, 1.0, qb);
-                    int64_t sign = 0, scale = 0, near = 0;
-                    double max_dw = 0;
-                    for (size_t i = 0; i < pa.size(); ++i) {
-                        max_dw = std::max(max_dw, std::abs(double(pa[i]) - pb[i]));
-                        if ((pa[i] >= 0) != (pb[i] >= 0)) ++sign;
-                        else if (qa[i] != qb[i]) ++scale;
-                        if (std::abs(pa[i]) < 1e-3) ++near;
-                    }
-                    std::printf("[ cuda train ] diag after step %d: max|dw| %.3g, binarised weights differing: sign %lld, "
-                                "scale only %lld; |w| < 1e-3: %lld of %zu\n", s + 1, max_dw, (long long)sign,
-                                (long long)scale, (long long)near, pa.size());
-                }
             }
-            if (!fp32) continue;
+            if (!fp32 || qat) continue;
             const double bpb_cpu = cpu.evaluate_bpb(), bpb_gpu = gpu.evaluate_bpb();
-            std::printf("[ cuda train ] fp32 qat=%d held-out BPB after 3 steps: cpu %.7f gpu %.7f\n", qat, bpb_cpu, bpb_gpu);
+            std::printf("[ cuda train ] fp32 held-out BPB after 3 steps: cpu %.7f gpu %.7f\n", bpb_cpu, bpb_gpu);
             EXPECT_NEAR(bpb_gpu, bpb_cpu, kFp32LossTolerance * bpb_cpu);
         }
     }

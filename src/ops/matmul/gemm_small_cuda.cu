@@ -10,7 +10,9 @@
 // Measured (H200, Bonsai-27B batched step): as a kernel of up to 4 token tiles it lost to the f16 prompt GEMM
 // from 16 tokens (31 vs 25 ms a step; 32 tokens 51 vs 36: 178 registers left one block of 8 warps an SM, too
 // few to cover the activation loads), and won below (8 tokens 16.8 vs 20.2 ms; 4 tokens 12.5 vs 24 through
-// per-token GEMVs). So it takes one tile of 8 tokens, and more go to the prompt GEMM.
+// per-token GEMVs). So it takes one tile of 8 tokens, and more go to the prompt GEMM. With its operands
+// held in registers (two groups ahead, 122 registers) it ran a Bonsai-27B step of 8 rows in 14.9 ms; through
+// the cp.async ring (67 registers, five groups ahead) in 13.3 ms (2 rows: 10.6 → 9.5).
 //
 // Fragments (mma.m16n8k32, g = lane / 4, t = lane % 4). A (16 weight rows × 32 k, u8): a[0] row g, k 4t..4t+3;
 // a[1] row g+8; a[2] row g, k 16+4t..; a[3] row g+8, k 16+4t... The GEMV layout puts weights 4j..4j+3 of a
@@ -21,10 +23,11 @@
 // C (16 × 8, s32): c[0], c[1] row g, tokens 2t, 2t+1; c[2], c[3] row g+8.
 //
 // Work. A block takes 32 weight rows (two m16 tiles a warp, sharing each activation load); its kWarps warps
-// split the activation groups (warp w: groups w, w + kWarps, ...), each loading every operand of kUnroll
-// groups before it computes them. Per group a warp
-// turns its exact integer dots into one fp32 term each, float(dot) · (d_w · scale_x), added by fmaf — the
-// GEMV's terms — and at the end the warps' partial sums are added in warp order through shared memory.
+// split the activation groups (warp w: groups w, w + kWarps, ...), each streaming its groups' codes, scales,
+// activations and meta through a ring of kStages stages in shared memory (cp.async), computing group i
+// while groups i + 1 .. i + kStages − 2 are in flight. Per group a warp turns its exact integer dots into
+// one fp32 term each, float(dot) · (d_w · scale_x), added by fmaf — the GEMV's terms — and at the end the
+// warps' partial sums are added in warp order through shared memory.
 #include "ops/matmul/gemm_cuda.h"
 
 #include <cuda_fp16.h>
@@ -32,7 +35,6 @@
 #include <string>
 
 #include "backend/cuda_buffer.h"
-#include "core/env_switch.h"
 #include "ops/cuda/async_copy.cuh"
 #include "ops/cuda/tensor_core.cuh"
 
@@ -44,7 +46,6 @@ constexpr int kRowTiles = 2;  // m16 tiles of weight rows a warp holds: both sha
 constexpr int kRows = 16 * kRowTiles;  // weight rows of a block
 constexpr int kWarps = 8;    // warps of a block, splitting K
 constexpr int kThreads = 32 * kWarps;
-constexpr int kUnroll = 2;   // groups whose codes a warp loads before computing them
 constexpr int kGroupBytes = kActivationGroup / 8;  // Q1_0 codes of one group of 128 weights
 static_assert(kSmallGemmMaxTokens == 8, "one n8 tile of tokens");
 
@@ -108,62 +109,8 @@ __device__ __forceinline__ void group_terms(float (&acc)[kRowTiles][4], const ui
     }
 }
 
-__global__ void __launch_bounds__(kThreads) gemm_q1_0_small_kernel(SmallGemmArgs a) {
-    __shared__ float partial[kWarps][8][kRows];
-    const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5, g = lane >> 2, t = lane & 3;
-    const int64_t row0 = int64_t(blockIdx.x) * kRows, G = a.groups, T = a.tokens;
-    // Row tile m's rows g and g + 8; rows past N read the last row (their sums are never written).
-    const uint8_t* codes[kRowTiles][2];
-    const uint16_t* scales[kRowTiles][2];
-#pragma unroll
-    for (int m = 0; m < kRowTiles; ++m)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int64_t r = min(row0 + 16 * m + 8 * h + g, a.n - 1);
-            codes[m][h] = a.codes + r * a.code_row_bytes;
-            scales[m][h] = a.scales + r * G;
-        }
-    // This lane's B token (column g), clamped like the rows; its bytes are zeroed past T.
-    const bool live = g < T;
-    const int8_t* x_row = a.q + min(int64_t(g), T - 1) * G * kActivationGroup;
-    float acc[kRowTiles][4] = {};
-
-    for (int64_t first = warp; first < G; first += int64_t(kWarps) * kUnroll) {
-        // Every load of the kUnroll groups first (codes, scales, this lane's activation words and its two
-        // tokens' group meta), so a warp waits one memory round trip per batch, not one per dependent use.
-        uint4 w[kUnroll][kRowTiles][2];
-        float d[kUnroll][kRowTiles][2];
-        uint32_t b[kUnroll][8];
-        ActivationGroupMeta meta[kUnroll][2];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-            const int64_t grp = min(first + int64_t(u) * kWarps, G - 1);  // past G: loaded, never used
-#pragma unroll
-            for (int m = 0; m < kRowTiles; ++m)
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    w[u][m][h] = __ldg(reinterpret_cast<const uint4*>(codes[m][h] + grp * kGroupBytes));
-                    d[u][m][h] = __half2float(__ushort_as_half(__ldg(scales[m][h] + grp)));
-                }
-            // k 32·ks + 4t.. and 32·ks + 16 + 4t.. of the group: words 8·ks and 8·ks + 4 from this lane's.
-            const uint32_t* x = reinterpret_cast<const uint32_t*>(x_row + grp * kActivationGroup + 4 * t);
-#pragma unroll
-            for (int i = 0; i < 8; ++i) b[u][i] = live ? __ldg(x + 8 * (i >> 1) + 4 * (i & 1)) : 0u;
-#pragma unroll
-            for (int j = 0; j < 2; ++j) meta[u][j] = a.meta[min(int64_t(2 * t + j), T - 1) * G + grp];
-        }
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-            if (first + int64_t(u) * kWarps >= G) break;
-            group_terms(acc, w[u], d[u], b[u], meta[u], t, T);
-        }
-    }
-    store_partials_and_reduce(partial, acc, a, row0, warp, g, t);
-}
-
-// The ring kernel: the same work and the same terms in the same order (y equal bit for bit), but a warp's
-// operands for kStages groups travel by cp.async into a ring in shared memory, so the bytes in flight are
-// not held in registers: five groups' codes (2.5 KB) a warp ahead of its computation.
+// A warp's operands for kStages groups travel by cp.async into a ring in shared memory, so the bytes in
+// flight are not held in registers: five groups' codes (2.5 KB) a warp ahead of its computation.
 constexpr int kStages = 6;
 constexpr int kTokenStride = 144;  // bytes between tokens' activations in a stage: 16-aligned, and lanes
                                    // (g, t) reading word 36g + t + 8ks hit 32 distinct banks
@@ -259,20 +206,14 @@ void gemm_q1_0_small(const QuantizedActivationRows& x, const GemvWeightView& w, 
     const SmallGemmArgs args{w.codes, w.scales, x.q, x.meta, y, w.rows, w.cols / kActivationGroup,
                              int64_t(gemv_code_row_bytes(w.dtype, w.cols)), x.rows};
     const dim3 grid(unsigned((w.rows + kRows - 1) / kRows)), block(kThreads);
-    // Experiment: DELTABIT_SMALL_GEMM_RING=1 runs the cp.async ring kernel (docs/notes/batched-decode.md).
-    static const bool ring = env_switch("DELTABIT_SMALL_GEMM_RING", false);
-    if (ring) {
-        static const bool sized = [] {
-            cuda_check(cudaFuncSetAttribute(gemm_q1_0_small_ring_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            int(kRingBytes)),
-                       "gemm_q1_0_small: shared memory of the ring");
-            return true;
-        }();
-        (void)sized;
-        gemm_q1_0_small_ring_kernel<<<grid, block, kRingBytes, stream>>>(args);
-    } else {
-        gemm_q1_0_small_kernel<<<grid, block, 0, stream>>>(args);
-    }
+    static const bool sized = [] {  // the ring's shared memory is past the 48 KB a launch gets unasked
+        cuda_check(cudaFuncSetAttribute(gemm_q1_0_small_ring_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        int(kRingBytes)),
+                   "gemm_q1_0_small: shared memory of the ring");
+        return true;
+    }();
+    (void)sized;
+    gemm_q1_0_small_ring_kernel<<<grid, block, kRingBytes, stream>>>(args);
     cuda_check_launch("gemm_q1_0_small");
 }
 
