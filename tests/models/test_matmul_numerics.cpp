@@ -1,7 +1,7 @@
 // The reference's rounding modes (models/blocks.h MatmulNumerics) on the binary fixtures with their matrices
 // stored as Q1_0: the f16 prompt rounding (int8_and_f16_prompts, the CPU mirror of the CUDA engine's prompts
 // on Hopper) keeps a prompt's logits closer to the exact f32 model than the int8 rounding does —
-// measured here on every prompt long enough to take it, not assumed (docs/bench.md states it).
+// measured here on every prompt long enough to take it, not assumed (docs/bench-notes.md states it).
 #include "fixture.h"
 #include "q1_fixture.h"
 

@@ -251,7 +251,7 @@ int64_t attention_decode_splits(const CachedAttentionDims& dims) {
 
 int64_t attention_decode_splits_run(const CachedAttentionDims& dims, KvElement element) {
     const int64_t splits = attention_decode_splits(dims);
-    // An experiment switch for measuring what the cap gains (docs/bench.md): DELTABIT_ATTENTION_ONE_WAVE=0.
+    // An experiment switch for measuring what the cap gains (docs/bench-notes.md): DELTABIT_ATTENTION_ONE_WAVE=0.
     static const bool one_wave = env_switch("DELTABIT_ATTENTION_ONE_WAVE", true);
     if (dims.n_tokens != 1 || !one_wave ||
         attention_decode_variant_run(dims, element) != AttentionDecodeVariant::staged_tiles)

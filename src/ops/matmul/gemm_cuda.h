@@ -153,7 +153,7 @@ void round_activation_rows_f16(const float* x, const HalfActivationRows& out, cu
 void round_swiglu_rows_f16(const float* gate, const float* up, const HalfActivationRows& out, cudaStream_t stream);
 bool half_gemm_available();
 // half_gemm_available() unless DELTABIT_GEMM_F16=0 (on by default since its copies went through the copy
-// engine: Bonsai-27B pp512 87 ms against 102 with the int8 GEMM, docs/bench.md; =0 measures the int8 path).
+// engine: Bonsai-27B pp512 87 ms against 102 with the int8 GEMM, docs/bench-notes.md; =0 measures the int8 path).
 bool half_prompt_gemm_enabled();
 // Whether matmul_prompt takes this GEMM for `tokens` rows of w: Q1_0, at least kGemmMinTokens tokens, and
 // half_prompt_gemm_enabled().

@@ -5,7 +5,7 @@
 // Why f16 and not int8. The int8 kernel's tensor cores give one exact integer dot per output and per group
 // of 128 weights, and every such dot must be turned into a float, scaled by its weight scale and its
 // activation group's scale and added: four instructions per output per k-tile, ~290 of a consumer warp's
-// ~426 instructions a k-tile, which left the tensor pipe 26% busy (Nsight Compute, docs/bench.md). Here
+// ~426 instructions a k-tile, which left the tensor pipe 26% busy (Nsight Compute, docs/bench-notes.md). Here
 // the weight scale rides in the operand instead: a 1-bit weight is ±d, and ±d is an exact f16, so the
 // A operand is built in registers as f16 ±d (one rotate, one byte permute and one logic op per two
 // weights) and the tensor cores accumulate the whole row of K in fp32 — no per-output work until the end.
@@ -25,7 +25,7 @@
 // from 101.6 to 64.2 µs (H200), and a pipelined consumer (the next operands built while products run) is
 // what keeps its tensor cores fed: 810 TFLOP/s for the consumers alone with their operands in place.
 // Thread layout as the int8 kernel's: accumulator d[4j + e] of group h is weight row 64·RG·c + 64h + 16w + g +
-// 8·(e / 2) of consumer c, token 8j + 2q + e % 2 of the tile. Measured: docs/bench.md, "The prompt GEMM on f16
+// 8·(e / 2) of consumer c, token 8j + 2q + e % 2 of the tile. Measured: docs/bench-notes.md, "The prompt GEMM on f16
 // activations".
 #include "backend/cuda_buffer.h"
 #include "ops/matmul/gemm_cuda.h"

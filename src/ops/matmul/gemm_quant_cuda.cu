@@ -453,7 +453,7 @@ double wave_efficiency(int64_t tiles, const TilePlan& p, int sms) {
 }
 
 // DELTABIT_GEMM_WS=0: the automatic choice never takes the warp-specialised tile (for measuring what it
-// brings: docs/bench.md). DELTABIT_GEMM_WS_NARROW=0: it never takes that kernel's 16-, 32- and 64-token tiles
+// brings: docs/bench-notes.md). DELTABIT_GEMM_WS_NARROW=0: it never takes that kernel's 16-, 32- and 64-token tiles
 // (for prompts of ≤ 64 tokens, and for a matrix's last rows: ws_tail_plan).
 bool warp_specialised_gemm() {
     static const bool on = env_switch("DELTABIT_GEMM_WS", true);

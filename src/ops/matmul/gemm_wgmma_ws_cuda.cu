@@ -6,7 +6,7 @@
 // Why. The other warpgroup kernel (gemm_wgmma_cuda.cu) has both its warpgroups copy the tiles, expand the
 // 1-bit codes into bytes in shared memory, convert the integer dots and wait at two block barriers per
 // k-tile: ~600 instructions a warp per k-tile, 6 cycles apart (Nsight Compute), ~195 TFLOP/s on the
-// Bonsai-27B prompt — 73% of a pp512 (docs/bench.md). Here the work is split by role:
+// Bonsai-27B prompt — 73% of a pp512 (docs/bench-notes.md). Here the work is split by role:
 //   warpgroup 0 (producer)   copies each k-tile's x tile (128 tokens × 128 int8, core-matrix order), the
 //                            128 weight rows' codes (16 bytes each) and fp16 scales, and the tokens'
 //                            {scale, Σq} into a ring of stages (cp.async); the copies arrive on the stage's

@@ -356,7 +356,7 @@ GemvLaunchConfig plan_gemv(DType t, int64_t rows, int64_t cols, GemvKind kind) {
     c.rows_per_thread = 2;
     c.warps_per_block = 4;
     // Fewer loads in flight where the smaller kernel's extra resident blocks take the launch's row tiles
-    // through fewer rounds (planned_gemv_loads). Measured (H200, docs/bench.md "Loads in flight"): the
+    // through fewer rounds (planned_gemv_loads). Measured (H200, docs/bench-notes.md "Loads in flight"): the
     // Bonsai-4B SwiGLU pair (608 tiles; 3 blocks an SM at 16 loads, 5 at 8) 798 → 839 tok/s; fewer loads
     // without fewer rounds (every 4B GEMV, the 27B's lanes-16 shapes) were slower (27B 291 → 286).
     if (const int forced = loads_in_flight_override(); forced != 0) {
