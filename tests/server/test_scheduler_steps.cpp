@@ -419,5 +419,59 @@ TEST(SchedulerSteps, ScoringCancelledBetweenChunksLeavesNothingBehind) {
     fs::remove_all(dir);
 }
 
+// echo + logprobs with generation: the prompt scored in chunks first (its logprobs before any token),
+// then the same tokens and logprobs as without echo. A one-token prompt has nothing to score: an empty
+// event and no forward call for it.
+TEST(SchedulerSteps, ScoredPromptThenGeneratesAndAOneTokenPromptScoresNothing) {
+    const fs::path dir = test::scratch_dir("deltabit_test_scheduler_echo_generate");
+    fs::remove_all(dir);
+    const fs::path model = test::server_model(dir / "model");
+    const text::Tokenizer tokenizer = text::load_tokenizer(model.string());
+    server::SchedulerOptions options;
+    options.pool.live = 1;
+    options.pool.session = {.sequence = {.max_positions = 256, .kv_format = KvFormat::f32}};
+    options.prefill_chunk = 16;
+    const std::vector<int32_t> prompt = bytes_of(50, 'm');
+    constexpr int64_t kTokens = 12;
+
+    Reply plain;
+    {
+        LatestLogitsOnly engine(open_engine(model, "cpu"));
+        server::Scheduler scheduler(engine, tokenizer, options);
+        const auto job = job_for(prompt, kTokens, true);
+        ASSERT_TRUE(scheduler.submit(job));
+        plain = collect(*job);
+        ASSERT_EQ(plain.error, "");
+    }
+    LatestLogitsOnly engine(open_engine(model, "cpu"));
+    server::Scheduler scheduler(engine, tokenizer, options);
+    const auto echoed = job_for(prompt, kTokens, true);
+    echoed->prompt_logprobs = true;
+    echoed->top_logprobs = 2;
+    ASSERT_TRUE(scheduler.submit(echoed));
+    const std::optional<server::JobEvent> first = echoed->pop(std::chrono::seconds(60));
+    ASSERT_TRUE(first.has_value());
+    ASSERT_EQ(first->kind, server::JobEvent::Kind::prompt_logprobs);
+    expect_same_logprobs(first->prompt_logprobs, scored_in_one_pass(model, prompt, 2));
+    const Reply got = collect(*echoed);
+    ASSERT_EQ(got.error, "");
+    EXPECT_EQ(got.tokens, plain.tokens);
+    EXPECT_EQ(got.logprobs, plain.logprobs);
+    EXPECT_EQ(got.done.completion_tokens, kTokens);
+    EXPECT_EQ(calls_of(engine, 'a').size(), 4u);  // 49 tokens: 16 + 16 + 16 + 1
+
+    const size_t calls_before = engine.calls().size();
+    const auto single = scoring_job({int32_t('z')}, 2);
+    ASSERT_TRUE(scheduler.submit(single));
+    const Reply scored_single = collect(*single);
+    scheduler.stop();
+    ASSERT_EQ(scored_single.error, "");
+    EXPECT_EQ(scored_single.done.finish, "length");
+    EXPECT_EQ(scored_single.prompt_logprobs_events, 1);
+    EXPECT_TRUE(scored_single.prompt_logprobs.empty());
+    EXPECT_EQ(engine.calls().size(), calls_before);
+    fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace deltabit
