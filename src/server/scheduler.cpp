@@ -137,7 +137,9 @@ private:
     int64_t score_prompt_chunk() {
         Engine& engine = session_->engine();
         const std::vector<int32_t>& prompt = job_->prompt;
-        const size_t to_feed = prompt.empty() ? 0 : prompt.size() - 1;
+        // The request parser refuses an empty prompt; the reply would have no first token to echo.
+        if (prompt.empty()) fail("echo: the prompt has no tokens to score");
+        const size_t to_feed = prompt.size() - 1;
         if (!scoring_) {
             scoring_.emplace();
             const SequenceOptions options{.max_positions = std::max<int64_t>(int64_t(to_feed), 1),
