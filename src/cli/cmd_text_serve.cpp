@@ -138,7 +138,7 @@ void add_serve_command(CLI::App& app) {
     cmd->add_option("--parallel", args->parallel, "conversations generating at once (live sessions)")
         ->check(CLI::Range(1, 1024))->capture_default_str();
     cmd->add_option("--prefill-chunk", args->prefill_chunk,
-                    "prompt tokens read between two decode steps of the running conversations (0: whole prompts)")
+                    "prompt tokens read (or scored, for echo + logprobs) between two decode steps of the running conversations (0: whole prompts)")
         ->check(CLI::Range(int64_t(0), int64_t(1) << 30))->capture_default_str();
     cmd->add_option("--park-budget", args->park_budget_mib, "MiB of host memory for parked conversations (0: none kept)")
         ->check(CLI::Range(int64_t(0), int64_t(1) << 30))->capture_default_str();

@@ -1,37 +1,16 @@
 #include "server/scheduler.h"
 
 #include "core/error.h"
+#include "server/token_logprob.h"
 #include "text/tokenizer_stream.h"
 
 #include <algorithm>
-#include <cmath>
+#include <optional>
 
 namespace deltabit::server {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// log-softmax of `logits` at `token`, and the `top` most likely tokens (ties to the lower id).
-TokenLogprob logprob_of(std::span<const float> logits, int32_t token, int top) {
-    float max = -INFINITY;
-    for (float x : logits) max = std::max(max, x);
-    double sum = 0.0;
-    for (float x : logits) sum += std::exp(double(x) - max);
-    const float log_z = float(std::log(sum)) + max;
-    TokenLogprob out;
-    out.token = token;
-    out.logprob = logits[size_t(token)] - log_z;
-    if (top > 0) {
-        std::vector<int32_t> ids(logits.size());
-        for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
-        const size_t k = std::min(ids.size(), size_t(top));
-        std::partial_sort(ids.begin(), ids.begin() + ptrdiff_t(k), ids.end(), [&](int32_t a, int32_t b) {
-            return logits[size_t(a)] != logits[size_t(b)] ? logits[size_t(a)] > logits[size_t(b)] : a < b;
-        });
-        for (size_t i = 0; i < k; ++i) out.top.emplace_back(ids[i], logits[size_t(ids[i])] - log_z);
-    }
-    return out;
-}
 
 std::string finish_name(FinishReason reason) {
     return reason == FinishReason::length ? "length" : "stop";  // OpenAI's "stop": EOS or a stop string
@@ -40,8 +19,9 @@ std::string finish_name(FinishReason reason) {
 }  // namespace
 
 // One admitted job: its turn on a session, driven a step at a time by the scheduler thread. A job
-// first wants prefill steps (scoring the prompt for echo + logprobs, then its prompt pieces; the last
-// piece's step draws the first token), then decode steps: feed the token drawn last, draw the next.
+// first wants prefill steps (scoring the prompt a chunk at a time for echo + logprobs, then its prompt
+// pieces; the last piece's step draws the first token), then decode steps: feed the token drawn last,
+// draw the next.
 class ActiveJob {
 public:
     ActiveJob(Scheduler& scheduler, std::shared_ptr<Job> job, Session* session, Clock::time_point deadline)
@@ -62,15 +42,14 @@ public:
     }
     bool decoding() const { return turn_ && turn_->decoding(); }
 
-    // A prefill step: scoring the prompt, or one prompt piece (the turn begins with the first). Returns
-    // the prompt tokens it read.
+    // A prefill step: one chunk of the prompt's scoring, or one prompt piece (the turn begins with the
+    // first). Returns the prompt tokens it read.
     int64_t prefill_step() {
         const Clock::time_point start = Clock::now();
         int64_t read = 0;
         try {
             if (job_->prompt_logprobs && !scored_) {
-                read = score_prompt();
-                scored_ = true;
+                read = score_prompt_chunk();
             } else if (!job_->generate) {
                 done_.finish = "length";
                 finish();
@@ -143,26 +122,51 @@ private:
     }
     void finish() {
         turn_.reset();  // closes the turn before the session goes back to the pool
+        scoring_.reset();  // a scoring cut short sends nothing: its logprobs go with its scratch sequence
         job_->push(done_);
         finished_ = true;
     }
 
     // echo + logprobs: every prompt token's logprob given the tokens before it, from a scratch sequence
-    // (the session's own state is not touched). One step, the whole prompt.
-    int64_t score_prompt() {
+    // (the session's own state is not touched) fed a chunk per step, at most `prefill_chunk` tokens, so
+    // the host holds one chunk's logits [chunk][n_vocab] at a time and the other jobs step between
+    // chunks. The logprobs gather here and go to the client in one event once the last chunk is read.
+    // Feeding the prompt in pieces gives the logits one forward_all of the whole prompt gives (each
+    // position sees the same tokens before it). The last prompt token is not fed: its logits would
+    // score the token after the prompt.
+    int64_t score_prompt_chunk() {
         Engine& engine = session_->engine();
         const std::vector<int32_t>& prompt = job_->prompt;
-        const SequenceOptions options{.max_positions = int64_t(prompt.size()), .kv_format = session_->sequence().kv_format()};
-        std::unique_ptr<EngineSequence> scratch = engine.new_sequence(options);
-        const std::vector<float> logits = engine.forward_all(*scratch, prompt);
-        const size_t n_vocab = size_t(engine.config().n_vocab);
-        JobEvent event;
-        event.kind = JobEvent::Kind::prompt_logprobs;
-        for (size_t i = 1; i < prompt.size(); ++i)
-            event.prompt_logprobs.push_back(logprob_of(std::span(logits).subspan((i - 1) * n_vocab, n_vocab), prompt[i],
-                                                       job_->top_logprobs));
-        job_->push(std::move(event));
-        return int64_t(prompt.size());
+        // The request parser refuses an empty prompt; the reply would have no first token to echo.
+        if (prompt.empty()) fail("echo: the prompt has no tokens to score");
+        const size_t to_feed = prompt.size() - 1;
+        if (!scoring_) {
+            scoring_.emplace();
+            const SequenceOptions options{.max_positions = std::max<int64_t>(int64_t(to_feed), 1),
+                                          .kv_format = session_->sequence().kv_format()};
+            scoring_->scratch = engine.new_sequence(options);
+            scoring_->logprobs.reserve(to_feed);
+        }
+        PromptScoring& scoring = *scoring_;
+        const int64_t chunk = scheduler_.options_.prefill_chunk;
+        const size_t count = std::min(to_feed - scoring.fed, chunk > 0 ? size_t(chunk) : to_feed);
+        if (count > 0) {
+            const std::vector<float> logits = engine.forward_all(*scoring.scratch, std::span(prompt).subspan(scoring.fed, count));
+            const size_t n_vocab = size_t(engine.config().n_vocab);
+            for (size_t i = 0; i < count; ++i)
+                scoring.logprobs.push_back(logprob_of(std::span(logits).subspan(i * n_vocab, n_vocab),
+                                                      prompt[scoring.fed + i + 1], job_->top_logprobs));
+            scoring.fed += count;
+        }
+        if (scoring.fed == to_feed) {
+            JobEvent event;
+            event.kind = JobEvent::Kind::prompt_logprobs;
+            event.prompt_logprobs = std::move(scoring.logprobs);
+            job_->push(std::move(event));
+            scoring_.reset();
+            scored_ = true;
+        }
+        return int64_t(count);
     }
 
     void begin() {
@@ -189,6 +193,14 @@ private:
     Clock::time_point deadline_;
     text::StreamingDetokenizer detokenizer_;
     std::unique_ptr<SessionTurn> turn_;
+    // The prompt's scoring under way (echo + logprobs): its scratch sequence, the prompt tokens fed to it,
+    // the logprobs so far (one per prompt token after the first).
+    struct PromptScoring {
+        std::unique_ptr<EngineSequence> scratch;
+        size_t fed = 0;
+        std::vector<TokenLogprob> logprobs;
+    };
+    std::optional<PromptScoring> scoring_;
     JobEvent done_;
     double prefill_seconds_ = 0.0, decode_seconds_ = 0.0;
     int64_t tokens_read_ = 0;
@@ -300,7 +312,9 @@ void Scheduler::admit() {
             return;
         }
         const int64_t max_tokens = job->generate ? job->options.max_tokens.value_or(0) : 0;
-        const Clock::time_point deadline = Clock::now() + deadline_for(int64_t(job->prompt.size()), max_tokens);
+        // A scored prompt that then generates is read twice: scratch sequence, then session.
+        const int64_t reads = job->prompt_logprobs && job->generate ? 2 : 1;
+        const Clock::time_point deadline = Clock::now() + deadline_for(reads * int64_t(job->prompt.size()), max_tokens);
         active_.push_back(std::make_unique<ActiveJob>(*this, std::move(job), session, deadline));
     }
 }

@@ -13,6 +13,13 @@
 // drawn last and draws the next. So a long prompt is read a chunk per iteration between the running
 // streams' tokens, and a request admitted mid-stream joins at the next iteration.
 //
+// Scoring a prompt (completions with echo + logprobs) takes prefill steps the same way, before the
+// job's own prompt pieces: each runs forward_all on the next at most `prefill_chunk` prompt tokens of a
+// scratch sequence kept across the job's steps, and turns that chunk's logits into logprobs at once, so
+// the host holds [chunk][n_vocab] floats, never [prompt][n_vocab], and the other jobs step between
+// chunks. The logprobs reach the client in one event after the last chunk; a job stopped between
+// chunks sends none (its scratch sequence and logprobs are dropped).
+//
 // step_active() is the batched decode step: it receives every job that wants a decode step this
 // iteration, and each job's step is two halves around one forward call — the token to feed, then
 // fed() (record it, draw the next: sampling, stop strings, the event to the client). All the jobs' tokens
@@ -50,8 +57,9 @@ struct SchedulerOptions {
     PoolOptions pool;
     int max_queued = 256;  // submit() refuses past this many waiting jobs
     // Prompt tokens read per iteration, in pieces of at most this many (Session::begin_turn's
-    // max_piece), so a long prompt is read between the other jobs' tokens. 0: no bound (pieces end only
-    // at checkpoint intervals, and every waiting prompt is read in one iteration).
+    // max_piece, and the chunks of a prompt's scoring), so a long prompt is read between the other jobs'
+    // tokens. 0: no bound (pieces end only at checkpoint intervals, a prompt is scored in one chunk, and
+    // every waiting prompt is read in one iteration).
     int64_t prefill_chunk = 256;
 };
 

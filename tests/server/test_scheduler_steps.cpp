@@ -3,16 +3,20 @@
 // gets alone; and the order of engine calls the CUDA engine needs — a sequence's token drawn after its
 // own forward call (or the batch it was a row of) and before any other, since that engine keeps only the
 // latest call's logits (runtime/engine.h). A CPU engine wrapped to refuse any other order stands in for it
-// here.
+// here. A prompt scored for echo + logprobs is read a chunk per iteration, with the logprobs of one
+// forward pass over the whole prompt, while the other jobs decode between its chunks.
 #include "core/error.h"
 #include "runtime/engine.h"
 #include "server/scheduler.h"
+#include "server/token_logprob.h"
 #include "server_process.h"
 #include "text/tokenizer_load.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
+#include <future>
 #include <map>
 #include <vector>
 
@@ -36,11 +40,13 @@ public:
         return inner_->new_sequence(options);
     }
     void forward(EngineSequence& sequence, std::span<const int32_t> ids) override {
+        record('f', sequence, ids.size());
         inner_->forward(sequence, ids);
         latest_ = {&sequence};
         ++forward_calls_;
     }
     void forward_batch(std::span<EngineSequence* const> sequences, std::span<const int32_t> ids) override {
+        for (EngineSequence* sequence : sequences) record('b', *sequence, 1);
         inner_->forward_batch(sequences, ids);
         latest_.assign(sequences.begin(), sequences.end());
         ++batch_calls_;
@@ -55,6 +61,7 @@ public:
         return inner_->last_logits(sequence);
     }
     std::vector<float> forward_all(EngineSequence& sequence, std::span<const int32_t> ids) override {
+        record('a', sequence, ids.size());
         std::vector<float> logits = inner_->forward_all(sequence, ids);
         latest_ = {&sequence};
         return logits;
@@ -64,7 +71,23 @@ public:
     int64_t batch_calls() const { return batch_calls_; }
     int64_t batch_rows() const { return batch_rows_; }
 
+    // Every forward call in order, a batch as one entry per row: 'f' forward, 'b' a row of forward_batch,
+    // 'a' forward_all. Read once the scheduler is idle or stopped.
+    struct Call {
+        char kind;
+        const EngineSequence* sequence;
+        size_t ids;
+    };
+    const std::vector<Call>& calls() const { return calls_; }
+    // Runs on the scheduler thread before each call is recorded (and made).
+    std::function<void(const Call&)> before_call;
+
 private:
+    void record(char kind, const EngineSequence& sequence, size_t ids) {
+        const Call call{kind, &sequence, ids};
+        if (before_call) before_call(call);
+        calls_.push_back(call);
+    }
     void check_latest(const EngineSequence& sequence) const {
         if (std::find(latest_.begin(), latest_.end(), &sequence) == latest_.end())
             fail("engine: cuda: another sequence ran a forward pass since this one's; feed this sequence again first");
@@ -72,6 +95,7 @@ private:
     std::unique_ptr<Engine> inner_;
     std::vector<const EngineSequence*> latest_;  // the last call's sequences (a batch's rows)
     int64_t forward_calls_ = 0, batch_calls_ = 0, batch_rows_ = 0;
+    std::vector<Call> calls_;
 };
 
 struct Reply {
@@ -79,6 +103,8 @@ struct Reply {
     std::vector<float> logprobs;
     server::JobEvent done;
     std::string error;
+    std::vector<server::TokenLogprob> prompt_logprobs;
+    int prompt_logprobs_events = 0;
 };
 
 std::shared_ptr<server::Job> job_for(const std::vector<int32_t>& prompt, int64_t max_tokens, bool logprobs) {
@@ -101,6 +127,9 @@ Reply collect(server::Job& job) {
         if (e->kind == server::JobEvent::Kind::token) {
             reply.tokens.push_back(e->token);
             if (e->logprob) reply.logprobs.push_back(e->logprob->logprob);
+        } else if (e->kind == server::JobEvent::Kind::prompt_logprobs) {
+            reply.prompt_logprobs = e->prompt_logprobs;
+            ++reply.prompt_logprobs_events;
         } else if (e->kind == server::JobEvent::Kind::error) {
             reply.error = e->message;
             return reply;
@@ -197,6 +226,250 @@ TEST(SchedulerSteps, TheStandInRefusesADrawAfterAnotherSequencesCall) {
     EXPECT_NO_THROW(engine.next_token(*a, sampler, history));
     EXPECT_NO_THROW(engine.next_token(*b, sampler, history));
     EXPECT_THROW(engine.next_token(*c, sampler, history), Error);
+    fs::remove_all(dir);
+}
+
+// echo + logprobs with max_tokens 0 (lm-evaluation-harness's loglikelihood request).
+std::shared_ptr<server::Job> scoring_job(const std::vector<int32_t>& prompt, int top_logprobs) {
+    auto job = job_for(prompt, 0, false);
+    job->generate = false;
+    job->prompt_logprobs = true;
+    job->top_logprobs = top_logprobs;
+    return job;
+}
+
+// The one-step scoring the chunks must reproduce: one forward_all over the whole prompt on a fresh engine,
+// prompt token i scored by the logits of position i − 1.
+std::vector<server::TokenLogprob> scored_in_one_pass(const fs::path& model, const std::vector<int32_t>& prompt, int top) {
+    std::unique_ptr<Engine> engine = open_engine(model, "cpu");
+    std::unique_ptr<EngineSequence> sequence =
+        engine->new_sequence({.max_positions = int64_t(prompt.size()), .kv_format = KvFormat::f32});
+    const std::vector<float> logits = engine->forward_all(*sequence, prompt);
+    const size_t n_vocab = size_t(engine->config().n_vocab);
+    std::vector<server::TokenLogprob> out;
+    for (size_t i = 1; i < prompt.size(); ++i)
+        out.push_back(server::logprob_of(std::span(logits).subspan((i - 1) * n_vocab, n_vocab), prompt[i], top));
+    return out;
+}
+
+// Bit for bit: the same floats, the same alternatives in the same order.
+void expect_same_logprobs(const std::vector<server::TokenLogprob>& got, const std::vector<server::TokenLogprob>& want) {
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+        SCOPED_TRACE(testing::Message() << "prompt token " << i + 1);
+        ASSERT_EQ(got[i].token, want[i].token);
+        ASSERT_EQ(got[i].logprob, want[i].logprob);
+        ASSERT_EQ(got[i].top, want[i].top);
+    }
+}
+
+std::vector<LatestLogitsOnly::Call> calls_of(const LatestLogitsOnly& engine, char kind) {
+    std::vector<LatestLogitsOnly::Call> out;
+    for (const LatestLogitsOnly::Call& c : engine.calls())
+        if (c.kind == kind) out.push_back(c);
+    return out;
+}
+
+// A 70-token prompt scored in chunks of 16 (69 tokens fed: 16 + 16 + 16 + 16 + 5), and unbounded (one
+// chunk of 69), on the attention-only fixture and on a gated-DeltaNet hybrid: the logprobs and top
+// alternatives of one forward pass over the whole prompt, exactly, in one event.
+TEST(SchedulerSteps, EchoScoringInChunksEqualsOneForwardPassOverThePrompt) {
+    const fs::path dir = test::scratch_dir("deltabit_test_scheduler_echo");
+    fs::remove_all(dir);
+    const std::vector<int32_t> prompt = bytes_of(70, 'c');
+    constexpr int kTop = 3;
+    for (const char* fixture : {"qwen3_binary", "qwen3_5_binary"}) {
+        const fs::path model = test::server_model(dir / fixture, fixture);
+        const text::Tokenizer tokenizer = text::load_tokenizer(model.string());
+        const std::vector<server::TokenLogprob> want = scored_in_one_pass(model, prompt, kTop);
+        for (const int64_t chunk : {int64_t(16), int64_t(0)}) {
+            SCOPED_TRACE(testing::Message() << fixture << ", prefill_chunk " << chunk);
+            server::SchedulerOptions options;
+            options.pool.live = 1;
+            options.pool.session = {.sequence = {.max_positions = 256, .kv_format = KvFormat::f32}};
+            options.prefill_chunk = chunk;
+            LatestLogitsOnly engine(open_engine(model, "cpu"));
+            server::Scheduler scheduler(engine, tokenizer, options);
+            const auto job = scoring_job(prompt, kTop);
+            ASSERT_TRUE(scheduler.submit(job));
+            const Reply got = collect(*job);
+            scheduler.stop();
+            ASSERT_EQ(got.error, "");
+            EXPECT_EQ(got.done.finish, "length");
+            EXPECT_EQ(got.done.prompt_tokens, 70);
+            EXPECT_EQ(got.done.completion_tokens, 0);
+            EXPECT_EQ(got.prompt_logprobs_events, 1);
+            expect_same_logprobs(got.prompt_logprobs, want);
+            // The chunks the scratch sequence was fed: none past the chunk, all of them one sequence.
+            const std::vector<LatestLogitsOnly::Call> scoring = calls_of(engine, 'a');
+            std::vector<size_t> sizes;
+            for (const auto& c : scoring) sizes.push_back(c.ids);
+            const std::vector<size_t> want_sizes = chunk == 16 ? std::vector<size_t>{16, 16, 16, 16, 5} : std::vector<size_t>{69};
+            EXPECT_EQ(sizes, want_sizes);
+            for (const auto& c : scoring) EXPECT_EQ(c.sequence, scoring.front().sequence);
+            EXPECT_EQ(engine.calls().size(), scoring.size());  // nothing else ran: max_tokens 0
+        }
+    }
+    fs::remove_all(dir);
+}
+
+// A job decoding while another's 97-token prompt is scored in chunks of 16: the first job takes a decode
+// step, and sends its token, between every two chunks, and each gets what it gets alone.
+TEST(SchedulerSteps, AnotherJobStreamsWhileALongPromptIsScored) {
+    const fs::path dir = test::scratch_dir("deltabit_test_scheduler_echo_streams");
+    fs::remove_all(dir);
+    const fs::path model = test::server_model(dir / "model");
+    const text::Tokenizer tokenizer = text::load_tokenizer(model.string());
+    server::SchedulerOptions options;
+    options.pool.live = 2;
+    options.pool.session = {.sequence = {.max_positions = 256, .kv_format = KvFormat::f32}};
+    options.prefill_chunk = 16;
+    const std::vector<int32_t> long_prompt = bytes_of(97, 'e');
+    constexpr int64_t kTokens = 40;
+
+    Reply alone;
+    {
+        LatestLogitsOnly engine(open_engine(model, "cpu"));
+        server::Scheduler scheduler(engine, tokenizer, options);
+        const auto job = job_for(bytes_of(5, 'q'), kTokens, true);
+        ASSERT_TRUE(scheduler.submit(job));
+        alone = collect(*job);
+        ASSERT_EQ(alone.error, "");
+    }
+
+    LatestLogitsOnly engine(open_engine(model, "cpu"));
+    // The streaming job's first decode step (its second forward call, after its prompt) waits until the
+    // scored job is queued: that one is admitted while the other decodes with nearly all its tokens to
+    // go, whatever the timing.
+    std::promise<void> decoding, both_queued;
+    std::shared_future<void> gate = both_queued.get_future().share();
+    const auto streaming = job_for(bytes_of(5, 'q'), kTokens, true);
+    const auto scored = scoring_job(long_prompt, 2);
+    std::vector<size_t> streamed_at_chunk;  // the streaming job's events waiting when each chunk starts
+    int forwards = 0;
+    engine.before_call = [&](const LatestLogitsOnly::Call& call) {
+        if (call.kind == 'f' && ++forwards == 2) {
+            decoding.set_value();
+            gate.wait();
+        }
+        if (call.kind == 'a') streamed_at_chunk.push_back(streaming->pending());
+    };
+    server::Scheduler scheduler(engine, tokenizer, options);
+    ASSERT_TRUE(scheduler.submit(streaming));
+    decoding.get_future().wait();
+    ASSERT_TRUE(scheduler.submit(scored));
+    both_queued.set_value();
+    const Reply got_scored = collect(*scored);
+    const Reply got_streaming = collect(*streaming);
+    scheduler.stop();
+
+    ASSERT_EQ(got_scored.error, "");
+    expect_same_logprobs(got_scored.prompt_logprobs, scored_in_one_pass(model, long_prompt, 2));
+    ASSERT_EQ(got_streaming.error, "");
+    EXPECT_EQ(got_streaming.tokens, alone.tokens);
+    EXPECT_EQ(got_streaming.logprobs, alone.logprobs);
+    // 96 tokens fed in 6 chunks, one per iteration; the streaming job's token count grew between each two.
+    ASSERT_EQ(streamed_at_chunk.size(), 6u);
+    for (size_t i = 1; i < streamed_at_chunk.size(); ++i) EXPECT_GT(streamed_at_chunk[i], streamed_at_chunk[i - 1]) << i;
+    const auto& calls = engine.calls();
+    const auto first = std::find_if(calls.begin(), calls.end(), [](const auto& c) { return c.kind == 'a'; });
+    const auto last = std::find_if(calls.rbegin(), calls.rend(), [](const auto& c) { return c.kind == 'a'; }).base();
+    EXPECT_GE(std::count_if(first, last, [](const auto& c) { return c.kind != 'a'; }), 5);
+    fs::remove_all(dir);
+}
+
+// A scoring job cancelled after its second chunk: no third chunk, no logprobs sent, finish "cancelled";
+// the session it held then scores the same prompt whole and exactly.
+TEST(SchedulerSteps, ScoringCancelledBetweenChunksLeavesNothingBehind) {
+    const fs::path dir = test::scratch_dir("deltabit_test_scheduler_echo_cancel");
+    fs::remove_all(dir);
+    const fs::path model = test::server_model(dir / "model");
+    const text::Tokenizer tokenizer = text::load_tokenizer(model.string());
+    server::SchedulerOptions options;
+    options.pool.live = 1;
+    options.pool.session = {.sequence = {.max_positions = 256, .kv_format = KvFormat::f32}};
+    options.prefill_chunk = 16;
+    const std::vector<int32_t> prompt = bytes_of(97, 'k');
+
+    LatestLogitsOnly engine(open_engine(model, "cpu"));
+    const auto cancelled = scoring_job(prompt, 1);
+    int chunks = 0;
+    engine.before_call = [&](const LatestLogitsOnly::Call& call) {
+        if (call.kind == 'a' && ++chunks == 2) cancelled->cancel();  // checked before the job's next step
+    };
+    server::Scheduler scheduler(engine, tokenizer, options);
+    ASSERT_TRUE(scheduler.submit(cancelled));
+    const Reply got_cancelled = collect(*cancelled);
+    EXPECT_EQ(got_cancelled.error, "");
+    EXPECT_EQ(got_cancelled.done.finish, "cancelled");
+    EXPECT_EQ(got_cancelled.prompt_logprobs_events, 0);
+    EXPECT_EQ(calls_of(engine, 'a').size(), 2u);
+
+    const auto again = scoring_job(prompt, 1);
+    ASSERT_TRUE(scheduler.submit(again));
+    const Reply got = collect(*again);
+    scheduler.stop();
+    ASSERT_EQ(got.error, "");
+    EXPECT_EQ(got.done.finish, "length");
+    expect_same_logprobs(got.prompt_logprobs, scored_in_one_pass(model, prompt, 1));
+    EXPECT_EQ(calls_of(engine, 'a').size(), 2u + 6u);
+    const server::SchedulerStats stats = scheduler.stats();
+    EXPECT_EQ(stats.finished.at("cancelled"), 1);
+    EXPECT_EQ(stats.finished.at("length"), 1);
+    fs::remove_all(dir);
+}
+
+// echo + logprobs with generation: the prompt scored in chunks first (its logprobs before any token),
+// then the same tokens and logprobs as without echo. A one-token prompt has nothing to score: an empty
+// event and no forward call for it.
+TEST(SchedulerSteps, ScoredPromptThenGeneratesAndAOneTokenPromptScoresNothing) {
+    const fs::path dir = test::scratch_dir("deltabit_test_scheduler_echo_generate");
+    fs::remove_all(dir);
+    const fs::path model = test::server_model(dir / "model");
+    const text::Tokenizer tokenizer = text::load_tokenizer(model.string());
+    server::SchedulerOptions options;
+    options.pool.live = 1;
+    options.pool.session = {.sequence = {.max_positions = 256, .kv_format = KvFormat::f32}};
+    options.prefill_chunk = 16;
+    const std::vector<int32_t> prompt = bytes_of(50, 'm');
+    constexpr int64_t kTokens = 12;
+
+    Reply plain;
+    {
+        LatestLogitsOnly engine(open_engine(model, "cpu"));
+        server::Scheduler scheduler(engine, tokenizer, options);
+        const auto job = job_for(prompt, kTokens, true);
+        ASSERT_TRUE(scheduler.submit(job));
+        plain = collect(*job);
+        ASSERT_EQ(plain.error, "");
+    }
+    LatestLogitsOnly engine(open_engine(model, "cpu"));
+    server::Scheduler scheduler(engine, tokenizer, options);
+    const auto echoed = job_for(prompt, kTokens, true);
+    echoed->prompt_logprobs = true;
+    echoed->top_logprobs = 2;
+    ASSERT_TRUE(scheduler.submit(echoed));
+    const std::optional<server::JobEvent> first = echoed->pop(std::chrono::seconds(60));
+    ASSERT_TRUE(first.has_value());
+    ASSERT_EQ(first->kind, server::JobEvent::Kind::prompt_logprobs);
+    expect_same_logprobs(first->prompt_logprobs, scored_in_one_pass(model, prompt, 2));
+    const Reply got = collect(*echoed);
+    ASSERT_EQ(got.error, "");
+    EXPECT_EQ(got.tokens, plain.tokens);
+    EXPECT_EQ(got.logprobs, plain.logprobs);
+    EXPECT_EQ(got.done.completion_tokens, kTokens);
+    EXPECT_EQ(calls_of(engine, 'a').size(), 4u);  // 49 tokens: 16 + 16 + 16 + 1
+
+    const size_t calls_before = engine.calls().size();
+    const auto single = scoring_job({int32_t('z')}, 2);
+    ASSERT_TRUE(scheduler.submit(single));
+    const Reply scored_single = collect(*single);
+    scheduler.stop();
+    ASSERT_EQ(scored_single.error, "");
+    EXPECT_EQ(scored_single.done.finish, "length");
+    EXPECT_EQ(scored_single.prompt_logprobs_events, 1);
+    EXPECT_TRUE(scored_single.prompt_logprobs.empty());
+    EXPECT_EQ(engine.calls().size(), calls_before);
     fs::remove_all(dir);
 }
 
