@@ -7,8 +7,8 @@
 //
 // Writes into run.out_dir: curves.csv (one row per optimizer step; eval_bpb on evaluation steps:
 // train/curves_csv.h), curves.svg (the curves drawn, train/curves_plot.h: at every evaluation and
-// where the invocation stops, from the whole file on --resume), checkpoint.bin (every checkpoint.every steps and at the end, atomically), and when the run reaches
-// run.steps, model.gguf (Q1_0 for a QAT run, else F32: train/export.h); prints a progress line (step,
+// where the invocation stops, from the whole file on --resume), checkpoint.bin (every checkpoint.every
+// steps and at the end, atomically), and when the run reaches run.steps, model.gguf (Q1_0 for a QAT run, else F32: train/export.h); prints a progress line (step,
 // tokens/s, MFU, loss, eval BPB, ETA) on a terminal, one line per evaluation otherwise; appends the
 // invocation's mean tokens/s and MFU to bench/history.tsv (MFU against the bf16 tensor rate `deltabit
 // bench` reads prefill against, cli/bench_gpu.h; only on a GPU whose rate is known).
@@ -109,15 +109,19 @@ void run_plot(const TrainArgs& args) {
     }
     std::filesystem::path out = args.plot_output;
     if (out.empty()) out = std::filesystem::path(csv).replace_extension(".svg");
-    if (out == csv) fail("train --plot: {}: the output would overwrite the curves file; name another with -o", csv.string());
+    if (out == csv)
+        fail("train --plot: {}: the output would overwrite the curves file; name another with -o", csv.string());
     write_file_atomically(out, svg, "train --plot");
-    if (!args.quiet) fmt::print("train --plot: {} steps from {} → {}\n", rows.back().step, csv.string(), out.string());
+    if (!args.quiet)
+        fmt::print("train --plot: {} step{} from {} → {}\n", rows.back().step, rows.back().step == 1 ? "" : "s",
+                   csv.string(), out.string());
 }
 
 void run_train(const TrainArgs& args) {
     if (!args.plot.empty()) return run_plot(args);
     if (args.config.empty())
-        fail("train: give the run's CONFIG.toml (or --plot CURVES.csv to draw a curves file; see deltabit train --help)");
+        fail("train: give the run's CONFIG.toml (or --plot CURVES.csv to draw a curves file; see deltabit train "
+             "--help)");
     std::ifstream in(args.config, std::ios::binary);
     if (!in) fail("train: {}: cannot open the config file", args.config);
     std::ostringstream text;
@@ -238,8 +242,8 @@ void add_train_command(CLI::App& app) {
     auto args = std::make_shared<TrainArgs>();
     CLI::App* cmd = app.add_subcommand(
         "train", "Train a model as CONFIG.toml describes (on the GPU or the CPU reference), or draw a curves file");
-    CLI::Option* config =
-        cmd->add_option("config", args->config, "the run's TOML config (see configs/bytelm-hybrid.toml, docs/train.md)");
+    CLI::Option* config = cmd->add_option("config", args->config,
+                                          "the run's TOML config (see configs/bytelm-hybrid.toml, docs/train.md)");
     std::vector<CLI::Option*> training = {
         cmd->add_flag("--resume", args->resume,
                       "continue from run.out_dir/checkpoint.bin (default: start fresh; refused if one exists)"),

@@ -58,7 +58,8 @@ std::vector<CurveRow> parse_curves_csv(std::string_view text, std::string_view n
     std::vector<std::string_view> lines;
     for (size_t start = 0; start < text.size();) {
         const size_t newline = text.find('\n', start);
-        std::string_view line = text.substr(start, newline == std::string_view::npos ? std::string_view::npos : newline - start);
+        const size_t end = newline == std::string_view::npos ? text.size() : newline;
+        std::string_view line = text.substr(start, end - start);
         if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
         lines.push_back(line);
         start = newline == std::string_view::npos ? text.size() : newline + 1;

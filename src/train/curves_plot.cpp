@@ -1,6 +1,7 @@
 #include "train/curves_plot.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +11,7 @@ namespace deltabit::train {
 namespace {
 
 // The canvas and the plot frame inside it (pixels). 900 × 500 reads at its natural size on a laptop
-// screen and in a GitHub README; the margins hold the tick labels, the title and three note lines.
+// screen and in a GitHub README; the margins hold the tick labels, the title and up to four note lines.
 constexpr double kWidth = 900, kHeight = 500;
 constexpr double kLeft = 72, kRight = 876, kTop = 70, kBottom = 398;
 constexpr int kMaxXTicks = 10, kMaxYTicks = 8;
@@ -65,12 +66,15 @@ double clamp_pixel(double p) { return std::clamp(p, -4 * kHeight, 5 * kHeight); 
 std::vector<Point> thin_to_columns(const std::vector<Point>& points, double x_lo, double x_hi) {
     const double columns = kRight - kLeft;
     if (double(points.size()) <= 2 * columns) return points;
+    auto column_of = [&](const Point& p) {
+        return std::min(std::floor((p.step - x_lo) / (x_hi - x_lo) * columns), columns - 1);
+    };
     std::vector<Point> out;
     size_t begin = 0;
     while (begin < points.size()) {
-        const long column = std::lround((points[begin].step - x_lo) / (x_hi - x_lo) * columns);
+        const double column = column_of(points[begin]);
         size_t end = begin, lowest = begin, highest = begin;
-        while (end < points.size() && std::lround((points[end].step - x_lo) / (x_hi - x_lo) * columns) == column) {
+        while (end < points.size() && column_of(points[end]) == column) {
             if (points[end].value < points[lowest].value) lowest = end;
             if (points[end].value > points[highest].value) highest = end;
             ++end;
@@ -211,7 +215,8 @@ std::string plot_curves_svg(std::span<const CurveRow> rows, const std::string& t
         kWidth, kHeight, xml_escape(title));
     std::string about = subtitle;
     if (!rows.empty())
-        about += fmt::format("{}{} steps", about.empty() ? "" : " · ", rows.back().step) +
+        about += fmt::format("{}{} step{}", about.empty() ? "" : " · ", rows.back().step,
+                             rows.back().step == 1 ? "" : "s") +
                  (rows.back().tokens > 0 ? fmt::format(", {} tokens", human_count(rows.back().tokens)) : "");
     svg += fmt::format(R"(<text class="title" x="{}" y="26" font-size="17" font-weight="bold">{}</text>)"
                        "\n"
@@ -229,9 +234,11 @@ std::string plot_curves_svg(std::span<const CurveRow> rows, const std::string& t
     if (s.train.empty() && s.eval.empty()) {
         const std::string message =
             rows.empty() ? "no steps recorded yet"
-                         : fmt::format("no finite value to plot: {} steps, every loss NaN or infinite", rows.size());
+                         : fmt::format("no finite value to plot: {} step{}, every loss NaN or infinite", rows.size(),
+                                       rows.size() == 1 ? "" : "s");
         svg += frame;
-        svg += fmt::format(R"(<text class="empty" x="{}" y="{}" text-anchor="middle" font-size="15" fill="#555">{}</text>)"
+        svg += fmt::format(R"(<text class="empty" x="{}" y="{}" text-anchor="middle" font-size="15" fill="#555">)"
+                           "{}</text>"
                            "\n</svg>\n",
                            (kLeft + kRight) / 2, (kTop + kBottom) / 2, xml_escape(message));
         return svg;
@@ -312,7 +319,8 @@ std::string plot_curves_svg(std::span<const CurveRow> rows, const std::string& t
     const double legend_width = 44 + 6.8 * double(std::max(train_entry.size(), eval_entry.size()));
     const double lx = kRight - 10 - legend_width, ly = kTop + 10;
     svg += fmt::format(
-        R"(<g class="legend"><rect x="{0:.1f}" y="{1}" width="{2:.1f}" height="46" fill="white" fill-opacity="0.9" stroke="#bbb"/>)"
+        R"(<g class="legend"><rect x="{0:.1f}" y="{1}" width="{2:.1f}" height="46" fill="white" )"
+        R"(fill-opacity="0.9" stroke="#bbb"/>)"
         "\n"
         R"(<line x1="{3:.1f}" y1="{4}" x2="{5:.1f}" y2="{4}" stroke="{6}" stroke-width="2"/>)"
         R"(<text x="{7:.1f}" y="{8}">{9}</text>)"
@@ -334,25 +342,29 @@ std::string plot_curves_svg(std::span<const CurveRow> rows, const std::string& t
             if (p.value < y.lo - 1e-9 * (y.hi - y.lo) || p.value > y.hi + 1e-9 * (y.hi - y.lo)) ++outside;
     if (outside > 0) {
         std::string why;
-        if (fit.left_out_start) why = fmt::format("the steps after step {} (the first 5% left out)", fit.fit_after_step);
+        if (fit.left_out_start)
+            why = fmt::format("the steps after step {} (the first 5% left out)", fit.fit_after_step);
         if (fit.left_out_outliers) why += std::string(why.empty() ? "" : ", ") + "without loss outliers";
         notes.push_back(fmt::format("The y axis fits {}: {} point{} outside it {} cut at the frame.", why, outside,
                                     outside == 1 ? "" : "s", outside == 1 ? "is" : "are"));
     }
-    std::string skipped;
-    if (s.nonfinite_train + s.nonfinite_eval > 0)
-        skipped = fmt::format("Left out as NaN or infinite: {} loss{} and {} eval value{} (the first at step {}).",
-                              s.nonfinite_train, s.nonfinite_train == 1 ? "" : "es", s.nonfinite_eval,
-                              s.nonfinite_eval == 1 ? "" : "s", s.first_nonfinite_step);
+    if (s.nonfinite_train + s.nonfinite_eval > 0) {
+        std::vector<std::string> what;
+        if (s.nonfinite_train > 0)
+            what.push_back(fmt::format("{} loss{}", s.nonfinite_train, s.nonfinite_train == 1 ? "" : "es"));
+        if (s.nonfinite_eval > 0)
+            what.push_back(fmt::format("{} eval value{}", s.nonfinite_eval, s.nonfinite_eval == 1 ? "" : "s"));
+        notes.push_back(fmt::format("Left out as NaN or infinite: {} (the first at step {}).", fmt::join(what, " and "),
+                                    s.first_nonfinite_step));
+    }
     if (train.size() < s.train.size())
-        skipped += fmt::format("{}Training loss thinned to the lowest and highest value per pixel column ({} of {} "
-                               "points).",
-                               skipped.empty() ? "" : " ", train.size(), s.train.size());
-    if (!skipped.empty()) notes.push_back(skipped);
+        notes.push_back(fmt::format("Training loss thinned to each pixel column's lowest and highest value ({} of {} "
+                                    "points).",
+                                    train.size(), s.train.size()));
     for (size_t i = 0; i < notes.size(); ++i)
         svg += fmt::format(R"(<text class="note" x="12" y="{}" font-size="11" fill="#555">{}</text>)"
                            "\n",
-                           kBottom + 60 + 16 * double(i), xml_escape(notes[i]));
+                           kBottom + 54 + 14 * double(i), xml_escape(notes[i]));
     return svg + "</svg>\n";
 }
 
