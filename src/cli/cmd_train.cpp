@@ -261,21 +261,36 @@ void add_train_command(CLI::App& app) {
         cmd->add_option("--commit", args->commit, "commit hash for the history row (default: git's, where present)"),
     };
     cmd->add_flag("-q,--quiet", args->quiet, "no progress output (default: a live line on a terminal)");
-    CLI::Option* plot = cmd->add_option(
-        "--plot", args->plot,
-        "instead of training, draw CURVES.csv (a run's curves.csv; a run draws its own curves.svg as it goes) as "
-        "an SVG image: training loss and held-out eval in bits per byte against the step");
+    // --plot's options in a group of their own; its conflicts with training are checked in the callback
+    // (CLI11's excludes() would print "Excludes: --plot" beside every training option).
+    const std::string drawing = "Drawing a curves file instead of training";
+    CLI::Option* plot =
+        cmd->add_option("--plot", args->plot,
+                        "draw CURVES.csv (a run's curves.csv; a run draws its own curves.svg as it goes) as an SVG "
+                        "image: training loss and held-out eval in bits per byte against the step")
+            ->type_name("CURVES.csv")
+            ->group(drawing);
     cmd->add_option("-o,--output", args->plot_output,
-                    "with --plot: the SVG to write, - for standard output (default: CURVES.csv with .svg)")
-        ->needs(plot);
-    cmd->add_option("--title", args->title,
-                    "with --plot: the image's title (default: the run's name, from the file's name or folder)")
-        ->needs(plot);
-    plot->excludes(config);
-    for (CLI::Option* option : training) plot->excludes(option);
+                    "the SVG to write, - for standard output (default: CURVES.csv with .svg for .csv)")
+        ->type_name("OUT.svg")
+        ->needs(plot)
+        ->group(drawing);
+    cmd->add_option("--title", args->title, "the image's title (default: the run's name, from the file's folder or name)")
+        ->type_name("TEXT")
+        ->needs(plot)
+        ->group(drawing);
+    config->type_name("CONFIG.toml");
+    training.push_back(config);
     cmd->footer("A run writes run.out_dir/curves.csv (a row per step) and curves.svg (redrawn at every evaluation "
                 "and where the run stops).\nRedraw any curves file: deltabit train --plot runs/NAME/curves.csv");
-    cmd->callback([args] { run_train(*args); });
+    cmd->callback([args, plot, training] {
+        if (plot->count() > 0)
+            for (const CLI::Option* option : training)
+                if (option->count() > 0)
+                    fail("train: --plot draws a curves file and trains nothing: {} does not go with it",
+                         option->get_name().empty() ? option->get_name(true, true) : option->get_name());
+        run_train(*args);
+    });
 }
 
 }  // namespace deltabit::cli

@@ -218,7 +218,11 @@ TEST(CmdTrain, PlotErrorsNameTheFileAndTheProblem) {
     // Misuse: --plot with a config, -o without --plot, nothing at all.
     const test::CommandResult both = test::run_deltabit("train run.toml --plot '" + (dir / "ok.csv").string() + "'");
     EXPECT_EQ(both.exit_code, 1);
-    EXPECT_NE(both.output.find("excludes"), std::string::npos) << both.output;
+    EXPECT_EQ(both.output, "deltabit: error: train: --plot draws a curves file and trains nothing: config does not "
+                           "go with it\n");
+    const test::CommandResult resume = test::run_deltabit("train --resume --plot '" + (dir / "ok.csv").string() + "'");
+    EXPECT_EQ(resume.output, "deltabit: error: train: --plot draws a curves file and trains nothing: --resume does "
+                             "not go with it\n");
     const test::CommandResult stray = test::run_deltabit("train run.toml -o x.svg");
     EXPECT_EQ(stray.exit_code, 1);
     EXPECT_NE(stray.output.find("requires --plot"), std::string::npos) << stray.output;
