@@ -3,10 +3,12 @@
 //
 //   deltabit train CONFIG.toml [--resume] [--max-steps N] [--backend cpu|cuda|auto] [--quiet]
 //                  [--no-history | --history FILE] [--commit HASH]
+//   deltabit train --plot CURVES.csv [-o OUT.svg] [--title TEXT]
 //
-// Writes into run.out_dir: curves.csv (one row per optimizer step; eval_bpb on evaluation steps),
-// checkpoint.bin (every checkpoint.every steps and at the end, atomically), and when the run reaches
-// run.steps, model.gguf (Q1_0 for a QAT run, else F32: train/export.h); prints a progress line (step,
+// Writes into run.out_dir: curves.csv (one row per optimizer step; eval_bpb on evaluation steps:
+// train/curves_csv.h), curves.svg (the curves drawn, train/curves_plot.h: at every evaluation and
+// where the invocation stops, from the whole file on --resume), checkpoint.bin (every checkpoint.every
+// steps and at the end, atomically), and when the run reaches run.steps, model.gguf (Q1_0 for a QAT run, else F32: train/export.h); prints a progress line (step,
 // tokens/s, MFU, loss, eval BPB, ETA) on a terminal, one line per evaluation otherwise; appends the
 // invocation's mean tokens/s and MFU to bench/history.tsv (MFU against the bf16 tensor rate `deltabit
 // bench` reads prefill against, cli/bench_gpu.h; only on a GPU whose rate is known).
@@ -14,6 +16,9 @@
 #include "cli/commands.h"
 #include "cli/progress.h"
 #include "core/error.h"
+#include "core/file_io.h"
+#include "train/curves_csv.h"
+#include "train/curves_plot.h"
 #include "train/export.h"
 #include "train/trainer.h"
 
@@ -22,9 +27,12 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <memory>
 #include <fstream>
+#include <memory>
+#include <optional>
 #include <sstream>
+#include <string>
+#include <vector>
 
 namespace deltabit::cli {
 namespace {
@@ -38,6 +46,10 @@ struct TrainArgs {
     std::string history = std::string(DELTABIT_SOURCE_DIR) + "/bench/history.tsv";
     bool no_history = false;
     std::string commit;
+    // --plot: redraw the image of a curves file instead of training.
+    std::string plot;
+    std::string plot_output;  // "": CURVES.csv's name with .svg; "-": standard output
+    std::string title;        // "": the run's name, from the file's name
 };
 
 // Dense bf16 tensor rate (TFLOP/s) of the GPU the run is on, as `deltabit bench` reads prefill against
@@ -74,7 +86,42 @@ std::string format_duration(double seconds) {
     return s >= 3600 ? fmt::format("{}h{:02}m", s / 3600, s / 60 % 60) : fmt::format("{}m{:02}s", s / 60, s % 60);
 }
 
+// The run's name for a curves file: runs/NAME/curves.csv → NAME, models/NAME.curves.csv → NAME.
+std::string run_name_of_curves(const std::filesystem::path& csv) {
+    std::string stem = csv.stem().string();
+    if (stem == "curves" && !csv.parent_path().filename().empty()) return csv.parent_path().filename().string();
+    if (stem.ends_with(".curves")) stem.resize(stem.size() - 7);
+    return stem;
+}
+
+void run_plot(const TrainArgs& args) {
+    const std::filesystem::path csv = args.plot;
+    const std::string text = read_regular_file(csv, "train --plot");
+    const std::vector<train::CurveRow> rows = train::parse_curves_csv(text, "train --plot: " + csv.string());
+    if (rows.empty())
+        fail("train --plot: {}: only the header, no steps yet: nothing to plot (the trainer writes a row per step)",
+             csv.string());
+    const std::string title = args.title.empty() ? run_name_of_curves(csv) : args.title;
+    const std::string svg = train::plot_curves_svg(rows, title, "from " + csv.string());
+    if (args.plot_output == "-") {
+        fmt::print("{}", svg);
+        return;
+    }
+    std::filesystem::path out = args.plot_output;
+    if (out.empty()) out = std::filesystem::path(csv).replace_extension(".svg");
+    if (out == csv)
+        fail("train --plot: {}: the output would overwrite the curves file; name another with -o", csv.string());
+    write_file_atomically(out, svg, "train --plot");
+    if (!args.quiet)
+        fmt::print("train --plot: {} step{} from {} → {}\n", rows.back().step, rows.back().step == 1 ? "" : "s",
+                   csv.string(), out.string());
+}
+
 void run_train(const TrainArgs& args) {
+    if (!args.plot.empty()) return run_plot(args);
+    if (args.config.empty())
+        fail("train: give the run's CONFIG.toml (or --plot CURVES.csv to draw a curves file; see deltabit train "
+             "--help)");
     std::ifstream in(args.config, std::ios::binary);
     if (!in) fail("train: {}: cannot open the config file", args.config);
     std::ostringstream text;
@@ -86,7 +133,9 @@ void run_train(const TrainArgs& args) {
             ? (std::filesystem::path(args.config).parent_path() / config.run.out_dir).lexically_normal()
             : std::filesystem::path(config.run.out_dir);
     std::filesystem::create_directories(out_dir);
-    const std::filesystem::path checkpoint = out_dir / "checkpoint.bin", curves = out_dir / "curves.csv";
+    const std::filesystem::path checkpoint = out_dir / "checkpoint.bin", curves = out_dir / "curves.csv",
+                                curves_svg = out_dir / "curves.svg";
+    check_replaceable(curves_svg, "train");
 
     train::Trainer trainer(config, text.str());
     if (args.resume) {
@@ -96,10 +145,29 @@ void run_train(const TrainArgs& args) {
     } else if (std::filesystem::exists(checkpoint)) {
         fail("train: {} exists: pass --resume to continue that run, or remove it to start over", checkpoint.string());
     }
+    // On --resume the curves file is read whole (the plot draws the run, not this invocation) and
+    // rewritten up to the checkpoint's step: rows a stopped run wrote after its last checkpoint, and a
+    // last line cut off mid-write, would otherwise sit before the steps this run writes again.
+    std::vector<train::CurveRow> rows;
     const bool fresh_curves = !args.resume || !std::filesystem::exists(curves);
+    if (!fresh_curves) {
+        try {
+            rows = train::parse_curves_csv(read_regular_file(curves, "train"), curves.string());
+        } catch (const Error& e) {
+            fail("train: --resume: {} (fix or move the file: the resumed run appends to it)", e.what());
+        }
+        std::erase_if(rows, [&](const train::CurveRow& r) { return r.step > trainer.step(); });
+        std::string text = train::curves_csv_header();
+        for (const train::CurveRow& r : rows) text += train::format_curve_row(r);
+        write_file_atomically(curves, text, "train");
+    }
     std::ofstream csv(curves, fresh_curves ? std::ios::trunc : std::ios::app);
     if (!csv) fail("train: {}: cannot open for writing", curves.string());
-    if (fresh_curves) csv << "step,tokens,lr,loss,grad_norm,tokens_per_s,eval_bpb\n";
+    if (fresh_curves) csv << train::curves_csv_header();
+    const std::string run_name = std::filesystem::path(args.config).stem().string();
+    auto draw_curves = [&] {
+        write_file_atomically(curves_svg, train::plot_curves_svg(rows, run_name, "config " + args.config), "train");
+    };
 
     const bool live = !args.quiet && stderr_is_terminal();
     const int64_t total = config.run.steps, tokens_per_step = config.tokens_per_step();
@@ -117,15 +185,18 @@ void run_train(const TrainArgs& args) {
         ++steps_timed;
         last_loss = r.loss;
         const bool eval_now = (config.eval.every > 0 && r.step % config.eval.every == 0) || r.step == total;
-        std::string bpb_field;
-        if (eval_now) {
-            last_bpb = trainer.evaluate_bpb();
-            bpb_field = fmt::format("{:.5f}", last_bpb);
-        }
+        if (eval_now) last_bpb = trainer.evaluate_bpb();
         const double tokens_per_s = double(tokens_per_step) / r.seconds;
-        csv << fmt::format("{},{},{:.6g},{:.6f},{:.6g},{:.1f},{}\n", r.step, r.step * tokens_per_step, r.lr, r.loss,
-                           r.grad_norm, tokens_per_s, bpb_field);
+        rows.push_back({.step = r.step,
+                        .tokens = r.step * tokens_per_step,
+                        .lr = r.lr,
+                        .loss = r.loss,
+                        .grad_norm = r.grad_norm,
+                        .tokens_per_s = tokens_per_s,
+                        .eval_bpb = eval_now ? std::optional<double>(last_bpb) : std::nullopt});
+        csv << train::format_curve_row(rows.back());
         csv.flush();
+        if (eval_now) draw_curves();
         if ((config.checkpoint.every > 0 && r.step % config.checkpoint.every == 0) || r.step == stop_at)
             trainer.save_checkpoint(checkpoint);
         const double eta = seconds_sum / double(steps_timed) * double(total - r.step);
@@ -141,9 +212,10 @@ void run_train(const TrainArgs& args) {
             fmt::print(stderr, "{}\n", line);
     }
     if (live) fmt::print(stderr, "\n");
+    draw_curves();  // where this invocation stopped, evaluation step or not
     if (std::isnan(last_bpb)) last_bpb = trainer.evaluate_bpb();  // nothing ran, or no evaluation step yet
-    fmt::print("train: done at step {}: held-out {:.5f} bits per byte; checkpoint {}, curves {}\n", trainer.step(),
-               last_bpb, checkpoint.string(), curves.string());
+    fmt::print("train: done at step {}: held-out {:.5f} bits per byte; checkpoint {}, curves {} and {}\n",
+               trainer.step(), last_bpb, checkpoint.string(), curves.string(), curves_svg.filename().string());
     if (steps_timed > 0) {
         const double tokens_per_s = double(tokens_per_step * steps_timed) / seconds_sum;
         const double tflop_s = tokens_per_s * flops_per_token / 1e12;
@@ -168,24 +240,57 @@ void run_train(const TrainArgs& args) {
 
 void add_train_command(CLI::App& app) {
     auto args = std::make_shared<TrainArgs>();
-    CLI::App* cmd = app.add_subcommand("train", "Train a model as CONFIG.toml describes (on the GPU or the CPU reference)");
-    cmd->add_option("config", args->config, "the run's TOML config (see configs/bytelm-hybrid.toml)")->required();
-    cmd->add_flag("--resume", args->resume,
-                  "continue from run.out_dir/checkpoint.bin (default: start fresh; refused if one exists)");
-    cmd->add_option("--max-steps", args->max_steps,
-                    "stop after this many optimizer steps of this invocation, with a checkpoint (default: run to "
-                    "run.steps); continue later with --resume")
-        ->check(CLI::PositiveNumber);
+    CLI::App* cmd = app.add_subcommand(
+        "train", "Train a model as CONFIG.toml describes (on the GPU or the CPU reference), or draw a curves file");
+    CLI::Option* config = cmd->add_option("config", args->config,
+                                          "the run's TOML config (see configs/bytelm-hybrid.toml, docs/train.md)");
+    std::vector<CLI::Option*> training = {
+        cmd->add_flag("--resume", args->resume,
+                      "continue from run.out_dir/checkpoint.bin (default: start fresh; refused if one exists)"),
+        cmd->add_option("--max-steps", args->max_steps,
+                        "stop after this many optimizer steps of this invocation, with a checkpoint (default: run "
+                        "to run.steps); continue later with --resume")
+            ->check(CLI::PositiveNumber),
+        cmd->add_option("--backend", args->backend,
+                        "cpu (the double reference), cuda (the GPU trainer) or auto (cuda when a GPU is present) "
+                        "(default: the config's run.backend)")
+            ->check(CLI::IsMember({"cpu", "cuda", "auto"})),
+        cmd->add_option("--history", args->history, "the TSV this run's tokens/s and MFU are appended to")
+            ->default_str("bench/history.tsv"),
+        cmd->add_flag("--no-history", args->no_history, "do not append to the history file"),
+        cmd->add_option("--commit", args->commit, "commit hash for the history row (default: git's, where present)"),
+    };
     cmd->add_flag("-q,--quiet", args->quiet, "no progress output (default: a live line on a terminal)");
-    cmd->add_option("--backend", args->backend,
-                    "cpu (the double reference), cuda (the GPU trainer) or auto (cuda when a GPU is present) "
-                    "(default: the config's run.backend)")
-        ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
-    cmd->add_option("--history", args->history, "the TSV this run's tokens/s and MFU are appended to")
-        ->default_str("bench/history.tsv");
-    cmd->add_flag("--no-history", args->no_history, "do not append to the history file");
-    cmd->add_option("--commit", args->commit, "commit hash for the history row (default: git's, where present)");
-    cmd->callback([args] { run_train(*args); });
+    // --plot's options in a group of their own; its conflicts with training are checked in the callback
+    // (CLI11's excludes() would print "Excludes: --plot" beside every training option).
+    const std::string drawing = "Drawing a curves file instead of training";
+    CLI::Option* plot =
+        cmd->add_option("--plot", args->plot,
+                        "draw CURVES.csv (a run's curves.csv; a run draws its own curves.svg as it goes) as an SVG "
+                        "image: training loss and held-out eval in bits per byte against the step")
+            ->type_name("CURVES.csv")
+            ->group(drawing);
+    cmd->add_option("-o,--output", args->plot_output,
+                    "the SVG to write, - for standard output (default: CURVES.csv with .svg for .csv)")
+        ->type_name("OUT.svg")
+        ->needs(plot)
+        ->group(drawing);
+    cmd->add_option("--title", args->title, "the image's title (default: the run's name, from the file's folder or name)")
+        ->type_name("TEXT")
+        ->needs(plot)
+        ->group(drawing);
+    config->type_name("CONFIG.toml");
+    training.push_back(config);
+    cmd->footer("A run writes run.out_dir/curves.csv (a row per step) and curves.svg (redrawn at every evaluation "
+                "and where the run stops).\nRedraw any curves file: deltabit train --plot runs/NAME/curves.csv");
+    cmd->callback([args, plot, training] {
+        if (plot->count() > 0)
+            for (const CLI::Option* option : training)
+                if (option->count() > 0)
+                    fail("train: --plot draws a curves file and trains nothing: {} does not go with it",
+                         option->get_name().empty() ? option->get_name(true, true) : option->get_name());
+        run_train(*args);
+    });
 }
 
 }  // namespace deltabit::cli

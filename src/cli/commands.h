@@ -28,7 +28,8 @@ void add_bench_command(CLI::App& app);
 // `deltabit eval -m MODEL FILE` (cmd_eval.cpp): bits per byte of a byte-level model over a text file.
 void add_eval_command(CLI::App& app);
 #ifdef DELTABIT_HAVE_TRAIN
-// `deltabit train CONFIG.toml [--resume]` (cmd_train.cpp; built only with toml++).
+// `deltabit train CONFIG.toml [--resume]` and `deltabit train --plot CURVES.csv` (cmd_train.cpp; built only
+// with toml++).
 void add_train_command(CLI::App& app);
 #endif
 

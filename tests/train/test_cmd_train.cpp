@@ -1,7 +1,9 @@
 // `deltabit train` as a user runs it: a real process on real files. A run stopped with --max-steps and
 // continued with --resume ends with the same checkpoint, byte for byte, as the run made in one go; the
-// curves file has every step; misuse is refused with one line.
+// curves file has every step and its plot every point; `train --plot` redraws any curves file; misuse
+// is refused with one line.
 #include "cli_command.h"
+#include "svg_check.h"
 
 #include <gtest/gtest.h>
 
@@ -102,6 +104,132 @@ TEST(CmdTrain, StopAndResumeEqualsOneRun) {
     const std::string curves_a = read_file(dir / "straight" / "curves.csv");
     EXPECT_EQ(std::count(curves_a.begin(), curves_a.end(), '\n'), 9);  // header + 8 steps
     EXPECT_EQ(columns(curves_a), columns(read_file(split_dir / "straight" / "curves.csv")));
+    // Each run's curves.svg has all 8 steps and both evaluations (steps 4 and 8); the resumed run's
+    // image was drawn from the whole file, not from its own 3 steps.
+    for (const fs::path& run : {dir / "straight", split_dir / "straight"}) {
+        const test::SvgDocument svg = test::parse_svg(read_file(run / "curves.svg"));
+        ASSERT_EQ(svg.error, "") << run;
+        ASSERT_EQ(svg.with_class("train-loss").size(), 1u);
+        ASSERT_EQ(svg.with_class("eval-bpb").size(), 1u);
+        EXPECT_EQ(test::polyline_points(svg.with_class("train-loss")[0]).size(), 8u) << run;
+        EXPECT_EQ(test::polyline_points(svg.with_class("eval-bpb")[0]).size(), 2u) << run;
+        EXPECT_EQ(svg.with_class("title")[0].text, "run");  // the config's name
+    }
+}
+
+// A run stopped between checkpoints left rows after its last one: --resume drops them from the file
+// (the resumed run writes those steps again) and draws the plot from what remains plus its own steps.
+TEST(CmdTrain, ResumeRewritesTheCurvesToTheCheckpoint) {
+    const fs::path dir = make_run_dir("resume_rows", "out");
+    const std::string cfg = "'" + (dir / "run.toml").string() + "'";
+    const test::CommandResult first = test::run_deltabit("train -q --no-history --max-steps 3 " + cfg);
+    ASSERT_EQ(first.exit_code, 0) << first.output;
+    std::string curves = read_file(dir / "out" / "curves.csv");
+    const size_t row3 = curves.find("\n3,");
+    ASSERT_NE(row3, std::string::npos) << curves;
+    // Steps 4 and 5 as if written by a run killed before its next checkpoint, the second cut mid-line.
+    std::ofstream(dir / "out" / "curves.csv", std::ios::app) << "4,256,0.001,9.0,1,5,\n5,320,0.0";
+    const test::CommandResult second = test::run_deltabit("train -q --no-history --resume " + cfg);
+    ASSERT_EQ(second.exit_code, 0) << second.output;
+    curves = read_file(dir / "out" / "curves.csv");
+    EXPECT_EQ(std::count(curves.begin(), curves.end(), '\n'), 9) << curves;  // header + steps 1..8, once each
+    EXPECT_EQ(curves.find("9.000000"), std::string::npos) << curves;
+    const test::SvgDocument svg = test::parse_svg(read_file(dir / "out" / "curves.svg"));
+    ASSERT_EQ(svg.error, "");
+    EXPECT_EQ(test::polyline_points(svg.with_class("train-loss")[0]).size(), 8u);
+
+    // A curves file that is not one is refused before any step, naming it and the line.
+    std::ofstream(dir / "out" / "curves.csv") << "step,tokens,lr,loss,grad_norm,tokens_per_s,eval_bpb\n1,64,x,2,1,5,\n";
+    const test::CommandResult bad = test::run_deltabit("train -q --no-history --resume " + cfg);
+    EXPECT_EQ(bad.exit_code, 1);
+    EXPECT_EQ(bad.output, "deltabit: error: train: --resume: " + (dir / "out" / "curves.csv").string() +
+                              ": line 2: lr 'x' is not a number (fix or move the file: the resumed run appends to "
+                              "it)\n");
+}
+
+// `deltabit train --plot` draws the shipped model's record: all 857 steps and its 5 evaluations.
+TEST(CmdTrain, PlotDrawsACurvesFile) {
+    const fs::path dir = fs::temp_directory_path() / "deltabit_test_cmd_train_plot";
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const std::string shipped = std::string(DELTABIT_SOURCE_DIR) + "/models/bytelm-hybrid-14m.curves.csv";
+    const test::CommandResult run =
+        test::run_deltabit("train --plot '" + shipped + "' -o '" + (dir / "out.svg").string() + "'");
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    EXPECT_NE(run.output.find("857 steps"), std::string::npos) << run.output;
+    const test::SvgDocument svg = test::parse_svg(read_file(dir / "out.svg"));
+    ASSERT_EQ(svg.error, "");
+    EXPECT_EQ(test::polyline_points(svg.with_class("train-loss")[0]).size(), 857u);
+    EXPECT_EQ(test::polyline_points(svg.with_class("eval-bpb")[0]).size(), 5u);
+    EXPECT_EQ(svg.with_class("title")[0].text, "bytelm-hybrid-14m");
+    // The committed image is this command's output for the committed record (drawn from the source
+    // folder, so its subtitle names the file as models/...).
+    std::string drawn = read_file(dir / "out.svg");
+    drawn.replace(drawn.find(shipped), shipped.size(), "models/bytelm-hybrid-14m.curves.csv");
+    EXPECT_EQ(drawn,
+              read_file(fs::path(DELTABIT_SOURCE_DIR) / "models" / "bytelm-hybrid-14m.curves.svg"))
+        << "models/bytelm-hybrid-14m.curves.svg is stale: redraw it with deltabit train --plot "
+           "models/bytelm-hybrid-14m.curves.csv";
+
+    // Default output: beside the CSV, .svg for .csv; the title from the run's folder.
+    fs::create_directories(dir / "myrun");
+    fs::copy_file(shipped, dir / "myrun" / "curves.csv");
+    const test::CommandResult beside =
+        test::run_deltabit("train -q --plot '" + (dir / "myrun" / "curves.csv").string() + "'");
+    ASSERT_EQ(beside.exit_code, 0) << beside.output;
+    EXPECT_EQ(beside.output, "");
+    EXPECT_EQ(test::parse_svg(read_file(dir / "myrun" / "curves.svg")).with_class("title")[0].text, "myrun");
+    const test::CommandResult to_stdout = test::run_deltabit("train --plot '" + shipped + "' -o - --title 'a & b'");
+    ASSERT_EQ(to_stdout.exit_code, 0);
+    EXPECT_EQ(test::parse_svg(to_stdout.output).with_class("title")[0].text, "a &amp; b");
+}
+
+TEST(CmdTrain, PlotErrorsNameTheFileAndTheProblem) {
+    const fs::path dir = fs::temp_directory_path() / "deltabit_test_cmd_train_plot_bad";
+    fs::remove_all(dir);
+    fs::create_directories(dir);
+    const test::CommandResult missing = test::run_deltabit("train --plot /nonexistent/curves.csv");
+    EXPECT_EQ(missing.exit_code, 1);
+    EXPECT_EQ(missing.output, "deltabit: error: train --plot: /nonexistent/curves.csv: no such file\n");
+    const std::string header = "step,tokens,lr,loss,grad_norm,tokens_per_s,eval_bpb\n";
+    std::ofstream(dir / "corrupt.csv") << header << "1,64,0.001,2.5,1,5,\n2,128,0.001,2.4,1,5\n";
+    const test::CommandResult corrupt = test::run_deltabit("train --plot '" + (dir / "corrupt.csv").string() + "'");
+    EXPECT_EQ(corrupt.exit_code, 1);
+    EXPECT_EQ(corrupt.output, "deltabit: error: train --plot: " + (dir / "corrupt.csv").string() +
+                                  ": line 3: 6 fields, the header has 7\n");
+    std::ofstream(dir / "other.csv") << "a,b,c\n1,2,3\n";
+    const test::CommandResult other = test::run_deltabit("train --plot '" + (dir / "other.csv").string() + "'");
+    EXPECT_EQ(other.exit_code, 1);
+    EXPECT_NE(other.output.find("other.csv: line 1: the header has no 'step' column"), std::string::npos)
+        << other.output;
+    std::ofstream(dir / "header.csv") << header;
+    const test::CommandResult empty = test::run_deltabit("train --plot '" + (dir / "header.csv").string() + "'");
+    EXPECT_EQ(empty.exit_code, 1);
+    EXPECT_EQ(empty.output, "deltabit: error: train --plot: " + (dir / "header.csv").string() +
+                                ": only the header, no steps yet: nothing to plot (the trainer writes a row per "
+                                "step)\n");
+    EXPECT_FALSE(fs::exists(dir / "header.svg"));
+    std::ofstream(dir / "ok.csv") << header << "1,64,0.001,2.5,1,5,\n";
+    fs::create_directories(dir / "folder.svg");
+    const test::CommandResult folder = test::run_deltabit("train --plot '" + (dir / "ok.csv").string() + "' -o '" +
+                                                          (dir / "folder.svg").string() + "'");
+    EXPECT_EQ(folder.exit_code, 1);
+    EXPECT_NE(folder.output.find("folder.svg is a folder, not a regular file"), std::string::npos) << folder.output;
+    // Misuse: --plot with a config, -o without --plot, nothing at all.
+    const test::CommandResult both = test::run_deltabit("train run.toml --plot '" + (dir / "ok.csv").string() + "'");
+    EXPECT_EQ(both.exit_code, 1);
+    EXPECT_EQ(both.output, "deltabit: error: train: --plot draws a curves file and trains nothing: config does not "
+                           "go with it\n");
+    const test::CommandResult resume = test::run_deltabit("train --resume --plot '" + (dir / "ok.csv").string() + "'");
+    EXPECT_EQ(resume.output, "deltabit: error: train: --plot draws a curves file and trains nothing: --resume does "
+                             "not go with it\n");
+    const test::CommandResult stray = test::run_deltabit("train run.toml -o x.svg");
+    EXPECT_EQ(stray.exit_code, 1);
+    EXPECT_NE(stray.output.find("requires --plot"), std::string::npos) << stray.output;
+    const test::CommandResult nothing = test::run_deltabit("train");
+    EXPECT_EQ(nothing.exit_code, 1);
+    EXPECT_NE(nothing.output.find("give the run's CONFIG.toml (or --plot CURVES.csv"), std::string::npos)
+        << nothing.output;
 }
 
 // `deltabit eval` on the exported model gives the BPB the trainer printed for the same window.
