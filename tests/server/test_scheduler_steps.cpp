@@ -146,6 +146,25 @@ std::vector<int32_t> bytes_of(size_t n, char first) {
     return ids;
 }
 
+// A scheduler's options for these tests: `live` sessions of 256 f32 positions, prompts read `chunk` tokens
+// an iteration.
+server::SchedulerOptions scheduler_options(int live, int64_t chunk) {
+    server::SchedulerOptions options;
+    options.pool.live = live;
+    options.pool.session = {.sequence = {.max_positions = 256, .kv_format = KvFormat::f32}};
+    options.prefill_chunk = chunk;
+    return options;
+}
+
+// What `job` gets served alone, on a fresh engine and scheduler of its own (the stand-in's rules enforced).
+Reply served_alone(const fs::path& model, const text::Tokenizer& tokenizer, const server::SchedulerOptions& options,
+                   const std::shared_ptr<server::Job>& job) {
+    LatestLogitsOnly engine(open_engine(model, "cpu"));
+    server::Scheduler scheduler(engine, tokenizer, options);
+    if (!scheduler.submit(job)) return Reply{.error = "not admitted"};
+    return collect(*job);
+}
+
 // Three jobs at once, prompts of 70, 41 and 5 tokens read in chunks of 16 between decode steps, one
 // with logprobs: none errs under the latest-logits rule, and each gets the tokens (and logprobs) it
 // gets alone on a fresh scheduler.
@@ -154,20 +173,13 @@ TEST(SchedulerSteps, ConcurrentJobsKeepTheCudaCallOrderAndTheirAloneTokens) {
     fs::remove_all(dir);
     const fs::path model = test::server_model(dir / "model");
     const text::Tokenizer tokenizer = text::load_tokenizer(model.string());
-    server::SchedulerOptions options;
-    options.pool.live = 3;
-    options.pool.session = {.sequence = {.max_positions = 256, .kv_format = KvFormat::f32}};
-    options.prefill_chunk = 16;
+    const server::SchedulerOptions options = scheduler_options(3, 16);
 
     const std::vector<std::vector<int32_t>> prompts = {bytes_of(70, 'a'), bytes_of(41, 'h'), bytes_of(5, 'q')};
     constexpr int64_t kTokens = 24;
     std::vector<Reply> alone;
     for (size_t i = 0; i < prompts.size(); ++i) {
-        LatestLogitsOnly engine(open_engine(model, "cpu"));
-        server::Scheduler scheduler(engine, tokenizer, options);
-        const auto job = job_for(prompts[i], kTokens, i == 1);
-        ASSERT_TRUE(scheduler.submit(job));
-        alone.push_back(collect(*job));
+        alone.push_back(served_alone(model, tokenizer, options, job_for(prompts[i], kTokens, i == 1)));
         ASSERT_EQ(alone.back().error, "");
     }
 
@@ -284,10 +296,7 @@ TEST(SchedulerSteps, EchoScoringInChunksEqualsOneForwardPassOverThePrompt) {
         const std::vector<server::TokenLogprob> want = scored_in_one_pass(model, prompt, kTop);
         for (const int64_t chunk : {int64_t(16), int64_t(0)}) {
             SCOPED_TRACE(testing::Message() << fixture << ", prefill_chunk " << chunk);
-            server::SchedulerOptions options;
-            options.pool.live = 1;
-            options.pool.session = {.sequence = {.max_positions = 256, .kv_format = KvFormat::f32}};
-            options.prefill_chunk = chunk;
+            const server::SchedulerOptions options = scheduler_options(1, chunk);
             LatestLogitsOnly engine(open_engine(model, "cpu"));
             server::Scheduler scheduler(engine, tokenizer, options);
             const auto job = scoring_job(prompt, kTop);
@@ -320,22 +329,12 @@ TEST(SchedulerSteps, AnotherJobStreamsWhileALongPromptIsScored) {
     fs::remove_all(dir);
     const fs::path model = test::server_model(dir / "model");
     const text::Tokenizer tokenizer = text::load_tokenizer(model.string());
-    server::SchedulerOptions options;
-    options.pool.live = 2;
-    options.pool.session = {.sequence = {.max_positions = 256, .kv_format = KvFormat::f32}};
-    options.prefill_chunk = 16;
+    const server::SchedulerOptions options = scheduler_options(2, 16);
     const std::vector<int32_t> long_prompt = bytes_of(97, 'e');
     constexpr int64_t kTokens = 40;
 
-    Reply alone;
-    {
-        LatestLogitsOnly engine(open_engine(model, "cpu"));
-        server::Scheduler scheduler(engine, tokenizer, options);
-        const auto job = job_for(bytes_of(5, 'q'), kTokens, true);
-        ASSERT_TRUE(scheduler.submit(job));
-        alone = collect(*job);
-        ASSERT_EQ(alone.error, "");
-    }
+    const Reply alone = served_alone(model, tokenizer, options, job_for(bytes_of(5, 'q'), kTokens, true));
+    ASSERT_EQ(alone.error, "");
 
     LatestLogitsOnly engine(open_engine(model, "cpu"));
     // The streaming job's first decode step (its second forward call, after its prompt) waits until the
@@ -385,10 +384,7 @@ TEST(SchedulerSteps, ScoringCancelledBetweenChunksLeavesNothingBehind) {
     fs::remove_all(dir);
     const fs::path model = test::server_model(dir / "model");
     const text::Tokenizer tokenizer = text::load_tokenizer(model.string());
-    server::SchedulerOptions options;
-    options.pool.live = 1;
-    options.pool.session = {.sequence = {.max_positions = 256, .kv_format = KvFormat::f32}};
-    options.prefill_chunk = 16;
+    const server::SchedulerOptions options = scheduler_options(1, 16);
     const std::vector<int32_t> prompt = bytes_of(97, 'k');
 
     LatestLogitsOnly engine(open_engine(model, "cpu"));
@@ -427,22 +423,12 @@ TEST(SchedulerSteps, ScoredPromptThenGeneratesAndAOneTokenPromptScoresNothing) {
     fs::remove_all(dir);
     const fs::path model = test::server_model(dir / "model");
     const text::Tokenizer tokenizer = text::load_tokenizer(model.string());
-    server::SchedulerOptions options;
-    options.pool.live = 1;
-    options.pool.session = {.sequence = {.max_positions = 256, .kv_format = KvFormat::f32}};
-    options.prefill_chunk = 16;
+    const server::SchedulerOptions options = scheduler_options(1, 16);
     const std::vector<int32_t> prompt = bytes_of(50, 'm');
     constexpr int64_t kTokens = 12;
 
-    Reply plain;
-    {
-        LatestLogitsOnly engine(open_engine(model, "cpu"));
-        server::Scheduler scheduler(engine, tokenizer, options);
-        const auto job = job_for(prompt, kTokens, true);
-        ASSERT_TRUE(scheduler.submit(job));
-        plain = collect(*job);
-        ASSERT_EQ(plain.error, "");
-    }
+    const Reply plain = served_alone(model, tokenizer, options, job_for(prompt, kTokens, true));
+    ASSERT_EQ(plain.error, "");
     LatestLogitsOnly engine(open_engine(model, "cpu"));
     server::Scheduler scheduler(engine, tokenizer, options);
     const auto echoed = job_for(prompt, kTokens, true);
