@@ -64,7 +64,9 @@ struct DiffusionGeneration {
     std::vector<int32_t> tokens;           // the new tokens, whole blocks (EOS/pad applied)
     std::vector<int64_t> steps_per_block;  // decoder passes of each block
     bool finished = false;                 // stopped on EOS
-    bool stopped = false;                  // the step callback asked to stop; the last block is not committed
+    // The step callback asked to stop: the last entry of steps_per_block is then the unfinished block's,
+    // whose tokens are not in `tokens`.
+    bool stopped = false;
     // Non-pad new tokens per decoder pass (transformers' tokens_per_forward).
     double tokens_per_forward() const;
     int64_t pad_id = -1;
