@@ -31,8 +31,7 @@ void refuse_flags_for_diffusion(const CLI::App& command, std::string_view name);
 
 struct DiffusionRun {
     DiffusionGeneration generation;
-    double prompt_ms = 0.0;    // not measured separately: the loop encodes the prompt itself; 0
-    double generate_ms = 0.0;  // the whole loop, prompt encoding included
+    double generate_ms = 0.0;  // the whole loop, prompt encoding included (the loop encodes it itself)
 };
 
 class DiffusionRunner {

@@ -189,9 +189,13 @@ TEST_F(ReplayDiffusion, BadRecordsGetOneLineNamingTheProblem) {
     struct Case {
         std::string name, bytes, expect;
     };
-    std::string magic = good, version = good;
+    std::string magic = good, version = good, order = good, settings = good;
     magic[0] = 'X';
     version[8] = 9;
+    order[step_offset(order, 2) + 8] = 5;  // step 2 claims to be the block's step 5
+    const size_t t_min = settings.find("\"t_min\":0.4");
+    ASSERT_NE(t_min, std::string::npos);
+    settings.replace(t_min, 11, "\"t_min\": -4");  // same length: the header stays well-formed JSON
     const std::vector<Case> cases = {
         {"truncated.rec", good.substr(0, good.size() - 7), "truncated"},
         {"header_cut.rec", good.substr(0, 40), "truncated: the header needs"},
@@ -199,6 +203,8 @@ TEST_F(ReplayDiffusion, BadRecordsGetOneLineNamingTheProblem) {
         {"version.rec", version, "record version 9; this build reads version 1"},
         {"trailing.rec", good + "xx", "2 bytes after the last of"},
         {"empty.rec", "", "not a deltabit diffusion record"},
+        {"order.rec", order, "step 2 is block 0 step 5; expected block 0 step 2"},
+        {"settings.rec", settings, "t_min and t_max must be positive"},
     };
     for (const Case& c : cases) {
         const CommandResult r = replay(write(c.name, c.bytes));
