@@ -103,6 +103,7 @@ void run_diffusion_chat(const ChatArgs& args, const CLI::App& command) {
     settings.json = args.json;
     settings.seed = args.sampling.seed;
     settings.stdout_is_terminal = isatty(STDOUT_FILENO) == 1;
+    settings.interruptible = isatty(STDIN_FILENO) == 1;
     DiffusionChat loop(runner, text, settings, args.system);
     const bool interactive = isatty(STDIN_FILENO) == 1;
     if (!args.quiet) {

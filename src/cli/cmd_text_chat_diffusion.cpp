@@ -1,6 +1,7 @@
 #include "cli/cmd_text_chat_diffusion.h"
 
 #include "cli/cmd_text_chat_loop.h"
+#include "cli/interrupt.h"
 #include "core/error.h"
 #include "text/chat_template.h"
 #include "text/tokenizer_stream.h"
@@ -90,7 +91,15 @@ void DiffusionChat::send(std::string message) {
             fmt::print("{}", settings_.stdout_is_terminal ? printable_on_terminal(piece) : piece);
             std::fflush(stdout);
         };
-        const DiffusionRun run = runner_.generate(prompt, settings_.seed + turns_, on_block);
+        const InterruptScope interrupt_scope(settings_.interruptible);
+        const DiffusionRun run = runner_.generate(prompt, settings_.seed + turns_, on_block, {}, interrupt_requested);
+        if (run.generation.stopped) {
+            if (!settings_.json) fmt::print("\n");
+            std::fflush(stdout);
+            note("interrupted: the message and its partial reply are not kept");
+            messages_.erase(messages_.size() - 1);
+            return;
+        }
         const std::string rest = detokenizer.finish();
         reply += rest;
         ++turns_;

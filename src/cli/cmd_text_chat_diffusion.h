@@ -3,8 +3,9 @@
 // conversation through the chat template and runs the block loop over it from an empty cache — the
 // encoder has no prefix reuse yet, so a turn re-encodes the conversation (one causal pass, cheap next to
 // the denoising steps). Replies stream block by block; --json prints one object per reply with the
-// denoising steps per block. Turn i (0-based, counted since the chat began) draws from seed + i, so a
-// scripted chat repeats exactly. Commands: /reset, /help, /quit (or /exit); the others, which act on the
+// denoising steps per block. Reply i (0-based, counting the replies made) draws from seed + i, so a
+// scripted chat repeats exactly. Ctrl-C on a terminal stops a reply after the denoising step that is
+// running; the message and its partial reply are then not kept. Commands: /reset, /help, /quit (or /exit); the others, which act on the
 // left-to-right session, are refused with a line saying so.
 #pragma once
 
@@ -24,6 +25,7 @@ struct DiffusionChatSettings {
     bool json = false;
     uint64_t seed = 0;
     bool stdout_is_terminal = false;  // replies shown with control characters made visible
+    bool interruptible = false;       // Ctrl-C stops a reply after the current denoising step (interrupt.h)
 };
 
 class DiffusionChat {

@@ -87,17 +87,19 @@ DiffusionRunner::DiffusionRunner(const std::string& model, std::optional<int64_t
 }
 
 DiffusionRun DiffusionRunner::generate(std::span<const int32_t> prompt, uint64_t seed,
-                                       const DiffusionBlockCallback& on_block, const std::string& record) const {
+                                       const DiffusionBlockCallback& on_block, const std::string& record,
+                                       const std::function<bool()>& stop) const {
     DiffusionRecord recorded;
     DiffusionStepCallback on_step;
     if (!record.empty()) {
         check_replaceable(record, "run: --record");  // before the run, so a bad path costs nothing
         diffusion_logits_hash({});                   // a build without xxhash says so now, not after the run
-        on_step = [&recorded](const DiffusionStep& step) {
-            recorded.steps.push_back(record_step(step));
-            return true;
-        };
     }
+    if (!record.empty() || stop)
+        on_step = [&](const DiffusionStep& step) {
+            if (!record.empty()) recorded.steps.push_back(record_step(step));
+            return !(stop && stop());
+        };
     SeededDiffusionRandomness random(seed);
     const auto start = std::chrono::steady_clock::now();
     DiffusionRun run;

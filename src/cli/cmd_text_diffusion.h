@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -45,8 +46,10 @@ public:
 
     // The block loop over `prompt` with deltabit's seeded draws; `on_block` sees each committed block.
     // With a `record` path, every step goes to that file (runtime/diffusion_record.h) once the run ends.
+    // `stop`, polled after every denoising step, ends the run there when it returns true (Ctrl-C in chat);
+    // the result is then marked `stopped` and the unfinished block is not committed.
     DiffusionRun generate(std::span<const int32_t> prompt, uint64_t seed, const DiffusionBlockCallback& on_block,
-                          const std::string& record = {}) const;
+                          const std::string& record = {}, const std::function<bool()>& stop = {}) const;
 
 private:
     std::string path_;
