@@ -70,8 +70,10 @@ DiffusionGenerationConfig settings_from(const nlohmann::json& s) {
 }
 
 // The header's fields, each checked for its type and range; Error (caught by the caller, who names the
-// file) for anything else.
-DiffusionRecord record_from_header(const nlohmann::json& h) {
+// file) for anything else. The steps are only counted here (`steps`): the file's size is checked against
+// that count before anything is allocated for them.
+DiffusionRecord record_from_header(const nlohmann::json& h, uint64_t& steps) {
+    steps = h.at("steps").get<uint64_t>();
     DiffusionRecord r;
     r.fingerprint = h.at("fingerprint").get<std::string>();
     r.model_path = h.at("model_path").get<std::string>();
@@ -86,9 +88,6 @@ DiffusionRecord record_from_header(const nlohmann::json& h) {
     r.finished = h.at("finished").get<bool>();
     if (r.canvas_length < 1 || r.canvas_length > (1 << 20)) fail("canvas_length {} is out of range", r.canvas_length);
     if (r.n_vocab < 1 || r.n_vocab > INT32_MAX) fail("n_vocab {} is out of range", r.n_vocab);
-    const int64_t steps = h.at("steps").get<int64_t>();
-    if (steps < 0 || steps > (int64_t(1) << 32)) fail("steps {} is out of range", steps);
-    r.steps.resize(size_t(steps));
     return r;
 }
 
@@ -180,10 +179,11 @@ DiffusionRecord read_diffusion_record(const std::filesystem::path& path) {
              kFixedHeadBytes + header_bytes, file.size());
 
     DiffusionRecord r;
+    uint64_t n_steps = 0;
     try {
         const nlohmann::json h =
             nlohmann::json::parse(file.begin() + kFixedHeadBytes, file.begin() + kFixedHeadBytes + header_bytes);
-        r = record_from_header(h);
+        r = record_from_header(h, n_steps);
     } catch (const nlohmann::json::exception& e) {
         fail("replay: {}: bad header: {}", name, e.what());
     } catch (const Error& e) {
@@ -192,12 +192,15 @@ DiffusionRecord read_diffusion_record(const std::filesystem::path& path) {
 
     const uint64_t each = step_bytes(r.canvas_length);
     const uint64_t body = file.size() - kFixedHeadBytes - header_bytes;
-    const uint64_t want = each * r.steps.size();
-    if (body < want)
+    // Compared by division: the header's count times the step size could wrap.
+    if (n_steps > body / each)
         fail("replay: {}: truncated: {} steps of {} bytes need {} bytes after the header, the file has {} "
              "(step {} is incomplete)",
-             name, r.steps.size(), each, want, body, body / each + 1);
-    if (body > want) fail("replay: {}: {} bytes after the last of {} steps", name, body - want, r.steps.size());
+             name, n_steps, each, n_steps <= UINT64_MAX / each ? fmt::format("{}", n_steps * each) : "more than 2^64",
+             body, body / each + 1);
+    const uint64_t want = each * n_steps;
+    if (body > want) fail("replay: {}: {} bytes after the last of {} steps", name, body - want, n_steps);
+    r.steps.resize(size_t(n_steps));
 
     const unsigned char* p = bytes + kFixedHeadBytes + header_bytes;
     const int64_t L = r.canvas_length;

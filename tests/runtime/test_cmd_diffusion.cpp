@@ -193,6 +193,16 @@ TEST_F(ReplayDiffusion, BadRecordsGetOneLineNamingTheProblem) {
     magic[0] = 'X';
     version[8] = 9;
     order[step_offset(order, 2) + 8] = 5;  // step 2 claims to be the block's step 5
+    std::string huge = good;  // a step count far past the file: refused as truncated, nothing allocated
+    const size_t steps_field = huge.find("\"steps\":" + std::to_string(total_steps_) + ",");
+    ASSERT_NE(steps_field, std::string::npos);
+    const std::string nines(std::to_string(total_steps_).size() + 1, '9');  // one digit more: past the file
+    huge.replace(steps_field + 8, nines.size() - 1, nines);
+    const size_t header_at = 12;  // the header grew by one byte: say so in its size field
+    uint32_t header_bytes = 0;
+    std::memcpy(&header_bytes, huge.data() + header_at, 4);
+    ++header_bytes;
+    std::memcpy(huge.data() + header_at, &header_bytes, 4);
     const size_t t_min = settings.find("\"t_min\":0.4");
     ASSERT_NE(t_min, std::string::npos);
     settings.replace(t_min, 11, "\"t_min\": -4");  // same length: the header stays well-formed JSON
@@ -203,6 +213,7 @@ TEST_F(ReplayDiffusion, BadRecordsGetOneLineNamingTheProblem) {
         {"version.rec", version, "record version 9; this build reads version 1"},
         {"trailing.rec", good + "xx", "2 bytes after the last of"},
         {"empty.rec", "", "not a deltabit diffusion record"},
+        {"huge.rec", huge, "truncated: " + nines + " steps of 160 bytes need " + std::to_string(std::stoull(nines) * 160)},
         {"order.rec", order, "step 2 is block 0 step 5; expected block 0 step 2"},
         {"settings.rec", settings, "t_min and t_max must be positive"},
     };
