@@ -12,6 +12,10 @@
 // per line, echoes each line after "> " so the output reads as a transcript, and ends at end of input —
 // so scripts, tests and `make run` drive it the same way a user does. --json turns replies and /stats
 // into one JSON object per line on stdout. Notes, progress and errors go to stderr.
+//
+// A block-diffusion model (DiffusionGemma) chats through DiffusionChat (cmd_text_chat_diffusion.h) on the
+// same input: replies stream block by block; the flags only left-to-right decoding reads are refused.
+#include "cli/cmd_text_chat_diffusion.h"
 #include "cli/cmd_text_chat_loop.h"
 #include "cli/cmd_text_prompt.h"
 #include "cli/commands.h"
@@ -76,11 +80,50 @@ bool read_message(LineReader& input, bool interactive, bool echo, std::string& m
     }
 }
 
-void run_chat(const ChatArgs& args) {
+// Feeds stdin's messages to `loop` (ChatLoop or DiffusionChat) until the end of input or /quit.
+template <typename Loop>
+void read_messages(Loop& loop, bool interactive, bool json) {
+    std::string message;
+    LineReader input(interactive);
+    while (read_message(input, interactive, /*echo=*/!interactive && !json, message))
+        if (!loop.handle_line(message)) break;
+    if (!interactive && loop.failed_lines() > 0)
+        fail("chat: {} line{} of the script failed (the errors above)", loop.failed_lines(),
+             loop.failed_lines() == 1 ? "" : "s");
+}
+
+void run_diffusion_chat(const ChatArgs& args, const CLI::App& command) {
+    refuse_flags_for_diffusion(command, "chat");
+    const bool show_progress = !args.quiet && stderr_is_terminal();
+    const DiffusionRunner runner(args.model, args.max_tokens, show_progress);
+    const TextFrontEnd text = load_text_front_end(args.model, runner.config(), /*need_chat_template=*/true);
+    DiffusionChatSettings settings;
+    if (!args.thinking.empty()) settings.thinking = args.thinking == "on";
+    settings.preserve_thinking = args.preserve_thinking;
+    settings.json = args.json;
+    settings.seed = args.sampling.seed;
+    settings.stdout_is_terminal = isatty(STDOUT_FILENO) == 1;
+    settings.interruptible = isatty(STDIN_FILENO) == 1;
+    DiffusionChat loop(runner, text, settings, args.system);
+    const bool interactive = isatty(STDIN_FILENO) == 1;
+    if (!args.quiet) {
+        for (const std::string& line : text.notes) fmt::print(stderr, "chat: note: {}\n", line);
+        fmt::print(stderr, "chat: {} (block diffusion) on cpu; {} tokens per reply in blocks of {}, seed {}. {}/help lists commands.\n",
+                   args.model, runner.settings().max_new_tokens, runner.config().canvas_length, args.sampling.seed,
+                   interactive ? "Type a message; Ctrl-D or /quit ends. " : "");
+    }
+    read_messages(loop, interactive, args.json);
+}
+
+void run_chat(const ChatArgs& args, const CLI::App& command) {
     if (args.model.empty())
         fail("chat: no model given: use -m MODEL (a GGUF file or a Hugging Face folder), e.g. the default model "
              "that ships with deltabit: -m models/bytelm-hybrid-14m.q1_0.gguf (models/README.md)");
     if (args.max_tokens && *args.max_tokens < 1) fail("chat: --max-tokens {}: must be at least 1", *args.max_tokens);
+    if (is_diffusion_model(args.model)) {
+        run_diffusion_chat(args, command);
+        return;
+    }
 
     const bool show_progress = !args.quiet && stderr_is_terminal();
     std::unique_ptr<Engine> engine = open_engine_for(args.model, args.engine, show_progress);
@@ -113,13 +156,7 @@ void run_chat(const ChatArgs& args) {
                    interactive ? "Type a message; Ctrl-D or /quit ends. " : "");
     }
 
-    std::string message;
-    LineReader input(interactive);
-    while (read_message(input, interactive, /*echo=*/!interactive && !args.json, message))
-        if (!loop.handle_line(message)) break;
-    if (!interactive && loop.failed_lines() > 0)
-        fail("chat: {} line{} of the script failed (the errors above)", loop.failed_lines(),
-             loop.failed_lines() == 1 ? "" : "s");
+    read_messages(loop, interactive, args.json);
 }
 
 }  // namespace
@@ -149,7 +186,7 @@ void add_chat_command(CLI::App& app) {
     add_sequence_options(*cmd, args->sequence);
     cmd->add_flag("--json", args->json, "replies and /stats as one JSON object per line on stdout (for scripts)");
     cmd->add_flag("-q,--quiet", args->quiet, "no banner, notes or progress line on stderr");
-    cmd->callback([args] { run_chat(*args); });
+    cmd->callback([args, cmd] { run_chat(*args, *cmd); });
 }
 
 }  // namespace deltabit::cli

@@ -56,9 +56,8 @@ struct ReplyInterrupted {};
 
 double tokens_per_s(int64_t steps, double ms) { return ms > 0.0 ? 1e3 * double(steps) / ms : 0.0; }
 
-// Text for a terminal: C0 control characters other than newline and tab (and DEL) become their
-// Unicode "control picture" (ESC → U+241B), so a model's stray escape sequence cannot take over the
-// user's terminal. Pipes and files get the text unchanged.
+}  // namespace
+
 std::string printable_on_terminal(std::string_view text) {
     std::string out;
     out.reserve(text.size());
@@ -75,6 +74,8 @@ std::string printable_on_terminal(std::string_view text) {
     }
     return out;
 }
+
+namespace {
 
 constexpr std::string_view kHelp =
     "commands:\n"

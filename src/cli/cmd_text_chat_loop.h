@@ -37,6 +37,11 @@ namespace deltabit::cli {
 
 enum class OnContextFull { drop_oldest, stop };
 
+// Text for a terminal: C0 control characters other than newline and tab (and DEL) become their
+// Unicode "control picture" (ESC → U+241B), so a model's stray escape sequence cannot take over the
+// user's terminal. Pipes and files get the text unchanged.
+std::string printable_on_terminal(std::string_view text);
+
 struct ChatSettings {
     GenerationOptions generation;
     std::optional<bool> thinking;  // enable_thinking for the template; unset: the template's default

@@ -3,7 +3,7 @@
 //   deltabit run -m MODEL (-p TEXT | -f FILE | --ids 1,2,3) [--raw] [--max-tokens N] [--temperature T] [--top-k K]
 //                [--top-p P] [--min-p P] [--seed S] [--repeat-penalty R] [--dry-multiplier M]
 //                [--stop S]... [--thinking on|off] [--backend cpu|cuda|auto] [--kv f32|f16|kivi4]
-//                [--ctx N] [--json] [--quiet]
+//                [--ctx N] [--json] [--quiet] [--record FILE]
 //
 // -p TEXT (or the text of FILE, -f; "-f -" reads stdin) is wrapped as one user message in the model's own chat template (unless --raw) and
 // tokenized; the text is streamed to stdout as tokens arrive. --ids takes the prompt as token ids and
@@ -11,8 +11,14 @@
 // instead: text (null with --ids), tokens, finish_reason, timings, and what ran it (backend, KV format,
 // context, reuse). Timings also go to stderr.
 //
+// A block-diffusion model (DiffusionGemma) runs the block loop instead (cmd_text_diffusion.h): each
+// block is printed as it is committed, --json adds the denoising steps per block, --seed and --max-tokens
+// apply, the flags that only left-to-right decoding reads are refused, and --record FILE writes every
+// denoising step for `deltabit replay` (docs/replay.md).
+//
 // The run is one turn of a fresh Session (runtime/session.h), the same path `deltabit chat` takes, so
 // the two commands cannot drift apart; its reuse figures are 0 and are reported to prove it.
+#include "cli/cmd_text_diffusion.h"
 #include "cli/cmd_text_prompt.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
@@ -20,12 +26,14 @@
 #include "cli/sampling_options.h"
 #include "cli/token_ids.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "runtime/engine.h"
 #include "runtime/session.h"
 #include "text/tokenizer_stream.h"
 #include "text/unicode.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
@@ -49,6 +57,7 @@ struct RunArgs {
     std::string thinking;  // "", "on" or "off"
     bool json = false;
     bool quiet = false;
+    std::string record;  // block diffusion: write every denoising step here
     EngineArgs engine;
     SequenceArgs sequence;
 };
@@ -74,7 +83,82 @@ std::optional<std::string> prompt_text(const RunArgs& args) {
     return text;
 }
 
-void run_generation(const RunArgs& args) {
+// The prompt as ids: the text through the tokenizer (and the chat template unless --raw), or --ids.
+std::vector<int32_t> prompt_ids(const RunArgs& args, const std::optional<std::string>& prompt_string,
+                                const std::vector<int32_t>& given_ids, const std::optional<TextFrontEnd>& text) {
+    if (!prompt_string) return given_ids;
+    if (!args.quiet)
+        for (const std::string& note : text->notes) fmt::print(stderr, "run: note: {}\n", note);
+    return encode_prompt(args, *prompt_string, *text);
+}
+
+void run_diffusion(const RunArgs& args, const CLI::App& command, const std::optional<std::string>& prompt_string,
+                   const std::vector<int32_t>& given_ids) {
+    refuse_flags_for_diffusion(command, "run");
+    if (!args.record.empty()) check_replaceable(args.record, "run: --record");
+    const bool progress = !args.quiet && stderr_is_terminal();
+    const DiffusionRunner runner(args.model, args.max_tokens, progress);
+    std::optional<TextFrontEnd> text;
+    if (prompt_string) text = load_text_front_end(args.model, runner.config(), /*need_chat_template=*/!args.raw);
+    const std::vector<int32_t> prompt = prompt_ids(args, prompt_string, given_ids, text);
+
+    std::optional<text::StreamingDetokenizer> detokenizer;
+    if (text) detokenizer.emplace(*text->tokenizer, text::DecodeOptions{.skip_special = true});
+    std::string shown;        // the text so far
+    bool ended = false;       // an EOS was committed: nothing after it is shown
+    bool first = true;
+    const auto on_block = [&](std::span<const int32_t> block, int64_t) {
+        const std::span<const int32_t> visible = ended ? block.first(0) : diffusion_visible_tokens(block, runner.settings());
+        ended = ended || visible.size() < block.size();
+        std::string piece;
+        if (detokenizer) {
+            for (int32_t id : visible) piece += detokenizer->push(id);
+            if (ended) piece += detokenizer->finish();
+        } else if (!args.json) {
+            for (int32_t id : block) piece += fmt::format("{}{}", first ? "" : " ", id), first = false;
+        }
+        shown += piece;
+        if (args.json) return;
+        fmt::print("{}", piece);
+        std::fflush(stdout);
+    };
+    const DiffusionRun run = runner.generate(prompt, args.sampling.seed, on_block, args.record);
+    if (detokenizer && !ended) {
+        const std::string rest = detokenizer->finish();
+        shown += rest;
+        if (!args.json) fmt::print("{}", rest);
+    }
+
+    const DiffusionGeneration& d = run.generation;
+    int64_t steps = 0;
+    for (int64_t s : d.steps_per_block) steps += s;
+    if (args.json) {
+        nlohmann::ordered_json out;
+        out["text"] = text ? nlohmann::ordered_json(shown) : nlohmann::ordered_json(nullptr);
+        out["tokens"] = d.tokens;
+        out["prompt_tokens"] = prompt.size();
+        add_diffusion_json(out, run, runner.settings());
+        out["timings"] = {{"generate_ms", run.generate_ms},
+                          {"tokens_per_s", run.generate_ms > 0 ? 1000.0 * double(d.tokens.size()) / run.generate_ms : 0.0}};
+        out["backend"] = "cpu";
+        out["backend_description"] = "cpu: block-diffusion reference";
+        out["seed"] = args.sampling.seed;
+        out["record"] = args.record.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(args.record);
+        fmt::print("{}\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    } else {
+        fmt::print("\n");
+    }
+    if (!args.quiet)
+        fmt::print(stderr,
+                   "run: {} prompt tokens; {} blocks of {}, {} denoising steps ({}), {:.2f} tokens per forward, "
+                   "{:.1f} ms; finish: {}; cpu; seed {}{}\n",
+                   prompt.size(), d.steps_per_block.size(), runner.config().canvas_length, steps,
+                   fmt::join(d.steps_per_block, " "), d.tokens_per_forward(), run.generate_ms,
+                   d.finished ? "stop" : "length", args.sampling.seed,
+                   args.record.empty() ? "" : fmt::format("; recorded to {}", args.record));
+}
+
+void run_generation(const RunArgs& args, const CLI::App& command) {
     if (int(args.prompt.has_value()) + int(args.prompt_file.has_value()) + int(args.ids.has_value()) != 1)
         fail("run: give exactly one of -p TEXT, -f FILE or --ids 1,2,3");
     if (args.ids && !args.stop.empty())
@@ -87,21 +171,20 @@ void run_generation(const RunArgs& args) {
     const std::vector<int32_t> given_ids = args.ids ? parse_token_ids(*args.ids, "run: --ids") : std::vector<int32_t>{};
     if (prompt_string && !warn_if_not_utf8(*prompt_string, "run: warning: the prompt"))
         prompt_string = text::utf8_repair(*prompt_string);
+    if (is_diffusion_model(args.model)) {
+        run_diffusion(args, command, prompt_string, given_ids);
+        return;
+    }
+    if (!args.record.empty())
+        fail("run: --record records the steps of a block-diffusion model; {} decodes left to right", args.model);
 
     const bool progress = !args.quiet && stderr_is_terminal();
     std::unique_ptr<Engine> engine = open_engine_for(args.model, args.engine, progress);
     require_an_end("run", args.model, engine->config(), args.max_tokens);
     const SequenceOptions sequence = sequence_options(args.sequence, engine->config(), "run");
     std::optional<TextFrontEnd> text;
-    std::vector<int32_t> prompt;
-    if (prompt_string) {
-        text = load_text_front_end(args.model, engine->config(), /*need_chat_template=*/!args.raw);
-        if (!args.quiet)
-            for (const std::string& note : text->notes) fmt::print(stderr, "run: note: {}\n", note);
-        prompt = encode_prompt(args, *prompt_string, *text);
-    } else {
-        prompt = given_ids;
-    }
+    if (prompt_string) text = load_text_front_end(args.model, engine->config(), /*need_chat_template=*/!args.raw);
+    const std::vector<int32_t> prompt = prompt_ids(args, prompt_string, given_ids, text);
 
     if (int64_t(prompt.size()) > sequence.max_positions)
         fail("run: the prompt has {} tokens and the context holds {}; raise --ctx or shorten the prompt",
@@ -198,7 +281,9 @@ void add_run_command(CLI::App& app) {
     add_sequence_options(*cmd, args->sequence);
     cmd->add_flag("--json", args->json, "print one JSON object at the end instead of streaming");
     cmd->add_flag("-q,--quiet", args->quiet, "no progress line, notes or timing summary on stderr");
-    cmd->callback([args] { run_generation(*args); });
+    cmd->add_option("--record", args->record,
+                    "block-diffusion models: write every denoising step to FILE, for `deltabit replay FILE`");
+    cmd->callback([args, cmd] { run_generation(*args, *cmd); });
 }
 
 }  // namespace deltabit::cli

@@ -27,6 +27,8 @@ void add_convert_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 // `deltabit eval -m MODEL FILE` (cmd_eval.cpp): bits per byte of a byte-level model over a text file.
 void add_eval_command(CLI::App& app);
+// `deltabit replay FILE` (cmd_replay.cpp): re-runs a recorded block-diffusion run, names the first step that differs.
+void add_replay_command(CLI::App& app);
 #ifdef DELTABIT_HAVE_TRAIN
 // `deltabit train CONFIG.toml [--resume]` and `deltabit train --plot CURVES.csv` (cmd_train.cpp; built only
 // with toml++).

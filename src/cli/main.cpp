@@ -52,6 +52,7 @@ int main(int argc, char** argv) {
     deltabit::cli::add_convert_command(app);
     deltabit::cli::add_bench_command(app);
     deltabit::cli::add_eval_command(app);
+    deltabit::cli::add_replay_command(app);
 #ifdef DELTABIT_HAVE_TRAIN
     deltabit::cli::add_train_command(app);
 #endif

@@ -97,14 +97,14 @@ StepStats scale_and_measure(const std::vector<float>& logits, int64_t L, int64_t
 }
 
 // Entropy-bound acceptance (arXiv 2505.24857, reference §3.1 step 5).
-std::vector<bool> accepted_positions(const std::vector<double>& entropy, double bound) {
+std::vector<uint8_t> accepted_positions(const std::vector<double>& entropy, double bound) {
     std::vector<size_t> order(entropy.size());
     std::iota(order.begin(), order.end(), size_t(0));
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return entropy[a] < entropy[b]; });
-    std::vector<bool> accepted(entropy.size(), false);
+    std::vector<uint8_t> accepted(entropy.size(), 0);
     double before = 0.0;  // the sum of strictly lower-ranked entropies
     for (size_t j = 0; j < order.size(); ++j) {
-        accepted[order[j]] = before <= bound;
+        accepted[order[j]] = uint8_t(before <= bound);
         before += entropy[order[j]];
     }
     return accepted;
@@ -128,7 +128,8 @@ void validate(const DiffusionGenerationConfig& g, int64_t canvas, std::span<cons
 
 DiffusionGeneration generate_diffusion(const DiffusionGemma& model, std::span<const int32_t> prompt,
                                        const DiffusionGenerationConfig& g, DiffusionRandomness& random,
-                                       std::span<const int32_t> first_canvas, const DiffusionBlockCallback& on_block) {
+                                       std::span<const int32_t> first_canvas, const DiffusionBlockCallback& on_block,
+                                       const DiffusionStepCallback& on_step) {
     const ModelConfig& c = model.config();
     const int64_t L = c.canvas_length, V = c.n_vocab, N = g.max_denoising_steps;
     validate(g, L, prompt, first_canvas);
@@ -157,7 +158,7 @@ DiffusionGeneration generate_diffusion(const DiffusionGemma& model, std::span<co
             StepStats st = scale_and_measure(logits, L, V, diffusion_step_temperature(g, s, N));
             std::vector<int32_t> sampled(static_cast<size_t>(L));
             random.sample(st.probs, V, sampled);
-            const std::vector<bool> accepted = accepted_positions(st.entropy, g.entropy_bound);
+            const std::vector<uint8_t> accepted = accepted_positions(st.entropy, g.entropy_bound);
             std::vector<int32_t> noise(static_cast<size_t>(L));
             random.uniform_tokens(V, noise);
             std::vector<int32_t> next(static_cast<size_t>(L));
@@ -169,6 +170,13 @@ DiffusionGeneration generate_diffusion(const DiffusionGemma& model, std::span<co
             for (double h : st.entropy) mean_entropy += h;
             mean_entropy /= double(L);
             const bool finished = stable && mean_entropy < g.confidence_threshold;
+            if (on_step &&
+                !on_step(DiffusionStep{.block = b, .step = steps, .canvas = canvas, .logits = logits, .sampled = sampled,
+                                       .accepted = accepted, .noise = noise, .argmax = st.argmax})) {
+                out.steps_per_block.push_back(steps);
+                out.stopped = true;
+                return out;
+            }
             if (!history.empty()) {
                 history.pop_front();
                 history.push_back(st.argmax);

@@ -64,6 +64,9 @@ struct DiffusionGeneration {
     std::vector<int32_t> tokens;           // the new tokens, whole blocks (EOS/pad applied)
     std::vector<int64_t> steps_per_block;  // decoder passes of each block
     bool finished = false;                 // stopped on EOS
+    // The step callback asked to stop: the last entry of steps_per_block is then the unfinished block's,
+    // whose tokens are not in `tokens`.
+    bool stopped = false;
     // Non-pad new tokens per decoder pass (transformers' tokens_per_forward).
     double tokens_per_forward() const;
     int64_t pad_id = -1;
@@ -76,11 +79,27 @@ float diffusion_step_temperature(const DiffusionGenerationConfig& config, int64_
 // Called after each block is committed, with that block's tokens (streaming).
 using DiffusionBlockCallback = std::function<void(std::span<const int32_t> block, int64_t steps)>;
 
+// One denoising step as the loop ran it: what recording and replay (runtime/diffusion_record.h) see.
+// Every span is [canvas_length] (logits [canvas_length][n_vocab]) and lives only during the call.
+struct DiffusionStep {
+    int64_t block = 0;                    // 0-based
+    int64_t step = 0;                     // 1-based within the block
+    std::span<const int32_t> canvas;      // the decoder's input
+    std::span<const float> logits;        // its softcapped logits, before the temperature
+    std::span<const int32_t> sampled;     // the step's first draw: one sample per position
+    std::span<const uint8_t> accepted;    // 1 where the sample was kept
+    std::span<const int32_t> noise;       // the step's second draw: tokens for the positions not accepted
+    std::span<const int32_t> argmax;      // argmax of the scaled logits (what a block commits)
+};
+// Returns false to stop the generation after this step (an interrupt, or a replay that diverged).
+using DiffusionStepCallback = std::function<bool(const DiffusionStep& step)>;
+
 // Error for an empty prompt, a first canvas of the wrong length, or a bad setting (steps < 1,
 // t_min/t_max not positive, ...), before anything runs.
 DiffusionGeneration generate_diffusion(const DiffusionGemma& model, std::span<const int32_t> prompt,
                                        const DiffusionGenerationConfig& config, DiffusionRandomness& random,
                                        std::span<const int32_t> first_canvas = {},
-                                       const DiffusionBlockCallback& on_block = {});
+                                       const DiffusionBlockCallback& on_block = {},
+                                       const DiffusionStepCallback& on_step = {});
 
 }  // namespace deltabit
