@@ -185,6 +185,28 @@ TEST_P(ConvertDiffusionGemmaQuantised, LoadsRunsAndEveryQuantisedTensorIsProven)
 INSTANTIATE_TEST_SUITE_P(Types, ConvertDiffusionGemmaQuantised, ::testing::Values(DType::Q8_0, DType::Q4_0),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
+// The converter's whole-model check runs the diffusion calls: a wrong convention on one small tensor
+// (here: expert 0's output scale doubled, which every per-tensor proof accepts because the file holds
+// exactly the tampered values) fails the conversion and leaves OUT unwritten.
+TEST(ConvertDiffusionGemmaChecks, WholeModelCheckCatchesAWrongExpertScale) {
+    SKIP_WITHOUT_FIXTURE();
+    const fs::path out = temp_path("tampered.gguf");
+    fs::remove(out);
+    ConvertOptions options;
+    options.type = DType::F32;
+    options.tamper = [](const std::string& name, std::vector<float>& v) {
+        // One expert only: doubling every expert's scale would cancel in post_ffw_norm_2's RMSNorm.
+        if (name.find("ffn_down_exps.scale") != std::string::npos) v[0] *= 2.0f;
+    };
+    try {
+        convert_hf_folder(fixture_dir(), out, options);
+        ADD_FAILURE() << "a doubled expert scale passed the whole-model check";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("whole-model check failed"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(out));
+}
+
 // A copy of `from` without one key or one tensor.
 void write_without(const gguf::File& from, const fs::path& out, const std::string& key, const std::string& tensor) {
     gguf::Writer w;
