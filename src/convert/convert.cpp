@@ -8,6 +8,7 @@
 #include "models/config_gguf.h"
 #include "convert/convert_check.h"
 #include "convert/convert_tokenizer.h"
+#include "models/diffusion_gemma.h"
 #include "models/hf_folder.h"
 #include "models/model.h"
 
@@ -108,6 +109,67 @@ LogitsCheck compare_logits(const Model& hf, const Model& gguf, DType requested, 
     return check;
 }
 
+// Block diffusion has no left-to-right forward: the same check on what its generation loop computes —
+// the prompt encoded into the cache, then a canvas denoised twice, without and with self-conditioning
+// (the second step's input is the first step's logits), so every weight of both passes is exercised.
+LogitsCheck compare_diffusion_logits(const Model& hf, const Model& gguf, DType requested, bool lossless,
+                                     int64_t positions) {
+    LogitsCheck check;
+    check.ran = true;
+    const ModelConfig& c = hf.config();
+    const int64_t n_vocab = c.n_vocab;
+    const DiffusionGemma hf_model(hf), gguf_model(gguf);
+    const std::vector<int32_t> prompt = check_prompt(n_vocab, positions);
+    // The canvas continues the same sequence of ids, so it differs from the prompt.
+    const std::vector<int32_t> all = check_prompt(n_vocab, positions + c.canvas_length);
+    const std::vector<int32_t> canvas(all.begin() + positions, all.end());
+    check.tokens = canvas;
+    DiffusionCache hf_cache = hf_model.new_cache(), gguf_cache = gguf_model.new_cache();
+    hf_model.encode(hf_cache, prompt);
+    gguf_model.encode(gguf_cache, prompt);
+    const std::vector<float> first = hf_model.denoise(hf_cache, canvas);
+    std::vector<float> want = first, got = gguf_model.denoise(gguf_cache, canvas);
+    // Both self-condition on the folder's first logits, so the second step compares the weights alone.
+    const std::vector<float> want2 = hf_model.denoise(hf_cache, canvas, first);
+    const std::vector<float> got2 = gguf_model.denoise(gguf_cache, canvas, first);
+    want.insert(want.end(), want2.begin(), want2.end());
+    got.insert(got.end(), got2.begin(), got2.end());
+    if (got.size() != want.size())
+        fail("convert: whole-model check: the GGUF gives {} logits, the HF folder {}", got.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+        check.max_abs_logit = std::max(check.max_abs_logit, double(std::abs(want[i])));
+        const double diff = std::abs(double(got[i]) - double(want[i]));
+        check.max_abs_diff = std::isnan(diff) ? INFINITY : std::max(check.max_abs_diff, diff);
+    }
+    // top1_agree counts the canvas positions of both steps; tokens lists the canvas once per step.
+    check.tokens.insert(check.tokens.end(), canvas.begin(), canvas.end());
+    for (int64_t p = 0; p < int64_t(check.tokens.size()); ++p)
+        check.top1_agree += argmax(want.data() + p * n_vocab, n_vocab) == argmax(got.data() + p * n_vocab, n_vocab);
+    check.tolerance = logits_tolerance(requested, lossless, check.max_abs_logit);
+    check.passed = check.tolerance == 0.0 || check.max_abs_diff <= check.tolerance;
+    return check;
+}
+
+// The fields that decide what the engine computes. For diffusion_gemma every one (its keys carry the
+// whole config); for the autoregressive architectures the ones this check has always compared.
+bool same_model_config(const ModelConfig& a, const ModelConfig& b) {
+    if (a.arch != Arch::diffusion_gemma)
+        return a.arch == b.arch && a.n_layer() == b.n_layer() && a.value_head_order == b.value_head_order &&
+               a.layers == b.layers && a.tied_embeddings == b.tied_embeddings;
+    return a.arch == b.arch && a.n_vocab == b.n_vocab && a.n_embd == b.n_embd && a.n_ff == b.n_ff &&
+           a.rms_eps == b.rms_eps && a.tied_embeddings == b.tied_embeddings && a.n_head == b.n_head &&
+           a.n_head_kv == b.n_head_kv && a.head_dim == b.head_dim && a.rope_dim == b.rope_dim &&
+           a.rope_theta == b.rope_theta && a.attn_output_gate == b.attn_output_gate &&
+           a.ssm_n_key_heads == b.ssm_n_key_heads && a.ssm_n_value_heads == b.ssm_n_value_heads &&
+           a.ssm_key_dim == b.ssm_key_dim && a.ssm_value_dim == b.ssm_value_dim &&
+           a.ssm_conv_kernel == b.ssm_conv_kernel && a.value_head_order == b.value_head_order &&
+           a.n_expert == b.n_expert && a.n_expert_used == b.n_expert_used && a.expert_ff == b.expert_ff &&
+           a.shared_expert_ff == b.shared_expert_ff && a.norm_topk_prob == b.norm_topk_prob && a.layers == b.layers &&
+           a.layer_is_moe == b.layer_is_moe && a.layer_attention == b.layer_attention &&
+           a.canvas_length == b.canvas_length && a.final_logit_softcap == b.final_logit_softcap &&
+           a.pad_id == b.pad_id && a.image_token_id == b.image_token_id;
+}
+
 }  // namespace
 
 double logits_tolerance(DType requested, bool lossless, double max_abs_logit) {
@@ -129,10 +191,6 @@ ConvertReport convert_hf_folder(const fs::path& hf_dir, const fs::path& out, con
     AtomicFile output(out, "convert");
 
     HfFolder folder = open_hf_folder(hf_dir);
-    // Its GGUF metadata keys and the whole-model check (a left-to-right forward) do not exist yet.
-    if (folder.config.arch == Arch::diffusion_gemma)
-        fail("convert: {}: diffusion_gemma cannot be written as GGUF yet (run it from the Hugging Face folder)",
-             hf_dir.string());
     auto files = std::make_shared<const safetensors::Set>(std::move(folder.weights));
     const Model hf_model(ModelWeights::from_hf(files, folder.config));
     ConvertPlan plan;
@@ -191,13 +249,15 @@ ConvertReport convert_hf_folder(const fs::path& hf_dir, const fs::path& out, con
 
         // The file must read back as the model that was planned.
         ModelConfig read = model_config_from_gguf(*file);
-        if (read.arch != plan.config.arch || read.n_layer() != plan.config.n_layer() ||
-            read.value_head_order != plan.config.value_head_order || read.layers != plan.config.layers ||
-            read.tied_embeddings != plan.config.tied_embeddings)
+        if (!same_model_config(read, plan.config))
             fail("convert: {}: the metadata read back describes a different model than was written", out.string());
         if (options.check_logits) {
             const Model gguf_model(ModelWeights::from_gguf(file, std::move(read)));
-            report.logits = compare_logits(hf_model, gguf_model, options.type, report.lossless, options.logit_positions);
+            report.logits = plan.config.arch == Arch::diffusion_gemma
+                                ? compare_diffusion_logits(hf_model, gguf_model, options.type, report.lossless,
+                                                           options.logit_positions)
+                                : compare_logits(hf_model, gguf_model, options.type, report.lossless,
+                                                 options.logit_positions);
             if (!report.logits.passed)
                 fail("convert: whole-model check failed: logits of {} and of the written GGUF differ by up to {:.3g} "
                      "(tolerance {:.3g} for a {} {} conversion; max |logit| {:.3g}); top-1 agrees at {}/{} positions; "

@@ -10,7 +10,10 @@
 //   3. re-open the temporary file with gguf::File and prove every tensor (convert_check.h): the round trip
 //      within the format's bound, and every block scale against its formula;
 //   4. whole model: the CPU forward pass of the HF folder and of the temporary file on a few positions of a
-//      fixed prompt; the logits must agree within a tolerance set by type (see LogitsCheck);
+//      fixed prompt; the logits must agree within a tolerance set by type (see LogitsCheck). Block
+//      diffusion (diffusion_gemma) has no such pass: the prompt is encoded and one canvas denoised
+//      twice, without and with self-conditioning, and those logits are compared. The metadata read
+//      back must also describe the planned model (for diffusion_gemma, every config field);
 //   5. rename it over OUT only when all of that passed; on any failure it is removed and OUT is left
 //      as it was. Messages name OUT, never the temporary file.
 #pragma once

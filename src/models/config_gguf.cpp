@@ -1,6 +1,7 @@
 #include "models/config_gguf.h"
 
 #include "core/error.h"
+#include "models/config_gguf_diffusion_gemma.h"
 #include "models/config_loader.h"
 
 #include <fmt/format.h>
@@ -21,7 +22,8 @@ struct ArchEntry {
     Arch arch;
 };
 constexpr ArchEntry kArchs[] = {
-    {"qwen35", Arch::qwen35}, {"qwen35moe", Arch::qwen35moe}, {"qwen3next", Arch::qwen3next}, {"qwen3", Arch::qwen3}};
+    {"qwen35", Arch::qwen35},   {"qwen35moe", Arch::qwen35moe},           {"qwen3next", Arch::qwen3next},
+    {"qwen3", Arch::qwen3},     {"diffusion_gemma", Arch::diffusion_gemma}};
 
 bool is_hybrid(Arch arch) { return arch != Arch::qwen3; }
 
@@ -65,9 +67,27 @@ int64_t per_layer_or_scalar(const gguf::File& file, const std::string& key, int6
     return found;
 }
 
+void read_stop_tokens(const gguf::File& file, ModelConfig& c) {
+    c.bos_id = file.has("tokenizer.ggml.bos_token_id") ? int64_t(file.require_u32("tokenizer.ggml.bos_token_id")) : -1;
+    for (const char* k : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+        if (!file.has(k)) continue;
+        const int64_t id = int64_t(file.require_u32(k));
+        if (std::find(c.eos_ids.begin(), c.eos_ids.end(), id) == c.eos_ids.end()) c.eos_ids.push_back(id);
+    }
+}
+
+void write_stop_tokens(const ModelConfig& c, const std::string& source, gguf::Writer& w) {
+    if (c.bos_id >= 0) w.set_u32("tokenizer.ggml.bos_token_id", as_u32(c.bos_id, "tokenizer.ggml.bos_token_id"));
+    constexpr const char* kStopKeys[] = {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+                                         "tokenizer.ggml.eom_token_id"};
+    if (c.eos_ids.size() > std::size(kStopKeys))
+        fail("{}: {} stop tokens, but a GGUF names at most 3 (eos, eot, eom)", source, c.eos_ids.size());
+    for (size_t i = 0; i < c.eos_ids.size(); ++i) w.set_u32(kStopKeys[i], as_u32(c.eos_ids[i], kStopKeys[i]));
+}
+
 }  // namespace
 
-std::string_view supported_gguf_architectures() { return "qwen35, qwen35moe, qwen3next, qwen3"; }
+std::string_view supported_gguf_architectures() { return "qwen35, qwen35moe, qwen3next, qwen3, diffusion_gemma"; }
 
 ModelConfig model_config_from_gguf(const gguf::File& file) {
     const std::string source = fmt::format("gguf: {}", file.path());
@@ -79,6 +99,12 @@ ModelConfig model_config_from_gguf(const gguf::File& file) {
         fail("{}: general.architecture '{}' is not supported (supported: {})", source, c.arch_name,
              supported_gguf_architectures());
     c.arch = entry->arch;
+    if (c.arch == Arch::diffusion_gemma) {
+        read_diffusion_gemma_gguf(file, source, c);
+        read_stop_tokens(file, c);
+        validate_model_config(c, source, gguf_field_names(c.arch_name));
+        return c;
+    }
     const std::string a = c.arch_name + ".";
     auto key = [&](std::string_view suffix) { return a + std::string(suffix); };
 
@@ -177,12 +203,7 @@ ModelConfig model_config_from_gguf(const gguf::File& file) {
              file.has(key("vocab_size")) ? key("vocab_size") : "vocabulary size", c.n_vocab);
     c.tied_embeddings = file.find_tensor("output.weight") == nullptr;
 
-    c.bos_id = file.has("tokenizer.ggml.bos_token_id") ? int64_t(file.require_u32("tokenizer.ggml.bos_token_id")) : -1;
-    for (const char* k : {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
-        if (!file.has(k)) continue;
-        const int64_t id = int64_t(file.require_u32(k));
-        if (std::find(c.eos_ids.begin(), c.eos_ids.end(), id) == c.eos_ids.end()) c.eos_ids.push_back(id);
-    }
+    read_stop_tokens(file, c);
 
     validate_model_config(c, source, gguf_field_names(c.arch_name));
     return c;
@@ -194,6 +215,11 @@ void write_model_config_gguf(const ModelConfig& c, gguf::Writer& w) {
     const std::string arch_name(entry->name);
     const std::string source = fmt::format("gguf: writing {} config", arch_name);
     validate_model_config(c, source, gguf_field_names(arch_name));
+    if (c.arch == Arch::diffusion_gemma) {
+        write_diffusion_gemma_gguf(c, w);
+        write_stop_tokens(c, source, w);
+        return;
+    }
     const std::string a = arch_name + ".";
     auto key = [&](std::string_view suffix) { return a + std::string(suffix); };
     auto set_u32 = [&](std::string_view suffix, int64_t value) {
@@ -265,12 +291,7 @@ void write_model_config_gguf(const ModelConfig& c, gguf::Writer& w) {
         if (!c.norm_topk_prob) w.set_bool(key("expert_weights_norm"), false);
     }
 
-    if (c.bos_id >= 0) w.set_u32("tokenizer.ggml.bos_token_id", as_u32(c.bos_id, "tokenizer.ggml.bos_token_id"));
-    constexpr const char* kStopKeys[] = {"tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
-                                         "tokenizer.ggml.eom_token_id"};
-    if (c.eos_ids.size() > std::size(kStopKeys))
-        fail("{}: {} stop tokens, but a GGUF names at most 3 (eos, eot, eom)", source, c.eos_ids.size());
-    for (size_t i = 0; i < c.eos_ids.size(); ++i) w.set_u32(kStopKeys[i], as_u32(c.eos_ids[i], kStopKeys[i]));
+    write_stop_tokens(c, source, w);
 }
 
 }  // namespace deltabit

@@ -1,5 +1,6 @@
 // ModelConfig ↔ GGUF metadata, with llama.cpp's keys (../shared/reference/llamacpp-formats-and-qwen35.md
-// §2.1) for general.architecture = qwen35, qwen35moe, qwen3next, qwen3.
+// §2.1) for general.architecture = qwen35, qwen35moe, qwen3next, qwen3; diffusion_gemma's keys (partly
+// deltabit's own) are listed in config_gguf_diffusion_gemma.h.
 //
 // Conventions that differ from config.json:
 //   - %s.block_count counts the MTP ("nextn") layers too: n_layer = block_count − nextn_predict_layers.
@@ -17,7 +18,7 @@
 
 namespace deltabit {
 
-// "qwen35, qwen35moe, qwen3next, qwen3".
+// "qwen35, qwen35moe, qwen3next, qwen3, diffusion_gemma".
 std::string_view supported_gguf_architectures();
 
 // Reads and validates the hyperparameters; n_vocab comes from %s.vocab_size, else token_embd.weight,

@@ -30,6 +30,8 @@ struct LayerAttention {
     // cache keeps the last window − 1 tokens. 0: the whole history (full layers).
     int64_t window = 0;
     bool value_is_key = false;  // V is the raw K projection (before k_norm and RoPE); no v_proj
+
+    bool operator==(const LayerAttention&) const = default;
 };
 
 // How DeltaNet value heads map to key heads. qwen35/qwen35moe GGUFs store them tiled (value head h

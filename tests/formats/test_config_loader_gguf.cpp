@@ -302,7 +302,7 @@ TEST(ConfigGguf, ReaderErrorsNameFileAndKey) {
     llama.set_string("general.architecture", "llama");
     expect_error([&] { read_back(llama); },
                  {"gguf: t.gguf: general.architecture 'llama' is not supported (supported: qwen35, qwen35moe, "
-                  "qwen3next, qwen3)"});
+                  "qwen3next, qwen3, diffusion_gemma)"});
 
     gguf::Writer missing = qwen35_27b_writer();
     gguf::Writer rebuilt;  // the 27B header without embedding_length
