@@ -12,21 +12,6 @@
 
 namespace deltabit::cli {
 
-namespace {
-
-std::string_view trim(std::string_view s) {
-    const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
-    while (!s.empty() && space(s.front())) s.remove_prefix(1);
-    while (!s.empty() && space(s.back())) s.remove_suffix(1);
-    return s;
-}
-
-void note(std::string_view line) {
-    fmt::print(stderr, "chat: {}\n", line);
-    std::fflush(stderr);
-}
-
-}  // namespace
 
 DiffusionChat::DiffusionChat(const DiffusionRunner& runner, const TextFrontEnd& text, DiffusionChatSettings settings,
                              const std::string& system_prompt)
@@ -40,7 +25,7 @@ void DiffusionChat::reset() {
 }
 
 bool DiffusionChat::handle_line(std::string_view line) {
-    line = trim(line);
+    line = trim_line(line);
     if (line.empty()) return true;
     try {
         if (line.starts_with("//")) {
@@ -50,9 +35,9 @@ bool DiffusionChat::handle_line(std::string_view line) {
             if (name == "quit" || name == "exit") return false;
             if (name == "reset") {
                 reset();
-                note("conversation reset");
+                chat_note("conversation reset");
             } else if (name == "help") {
-                note("a block-diffusion model: /reset starts over, /quit (or /exit) ends; a line starting with // "
+                chat_note("a block-diffusion model: /reset starts over, /quit (or /exit) ends; a line starting with // "
                      "sends the rest as a message");
             } else {
                 fail("/{} is not available with a block-diffusion model (it has /reset, /help, /quit)", name);
@@ -61,7 +46,7 @@ bool DiffusionChat::handle_line(std::string_view line) {
             send(std::string(line));
         }
     } catch (const std::exception& e) {
-        note(fmt::format("error: {}", e.what()));
+        chat_note(fmt::format("error: {}", e.what()));
         ++failed_lines_;
     }
     return true;
@@ -96,7 +81,7 @@ void DiffusionChat::send(std::string message) {
         if (run.generation.stopped) {
             if (!settings_.json) fmt::print("\n");
             std::fflush(stdout);
-            note("interrupted: the message and its partial reply are not kept");
+            chat_note("interrupted: the message and its partial reply are not kept");
             messages_.erase(messages_.size() - 1);
             return;
         }

@@ -16,17 +16,6 @@ namespace {
 
 using nlohmann::ordered_json;
 
-std::string_view trim(std::string_view s) {
-    const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
-    while (!s.empty() && space(s.front())) s.remove_prefix(1);
-    while (!s.empty() && space(s.back())) s.remove_suffix(1);
-    return s;
-}
-
-void note(std::string_view line) {
-    fmt::print(stderr, "chat: {}\n", line);
-    std::fflush(stderr);
-}
 
 std::string mebibytes(int64_t bytes) { return fmt::format("{:.1f} MiB", double(bytes) / double(1 << 20)); }
 
@@ -57,6 +46,18 @@ struct ReplyInterrupted {};
 double tokens_per_s(int64_t steps, double ms) { return ms > 0.0 ? 1e3 * double(steps) / ms : 0.0; }
 
 }  // namespace
+
+std::string_view trim_line(std::string_view s) {
+    const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; };
+    while (!s.empty() && space(s.front())) s.remove_prefix(1);
+    while (!s.empty() && space(s.back())) s.remove_suffix(1);
+    return s;
+}
+
+void chat_note(std::string_view line) {
+    fmt::print(stderr, "chat: {}\n", line);
+    std::fflush(stderr);
+}
 
 std::string printable_on_terminal(std::string_view text) {
     std::string out;
@@ -106,7 +107,7 @@ ChatLoop::ChatLoop(Session& session, const TextFrontEnd& text, ChatSettings sett
 }
 
 bool ChatLoop::handle_line(std::string_view line) {
-    line = trim(line);
+    line = trim_line(line);
     if (line.empty()) return true;
     try {
         if (line.starts_with("//")) {
@@ -114,19 +115,19 @@ bool ChatLoop::handle_line(std::string_view line) {
         } else if (line.starts_with("/")) {
             const size_t space = line.find_first_of(" \t");
             const std::string_view name = line.substr(1, space == std::string_view::npos ? std::string_view::npos : space - 1);
-            const std::string_view argument = space == std::string_view::npos ? "" : trim(line.substr(space));
+            const std::string_view argument = space == std::string_view::npos ? "" : trim_line(line.substr(space));
             if (name == "quit" || name == "exit") return false;
             command(name, argument);
         } else {
             send(std::string(line));
         }
     } catch (const Error& e) {
-        note(fmt::format("error: {}", e.what()));
+        chat_note(fmt::format("error: {}", e.what()));
         ++failed_lines_;
     } catch (const std::exception& e) {
         // Not an input error but a fault (out of memory, a library's own exception): the line failed,
         // the conversation is as it was before it (send() restores it), and the chat goes on.
-        note(fmt::format("error: {}", e.what()));
+        chat_note(fmt::format("error: {}", e.what()));
         ++failed_lines_;
     }
     return true;
@@ -140,9 +141,9 @@ void ChatLoop::command(std::string_view name, std::string_view argument) {
     } else if (name == "thinking") {
         if (argument == "on" || argument == "off") {
             conversation_.thinking = argument == "on";
-            note(fmt::format("thinking {}", argument));
+            chat_note(fmt::format("thinking {}", argument));
         } else if (argument.empty()) {
-            note(fmt::format("thinking is {}",
+            chat_note(fmt::format("thinking is {}",
                              !conversation_.thinking ? "the chat template's default" : *conversation_.thinking ? "on" : "off"));
         } else {
             fail("/thinking {:?}: expected on or off", argument);
@@ -150,9 +151,9 @@ void ChatLoop::command(std::string_view name, std::string_view argument) {
     } else if (name == "preserve-thinking") {
         if (argument == "on" || argument == "off") {
             conversation_.preserve_thinking = argument == "on";
-            note(fmt::format("preserve-thinking {}", argument));
+            chat_note(fmt::format("preserve-thinking {}", argument));
         } else if (argument.empty()) {
-            note(fmt::format("preserve-thinking is {}", conversation_.preserve_thinking ? "on" : "off"));
+            chat_note(fmt::format("preserve-thinking is {}", conversation_.preserve_thinking ? "on" : "off"));
         } else {
             fail("/preserve-thinking {:?}: expected on or off", argument);
         }
@@ -163,18 +164,18 @@ void ChatLoop::command(std::string_view name, std::string_view argument) {
             if (m["role"] == "system") kept.push_back(m);
         conversation_.messages = std::move(kept);
         last_turn_.reset();
-        note("conversation cleared");
+        chat_note("conversation cleared");
     } else if (name == "save" || name == "load") {
         if (argument.empty()) fail("/{} needs a file name: /{} FILE", name, name);
         const std::string file(argument);
         if (name == "save") {
             save_chat_file(file, conversation_, session_);
-            note(fmt::format("saved {} messages ({} tokens of state) to {}", conversation_.messages.size(),
+            chat_note(fmt::format("saved {} messages ({} tokens of state) to {}", conversation_.messages.size(),
                              session_.stats().position, file));
         } else {
             conversation_ = load_chat_file(file, session_);
             last_turn_.reset();
-            note(fmt::format("loaded {} messages ({} tokens of state) from {}", conversation_.messages.size(),
+            chat_note(fmt::format("loaded {} messages ({} tokens of state) from {}", conversation_.messages.size(),
                              session_.stats().position, file));
         }
     } else {
@@ -231,7 +232,7 @@ void ChatLoop::send(std::string message) {
         fmt::print("\n");
         std::fflush(stdout);
         conversation_.messages = before;
-        note("interrupted: the message and its partial reply are not kept");
+        chat_note("interrupted: the message and its partial reply are not kept");
         return;
     } catch (...) {
         progress.finish();
@@ -252,7 +253,7 @@ void ChatLoop::send(std::string message) {
 
     const std::optional<int64_t>& limit = settings_.generation.max_tokens;
     if (reply.finish == FinishReason::length && (!limit || int64_t(reply.tokens.size()) < *limit))
-        note(fmt::format("the reply was cut at the end of the context ({} tokens); {}", session_.stats().max_positions,
+        chat_note(fmt::format("the reply was cut at the end of the context ({} tokens); {}", session_.stats().max_positions,
                          settings_.on_full == OnContextFull::drop_oldest ? "the next message drops the oldest turns"
                                                                          : "/reset to start over"));
     decode_ms_total_ += reply.timings.decode_ms;
@@ -268,7 +269,7 @@ std::optional<ChatLoop::RenderedPrompt> ChatLoop::fit_prompt() {
         const int64_t needed = int64_t(prompt.tokens.size()) + reply_reserve();
         if (needed <= capacity) {
             if (dropped_turns > 0)
-                note(fmt::format("context full: dropped the oldest {} turn{} (the conversation is now {} of {} tokens)",
+                chat_note(fmt::format("context full: dropped the oldest {} turn{} (the conversation is now {} of {} tokens)",
                                  dropped_turns, dropped_turns == 1 ? "" : "s", prompt.tokens.size(), capacity));
             return prompt;
         }
@@ -276,13 +277,13 @@ std::optional<ChatLoop::RenderedPrompt> ChatLoop::fit_prompt() {
         const size_t newest = messages.size() - 1;  // the message being sent
         const size_t oldest = first_droppable();
         if (oldest >= newest) {
-            note(fmt::format("this message does not fit: with {} tokens kept for the reply it needs {}, and the "
+            chat_note(fmt::format("this message does not fit: with {} tokens kept for the reply it needs {}, and the "
                              "context holds {} (--ctx); not sent",
                              reply_reserve(), needed, capacity));
             return std::nullopt;
         }
         if (settings_.on_full == OnContextFull::stop) {
-            note(fmt::format("context full: with {} tokens kept for the reply the conversation needs {}, and the "
+            chat_note(fmt::format("context full: with {} tokens kept for the reply the conversation needs {}, and the "
                              "context holds {}; not sent (/reset starts over; --on-full drop-oldest drops old turns)",
                              reply_reserve(), needed, capacity));
             return std::nullopt;

@@ -42,6 +42,11 @@ enum class OnContextFull { drop_oldest, stop };
 // user's terminal. Pipes and files get the text unchanged.
 std::string printable_on_terminal(std::string_view text);
 
+// What both chat loops (left to right, block diffusion) share: an input line without its surrounding
+// spaces, tabs and line ends; a one-line note on stderr ("chat: ...").
+std::string_view trim_line(std::string_view s);
+void chat_note(std::string_view line);
+
 struct ChatSettings {
     GenerationOptions generation;
     std::optional<bool> thinking;  // enable_thinking for the template; unset: the template's default

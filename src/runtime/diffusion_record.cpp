@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/little_endian.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -24,15 +25,6 @@ constexpr const char* kWhat = "record";
 
 uint64_t step_bytes(int64_t L) { return 24 + 17 * uint64_t(L); }
 
-void put_le(std::string& out, uint64_t v, int bytes) {
-    for (int i = 0; i < bytes; ++i) out.push_back(char(v >> (8 * i)));
-}
-
-uint64_t get_le(const unsigned char* p, int bytes) {
-    uint64_t v = 0;
-    for (int i = 0; i < bytes; ++i) v |= uint64_t(p[i]) << (8 * i);
-    return v;
-}
 
 void put_ids(std::string& out, const std::vector<int32_t>& ids) {
     for (int32_t id : ids) put_le(out, uint32_t(id), 4);

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "core/file_io.h"
+#include "core/little_endian.h"
 #include "models/config_summary.h"
 #include "models/sequence_state.h"
 
@@ -47,15 +48,6 @@ std::string checkpoint_chunk_name(size_t index, std::string_view name) {
     return fmt::format("checkpoint.{}.{}", index, name);
 }
 
-void put_le(std::string& out, uint64_t v, int bytes) {
-    for (int i = 0; i < bytes; ++i) out.push_back(char(v >> (8 * i)));
-}
-
-uint64_t get_le(const unsigned char* p, int bytes) {
-    uint64_t v = 0;
-    for (int i = 0; i < bytes; ++i) v |= uint64_t(p[i]) << (8 * i);
-    return v;
-}
 
 // ---- writing ----
 
