@@ -129,7 +129,8 @@ BenchPlan plan_from(const BenchArgs& args) {
     plan.batch_sizes = parse_counts(or_default(args.batches, defaults.batches), "--batch", 0);
     std::erase(plan.batch_sizes, 0);  // --batch 0: no batched test
     if (cpu && !plan.batch_sizes.empty())
-        fail("bench: --batch: the CPU bench has no batched decode test (the CPU engine steps sequences in turn)");
+        fail("bench: --batch: the CPU bench has no batched decode test (the CPU engine steps sequences in turn); "
+             "leave --batch out with --backend cpu");
     plan.decode_tokens = args.decode_tokens.value_or(defaults.decode_tokens);
     if (plan.decode_tokens < 1) fail("bench: --decode-tokens {}: expected 1 or more", plan.decode_tokens);
     const std::optional<KvFormat> kv = parse_kv_format(args.kv);

@@ -148,6 +148,7 @@ void run_diffusion(const RunArgs& args, const CLI::App& command, const std::opti
     } else {
         fmt::print("\n");
     }
+    std::fflush(stdout);  // the reply ends before the summary, also when both go to one pipe
     if (!args.quiet)
         fmt::print(stderr,
                    "run: {} prompt tokens; {} blocks of {}, {} denoising steps ({}), {:.2f} tokens per forward, "
@@ -250,6 +251,7 @@ void run_generation(const RunArgs& args, const CLI::App& command) {
     } else {
         fmt::print("\n");
     }
+    std::fflush(stdout);  // the reply ends before the summary, also when both go to one pipe
     if (!args.quiet)
         fmt::print(stderr,
                    "run: {} prompt tokens in {:.1f} ms; {} generated, {:.1f} tok/s decode; finish: {}; {}, kv {}; seed {}\n",

@@ -44,6 +44,36 @@ struct KernelTable {
     ToF32Kernel f16_to_f32, bf16_to_f32;
 };
 
+// The entry points of a vector kernel file, defined in its anonymous namespace: each of its tile templates
+// (q8_0_tile<NT> ... q2_0_g64_tile<NT>, f32_tile<NT>) instantiated for 1..kTokenTile tokens and chosen by
+// n_tokens. A macro and not a shared template: a template defined here and instantiated in two files compiled
+// for different instruction sets could reach the linker once, with either set's code (see the top).
+#define DELTABIT_CPU_FAST_ENTRY_POINTS()                                                                      \
+    DELTABIT_CPU_FAST_INT8_ENTRY(q8_0)                                                                     \
+    DELTABIT_CPU_FAST_INT8_ENTRY(q4_0)                                                                     \
+    DELTABIT_CPU_FAST_INT8_ENTRY(q1_0)                                                                     \
+    DELTABIT_CPU_FAST_INT8_ENTRY(q2_0)                                                                     \
+    DELTABIT_CPU_FAST_INT8_ENTRY(q2_0_g64)                                                                 \
+    void f32_dot(const float* w, int64_t k, const float* const* x, int n_tokens, float* out) {            \
+        switch (n_tokens) {                                                                                \
+            case 1: f32_tile<1>(w, k, x, out); return;                                                     \
+            case 2: f32_tile<2>(w, k, x, out); return;                                                     \
+            case 3: f32_tile<3>(w, k, x, out); return;                                                     \
+            default: f32_tile<kTokenTile>(w, k, x, out); return;                                           \
+        }                                                                                                  \
+    }
+#define DELTABIT_CPU_FAST_INT8_ENTRY(name)                                                                    \
+    void name(const void* row, int64_t n_blocks, const Int8Token* tokens, int n_tokens, float* out) {      \
+        const auto* r = static_cast<const uint8_t*>(row);                                                  \
+        switch (n_tokens) {                                                                                \
+            case 1: name##_tile<1>(r, n_blocks, tokens, out); return;                                      \
+            case 2: name##_tile<2>(r, n_blocks, tokens, out); return;                                      \
+            case 3: name##_tile<3>(r, n_blocks, tokens, out); return;                                      \
+            default: name##_tile<kTokenTile>(r, n_blocks, tokens, out); return;                            \
+        }                                                                                                  \
+    }
+static_assert(kTokenTile == 4, "DELTABIT_CPU_FAST_ENTRY_POINTS lists the tile sizes 1..4");
+
 const KernelTable& scalar_kernels();
 // Only call these where the CPU has the instructions (matmul_cpu_fast.cpp checks).
 const KernelTable& avx2_kernels();

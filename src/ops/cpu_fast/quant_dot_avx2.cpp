@@ -197,31 +197,7 @@ void f32_tile(const float* w, int64_t k, const float* const* x, float* out) {
     }
 }
 
-#define DELTABIT_INT8_KERNEL(name)                                                                              \
-    void name(const void* row, int64_t n_blocks, const Int8Token* tokens, int n_tokens, float* out) {          \
-        const auto* r = static_cast<const uint8_t*>(row);                                                     \
-        switch (n_tokens) {                                                                                    \
-            case 1: name##_tile<1>(r, n_blocks, tokens, out); return;                                          \
-            case 2: name##_tile<2>(r, n_blocks, tokens, out); return;                                          \
-            case 3: name##_tile<3>(r, n_blocks, tokens, out); return;                                          \
-            default: name##_tile<4>(r, n_blocks, tokens, out); return;                                         \
-        }                                                                                                      \
-    }
-DELTABIT_INT8_KERNEL(q8_0)
-DELTABIT_INT8_KERNEL(q4_0)
-DELTABIT_INT8_KERNEL(q1_0)
-DELTABIT_INT8_KERNEL(q2_0)
-DELTABIT_INT8_KERNEL(q2_0_g64)
-#undef DELTABIT_INT8_KERNEL
-
-void f32_dot(const float* w, int64_t k, const float* const* x, int n_tokens, float* out) {
-    switch (n_tokens) {
-        case 1: f32_tile<1>(w, k, x, out); return;
-        case 2: f32_tile<2>(w, k, x, out); return;
-        case 3: f32_tile<3>(w, k, x, out); return;
-        default: f32_tile<4>(w, k, x, out); return;
-    }
-}
+DELTABIT_CPU_FAST_ENTRY_POINTS()
 
 void f16_to_f32(const void* row, int64_t k, float* out) {
     const auto* h = static_cast<const uint16_t*>(row);
