@@ -1,6 +1,7 @@
 // AdamW with fp32 master weights and state, global-norm gradient clipping, and the learning-rate
 // schedule (linear warmup, then cosine to min_lr ending exactly at the last optimizer step). The same
 // code serves every backend: a backend hands in fp32 gradients in the parameter layout's order.
+// Muon, the other optimizer.kind, is train/muon.h; it reuses the clipping and the AdamW update here.
 #pragma once
 
 #include "train/parameters.h"
@@ -21,9 +22,19 @@ double learning_rate(const OptimizerSection& o, int64_t step, int64_t total);
 double global_norm(std::span<const float> grads);
 
 struct AdamState {
-    std::vector<float> m, v;  // first and second moments, fp32, parameter layout order
+    // First and second moments, fp32, parameter layout order. With optimizer.kind = "muon" the slots of
+    // the hidden matrices hold Muon's momentum buffer in m and stay 0 in v (train/muon.h).
+    std::vector<float> m, v;
     int64_t step = 0;         // optimizer steps taken (bias correction uses step + 1 on the next)
 };
+
+// Scales grads in place to norm o.clip when their global norm exceeds it (o.clip > 0); returns the norm
+// before clipping.
+double clip_by_global_norm(const OptimizerSection& o, std::span<float> grads);
+
+// The AdamW update of one tensor, after the step counter was advanced (state.step = t, moments sized).
+void adamw_update_parameter(const ParameterInfo& p, const OptimizerSection& o, double lr, std::span<float> params,
+                            std::span<const float> grads, AdamState& state);
 
 // One AdamW step in place: clips the gradient to o.clip by global norm (when o.clip > 0), then
 // m ← β1 m + (1−β1) g; v ← β2 v + (1−β2) g²; θ ← θ − lr·(m̂/(√v̂ + ε) + wd·θ) with m̂ = m/(1−β1^t),
@@ -31,5 +42,9 @@ struct AdamState {
 // gradient norm before clipping.
 double adamw_step(const ParameterLayout& layout, const OptimizerSection& o, double lr, std::span<float> params,
                   std::span<float> grads, AdamState& state);
+
+// The step o.kind names: adamw_step, or muon_step (train/muon.h). `lr` is the scheduled AdamW rate.
+double optimizer_step(const ParameterLayout& layout, const OptimizerSection& o, double lr, std::span<float> params,
+                      std::span<float> grads, AdamState& state);
 
 }  // namespace deltabit::train

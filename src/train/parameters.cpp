@@ -8,7 +8,7 @@
 
 namespace deltabit::train {
 
-void ParameterLayout::add(std::string name, std::vector<int64_t> shape, ParameterRole role) {
+void ParameterLayout::add(std::string name, std::vector<int64_t> shape, ParameterRole role, bool hidden_matrix) {
     ParameterInfo info;
     info.name = std::move(name);
     info.shape = std::move(shape);
@@ -16,6 +16,7 @@ void ParameterLayout::add(std::string name, std::vector<int64_t> shape, Paramete
     for (int64_t d : info.shape) info.size *= d;
     info.offset = total_;
     info.role = role;
+    info.hidden_matrix = hidden_matrix;
     total_ += info.size;
     params_.push_back(std::move(info));
 }
@@ -23,34 +24,37 @@ void ParameterLayout::add(std::string name, std::vector<int64_t> shape, Paramete
 ParameterLayout::ParameterLayout(const ModelConfig& c) : config_(c) {
     const int64_t D = c.n_embd, V = c.n_vocab, F = c.n_ff;
     const bool hybrid = c.arch == Arch::qwen35;
+    const auto hidden = [this](std::string name, std::vector<int64_t> shape) {
+        add(std::move(name), std::move(shape), ParameterRole::matrix, true);
+    };
     add("model.embed_tokens.weight", {V, D}, ParameterRole::embedding);
     for (int64_t l = 0; l < c.n_layer(); ++l) {
         const std::string p = fmt::format("model.layers.{}.", l);
         add(p + "input_layernorm.weight", {D}, ParameterRole::norm);
         if (c.layers[size_t(l)] == LayerKind::full_attention) {
             const int64_t q_rows = c.n_head * c.head_dim * (c.attn_output_gate ? 2 : 1);
-            add(p + "self_attn.q_proj.weight", {q_rows, D}, ParameterRole::matrix);
-            add(p + "self_attn.k_proj.weight", {c.n_head_kv * c.head_dim, D}, ParameterRole::matrix);
-            add(p + "self_attn.v_proj.weight", {c.n_head_kv * c.head_dim, D}, ParameterRole::matrix);
-            add(p + "self_attn.o_proj.weight", {D, c.n_head * c.head_dim}, ParameterRole::matrix);
+            hidden(p + "self_attn.q_proj.weight", {q_rows, D});
+            hidden(p + "self_attn.k_proj.weight", {c.n_head_kv * c.head_dim, D});
+            hidden(p + "self_attn.v_proj.weight", {c.n_head_kv * c.head_dim, D});
+            hidden(p + "self_attn.o_proj.weight", {D, c.n_head * c.head_dim});
             add(p + "self_attn.q_norm.weight", {c.head_dim}, ParameterRole::norm);
             add(p + "self_attn.k_norm.weight", {c.head_dim}, ParameterRole::norm);
         } else {
             const int64_t value_dim = c.ssm_n_value_heads * c.ssm_value_dim;
-            add(p + "linear_attn.in_proj_qkv.weight", {c.ssm_conv_channels(), D}, ParameterRole::matrix);
-            add(p + "linear_attn.in_proj_z.weight", {value_dim, D}, ParameterRole::matrix);
+            hidden(p + "linear_attn.in_proj_qkv.weight", {c.ssm_conv_channels(), D});
+            hidden(p + "linear_attn.in_proj_z.weight", {value_dim, D});
             add(p + "linear_attn.in_proj_b.weight", {c.ssm_n_value_heads, D}, ParameterRole::matrix);
             add(p + "linear_attn.in_proj_a.weight", {c.ssm_n_value_heads, D}, ParameterRole::matrix);
             add(p + "linear_attn.conv1d.weight", {c.ssm_conv_channels(), 1, c.ssm_conv_kernel}, ParameterRole::vector);
             add(p + "linear_attn.dt_bias", {c.ssm_n_value_heads}, ParameterRole::vector);
             add(p + "linear_attn.A_log", {c.ssm_n_value_heads}, ParameterRole::vector);
             add(p + "linear_attn.norm.weight", {c.ssm_value_dim}, ParameterRole::norm);
-            add(p + "linear_attn.out_proj.weight", {D, value_dim}, ParameterRole::matrix);
+            hidden(p + "linear_attn.out_proj.weight", {D, value_dim});
         }
         add(p + "post_attention_layernorm.weight", {D}, ParameterRole::norm);
-        add(p + "mlp.gate_proj.weight", {F, D}, ParameterRole::matrix);
-        add(p + "mlp.up_proj.weight", {F, D}, ParameterRole::matrix);
-        add(p + "mlp.down_proj.weight", {D, F}, ParameterRole::matrix);
+        hidden(p + "mlp.gate_proj.weight", {F, D});
+        hidden(p + "mlp.up_proj.weight", {F, D});
+        hidden(p + "mlp.down_proj.weight", {D, F});
     }
     add("model.norm.weight", {D}, ParameterRole::norm);
     if (!c.tied_embeddings) add("lm_head.weight", {V, D}, ParameterRole::matrix);

@@ -28,6 +28,12 @@ struct ParameterInfo {
     int64_t offset = 0;            // into the flat array
     int64_t size = 0;              // product of shape
     ParameterRole role = ParameterRole::matrix;
+    // A 2-D projection inside a block (attention q/k/v/o, DeltaNet in_proj_qkv/in_proj_z/out_proj, the
+    // FFN's three): the tensors optimizer.kind = "muon" orthogonalises (train/muon.h). Not the
+    // embeddings, not the LM head, and not DeltaNet's in_proj_a/in_proj_b, whose few rows (one per value
+    // head) each make one scalar gate (decay, write strength): forcing that update to be orthogonal
+    // would give every head's gate a unit-norm step whatever its gradient says.
+    bool hidden_matrix = false;
 };
 
 class ParameterLayout {
@@ -41,7 +47,7 @@ public:
     const ModelConfig& config() const { return config_; }
 
 private:
-    void add(std::string name, std::vector<int64_t> shape, ParameterRole role);
+    void add(std::string name, std::vector<int64_t> shape, ParameterRole role, bool hidden_matrix = false);
 
     ModelConfig config_;
     std::vector<ParameterInfo> params_;

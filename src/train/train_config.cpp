@@ -155,7 +155,8 @@ void validate(const TrainConfig& c, const std::string& s) {
             fmt::format("expected cpu, cuda or auto, got '{}'", r.backend));
     require(!r.out_dir.empty(), s, "run.out_dir", "must not be empty");
     const OptimizerSection& o = c.optimizer;
-    require(o.kind == "adamw", s, "optimizer.kind", fmt::format("expected adamw, got '{}'", o.kind));
+    require(o.kind == "adamw" || o.kind == "muon", s, "optimizer.kind",
+            fmt::format("expected adamw or muon, got '{}'", o.kind));
     require(o.lr > 0, s, "optimizer.lr", fmt::format("must be > 0, got {}", o.lr));
     require(o.min_lr >= 0 && o.min_lr <= o.lr, s, "optimizer.min_lr",
             fmt::format("must be in 0..optimizer.lr ({}), got {}", o.lr, o.min_lr));
@@ -166,6 +167,13 @@ void validate(const TrainConfig& c, const std::string& s) {
     require(o.eps > 0, s, "optimizer.eps", fmt::format("must be > 0, got {}", o.eps));
     require(o.weight_decay >= 0, s, "optimizer.weight_decay", fmt::format("must be ≥ 0, got {}", o.weight_decay));
     require(o.clip >= 0, s, "optimizer.clip", fmt::format("must be ≥ 0 (0 = off), got {}", o.clip));
+    require(o.muon_lr > 0, s, "optimizer.muon_lr", fmt::format("must be > 0, got {}", o.muon_lr));
+    require(o.muon_momentum >= 0 && o.muon_momentum < 1, s, "optimizer.muon_momentum",
+            fmt::format("must be in [0, 1), got {}", o.muon_momentum));
+    require(o.muon_ns_steps >= 1 && o.muon_ns_steps <= 100, s, "optimizer.muon_ns_steps",
+            fmt::format("must be in 1..100, got {}", o.muon_ns_steps));
+    require(o.muon_weight_decay >= 0, s, "optimizer.muon_weight_decay",
+            fmt::format("must be ≥ 0, got {}", o.muon_weight_decay));
     require(c.eval.every >= 0, s, "eval.every", fmt::format("must be ≥ 0, got {}", c.eval.every));
     require(c.eval.bytes >= 2, s, "eval.bytes", fmt::format("must be ≥ 2, got {}", c.eval.bytes));
     require(c.checkpoint.every >= 0, s, "checkpoint.every", fmt::format("must be ≥ 0, got {}", c.checkpoint.every));
@@ -245,7 +253,19 @@ TrainConfig parse_train_config(std::string_view toml_text, const std::string& so
         r.get("eps", o.eps);
         r.get("weight_decay", o.weight_decay);
         r.get("clip", o.clip);
+        o.muon_lr = o.lr;  // unless given: Muon's scale rule (train/muon.h) makes AdamW's rate fit it
+        o.muon_weight_decay = o.weight_decay;
+        r.get("muon_lr", o.muon_lr);
+        r.get("muon_momentum", o.muon_momentum);
+        r.get("muon_nesterov", o.muon_nesterov);
+        r.get("muon_ns_steps", o.muon_ns_steps);
+        r.get("muon_weight_decay", o.muon_weight_decay);
         r.finish();
+        if (o.kind == "adamw")
+            for (const char* key : {"muon_lr", "muon_momentum", "muon_nesterov", "muon_ns_steps", "muon_weight_decay"})
+                if (r.has(key))
+                    fail("{}: {}: applies only with optimizer.kind = \"muon\" (kind is '{}')", source_name, r.name(key),
+                         o.kind);
     }
     {
         SectionReader r(root, "eval", source_name);

@@ -60,7 +60,7 @@ struct RunSection {
 };
 
 struct OptimizerSection {
-    std::string kind = "adamw";
+    std::string kind = "adamw";      // adamw, or muon: Muon on the hidden matrices, AdamW on the rest
     double lr = 3e-3;
     double min_lr = 3e-4;
     int64_t warmup_steps = 100;
@@ -69,6 +69,13 @@ struct OptimizerSection {
     double eps = 1e-8;
     double weight_decay = 0.1;       // decoupled; applied to matrices only, not norms, gates or biases
     double clip = 1.0;               // global gradient norm; 0 = off
+    // kind = "muon" (train/muon.h): the hidden matrices (ParameterInfo::hidden_matrix) take Muon with
+    // these; every other tensor takes AdamW with the settings above. The keys are refused with adamw.
+    double muon_lr = 3e-3;           // peak rate; the schedule scales it by learning_rate / lr. Read: default lr
+    double muon_momentum = 0.95;
+    bool muon_nesterov = true;
+    int64_t muon_ns_steps = 5;       // Newton–Schulz iterations
+    double muon_weight_decay = 0.1;  // decoupled, times the Muon rate. Read: default weight_decay
 };
 
 struct EvalSection {

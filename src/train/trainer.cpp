@@ -228,7 +228,7 @@ StepReport Trainer::train_step() {
         loss_sum += backend_->accumulate_gradient(weights, next_batch(), 1.0 / predicted, grads_);
     StepReport report;
     report.lr = learning_rate(config_.optimizer, step_, r.steps);
-    report.grad_norm = adamw_step(layout_, config_.optimizer, report.lr, params_, grads_, adam_);
+    report.grad_norm = optimizer_step(layout_, config_.optimizer, report.lr, params_, grads_, adam_);
     report.loss = loss_sum / predicted;
     report.step = ++step_;
     report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

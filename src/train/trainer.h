@@ -1,4 +1,4 @@
-// A training run: the data, the step loop (micro-batches → gradients → AdamW), evaluation in bits per
+// A training run: the data, the step loop (micro-batches → gradients → AdamW or Muon), evaluation in bits per
 // byte on a fixed held-out window, and checkpoints that resume bit-exactly. The arithmetic of a step
 // sits behind GradientBackend, so the CUDA trainer replaces only that: the step, optimizer, schedule,
 // data order and checkpoints are this code on every backend.

@@ -73,6 +73,22 @@ TEST(TrainConfig, BadInputNamesTheKey) {
         {kMinimal + "[optimizer]\nlr = -1\n", "t.toml: optimizer.lr: must be > 0, got -1"},
         {kMinimal + "[optimizer]\nwarmup_steps = 5000\n", "t.toml: optimizer.warmup_steps: must be in 0..run.steps (1000)"},
         {kMinimal + "[optimizer]\nbeta2 = 1.0\n", "t.toml: optimizer.beta2: must be in [0, 1), got 1"},
+        {kMinimal + "[optimizer]\nkind = \"sgd\"\n", "t.toml: optimizer.kind: expected adamw or muon, got 'sgd'"},
+        {kMinimal + "[optimizer]\nmuon_lr = 0.01\n",
+         "t.toml: optimizer.muon_lr: applies only with optimizer.kind = \"muon\" (kind is 'adamw')"},
+        {kMinimal + "[optimizer]\nkind = \"adamw\"\nmuon_ns_steps = 5\n", "t.toml: optimizer.muon_ns_steps: applies only"},
+        {kMinimal + "[optimizer]\nkind = \"muon\"\nmuon_lr = 0\n", "t.toml: optimizer.muon_lr: must be > 0, got 0"},
+        {kMinimal + "[optimizer]\nkind = \"muon\"\nmuon_momentum = 1\n",
+         "t.toml: optimizer.muon_momentum: must be in [0, 1), got 1"},
+        {kMinimal + "[optimizer]\nkind = \"muon\"\nmuon_ns_steps = 0\n",
+         "t.toml: optimizer.muon_ns_steps: must be in 1..100, got 0"},
+        {kMinimal + "[optimizer]\nkind = \"muon\"\nmuon_ns_steps = 5.0\n",
+         "t.toml: optimizer.muon_ns_steps: expected an integer, got floating-point"},
+        {kMinimal + "[optimizer]\nkind = \"muon\"\nmuon_nesterov = \"yes\"\n",
+         "t.toml: optimizer.muon_nesterov: expected true or false, got string"},
+        {kMinimal + "[optimizer]\nkind = \"muon\"\nmuon_weight_decay = -0.1\n",
+         "t.toml: optimizer.muon_weight_decay: must be ≥ 0, got -0.1"},
+        {kMinimal + "[optimizer]\nkind = \"muon\"\nmuon_betas = 1\n", "t.toml: optimizer.muon_betas: unknown key"},
         {kMinimal + "[run]\nbackend = \"tpu\"\n", "t.toml: run.backend: expected cpu"},
         {kMinimal + "[run]\nseed = -3\n", "t.toml: run.seed: must be ≥ 0, got -3"},
         {kMinimal + "[qat]\nenabled = 1\n", "t.toml: qat.enabled: expected true or false, got integer"},
@@ -84,6 +100,32 @@ TEST(TrainConfig, BadInputNamesTheKey) {
         EXPECT_EQ(error.rfind(c.expected, 0), 0u) << "got: " << error << "\nwanted: " << c.expected;
         EXPECT_EQ(error.find('\n'), std::string::npos) << error;
     }
+}
+
+TEST(TrainConfig, MuonKeysAndTheirDefaults) {
+    // Unset, Muon's rate and decay are AdamW's (the scale rule in train/muon.h makes them fit).
+    const TrainConfig plain = parse_train_config(kMinimal + "[optimizer]\nkind = \"muon\"\nlr = 0.02\nweight_decay = 0.05\n", "t.toml");
+    EXPECT_EQ(plain.optimizer.kind, "muon");
+    EXPECT_EQ(plain.optimizer.muon_lr, 0.02);
+    EXPECT_EQ(plain.optimizer.muon_weight_decay, 0.05);
+    EXPECT_EQ(plain.optimizer.muon_momentum, 0.95);
+    EXPECT_TRUE(plain.optimizer.muon_nesterov);
+    EXPECT_EQ(plain.optimizer.muon_ns_steps, 5);
+    const TrainConfig set = parse_train_config(kMinimal + R"([optimizer]
+kind = "muon"
+muon_lr = 0.03
+muon_momentum = 0.9
+muon_nesterov = false
+muon_ns_steps = 6
+muon_weight_decay = 0
+)",
+                                               "t.toml");
+    EXPECT_EQ(set.optimizer.muon_lr, 0.03);
+    EXPECT_EQ(set.optimizer.muon_momentum, 0.9);
+    EXPECT_FALSE(set.optimizer.muon_nesterov);
+    EXPECT_EQ(set.optimizer.muon_ns_steps, 6);
+    EXPECT_EQ(set.optimizer.muon_weight_decay, 0.0);
+    EXPECT_EQ(set.optimizer.lr, 3e-3);  // AdamW's own keep their defaults
 }
 
 TEST(TrainConfig, MissingFileIsNamed) {

@@ -24,7 +24,7 @@ struct TinyRun {
     TrainConfig config;
 };
 
-std::string tiny_config_text(const fs::path& dir, int64_t steps, double lr) {
+std::string tiny_config_text(const fs::path& dir, int64_t steps, double lr, const std::string& optimizer = "adamw") {
     return fmt::format(R"(
 [model]
 hidden = 16
@@ -50,16 +50,17 @@ grad_accum = 2
 steps = {}
 seed = 7
 [optimizer]
+kind = "{}"
 lr = {}
 min_lr = 1e-3
 warmup_steps = 2
 [eval]
 bytes = 64
 )",
-                       (dir / "train.txt").string(), (dir / "heldout.txt").string(), steps, lr);
+                       (dir / "train.txt").string(), (dir / "heldout.txt").string(), steps, optimizer, lr);
 }
 
-TinyRun make_run(const std::string& name, int64_t steps, double lr = 1e-2) {
+TinyRun make_run(const std::string& name, int64_t steps, double lr = 1e-2, const std::string& optimizer = "adamw") {
     TinyRun run;
     run.dir = fs::temp_directory_path() / ("deltabit_test_trainer_" + name);
     fs::remove_all(run.dir);
@@ -70,13 +71,15 @@ TinyRun make_run(const std::string& name, int64_t steps, double lr = 1e-2) {
         return s;
     }();
     std::ofstream(run.dir / "heldout.txt") << "the cat sat on the log. the dog sat on the mat.\nthe cat sat on the mat.\n";
-    run.text = tiny_config_text(run.dir, steps, lr);
+    run.text = tiny_config_text(run.dir, steps, lr, optimizer);
     run.config = parse_train_config(run.text, "tiny.toml");
     return run;
 }
 
-TEST(Trainer, ResumeIsBitExact) {
-    const TinyRun run = make_run("resume", 6);
+// Muon's momentum rides in the checkpoint's first-moment slots (train/muon.h): both optimizers resume
+// bit-exactly, and for Muon a checkpoint whose momentum were lost would resume differently (checked).
+void expect_resume_bit_exact(const std::string& optimizer) {
+    const TinyRun run = make_run("resume_" + optimizer, 6, 1e-2, optimizer);
     Trainer straight(run.config, run.text);
     while (!straight.finished()) straight.train_step();
 
@@ -104,8 +107,43 @@ TEST(Trainer, ResumeIsBitExact) {
               0);
 }
 
-TEST(Trainer, TrainingLowersHeldOutBitsPerByte) {
-    const TinyRun run = make_run("learn", 40, 2e-2);
+TEST(Trainer, ResumeIsBitExact) { expect_resume_bit_exact("adamw"); }
+
+TEST(Trainer, MuonResumeIsBitExactAndNeedsItsMomentum) {
+    expect_resume_bit_exact("muon");
+    // The momentum matters: zero the Muon slots of the checkpoint's first moments and the resumed run
+    // leaves the straight one.
+    const TinyRun run = make_run("resume_muon_lost", 5, 1e-2, "muon");
+    Trainer straight(run.config, run.text);
+    while (!straight.finished()) straight.train_step();
+    Trainer first(run.config, run.text);
+    for (int i = 0; i < 3; ++i) first.train_step();
+    const fs::path checkpoint = run.dir / "checkpoint.bin";
+    first.save_checkpoint(checkpoint);
+    // The layout of the file (trainer.cpp): …, parameters, m, v, trailer; each array is a count then floats.
+    const uint64_t P = uint64_t(first.layout().total());
+    const uint64_t m_begin = fs::file_size(checkpoint) - 8 - 2 * (8 + 4 * P) + 8;
+    {
+        std::fstream file(checkpoint, std::ios::in | std::ios::out | std::ios::binary);
+        uint64_t count = 0;  // the offset is right: the first moments' count precedes it
+        file.seekg(std::streamoff(m_begin - 8));
+        file.read(reinterpret_cast<char*>(&count), 8);
+        ASSERT_EQ(count, P);
+        const std::vector<float> zeros(size_t(P), 0.0f);
+        for (const ParameterInfo& p : first.layout().all()) {
+            if (!p.hidden_matrix) continue;
+            file.seekp(std::streamoff(m_begin + 4 * uint64_t(p.offset)));
+            file.write(reinterpret_cast<const char*>(zeros.data()), std::streamsize(4 * p.size));
+        }
+    }
+    Trainer resumed(run.config, run.text);
+    resumed.load_checkpoint(checkpoint);
+    while (!resumed.finished()) resumed.train_step();
+    EXPECT_NE(std::memcmp(straight.parameters().data(), resumed.parameters().data(), P * sizeof(float)), 0);
+}
+
+void expect_training_lowers_bpb(const std::string& optimizer) {
+    const TinyRun run = make_run("learn_" + optimizer, 40, 2e-2, optimizer);
     Trainer trainer(run.config, run.text);
     const double before = trainer.evaluate_bpb();
     EXPECT_NEAR(before, std::log2(259.0), 0.2);  // near uniform at init (std 0.1)
@@ -116,13 +154,16 @@ TEST(Trainer, TrainingLowersHeldOutBitsPerByte) {
         last_loss = r.loss;
     }
     const double after = trainer.evaluate_bpb();
-    std::printf("[ trainer ] held-out BPB %.3f -> %.3f, train loss %.3f -> %.3f nats\n", before, after, first_loss,
-                last_loss);
+    std::printf("[ trainer ] %s: held-out BPB %.3f -> %.3f, train loss %.3f -> %.3f nats\n", optimizer.c_str(), before,
+                after, first_loss, last_loss);
     EXPECT_LT(after, before - 2.0);  // 40 steps on a 20-letter text: well below log2(259) = 8.02
     EXPECT_LT(last_loss, first_loss - 1.0);
     // The window restarts at the same bytes: evaluating twice gives the same number exactly.
     EXPECT_EQ(trainer.evaluate_bpb(), after);
 }
+
+TEST(Trainer, TrainingLowersHeldOutBitsPerByte) { expect_training_lowers_bpb("adamw"); }
+TEST(Trainer, MuonTrainingLowersHeldOutBitsPerByte) { expect_training_lowers_bpb("muon"); }
 
 // run.backend = cuda where it cannot be had is refused with one line, before anything runs.
 TEST(Trainer, CudaBackendWithoutCudaIsRefused) {
