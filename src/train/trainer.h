@@ -1,5 +1,5 @@
-// A training run: the data, the step loop (micro-batches → gradients → AdamW or Muon), evaluation in bits per
-// byte on a fixed held-out window, and checkpoints that resume bit-exactly. The arithmetic of a step
+// A training run: the data, the step loop (micro-batches → gradients → AdamW or Muon), evaluation in
+// bits per byte on a fixed held-out window, and checkpoints that resume bit-exactly. The arithmetic of a step
 // sits behind GradientBackend, so the CUDA trainer replaces only that: the step, optimizer, schedule,
 // data order and checkpoints are this code on every backend.
 #pragma once
@@ -55,8 +55,8 @@ class Trainer {
 public:
     // A fresh run (parameters from the seed) or, when `checkpoint` exists, a resumed one (its config
     // must be the same text as config_text). config.run.backend picks the arithmetic: cpu (the double
-    // reference), cuda (weights, gradients and AdamW on the GPU: train/cuda/train_model.h), auto (cuda
-    // when the build has CUDA and a GPU is present).
+    // reference), cuda (weights, gradients and the optimizer on the GPU: train/cuda/train_model.h),
+    // auto (cuda when the build has CUDA and a GPU is present).
     Trainer(TrainConfig config, std::string config_text);
     ~Trainer();
 

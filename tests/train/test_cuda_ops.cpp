@@ -431,7 +431,7 @@ TEST(CudaTrainOps, AdamwMatchesCpu) {
         EXPECT_NEAR(norm, cpu_norm, 1e-6 * cpu_norm);
         const float factor = norm > o.clip ? float(o.clip / norm) : 1.0f;
         cuda::adamw_update(gp.get<float>(), gg.get<float>(), gm.get<float>(), gv.get<float>(), gd.get<uint8_t>(),
-                           int64_t(params.size()), factor, float(o.beta1), float(o.beta2),
+                           int64_t(params.size()), false, factor, float(o.beta1), float(o.beta2),
                            1.0 - std::pow(o.beta1, step), 1.0 - std::pow(o.beta2, step), lr, o.eps, o.weight_decay);
     }
     gp.download(params.data(), params.size() * 4);

@@ -17,6 +17,19 @@ enum class GemmMath { bf16, fp32 };
 void set_gemm_math(GemmMath math);
 GemmMath gemm_math();
 
+// The math for the products of one scope, the previous setting restored after it (Muon's Newton–Schulz
+// runs in fp32 whatever the training path uses: train/cuda/muon.h).
+class ScopedGemmMath {
+public:
+    explicit ScopedGemmMath(GemmMath math) : saved_(gemm_math()) { set_gemm_math(math); }
+    ~ScopedGemmMath() { set_gemm_math(saved_); }
+    ScopedGemmMath(const ScopedGemmMath&) = delete;
+    ScopedGemmMath& operator=(const ScopedGemmMath&) = delete;
+
+private:
+    GemmMath saved_;
+};
+
 void linear_forward(const float* x, const float* w, int64_t n, int64_t in, int64_t out, float* y,
                     bool accumulate = false);
 void linear_backward_input(const float* dy, const float* w, int64_t n, int64_t in, int64_t out, float* dx);

@@ -108,11 +108,29 @@ void cross_entropy_loss_rows(const float* logits, const int32_t* targets, int64_
 
 // *sum_sq (double, device) += Σ g².
 void sum_of_squares(const float* g, int64_t n, double* sum_sq);
-// AdamW on n values with per-value decay flags (1 = decayed), gradient scaled by grad_scale (the
-// clip factor) first; the same fp32 arithmetic order as train/optimizer.cpp.
-void adamw_update(float* params, const float* grads, float* m, float* v, const uint8_t* decay, int64_t n,
-                  float grad_scale, float beta1, float beta2, double correction1, double correction2, double lr,
-                  double eps, double weight_decay);
+// Per-value flags of the AdamW kernel: no decay (norms, vectors), decay (matrices, embeddings), and a
+// decayed hidden matrix (ParameterInfo::hidden_matrix), which optimizer.kind = "muon" leaves to Muon.
+inline constexpr uint8_t kAdamFlagNoDecay = 0, kAdamFlagDecay = 1, kAdamFlagHiddenMatrix = 2;
+// AdamW on n values with per-value flags, gradient scaled by grad_scale (the clip factor) first; the
+// same fp32 arithmetic order as train/optimizer.cpp. skip_hidden: values flagged hidden matrix are
+// left alone (Muon updates them).
+void adamw_update(float* params, const float* grads, float* m, float* v, const uint8_t* flags, int64_t n,
+                  bool skip_hidden, float grad_scale, float beta1, float beta2, double correction1, double correction2,
+                  double lr, double eps, double weight_decay);
+// Muon (train/muon.h), pointwise parts; the Newton–Schulz products are train/cuda/muon.cpp's.
+// momentum ← μ·momentum + grad_scale·g; u = g' + μ·momentum (nesterov) or momentum, over g[rows][cols];
+// u is written [cols][rows] when transposed.
+void muon_momentum(const float* grads, float* momentum, int64_t rows, int64_t cols, float grad_scale, float mu,
+                   bool nesterov, bool transposed, float* u);
+// x *= 1 / (√(*sum_sq) + eps), *sum_sq a device double.
+void scale_by_inverse_norm(float* x, int64_t n, const double* sum_sq, double eps);
+// gram_sq ← b·gram + c·gram_sq (in place) over n_gram; next = a·x over n_x.
+void newton_schulz_pointwise(const float* gram, float* gram_sq, int64_t n_gram, const float* x, float* next,
+                             int64_t n_x, float a, float b, float c);
+// params[rows][cols] ← params − lr·(scale·O + weight_decay·params), O = x, or xᵀ (x [cols][rows]) when
+// transposed; in double per value, as train/muon.cpp.
+void muon_apply(float* params, const float* x, int64_t rows, int64_t cols, bool transposed, double lr, double scale,
+                double weight_decay);
 // QAT forward weights of one binarised tensor (rows × row_len, row_len % 128 == 0): out = Q1_0(w)
 // dequantised at lambda = 1, else w + λ(ŵ − w), bit for bit as train/qat.cpp.
 void qat_binarise(const float* w, int64_t rows, int64_t row_len, float lambda, bool full, float* out);

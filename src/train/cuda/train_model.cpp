@@ -4,6 +4,8 @@
 #include "core/error.h"
 #include "train/cuda/gemm.h"
 #include "train/cuda/kernels.h"
+#include "train/cuda/muon.h"
+#include "train/muon.h"
 #include "train/qat.h"
 
 #include <fmt/format.h>
@@ -40,8 +42,10 @@ struct TrainModel::Impl {
     const bool one_plus;  // qwen35's 1+w norms
     std::unordered_map<std::string, int64_t> offsets;
 
-    DeviceBuffer params, weights, grads, m, v, decay;
+    // m holds Muon's momentum in the hidden matrices' slots under optimizer.kind = "muon" (train/muon.h).
+    DeviceBuffer params, weights, grads, m, v, adam_flags;
     int64_t adam_step = 0;
+    MuonWorkspace muon_workspace;
     bool weights_are_params = false;  // λ = 0 with no explicit weights: the forward reads the master weights
 
     // Activations, by name, grown to the largest micro-batch; the layer inputs are one buffer.
@@ -52,13 +56,13 @@ struct TrainModel::Impl {
     explicit Impl(const ParameterLayout& l)
         : layout(l), c(l.config()), P(l.total()), D(c.n_embd), V(c.n_vocab), F(c.n_ff), one_plus(c.arch == Arch::qwen35),
           params(size_t(P) * 4), weights(size_t(P) * 4), grads(size_t(P) * 4), m(size_t(P) * 4), v(size_t(P) * 4),
-          decay(size_t(P)), loss_sum(sizeof(double)) {
+          adam_flags(size_t(P)), loss_sum(sizeof(double)) {
         for (const ParameterInfo& p : layout.all()) offsets[p.name] = p.offset;
-        std::vector<uint8_t> flags(size_t(P), 0);
+        std::vector<uint8_t> flags(size_t(P), kAdamFlagNoDecay);
         for (const ParameterInfo& p : layout.all())
             if (p.role == ParameterRole::matrix || p.role == ParameterRole::embedding)
-                std::fill_n(flags.begin() + p.offset, p.size, uint8_t(1));
-        decay.upload(flags.data(), flags.size());
+                std::fill_n(flags.begin() + p.offset, p.size, p.hidden_matrix ? kAdamFlagHiddenMatrix : kAdamFlagDecay);
+        adam_flags.upload(flags.data(), flags.size());
         zero(m.get<float>(), P);
         zero(v.get<float>(), P);
         zero(grads.get<float>(), P);
@@ -491,9 +495,18 @@ double TrainModel::optimizer_step(const OptimizerSection& o, double lr) {
     ++I.adam_step;
     const double correction1 = 1.0 - std::pow(o.beta1, double(I.adam_step));
     const double correction2 = 1.0 - std::pow(o.beta2, double(I.adam_step));
+    const bool muon = o.kind == "muon";
     adamw_update(I.params.get<float>(), I.grads.get<float>(), I.m.get<float>(), I.v.get<float>(),
-                 I.decay.get<uint8_t>(), I.P, factor, float(o.beta1), float(o.beta2), correction1, correction2, lr,
-                 o.eps, o.weight_decay);
+                 I.adam_flags.get<uint8_t>(), I.P, muon, factor, float(o.beta1), float(o.beta2), correction1,
+                 correction2, lr, o.eps, o.weight_decay);
+    if (muon) {
+        const double matrix_lr = muon_learning_rate(o, lr);
+        for (const ParameterInfo& p : I.layout.all())
+            if (p.hidden_matrix)
+                muon_update(I.params.get<float>() + p.offset, I.grads.get<float>() + p.offset,
+                            I.m.get<float>() + p.offset, p.shape[0], p.shape[1], factor, o, matrix_lr,
+                            I.muon_workspace);
+    }
     cuda_check(cudaDeviceSynchronize(), "the optimizer step");
     return norm;
 }

@@ -1,6 +1,7 @@
-// The trainer's model on one GPU: fp32 master weights, AdamW moments and gradients resident on the
-// device; the forward and backward of the layer loop of train/reference_model.cpp on the CUDA twins
-// of its ops (train/cuda/kernels.h) with the matrix products on cuBLAS in bf16 (train/cuda/gemm.h).
+// The trainer's model on one GPU: fp32 master weights, optimizer state (AdamW moments, Muon momentum)
+// and gradients resident on the device; the forward and backward of the layer loop of
+// train/reference_model.cpp on the CUDA twins of its ops (train/cuda/kernels.h) with the matrix
+// products on cuBLAS in bf16 (train/cuda/gemm.h).
 //
 // Same structure as the reference on purpose, so a difference points at one op: the forward keeps each
 // layer's input residual [N][D]; the backward re-runs one layer's forward to get its intermediates
@@ -48,8 +49,9 @@ public:
     double loss(const Batch& batch);
     void get_gradients(std::span<float> grads) const;
 
-    // Clips the device gradients to o.clip by global norm and applies one AdamW step to the master
-    // weights (train/optimizer.h's arithmetic). Returns the norm before clipping.
+    // Clips the device gradients to o.clip by global norm and applies one step of o.kind to the master
+    // weights: AdamW (train/optimizer.h's arithmetic), or Muon on the hidden matrices and AdamW on the
+    // rest (train/muon.h; `lr` is AdamW's scheduled rate). Returns the norm before clipping.
     double optimizer_step(const OptimizerSection& o, double lr);
     int64_t optimizer_steps() const;
 
