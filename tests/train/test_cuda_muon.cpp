@@ -1,6 +1,6 @@
-// Muon on the device (train/cuda/muon.h) against the CPU reference (train/muon.h): one step on tall,
-// wide, square and very thin matrices, from a non-zero momentum, with and without a clip factor, and on
-// a nearly low-rank update. Skips without CUDA or a GPU.
+// Muon on the device (train/cuda/muon_update.h) against the CPU reference (train/muon.h): one step on
+// tall, wide, square and very thin matrices, from a non-zero momentum, with and without a clip factor,
+// and on nearly low-rank updates. Skips without CUDA or a GPU.
 //
 // What must agree and how closely:
 //   momentum buffer: the same fp32 operations in the same order on both sides (one rounding each, no
@@ -22,7 +22,7 @@
 #include <cstring>
 
 #ifdef DELTABIT_HAVE_CUDA
-#include "train/cuda/muon.h"
+#include "train/cuda/muon_update.h"
 #endif
 
 namespace deltabit::train {

@@ -18,7 +18,7 @@ void set_gemm_math(GemmMath math);
 GemmMath gemm_math();
 
 // The math for the products of one scope, the previous setting restored after it (Muon's Newton–Schulz
-// runs in fp32 whatever the training path uses: train/cuda/muon.h).
+// runs in fp32 whatever the training path uses: train/cuda/muon_update.h).
 class ScopedGemmMath {
 public:
     explicit ScopedGemmMath(GemmMath math) : saved_(gemm_math()) { set_gemm_math(math); }

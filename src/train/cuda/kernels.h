@@ -117,7 +117,7 @@ inline constexpr uint8_t kAdamFlagNoDecay = 0, kAdamFlagDecay = 1, kAdamFlagHidd
 void adamw_update(float* params, const float* grads, float* m, float* v, const uint8_t* flags, int64_t n,
                   bool skip_hidden, float grad_scale, float beta1, float beta2, double correction1, double correction2,
                   double lr, double eps, double weight_decay);
-// Muon (train/muon.h), pointwise parts; the Newton–Schulz products are train/cuda/muon.cpp's.
+// Muon (train/muon.h), pointwise parts; the Newton–Schulz products are train/cuda/muon_update.cpp's.
 // momentum ← μ·momentum + grad_scale·g; u = g' + μ·momentum (nesterov) or momentum, over g[rows][cols];
 // u is written [cols][rows] when transposed.
 void muon_momentum(const float* grads, float* momentum, int64_t rows, int64_t cols, float grad_scale, float mu,

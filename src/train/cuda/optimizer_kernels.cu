@@ -1,8 +1,8 @@
 // The optimizer and QAT on the device: the gradient's squared norm (for clipping), AdamW over the flat
-// parameter array in train/optimizer.cpp's arithmetic, Muon's pointwise parts in train/muon.cpp's (the
-// products are train/cuda/muon.cpp's), and the 1-bit QAT forward weights in
-// train/qat.cpp's arithmetic (explicitly rounded operations, so nvcc cannot fuse them into an FMA that
-// the CPU does not do: the binarised weights match the CPU's bit for bit).
+// parameter array in train/optimizer.cpp's arithmetic, Muon's pointwise parts in train/muon.cpp's (its
+// products are train/cuda/muon_update.cpp's), and the 1-bit QAT forward weights in train/qat.cpp's
+// arithmetic (explicitly rounded operations, so nvcc cannot fuse them into an FMA that the CPU does
+// not do: the binarised weights and Muon's momentum match the CPU's bit for bit).
 #include "train/cuda/device_common.cuh"
 #include "train/cuda/kernels.h"
 

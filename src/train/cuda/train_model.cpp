@@ -4,7 +4,7 @@
 #include "core/error.h"
 #include "train/cuda/gemm.h"
 #include "train/cuda/kernels.h"
-#include "train/cuda/muon.h"
+#include "train/cuda/muon_update.h"
 #include "train/muon.h"
 #include "train/qat.h"
 

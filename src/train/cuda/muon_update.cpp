@@ -1,4 +1,4 @@
-#include "train/cuda/muon.h"
+#include "train/cuda/muon_update.h"
 
 #include "train/cuda/gemm.h"
 #include "train/cuda/kernels.h"
