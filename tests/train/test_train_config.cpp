@@ -43,6 +43,26 @@ TEST(TrainConfig, ExampleConfigParses) {
     EXPECT_NE(c.data.train.find("data/text"), std::string::npos);
 }
 
+// The Muon example is the small config with only the optimizer changed (and its own out_dir).
+TEST(TrainConfig, MuonExampleIsTheSmallConfigWithMuon) {
+    const std::filesystem::path dir = std::filesystem::path(DELTABIT_SOURCE_DIR) / "configs";
+    const TrainConfig adamw = load_train_config(dir / "bytelm-hybrid-small.toml");
+    TrainConfig muon = load_train_config(dir / "bytelm-hybrid-small-muon.toml");
+    EXPECT_EQ(muon.optimizer.kind, "muon");
+    EXPECT_EQ(muon.optimizer.muon_lr, adamw.optimizer.lr);
+    EXPECT_EQ(muon.optimizer.muon_weight_decay, adamw.optimizer.weight_decay);
+    EXPECT_NE(muon.run.out_dir, adamw.run.out_dir);
+    const ModelConfig a = model_config_of(adamw), m = model_config_of(muon);
+    EXPECT_EQ(a.n_embd, m.n_embd);
+    EXPECT_EQ(a.layers, m.layers);
+    EXPECT_EQ(a.n_ff, m.n_ff);
+    EXPECT_EQ(muon.tokens_per_step(), adamw.tokens_per_step());
+    EXPECT_EQ(muon.run.steps, adamw.run.steps);
+    EXPECT_EQ(muon.optimizer.lr, adamw.optimizer.lr);
+    EXPECT_EQ(muon.optimizer.warmup_steps, adamw.optimizer.warmup_steps);
+    EXPECT_EQ(muon.qat.enabled, adamw.qat.enabled);
+}
+
 TEST(TrainConfig, DefaultsAndExplicitLayers) {
     const TrainConfig c = parse_train_config(kMinimal + "[model]\nlayers = 3\nfull_attention_layers = [0, 2]\n", "t.toml");
     const ModelConfig m = model_config_of(c);
