@@ -176,6 +176,13 @@ void run_train(const TrainArgs& args) {
     const double peak = bf16_peak_tflops(backend);
     fmt::print(stderr, "train: {} parameters, {} tokens per step, {} steps from step {} on {} → {}\n",
                trainer.layout().total(), tokens_per_step, total, trainer.step(), backend, out_dir.string());
+    if (config.optimizer.kind == "muon") {  // say which tensors Muon took, so a run shows that it did
+        int64_t matrices = 0, weights = 0;
+        for (const train::ParameterInfo& p : trainer.layout().all())
+            if (p.hidden_matrix) ++matrices, weights += p.size;
+        fmt::print(stderr, "train: optimizer muon: {} hidden matrices ({} parameters) on Muon, {} parameters on AdamW\n",
+                   matrices, weights, trainer.layout().total() - weights);
+    }
     double last_bpb = NAN, seconds_sum = 0.0, last_loss = NAN;
     int64_t steps_timed = 0;
     const int64_t stop_at = args.max_steps > 0 ? std::min(total, trainer.step() + args.max_steps) : total;

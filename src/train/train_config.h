@@ -71,11 +71,13 @@ struct OptimizerSection {
     double clip = 1.0;               // global gradient norm; 0 = off
     // kind = "muon" (train/muon.h): the hidden matrices (ParameterInfo::hidden_matrix) take Muon with
     // these; every other tensor takes AdamW with the settings above. The keys are refused with adamw.
-    double muon_lr = 3e-3;           // peak rate; the schedule scales it by learning_rate / lr. Read: default lr
+    // A file that omits muon_lr or muon_weight_decay gets lr or weight_decay (the values below are those
+    // defaults' defaults).
+    double muon_lr = 3e-3;           // peak rate; the schedule scales it as it scales lr
     double muon_momentum = 0.95;
     bool muon_nesterov = true;
     int64_t muon_ns_steps = 5;       // Newton–Schulz iterations
-    double muon_weight_decay = 0.1;  // decoupled, times the Muon rate. Read: default weight_decay
+    double muon_weight_decay = 0.1;  // decoupled, times the Muon rate
 };
 
 struct EvalSection {

@@ -23,7 +23,7 @@ std::string read_file(const fs::path& path) {
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-fs::path make_run_dir(const std::string& name, const std::string& out_dir) {
+fs::path make_run_dir(const std::string& name, const std::string& out_dir, const std::string& optimizer = "adamw") {
     const fs::path dir = fs::temp_directory_path() / ("deltabit_test_cmd_train_" + name);
     fs::remove_all(dir);
     fs::create_directories(dir);
@@ -53,6 +53,7 @@ grad_accum = 2
 steps = 8
 out_dir = ")" + out_dir + R"("
 [optimizer]
+kind = ")" + optimizer + R"("
 lr = 1e-2
 min_lr = 1e-3
 warmup_steps = 2
@@ -63,6 +64,25 @@ bytes = 64
 every = 3
 )";
     return dir;
+}
+
+// A Muon run says which tensors Muon took (2 layers: DeltaNet's 3 projections and attention's 4, plus
+// 3 FFN matrices each), and its stop-and-resume equals the straight run as AdamW's does.
+TEST(CmdTrain, MuonRunSaysWhatItTrainsAndResumes) {
+    const fs::path dir = make_run_dir("muon", "straight", "muon");
+    const test::CommandResult straight = test::run_deltabit("train --no-history '" + (dir / "run.toml").string() + "'");
+    ASSERT_EQ(straight.exit_code, 0) << straight.output;
+    EXPECT_NE(straight.output.find("train: optimizer muon: 13 hidden matrices ("), std::string::npos) << straight.output;
+    const fs::path split_dir = make_run_dir("muon_split", "straight", "muon");
+    const std::string cfg = "'" + (split_dir / "run.toml").string() + "'";
+    ASSERT_EQ(test::run_deltabit("train -q --no-history --max-steps 5 " + cfg).exit_code, 0);
+    const test::CommandResult rest = test::run_deltabit("train -q --no-history --resume " + cfg);
+    ASSERT_EQ(rest.exit_code, 0) << rest.output;
+    EXPECT_EQ(read_file(dir / "straight" / "checkpoint.bin"), read_file(split_dir / "straight" / "checkpoint.bin"));
+    // The AdamW run's start line names no optimizer.
+    const fs::path adamw = make_run_dir("muon_adamw", "straight");
+    const test::CommandResult plain = test::run_deltabit("train --no-history --max-steps 1 '" + (adamw / "run.toml").string() + "'");
+    EXPECT_EQ(plain.output.find("optimizer muon"), std::string::npos) << plain.output;
 }
 
 TEST(CmdTrain, StopAndResumeEqualsOneRun) {

@@ -48,7 +48,8 @@ std::vector<float> floats(const Vec& v) { return std::vector<float>(v.begin(), v
 
 // Rank 4 with decaying weights plus Gaussian noise of 1e-3: a gradient from few tokens looks like this.
 Vec low_rank_values(int64_t rows, int64_t cols, uint64_t seed) {
-    const Vec left = testing::normal_values(size_t(rows * 4), seed), right = testing::normal_values(size_t(cols * 4), seed + 1);
+    const Vec left = testing::normal_values(size_t(rows * 4), seed);
+    const Vec right = testing::normal_values(size_t(cols * 4), seed + 1);
     const Vec noise = testing::normal_values(size_t(rows * cols), seed + 2, 1e-3);
     Vec u(size_t(rows * cols));
     for (int64_t i = 0; i < rows; ++i)

@@ -89,7 +89,9 @@ double distance_from_orthogonal(const Matrix& x, int64_t rows, int64_t cols) {
     return std::sqrt(sum);
 }
 
-double quintic(double s) { return kNewtonSchulzA * s + kNewtonSchulzB * s * s * s + kNewtonSchulzC * s * s * s * s * s; }
+double quintic(double s) {
+    return kNewtonSchulzA * s + kNewtonSchulzB * s * s * s + kNewtonSchulzC * s * s * s * s * s;
+}
 
 struct Shape {
     int64_t rows, cols;
@@ -303,9 +305,10 @@ TEST(Muon, RoutesExactlyTheHiddenMatrices) {
     };
     EXPECT_EQ(muon, want);
     // Among the tensors that stay on AdamW: the embeddings, the LM head and DeltaNet's gate projections.
-    for (const char* name : {"model.embed_tokens.weight", "lm_head.weight", "model.layers.0.linear_attn.in_proj_a.weight",
-                             "model.layers.0.linear_attn.in_proj_b.weight", "model.layers.0.linear_attn.conv1d.weight",
-                             "model.layers.0.linear_attn.A_log", "model.norm.weight"})
+    for (const char* name :
+         {"model.embed_tokens.weight", "lm_head.weight", "model.layers.0.linear_attn.in_proj_a.weight",
+          "model.layers.0.linear_attn.in_proj_b.weight", "model.layers.0.linear_attn.conv1d.weight",
+          "model.layers.0.linear_attn.A_log", "model.norm.weight"})
         EXPECT_FALSE(layout.get(name).hidden_matrix) << name;
 }
 
@@ -355,7 +358,8 @@ TEST(Muon, StepIsAdamWOffTheHiddenMatricesAndMuonOnThem) {
         const std::vector<float> g = slots(clipped);
         muon_update_matrix(w, g, m, p.shape[0], p.shape[1], o, 1.0);
         for (int64_t i = 0; i < p.size; ++i) {
-            const double step = double(w[size_t(i)]) - double(params[size_t(p.offset + i)]) * (1.0 - o.muon_weight_decay);
+            const double decayed = double(params[size_t(p.offset + i)]) * (1.0 - o.muon_weight_decay);
+            const double step = double(w[size_t(i)]) - decayed;
             sum += step * step;
         }
         const double rms = std::sqrt(sum / double(p.size));

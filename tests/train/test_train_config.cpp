@@ -124,7 +124,8 @@ TEST(TrainConfig, BadInputNamesTheKey) {
 
 TEST(TrainConfig, MuonKeysAndTheirDefaults) {
     // Unset, Muon's rate and decay are AdamW's (the scale rule in train/muon.h makes them fit).
-    const TrainConfig plain = parse_train_config(kMinimal + "[optimizer]\nkind = \"muon\"\nlr = 0.02\nweight_decay = 0.05\n", "t.toml");
+    const TrainConfig plain =
+        parse_train_config(kMinimal + "[optimizer]\nkind = \"muon\"\nlr = 0.02\nweight_decay = 0.05\n", "t.toml");
     EXPECT_EQ(plain.optimizer.kind, "muon");
     EXPECT_EQ(plain.optimizer.muon_lr, 0.02);
     EXPECT_EQ(plain.optimizer.muon_weight_decay, 0.05);
