@@ -186,8 +186,8 @@ void add_train_ab_command(CLI::App& app) {
     auto seeds = std::make_shared<std::vector<std::string>>();
     CLI::App* cmd = app.add_subcommand(
         "train-ab", "Compare two training configs over several seeds: keep B only if it wins on held-out bpb on all");
-    cmd->add_option("a", args->a, "the baseline config (A)")->required()->type_name("A.toml");
-    cmd->add_option("b", args->b, "the changed config (B)")->required()->type_name("B.toml");
+    cmd->add_option("A", args->a, "the baseline config")->required()->type_name("A.toml");
+    cmd->add_option("B", args->b, "the changed config")->required()->type_name("B.toml");
     cmd->add_option("--seeds", *seeds, "seeds of the runs, each config trained once per seed (default 1,2,3)");
     cmd->add_option("-o,--out", args->out, "folder of the runs and ab.tsv (default runs/ab-A-vs-B)")
         ->type_name("DIR");
