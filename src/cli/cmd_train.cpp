@@ -12,6 +12,8 @@
 // tokens/s, MFU, loss, eval BPB, ETA) on a terminal, one line per evaluation otherwise; appends the
 // invocation's mean tokens/s and MFU to bench/history.tsv (MFU against the bf16 tensor rate `deltabit
 // bench` reads prefill against, cli/bench_gpu.h; only on a GPU whose rate is known).
+#include "cli/cmd_train.h"
+
 #include "cli/bench_report.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
@@ -36,21 +38,6 @@
 
 namespace deltabit::cli {
 namespace {
-
-struct TrainArgs {
-    std::string config;
-    bool resume = false;
-    bool quiet = false;
-    int64_t max_steps = 0;  // 0: run to run.steps
-    std::string backend;    // "": the config's run.backend
-    std::string history = std::string(DELTABIT_SOURCE_DIR) + "/bench/history.tsv";
-    bool no_history = false;
-    std::string commit;
-    // --plot: redraw the image of a curves file instead of training.
-    std::string plot;
-    std::string plot_output;  // "": CURVES.csv's name with .svg; "-": standard output
-    std::string title;        // "": the run's name, from the file's name
-};
 
 // Dense bf16 tensor rate (TFLOP/s) of the GPU the run is on, as `deltabit bench` reads prefill against
 // (cli/bench_gpu.h: measured on this workplace's H200s); 0 when unknown (no MFU printed).
@@ -116,6 +103,8 @@ void run_plot(const TrainArgs& args) {
         fmt::print("train --plot: {} step{} from {} → {}\n", rows.back().step, rows.back().step == 1 ? "" : "s",
                    csv.string(), out.string());
 }
+
+}  // namespace
 
 void run_train(const TrainArgs& args) {
     if (!args.plot.empty()) return run_plot(args);
@@ -242,8 +231,6 @@ void run_train(const TrainArgs& args) {
         fmt::print("train: exported {} ({}, {} bytes)\n", model.string(), dtype_name(type), report.bytes);
     }
 }
-
-}  // namespace
 
 void add_train_command(CLI::App& app) {
     auto args = std::make_shared<TrainArgs>();

@@ -33,6 +33,8 @@ void add_replay_command(CLI::App& app);
 // `deltabit train CONFIG.toml [--resume]` and `deltabit train --plot CURVES.csv` (cmd_train.cpp; built only
 // with toml++).
 void add_train_command(CLI::App& app);
+// `deltabit train-ab A.toml B.toml [--seeds 1,2,3]` (cmd_train_ab.cpp): the recipe A/B protocol over seeds.
+void add_train_ab_command(CLI::App& app);
 #endif
 
 

@@ -55,6 +55,7 @@ int main(int argc, char** argv) {
     deltabit::cli::add_replay_command(app);
 #ifdef DELTABIT_HAVE_TRAIN
     deltabit::cli::add_train_command(app);
+    deltabit::cli::add_train_ab_command(app);
 #endif
 
 

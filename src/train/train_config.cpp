@@ -300,6 +300,25 @@ TrainConfig load_train_config(const std::filesystem::path& path) {
     return c;
 }
 
+std::string config_text_for_run(std::string_view text, const std::string& source_name,
+                                 const std::filesystem::path& base, uint64_t seed, const std::string& out_dir) {
+    (void)parse_train_config(text, source_name);  // refuse a bad config before rewriting it
+    toml::table root = toml::parse(text, source_name);
+    if (!root.contains("run")) root.insert("run", toml::table{});
+    toml::table& run = *root["run"].as_table();
+    run.insert_or_assign("seed", int64_t(seed));
+    run.insert_or_assign("out_dir", out_dir);
+    if (toml::table* data = root["data"].as_table())
+        for (const char* key : {"train", "heldout"})
+            if (const std::optional<std::string> path = (*data)[key].value<std::string>())
+                if (std::filesystem::path(*path).is_relative() && !base.empty())
+                    data->insert_or_assign(key, (base / *path).lexically_normal().string());
+    std::ostringstream out;
+    out << root << "\n";
+    (void)parse_train_config(out.str(), source_name + " (for seed " + std::to_string(seed) + ")");
+    return out.str();
+}
+
 ModelConfig model_config_of(const TrainConfig& config) {
     const ModelSection& m = config.model;
     ModelConfig c;

@@ -108,6 +108,12 @@ struct TrainConfig {
 
 // Reads and validates; throws deltabit::Error with one line naming file and key.
 TrainConfig load_train_config(const std::filesystem::path& path);
+// The text of one run of an A/B comparison (cli/cmd_train_ab.cpp): `text`, a config read from a file in
+// folder `base`, with run.seed and run.out_dir set and data.train / data.heldout made absolute, so that the
+// run's own copy of it can live in its out_dir and still name the same data. Comments are not kept; the
+// result is refused as a config would be (parse_train_config) if anything in it is not.
+std::string config_text_for_run(std::string_view text, const std::string& source_name,
+                                 const std::filesystem::path& base, uint64_t seed, const std::string& out_dir);
 TrainConfig parse_train_config(std::string_view toml_text, const std::string& source_name);
 
 // The engine's geometry for the configured model (GGUF-side fields included, for the export).
