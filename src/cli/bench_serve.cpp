@@ -173,6 +173,17 @@ double percentile(std::vector<double> v, double p) {
     return v[std::clamp<size_t>(rank, 1, v.size()) - 1];
 }
 
+// Waits (up to 10 s) until the scheduler has retired every job: its thread then waits for work and makes no
+// CUDA call, so another thread may read the device's memory (a call during a graph capture on the
+// scheduler's thread would invalidate the capture), and its counters are final.
+void wait_until_idle(const server::Scheduler& scheduler) {
+    for (int i = 0; i < 10000; ++i) {
+        const server::SchedulerStats s = scheduler.stats();
+        if (s.active == 0 && s.queued == 0) return;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+}
+
 double milliseconds(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
 BenchMeasurement measure_level(server::Scheduler& scheduler, int port, const ServeBenchPlan& plan, int64_t n_vocab,
@@ -192,8 +203,10 @@ BenchMeasurement measure_level(server::Scheduler& scheduler, int port, const Ser
     }
     require_complete(run_streams(port, warmup), warmup_tokens, name + " warm-up");
 
+    wait_until_idle(scheduler);
     const server::SchedulerStats before = scheduler.stats();
     const Round round = run_streams(port, timed);
+    wait_until_idle(scheduler);
     const server::SchedulerStats after = scheduler.stats();
     require_complete(round, plan.max_tokens, name);
 

@@ -22,7 +22,9 @@
 // (tokens − 1) / (last token's arrival − first token's), whose median is the per-stream tok/s; TTFT from
 // writing the request to reading the chunk of its first token, p50 and p99 (nearest rank) over the
 // level's requests; the aggregate over the 1-stream level's of the same run; and, from the scheduler's
-// counters, how many decode steps ran and how many rows they stepped (rows / steps: the real batch).
+// counters, how many decode steps ran and how many rows they stepped (rows / steps: the real batch). On
+// the GPU the row's peak GiB is the device memory in use when the level ends, its sessions still held
+// (read once the scheduler is idle: a CUDA call from another thread during a graph capture would break it).
 //
 // The scheduler runs with --parallel = the largest stream count (every stream has a live session),
 // the serve command's prefill chunk (256 tokens), its checkpoint policy, and no parking (budget 0: a
