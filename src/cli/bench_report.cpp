@@ -74,16 +74,17 @@ void print_serve_table(const std::vector<BenchMeasurement>& measurements) {
         if (!m.serve) continue;
         const ServeFigures& s = *m.serve;
         if (!header) {
-            fmt::print("{:<8} {:>7} {:>8} {:>7} {:>9} {:>7} {:>10} {:>11} {:>9} {:>9} {:>7} {:>6} {:>8}\n", "test",
-                       "streams", "requests", "tokens", "time", "req/s", "agg tok/s", "stream tok/s", "TTFT p50",
-                       "TTFT p99", "x 1-str", "batch", "peak GiB");
+            fmt::print("{:<8} {:>7} {:>8} {:>7} {:>9} {:>7} {:>10} {:>11} {:>9} {:>9} {:>7} {:>6} {:>6} {:>8}\n",
+                       "test", "streams", "requests", "tokens", "time", "req/s", "agg tok/s", "stream tok/s",
+                       "TTFT p50", "TTFT p99", "x 1-str", "ceil x", "batch", "peak GiB");
             header = true;
         }
         const double batch = s.decode_steps > 0 ? double(s.decode_rows) / double(s.decode_steps) : 0.0;
-        fmt::print("{:<8} {:>7} {:>8} {:>7} {:>9} {:>7.2f} {:>10} {:>11.1f} {:>9} {:>9} {:>7} {:>6.1f} {:>8.2f}\n", m.test,
-                   s.streams, s.requests, m.tokens, duration_text(m.seconds), s.requests_per_s,
+        fmt::print("{:<8} {:>7} {:>8} {:>7} {:>9} {:>7.2f} {:>10} {:>11.1f} {:>9} {:>9} {:>7} {:>6} {:>6.1f} {:>8.2f}\n",
+                   m.test, s.streams, s.requests, m.tokens, duration_text(m.seconds), s.requests_per_s,
                    cell(m.tokens_per_s, "{:.1f}"), s.stream_tok_s_median, duration_text(s.ttft_p50_ms / 1e3),
-                   duration_text(s.ttft_p99_ms / 1e3), cell(s.vs_one_stream, "{:.2f}"), batch, m.peak_memory_gib);
+                   duration_text(s.ttft_p99_ms / 1e3), cell(s.vs_one_stream, "{:.2f}"),
+                   cell(s.ceiling_vs_one_stream, "{:.1f}"), batch, m.peak_memory_gib);
     }
     if (header) fmt::print("\n");
 }
@@ -207,6 +208,7 @@ nlohmann::json report_to_json(const BenchReport& r) {
                                             {"ttft_p50_ms", s.ttft_p50_ms},
                                             {"ttft_p99_ms", s.ttft_p99_ms},
                                             {"vs_one_stream", optional(s.vs_one_stream)},
+                                            {"ceiling_vs_one_stream", optional(s.ceiling_vs_one_stream)},
                                             {"decode_steps", s.decode_steps},
                                             {"decode_rows", s.decode_rows}};
         }

@@ -30,6 +30,8 @@ struct ServeFigures {
     double stream_tok_s_median = 0;  // one request's (tokens − 1) / (last token − first token), median
     double ttft_p50_ms = 0, ttft_p99_ms = 0;  // request written → first token's chunk read
     std::optional<double> vs_one_stream;      // aggregate tok/s / the 1-stream level's of the same run
+    // What vs_one_stream could be if decode were bound by bytes alone (cli/bench_serve.h, "Ceiling").
+    std::optional<double> ceiling_vs_one_stream;
     // The scheduler's decode steps during the level, and the rows they stepped: rows / steps is the batch
     // the engine really ran (habit 16: a server that stepped streams one by one shows ~1 here).
     int64_t decode_steps = 0, decode_rows = 0;

@@ -238,6 +238,11 @@ BenchMeasurement measure_level(server::Scheduler& scheduler, int port, const Ser
     f.stream_tok_s_median = stream_rates.empty() ? 0.0 : percentile(stream_rates, 0.5);
     f.ttft_p50_ms = percentile(ttft_ms, 0.5);
     f.ttft_p99_ms = percentile(ttft_ms, 0.99);
+    if (plan.traffic) {
+        const double weights = double(plan.traffic->weight_bytes);
+        const double row = double(plan.traffic->kv_bytes + plan.traffic->state_bytes);
+        f.ceiling_vs_one_stream = double(streams) * (weights + row) / (weights + double(streams) * row);
+    }
     f.decode_steps = after.decode_steps - before.decode_steps;
     f.decode_rows = after.decode_rows - before.decode_rows;
 
@@ -268,10 +273,11 @@ void describe(std::vector<BenchMeasurement>& rows, int parallel) {
         m.note = fmt::format(
             "serve: {} streams x {} streamed /v1/completions requests over HTTP, prompt {} + {} generated tokens each "
             "(greedy, no EOS); {:.2f} req/s; per stream {:.1f} tok/s (median); TTFT p50 {:.1f} ms p99 {:.1f} ms; "
-            "{}; {:.2f} rows per decode step; --parallel {}, no parking",
+            "{}{}; {:.2f} rows per decode step; --parallel {}, no parking",
             f.streams, f.requests / std::max(f.streams, 1), f.prompt_tokens, f.max_tokens, f.requests_per_s,
             f.stream_tok_s_median, f.ttft_p50_ms, f.ttft_p99_ms,
             f.vs_one_stream ? fmt::format("{:.2f}x the 1-stream aggregate", *f.vs_one_stream) : "no 1-stream level",
+            f.ceiling_vs_one_stream ? fmt::format(" (byte ceiling {:.1f}x)", *f.ceiling_vs_one_stream) : "",
             f.decode_steps > 0 ? double(f.decode_rows) / double(f.decode_steps) : 0.0, parallel);
     }
 }

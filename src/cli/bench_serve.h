@@ -26,6 +26,15 @@
 // the GPU the row's peak GiB is the device memory in use when the level ends, its sessions still held
 // (read once the scheduler is idle: a CUDA call from another thread during a graph capture would break it).
 //
+// Ceiling. With `traffic` (InferenceCost::decode_traffic of one row at the level's mean decode depth,
+// prompt_tokens + max_tokens / 2) each row's note and JSON give what the aggregate over one stream's
+// could be if a decode step were bound by the bytes it moves and moved them as fast at every batch: a
+// step of B rows reads the weights W once and each row's KV and DeltaNet state R, so
+//   ceiling(B) = B · (W + R) / (W + B · R)
+// — near B while B · R is small beside W, and never above (W + R) / R: where batching stops paying
+// (Bonsai-27B's f32 DeltaNet state, ~0.31 GB a row, caps it near 12 whatever B). Prefill, HTTP and
+// compute are left out, so a measured ratio above it means the batch-1 figure had other costs.
+//
 // The scheduler runs with --parallel = the largest stream count (every stream has a live session),
 // the serve command's prefill chunk (256 tokens), its checkpoint policy, and no parking (budget 0: a
 // finished conversation's session is reset for the next request rather than saved to host memory, so
@@ -35,6 +44,7 @@
 #pragma once
 
 #include "cli/bench_report.h"
+#include "models/inference_cost.h"
 #include "models/kv_format.h"
 #include "runtime/engine.h"
 #include "text/tokenizer.h"
@@ -42,6 +52,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +65,7 @@ struct ServeBenchPlan {
     int64_t max_tokens = 128;
     KvFormat kv = KvFormat::f32;
     uint64_t seed = 1;
+    std::optional<DecodeTraffic> traffic;  // one row's, for the ceiling (above); none: no ceiling
     // Device memory in use now, in GiB (the CUDA bench's cudaMemGetInfo); null: not measured (CPU).
     std::function<double()> memory_in_use_gib;
 };

@@ -382,6 +382,7 @@ void run_serve_bench_command(const BenchArgs& args) {
     const InferenceCost cost(model->weights(), plan.kv);
     report.parameters = cost.parameters();
     report.stored_bytes = cost.stored_weight_bytes();
+    plan.traffic = cost.decode_traffic(plan.prompt_tokens + plan.max_tokens / 2);
     // A geometry has no tokenizer: the replies are spelled by a placeholder one (bench_serve.h).
     std::unique_ptr<text::Tokenizer> tokenizer;
     if (args.geometry.empty())

@@ -64,6 +64,16 @@ void expect_level(const json& m, int streams, int requests_per_stream, int max_t
     EXPECT_LT(s["ttft_p99_ms"].get<double>(), seconds * 1e3) << "a first token after the level ended";
     EXPECT_GT(s["stream_tokens_per_s_median"].get<double>(), 0.0);
     EXPECT_EQ(m["depth"], prompt_tokens);
+    // The byte-model ceiling (bench_serve.h): exactly 1 for one stream, between 1 and B for B > 1 (the
+    // weights are shared, each row's KV and state are not).
+    const double ceiling = s["ceiling_vs_one_stream"];
+    if (streams == 1) {
+        EXPECT_EQ(ceiling, 1.0);
+    } else {
+        EXPECT_GT(ceiling, 1.0);
+        EXPECT_LT(ceiling, double(streams));
+    }
+    EXPECT_NE(m["note"].get<std::string>().find("(byte ceiling "), std::string::npos);
 }
 
 TEST(BenchServe, EveryRequestOfEveryLevelGeneratesMaxTokensAndTheRowsAgree) {
