@@ -67,6 +67,28 @@ std::string duration_text(double seconds) {
     return seconds < 1.0 ? fmt::format("{:.2f} ms", seconds * 1e3) : fmt::format("{:.2f} s", seconds);
 }
 
+// The serving levels (rows with `serve`), one line each, before any other table; nothing when there are none.
+void print_serve_table(const std::vector<BenchMeasurement>& measurements) {
+    bool header = false;
+    for (const BenchMeasurement& m : measurements) {
+        if (!m.serve) continue;
+        const ServeFigures& s = *m.serve;
+        if (!header) {
+            fmt::print("{:<8} {:>7} {:>8} {:>7} {:>9} {:>7} {:>10} {:>11} {:>9} {:>9} {:>7} {:>6} {:>6} {:>8}\n",
+                       "test", "streams", "requests", "tokens", "time", "req/s", "agg tok/s", "stream tok/s",
+                       "TTFT p50", "TTFT p99", "x 1-str", "ceil x", "batch", "peak GiB");
+            header = true;
+        }
+        const double batch = s.decode_steps > 0 ? double(s.decode_rows) / double(s.decode_steps) : 0.0;
+        fmt::print("{:<8} {:>7} {:>8} {:>7} {:>9} {:>7.2f} {:>10} {:>11.1f} {:>9} {:>9} {:>7} {:>6} {:>6.1f} {:>8.2f}\n",
+                   m.test, s.streams, s.requests, m.tokens, duration_text(m.seconds), s.requests_per_s,
+                   cell(m.tokens_per_s, "{:.1f}"), s.stream_tok_s_median, duration_text(s.ttft_p50_ms / 1e3),
+                   duration_text(s.ttft_p99_ms / 1e3), cell(s.vs_one_stream, "{:.2f}"),
+                   cell(s.ceiling_vs_one_stream, "{:.1f}"), batch, m.peak_memory_gib);
+    }
+    if (header) fmt::print("\n");
+}
+
 }  // namespace
 
 std::string history_header() { return std::string(kBaseColumns) + "\t" + kAddedColumns; }
@@ -122,9 +144,15 @@ void print_report(const BenchReport& r) {
     }
     fmt::print("\nbuilt in {:.1f} s, uploaded in {:.1f} s; decode path: {}\n\n", r.build_seconds, r.upload_seconds,
                r.decode_path);
+    print_serve_table(r.measurements);
+    if (std::all_of(r.measurements.begin(), r.measurements.end(), [](const BenchMeasurement& m) { return m.serve; })) {
+        for (const std::string& note : r.notes) fmt::print("note: {}\n", note);
+        return;
+    }
     fmt::print("{:<7} {:>6} {:>6} {:>10} {:>9} {:>8} {:>6} {:>9} {:>6} {:>6} {:>8}  {}\n", "test", "depth", "tokens",
                "time", "tok/s", "TFLOP/s", "%bf16", "MB/token", "GB/s", "%copy", "peak GiB", "note");
     for (const BenchMeasurement& m : r.measurements) {
+        if (m.serve) continue;
         fmt::print("{:<7} {:>6} {:>6} {:>10} {:>9} {:>8} {:>6} {:>9} {:>6} {:>6} {:>8.2f}  {}\n", m.test, m.depth,
                    m.tokens, duration_text(m.seconds), cell(m.tokens_per_s, "{:.1f}"), cell(m.tflop_s, "{:.2f}"),
                    cell(m.pct_of_bf16_peak, "{:.2f}"),
@@ -166,6 +194,24 @@ nlohmann::json report_to_json(const BenchReport& r) {
                                 {"pct_of_depth0", optional(m.pct_of_depth0)},
                                 {"peak_memory_gib", m.peak_memory_gib},
                                 {"note", m.note}});
+        if (m.serve) {
+            const ServeFigures& s = *m.serve;
+            measurements.back()["serve"] = {{"streams", s.streams},
+                                            {"requests", s.requests},
+                                            {"prompt_tokens", s.prompt_tokens},
+                                            {"max_tokens", s.max_tokens},
+                                            {"completion_tokens_min", s.completion_tokens_min},
+                                            {"completion_tokens_max", s.completion_tokens_max},
+                                            {"requests_per_s", s.requests_per_s},
+                                            {"aggregate_tokens_per_s", optional(m.tokens_per_s)},
+                                            {"stream_tokens_per_s_median", s.stream_tok_s_median},
+                                            {"ttft_p50_ms", s.ttft_p50_ms},
+                                            {"ttft_p99_ms", s.ttft_p99_ms},
+                                            {"vs_one_stream", optional(s.vs_one_stream)},
+                                            {"ceiling_vs_one_stream", optional(s.ceiling_vs_one_stream)},
+                                            {"decode_steps", s.decode_steps},
+                                            {"decode_rows", s.decode_rows}};
+        }
     }
     return {{"date", r.date},
             {"commit", r.commit},

@@ -18,7 +18,27 @@
 
 namespace deltabit::cli {
 
-// One figure: a prefill (pp512), a decode run (tg128 at a depth) or a time to first token (ttft16).
+// What a serving level (`deltabit bench --serve`, cli/bench_serve.h) measured beyond tok/s: its row's
+// tokens_per_s is the aggregate of every stream, unit_us the median time between two tokens of a stream.
+struct ServeFigures {
+    int streams = 0;                // clients sending at once
+    int64_t requests = 0;           // completed, all of them (a failed request fails the bench)
+    int64_t prompt_tokens = 0;      // of every request
+    int64_t max_tokens = 0;         // every request's max_tokens: what each must generate
+    int64_t completion_tokens_min = 0, completion_tokens_max = 0;  // as the server's usage reported them
+    double requests_per_s = 0;
+    double stream_tok_s_median = 0;  // one request's (tokens − 1) / (last token − first token), median
+    double ttft_p50_ms = 0, ttft_p99_ms = 0;  // request written → first token's chunk read
+    std::optional<double> vs_one_stream;      // aggregate tok/s / the 1-stream level's of the same run
+    // What vs_one_stream could be if decode were bound by bytes alone (cli/bench_serve.h, "Ceiling").
+    std::optional<double> ceiling_vs_one_stream;
+    // The scheduler's decode steps during the level, and the rows they stepped: rows / steps is the batch
+    // the engine really ran (habit 16: a server that stepped streams one by one shows ~1 here).
+    int64_t decode_steps = 0, decode_rows = 0;
+};
+
+// One figure: a prefill (pp512), a decode run (tg128 at a depth), a time to first token (ttft16), or a
+// serving level (serve8: `serve` set).
 struct BenchMeasurement {
     std::string test;        // "pp512", "tg128", "ttft16"
     int64_t depth = 0;       // tokens already in the sequence before the measured ones
@@ -32,6 +52,7 @@ struct BenchMeasurement {
     std::optional<double> pct_of_depth0;
     double peak_memory_gib = 0;  // device-wide, during this measurement (and the filling before it)
     std::string note;
+    std::optional<ServeFigures> serve;
 };
 
 struct BenchReport {

@@ -8,6 +8,11 @@
 //                  [--fill auto|prefill|synthetic]
 //                  [--prompt-budget S] [--fill-budget S] [--max-seconds S]
 //                  [--no-history | --history FILE] [--commit HASH] [--seed N]
+//   deltabit bench --serve (-m MODEL | --geometry NAME) [--backend cuda|cpu] [--streams 1,8,32,64]
+//                  [--requests N] [--prompts N] [--decode-tokens N] [--kv f32|f16|kivi4] [--json] ...
+//
+// --serve measures the OpenAI server instead of the engine alone: the real HTTP server started in this
+// process on a loopback port, driven by concurrent streaming clients (cli/bench_serve.h).
 //
 // --geometry builds a random-bit model of a real shape in memory (bench/synthetic_model.h), so the
 // flagship shapes are measured without downloading them. Without a usable GPU a CUDA bench says so and
@@ -25,6 +30,13 @@
 
 #if DELTABIT_HAVE_CUDA
 #include "models/model_cuda.h"
+
+#include <cuda_runtime.h>
+#endif
+
+#if DELTABIT_HAVE_SERVER
+#include "cli/bench_serve.h"
+#include "cli/cmd_text_prompt.h"
 #endif
 
 #include <fmt/format.h>
@@ -65,6 +77,10 @@ struct BenchArgs {
     std::string commit;
     uint64_t seed = 1;
     double prompt_budget = 60.0, fill_budget = 45.0, max_seconds = 240.0;
+    // --serve (cli/bench_serve.h): the server under concurrent streaming clients instead of the engine alone.
+    bool serve = false;
+    std::vector<std::string> streams;
+    std::optional<int64_t> requests;
 };
 
 // The lists a bench runs when not given. The CPU's fit in about a minute on a 2-core machine with
@@ -78,6 +94,17 @@ struct PlanDefaults {
 };
 constexpr PlanDefaults kGpuDefaults{"0,4096,32768", "512,4096", "2,16,64", 128, "8,32"};
 constexpr PlanDefaults kCpuDefaults{"0", "64", "", 32, ""};
+
+// What --serve runs when not told: the stream counts on the GPU (#35: 1, 8, 32 and 64 streams), a
+// short run on the CPU (a test's size: seconds with a tiny model).
+struct ServeDefaults {
+    const char* streams;
+    int64_t requests_per_stream;
+    int64_t prompt_tokens;
+    int64_t max_tokens;
+};
+constexpr ServeDefaults kGpuServeDefaults{"1,8,32,64", 4, 64, 128};
+constexpr ServeDefaults kCpuServeDefaults{"1,4", 2, 16, 16};
 
 // {"0,4096", "32768"} → {0, 4096, 32768}; every value ≥ `minimum`.
 std::vector<int64_t> parse_counts(const std::vector<std::string>& given, const char* option, int64_t minimum) {
@@ -106,8 +133,8 @@ DepthFill parse_fill(const std::string& s) {
     fail("bench: --fill {:?}: expected auto, prefill or synthetic", s);
 }
 
-// The arguments, checked on any machine before a GPU is looked for.
-BenchPlan plan_from(const BenchArgs& args) {
+// What every mode checks first: the model, the backend, the threads.
+void check_common(const BenchArgs& args) {
     if (args.model.empty() == args.geometry.empty())
         fail("bench: give exactly one of -m MODEL or --geometry NAME (geometries: bonsai-27b, bonsai-8b, "
              "bonsai-4b, qwen35-0.8b, tiny-qwen35, tiny-qwen3)");
@@ -115,6 +142,13 @@ BenchPlan plan_from(const BenchArgs& args) {
     if (args.backend != "cuda" && args.backend != "cpu")
         fail("bench: --backend {:?}: expected cuda or cpu", args.backend);
     if (args.threads < 0) fail("bench: --threads {}: expected 0 (all hardware threads) or more", args.threads);
+}
+
+// The arguments, checked on any machine before a GPU is looked for.
+BenchPlan plan_from(const BenchArgs& args) {
+    check_common(args);
+    if (!args.streams.empty() || args.requests)
+        fail("bench: --streams and --requests belong to --serve; add --serve to measure the server");
     const bool cpu = args.backend == "cpu";
     const PlanDefaults& defaults = cpu ? kCpuDefaults : kGpuDefaults;
     const auto or_default = [](const std::vector<std::string>& given, const char* fallback) {
@@ -147,6 +181,44 @@ BenchPlan plan_from(const BenchArgs& args) {
     plan.max_seconds = args.max_seconds;
     return plan;
 }
+
+#if DELTABIT_HAVE_SERVER
+
+// The --serve arguments, checked before a model is built. --prompts and --decode-tokens keep their
+// meaning: the length of every request's prompt (one value) and its max_tokens.
+ServeBenchPlan serve_plan_from(const BenchArgs& args) {
+    check_common(args);
+    for (const auto& [given, option] : {std::pair{!args.depths.empty(), "--depths"},
+                                        std::pair{!args.first_tokens.empty(), "--first-tokens"},
+                                        std::pair{!args.batches.empty(), "--batch"},
+                                        std::pair{args.fill != "auto", "--fill"}})
+        if (given)
+            fail("bench: {} does not apply to --serve (a serve level sets its streams with --streams, its prompt with "
+                 "--prompts N and its reply length with --decode-tokens N)", option);
+    const ServeDefaults& defaults = args.backend == "cpu" ? kCpuServeDefaults : kGpuServeDefaults;
+    ServeBenchPlan plan;
+    plan.streams = parse_counts(args.streams.empty() ? std::vector<std::string>{defaults.streams} : args.streams,
+                                "--streams", 1);
+    for (int64_t n : plan.streams)
+        if (n > 1024) fail("bench: --streams: {} is over 1024, the most sessions a server runs at once", n);
+    plan.requests_per_stream = args.requests.value_or(defaults.requests_per_stream);
+    if (plan.requests_per_stream < 1) fail("bench: --requests {}: expected 1 or more", plan.requests_per_stream);
+    const std::vector<int64_t> prompts = parse_counts(args.prompts, "--prompts", 1);
+    if (prompts.size() > 1)
+        fail("bench: --prompts with --serve: give one prompt length (every request's), not {}", prompts.size());
+    plan.prompt_tokens = prompts.empty() ? defaults.prompt_tokens : prompts.front();
+    plan.max_tokens = args.decode_tokens.value_or(defaults.max_tokens);
+    if (plan.max_tokens < 2)
+        fail("bench: --decode-tokens {} with --serve: expected 2 or more (a stream's rate is read between its first and "
+             "last token)", plan.max_tokens);
+    const std::optional<KvFormat> kv = parse_kv_format(args.kv);
+    if (!kv) fail("bench: --kv {:?}: expected f32, f16 or kivi4", args.kv);
+    plan.kv = *kv;
+    plan.seed = args.seed;
+    return plan;
+}
+
+#endif
 
 void progress(const std::string& line) {
     std::fputs(("bench: " + line + "\n").c_str(), stderr);
@@ -272,7 +344,83 @@ void run_gpu_bench_command(const BenchArgs& args, const BenchPlan& plan) {
 
 #endif
 
+#if DELTABIT_HAVE_SERVER
+
+void run_serve_bench_command(const BenchArgs& args) {
+    ServeBenchPlan plan = serve_plan_from(args);
+    const bool cpu = args.backend == "cpu";
+    BenchReport report;
+    report.date = utc_date();
+    report.commit = args.commit.empty() ? source_commit() : args.commit;
+    report.kv_format = std::string(kv_format_name(plan.kv));
+    report.environment = deltabit_switches(environ);
+    if (cpu) {
+        const CpuProbe probe = probe_cpu(args.threads);
+        progress(fmt::format("  {}: copy {:.1f} GB/s", probe.summary, probe.copy_gb_s));
+        report.gpu = fmt::format("cpu {} x{}", probe.name, probe.threads);
+        report.device_summary = probe.summary;
+        report.copy_gb_s = probe.copy_gb_s;
+    } else {
+#if DELTABIT_HAVE_CUDA
+        const GpuProbe probe = probe_gpu();
+        progress(fmt::format("  {}: {:.0f} GB/s", probe.summary, probe.copy_gb_s));
+        report.gpu = probe.name;
+        report.device_summary = probe.summary;
+        report.copy_gb_s = probe.copy_gb_s;
+        report.bf16_peak_tflop_s = probe.bf16_peak_tflop_s;
+        plan.memory_in_use_gib = [] {
+            size_t free = 0, total = 0;
+            return cudaMemGetInfo(&free, &total) == cudaSuccess ? double(total - free) / (1024.0 * 1024.0 * 1024.0) : 0.0;
+        };
+#else
+        fail("bench: this build has no CUDA backend; give --backend cpu to measure the CPU, or rebuild with nvcc "
+             "present and -DDELTABIT_CUDA=ON");
+#endif
+    }
+
+    std::shared_ptr<const Model> model = build_model(args, report);
+    const InferenceCost cost(model->weights(), plan.kv);
+    report.parameters = cost.parameters();
+    report.stored_bytes = cost.stored_weight_bytes();
+    plan.traffic = cost.decode_traffic(plan.prompt_tokens + plan.max_tokens / 2);
+    // A geometry has no tokenizer: the replies are spelled by a placeholder one (bench_serve.h).
+    std::unique_ptr<text::Tokenizer> tokenizer;
+    if (args.geometry.empty())
+        tokenizer = std::move(load_text_front_end(args.model, model->config(), /*need_chat_template=*/false).tokenizer);
+    else
+        tokenizer = placeholder_tokenizer(model->config().n_vocab);
+    std::unique_ptr<Engine> engine;
+    if (cpu) {
+        engine = make_cpu_engine(model);
+        engine->set_cpu_threads(args.threads);
+    } else {
+        progress(fmt::format("uploading {:.2f} GB to the GPU", double(report.stored_bytes) / 1e9));
+        const auto upload_start = std::chrono::steady_clock::now();
+        engine = make_cuda_engine(model);
+        report.upload_seconds = seconds_since(upload_start);
+        progress(fmt::format("  {:.1f} s", report.upload_seconds));
+    }
+    model.reset();  // the engine holds what it needs
+    report.decode_path = engine->description() + "; served by the scheduler's batched decode (Engine::forward_batch)";
+    if (!engine->config().eos_ids.empty()) {
+        engine = hide_eos(std::move(engine));
+        report.notes.push_back("the model's EOS ids were hidden from the server, so every reply runs to max_tokens");
+    }
+    report.measurements = run_serve_bench(*engine, *tokenizer, plan);
+    finish(args, report);
+}
+
+#endif
+
 void run_bench(const BenchArgs& args) {
+    if (args.serve) {
+#if DELTABIT_HAVE_SERVER
+        return run_serve_bench_command(args);
+#else
+        fail("bench: --serve: this build has no server (cpp-httplib was not found when it was configured; "
+             "docs/server.md says how to provide it)");
+#endif
+    }
     const BenchPlan plan = plan_from(args);
     if (args.backend == "cpu") return run_cpu_bench_command(args, plan);
 #if DELTABIT_HAVE_CUDA
@@ -304,15 +452,19 @@ void add_bench_command(CLI::App& app) {
                     fmt::format("Context depths of the decode tests (0,4096 or 0 4096; default {} on cuda, {} on cpu)",
                                 kGpuDefaults.depths, kCpuDefaults.depths));
     cmd->add_option("--prompts", args->prompts,
-                    fmt::format("Prompt lengths of the prefill tests (512,4096 or 512 4096; default {} on cuda, {} on cpu)",
-                                kGpuDefaults.prompts, kCpuDefaults.prompts));
+                    fmt::format("Prompt lengths of the prefill tests (512,4096 or 512 4096; default {} on cuda, {} on cpu); "
+                                "--serve: one length, every request's (default {} on cuda, {} on cpu)",
+                                kGpuDefaults.prompts, kCpuDefaults.prompts, kGpuServeDefaults.prompt_tokens,
+                                kCpuServeDefaults.prompt_tokens));
     cmd->add_option("--first-tokens", args->first_tokens,
                     fmt::format("Prompt lengths of the time-to-first-token tests (2,16,64 or 2 16 64; default {} on "
                                 "cuda, none on cpu)",
                                 kGpuDefaults.first_tokens));
     cmd->add_option("--decode-tokens", args->decode_tokens,
-                    fmt::format("Greedy steps a decode test times (default {} on cuda, {} on cpu)",
-                                kGpuDefaults.decode_tokens, kCpuDefaults.decode_tokens));
+                    fmt::format("Greedy steps a decode test times (default {} on cuda, {} on cpu); --serve: every "
+                                "request's max_tokens (default {} on cuda, {} on cpu)",
+                                kGpuDefaults.decode_tokens, kCpuDefaults.decode_tokens, kGpuServeDefaults.max_tokens,
+                                kCpuServeDefaults.max_tokens));
     cmd->add_option("--batch", args->batches,
                     fmt::format("Sequences stepped together in the batched decode tests (8,32 or 8 32; 0: none; "
                                 "default {} on cuda, none on cpu)",
@@ -330,6 +482,16 @@ void add_bench_command(CLI::App& app) {
         ->default_str("45");
     cmd->add_option("--max-seconds", args->max_seconds, "Skip the tests that would start after this long measuring")
         ->default_str("240");
+    cmd->add_flag("--serve", args->serve,
+                  "Measure the OpenAI server instead: the real HTTP server in this process, driven by concurrent "
+                  "streaming clients (docs/bench.md)");
+    cmd->add_option("--streams", args->streams,
+                    fmt::format("--serve: concurrent streaming clients of each level (1,8,32,64 or 1 8 32 64; default "
+                                "{} on cuda, {} on cpu)",
+                                kGpuServeDefaults.streams, kCpuServeDefaults.streams));
+    cmd->add_option("--requests", args->requests,
+                    fmt::format("--serve: requests each client sends in turn (default {} on cuda, {} on cpu)",
+                                kGpuServeDefaults.requests_per_stream, kCpuServeDefaults.requests_per_stream));
     cmd->add_flag("--no-history", args->no_history, "Do not append to the history file");
     cmd->add_option("--history", args->history, "History file to append to")->default_str("bench/history.tsv");
     cmd->add_option("--commit", args->commit, "Commit recorded in the history (default: git rev-parse --short HEAD)");

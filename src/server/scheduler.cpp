@@ -375,6 +375,8 @@ void Scheduler::step_active(std::span<ActiveJob* const> decoding) {
                 std::lock_guard lock(mutex_);
                 ++stats_.batched_steps;
                 stats_.batched_rows += int64_t(decoding.size());
+                ++stats_.decode_steps;
+                stats_.decode_rows += int64_t(decoding.size());
             }
             for (ActiveJob* job : decoding) job->fed(seconds);
             return;
@@ -388,6 +390,11 @@ void Scheduler::step_active(std::span<ActiveJob* const> decoding) {
         } catch (const std::exception& e) {
             job->forward_failed(e);
             continue;
+        }
+        {  // counted before fed() sends the token, so a client that has its reply sees the step in stats()
+            std::lock_guard lock(mutex_);
+            ++stats_.decode_steps;
+            ++stats_.decode_rows;
         }
         job->fed(std::chrono::duration<double>(Clock::now() - job_start).count());
     }

@@ -72,6 +72,7 @@ struct SchedulerStats {
     int64_t prefill_tokens = 0, decode_tokens = 0;  // tokens actually read, and generated, in those seconds
     int64_t steps = 0;
     int64_t batched_steps = 0, batched_rows = 0;  // decode steps of several jobs in one call, and their rows
+    int64_t decode_steps = 0, decode_rows = 0;    // every decode step (batched or one job's), and its rows
     std::map<std::string, int64_t> finished;  // by finish reason, and "error"
 };
 
