@@ -24,7 +24,7 @@ namespace deltabit::cli {
 bool is_diffusion_model(const std::string& model);
 
 // Error naming the first flag given on `command` that the block loop has no use for, and why (the
-// sampler chain, --stop, --kv, --ctx, --threads, a CUDA backend). `name` is "run" or "chat".
+// sampler chain, --stop, --kv, --ctx, --threads, a CUDA backend). `name` is the command.
 void refuse_flags_for_diffusion(const CLI::App& command, std::string_view name);
 
 // The model's DiffusionRunner, with a progress line on stderr while it loads when `progress`.

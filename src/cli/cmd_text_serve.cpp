@@ -93,16 +93,14 @@ void serve_until_signal(const ServeArgs& args, sigset_t signals, server::Schedul
 }
 
 void serve_diffusion(const ServeArgs& args, const CLI::App& command, const std::string& model_path, sigset_t signals) {
-    for (const char* flag : {"--parallel", "--prefill-chunk", "--park-budget", "--ctx", "--kv", "--threads", "--on-full"}) {
+    refuse_flags_for_diffusion(command, "serve");  // --kv, --ctx, --threads, --backend cuda, as run refuses them
+    for (const char* flag : {"--parallel", "--prefill-chunk", "--park-budget"}) {
         const CLI::Option* option = command.get_option_no_throw(flag);
         if (option && option->count() > 0)
-            fail("serve: {} does not apply to a block-diffusion model: it is served one request at a time on the CPU "
-                 "reference, without sessions",
+            fail("serve: {} does not apply to a block-diffusion model: it is served one request at a time, without "
+                 "sessions",
                  flag);
     }
-    const CLI::Option* backend = command.get_option_no_throw("--backend");
-    if (backend && backend->count() > 0 && backend->as<std::string>() == "cuda")
-        fail("serve: --backend cuda: block diffusion runs on the CPU reference only so far; use --backend cpu");
     const std::unique_ptr<const DiffusionRunner> runner =
         load_diffusion_runner(model_path, std::nullopt, !args.quiet && stderr_is_terminal());
     const TextFrontEnd text = load_text_front_end(model_path, runner->config(), /*need_chat_template=*/true);

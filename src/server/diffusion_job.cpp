@@ -55,8 +55,7 @@ DiffusionJobResult run_diffusion_job(const DiffusionRunner& runner, const text::
         done.status = 500;
         done.message = e.what();
     }
-    job.push(done);
-    return result;
+    return result;  // the caller sends `done`
 }
 
 }  // namespace deltabit::server

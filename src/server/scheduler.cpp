@@ -319,15 +319,18 @@ void Scheduler::run_diffusion() {
             std::lock_guard lock(mutex_);
             return stopping_;
         });
-        std::lock_guard lock(mutex_);
-        stats_.active = 0;
-        ++stats_.finished[r.done.kind == JobEvent::Kind::error ? std::string("error") : r.done.finish];
-        stats_.prompt_tokens += r.done.prompt_tokens;
-        stats_.generated_tokens += r.done.completion_tokens;
-        stats_.decode_seconds += r.seconds;
-        stats_.decode_tokens += r.done.completion_tokens;
-        stats_.diffusion_blocks += r.blocks;
-        stats_.denoising_steps += r.denoising_steps;
+        {
+            std::lock_guard lock(mutex_);
+            stats_.active = 0;
+            ++stats_.finished[r.done.kind == JobEvent::Kind::error ? std::string("error") : r.done.finish];
+            stats_.prompt_tokens += r.done.prompt_tokens;
+            stats_.generated_tokens += r.done.completion_tokens;
+            stats_.decode_seconds += r.seconds;
+            stats_.decode_tokens += r.done.completion_tokens;
+            stats_.diffusion_blocks += r.blocks;
+            stats_.denoising_steps += r.denoising_steps;
+        }
+        job->push(r.done);
     }
 }
 
