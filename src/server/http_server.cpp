@@ -222,7 +222,9 @@ struct HttpServer::Impl {
         std::string forced_prefix;
         const std::string rendered = render_chat(r, forced_prefix);
         std::shared_ptr<Job> job = make_job(model.encode_rendered(rendered), r.generation, "messages", false);
-        const bool thinking = prompt_opens_thinking(rendered);
+        // A block-diffusion reply is run's text as it stands (special tokens, thinking tags among them, are
+        // skipped as run skips them), so it is not split into reasoning and content.
+        const bool thinking = model.block_tokens == 0 && prompt_opens_thinking(rendered);
         const bool tools = !forced_prefix.empty() ||
                            (r.tools.is_array() && !r.tools.empty() && r.tool_choice.mode != ToolChoiceMode::none);
         submit(job);
