@@ -15,14 +15,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     using namespace deltabit::server;
     const std::string_view text(reinterpret_cast<const char*>(data), size);
     const RequestLimits limits;
+    // As a block-diffusion model's server parses them too (the odd sizes), which refuses more fields.
+    const bool block_diffusion = size % 2 == 1;
     try {
-        const ChatCompletionRequest r = parse_chat_request(text, limits);
+        const ChatCompletionRequest r = parse_chat_request(text, limits, block_diffusion);
         if (r.messages.empty()) std::abort();  // the parser promises at least one message
     } catch (const RequestError& e) {
         if (e.error().status != 400) std::abort();
     }
     try {
-        const CompletionRequest r = parse_completion_request(text, limits);
+        const CompletionRequest r = parse_completion_request(text, limits, block_diffusion);
         if (!r.prompt_text && r.prompt_ids.empty()) std::abort();  // a prompt was required
     } catch (const RequestError& e) {
         if (e.error().status != 400) std::abort();

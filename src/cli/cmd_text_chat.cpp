@@ -95,7 +95,8 @@ void read_messages(Loop& loop, bool interactive, bool json) {
 void run_diffusion_chat(const ChatArgs& args, const CLI::App& command) {
     refuse_flags_for_diffusion(command, "chat");
     const bool show_progress = !args.quiet && stderr_is_terminal();
-    const DiffusionRunner runner(args.model, args.max_tokens, show_progress);
+    const std::unique_ptr<const DiffusionRunner> loaded = load_diffusion_runner(args.model, args.max_tokens, show_progress);
+    const DiffusionRunner& runner = *loaded;
     const TextFrontEnd text = load_text_front_end(args.model, runner.config(), /*need_chat_template=*/true);
     DiffusionChatSettings settings;
     if (!args.thinking.empty()) settings.thinking = args.thinking == "on";

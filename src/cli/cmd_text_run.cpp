@@ -97,7 +97,8 @@ void run_diffusion(const RunArgs& args, const CLI::App& command, const std::opti
     refuse_flags_for_diffusion(command, "run");
     if (!args.record.empty()) check_replaceable(args.record, "run: --record");
     const bool progress = !args.quiet && stderr_is_terminal();
-    const DiffusionRunner runner(args.model, args.max_tokens, progress);
+    const std::unique_ptr<const DiffusionRunner> loaded = load_diffusion_runner(args.model, args.max_tokens, progress);
+    const DiffusionRunner& runner = *loaded;
     std::optional<TextFrontEnd> text;
     if (prompt_string) text = load_text_front_end(args.model, runner.config(), /*need_chat_template=*/!args.raw);
     const std::vector<int32_t> prompt = prompt_ids(args, prompt_string, given_ids, text);

@@ -7,7 +7,12 @@
 // threads, prints the address it listens on, and serves until SIGINT or SIGTERM: then it refuses new
 // requests, cancels what is queued or generating (each stops within one step), lets the responses in
 // flight be written, and exits 0.
+//
+// A block-diffusion model (DiffusionGemma) is served through its DiffusionRunner (cmd_text_diffusion.h),
+// one request at a time (server/scheduler.h): --parallel, --prefill-chunk, --park-budget, --ctx, --kv
+// and --backend cuda have nothing to act on there and are refused, as run and chat refuse theirs.
 // (Files named cmd_text_*: built only with the text libraries; this one also needs cpp-httplib.)
+#include "cli/cmd_text_diffusion.h"
 #include "cli/cmd_text_prompt.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
@@ -55,7 +60,75 @@ struct ServeArgs {
     SequenceArgs sequence;
 };
 
-void run_serve(const ServeArgs& args) {
+// Starts the HTTP side over `scheduler` and serves until SIGINT or SIGTERM (`signals`, blocked).
+void serve_until_signal(const ServeArgs& args, sigset_t signals, server::Scheduler& scheduler, const server::ModelText& model) {
+    server::HttpOptions http_options;
+    http_options.host = args.host;
+    http_options.port = args.port;
+    http_options.api_key = args.api_key;
+    http_options.cors_origins = args.cors_origins;
+    http_options.max_concurrent = args.max_concurrent;
+    http_options.limits.max_body_bytes = args.max_body_kib << 10;
+    http_options.limits.max_prompt_tokens = args.max_prompt_tokens;
+    http_options.limits.max_tokens = args.max_tokens;
+    server::HttpServer http(scheduler, model, http_options);
+    http.bind();
+    if (!args.quiet && args.host != "127.0.0.1" && args.host != "localhost" && args.host != "::1" && args.api_key.empty())
+        fmt::print(stderr, "serve: warning: listening on {} without --api-key: anyone who can reach it can use it\n", args.host);
+    // The line scripts and tests wait for; stdout, flushed.
+    fmt::print("serve: listening on http://{}:{}\n", args.host, http.bound_port());
+    std::fflush(stdout);
+
+    std::thread stopper([&] {
+        int signal = 0;
+        sigwait(&signals, &signal);
+        if (!args.quiet) fmt::print(stderr, "serve: {}: finishing\n", signal == SIGINT ? "SIGINT" : "SIGTERM");
+        http.refuse_new();
+        scheduler.stop();
+        http.wait_idle(std::chrono::seconds(5));
+        http.stop();
+    });
+    http.serve();
+    stopper.join();
+}
+
+void serve_diffusion(const ServeArgs& args, const CLI::App& command, const std::string& model_path, sigset_t signals) {
+    refuse_flags_for_diffusion(command, "serve");  // --kv, --ctx, --threads, --backend cuda, as run refuses them
+    for (const char* flag : {"--parallel", "--prefill-chunk", "--park-budget"}) {
+        const CLI::Option* option = command.get_option_no_throw(flag);
+        if (option && option->count() > 0)
+            fail("serve: {} does not apply to a block-diffusion model: it is served one request at a time, without "
+                 "sessions",
+                 flag);
+    }
+    const std::unique_ptr<const DiffusionRunner> runner =
+        load_diffusion_runner(model_path, std::nullopt, !args.quiet && stderr_is_terminal());
+    const TextFrontEnd text = load_text_front_end(model_path, runner->config(), /*need_chat_template=*/true);
+
+    server::SchedulerOptions scheduler_options;
+    scheduler_options.max_queued = args.max_queue;
+    server::Scheduler scheduler(*runner, *text.tokenizer, scheduler_options);
+
+    server::ModelText model;
+    model.model_id = std::filesystem::path(model_path).filename().string();
+    model.tokenizer = text.tokenizer.get();
+    model.chat_template = &*text.chat_template;
+    model.encode_rendered = [&text](const std::string& s) { return encode_rendered(text, s); };
+    model.encode_raw = [&text](const std::string& s) { return encode_raw(text, s); };
+    model.n_vocab = runner->config().n_vocab;
+    model.context = runner->config().context_length;
+    model.block_tokens = runner->config().canvas_length;
+    model.default_max_tokens = runner->settings().max_new_tokens;
+    if (!args.quiet) {
+        for (const std::string& line : text.notes) fmt::print(stderr, "serve: note: {}\n", line);
+        fmt::print(stderr, "serve: {} (block diffusion) on cpu; one request at a time, blocks of {} tokens, {} per reply "
+                           "unless max_tokens says otherwise\n",
+                   model_path, model.block_tokens, model.default_max_tokens);
+    }
+    serve_until_signal(args, signals, scheduler, model);
+}
+
+void run_serve(const ServeArgs& args, const CLI::App& command) {
     const std::string model_path = args.model.empty() ? default_serve_model() : args.model;
     // Signals go to one thread that waits for them (below); every thread started from here on inherits the mask.
     sigset_t signals;
@@ -63,6 +136,10 @@ void run_serve(const ServeArgs& args) {
     sigaddset(&signals, SIGINT);
     sigaddset(&signals, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+    if (is_diffusion_model(model_path)) {
+        serve_diffusion(args, command, model_path, signals);
+        return;
+    }
 
     std::unique_ptr<Engine> engine = open_engine_for(model_path, args.engine, !args.quiet && stderr_is_terminal());
     const TextFrontEnd text = load_text_front_end(model_path, engine->config(), /*need_chat_template=*/true);
@@ -87,41 +164,12 @@ void run_serve(const ServeArgs& args) {
     model.n_vocab = engine->config().n_vocab;
     model.context = sequence.max_positions;
 
-    server::HttpOptions http_options;
-    http_options.host = args.host;
-    http_options.port = args.port;
-    http_options.api_key = args.api_key;
-    http_options.cors_origins = args.cors_origins;
-    http_options.max_concurrent = args.max_concurrent;
-    http_options.limits.max_body_bytes = args.max_body_kib << 10;
-    http_options.limits.max_prompt_tokens = args.max_prompt_tokens;
-    http_options.limits.max_tokens = args.max_tokens;
-    server::HttpServer http(scheduler, model, http_options);
-    http.bind();
-
     if (!args.quiet) {
         for (const std::string& line : text.notes) fmt::print(stderr, "serve: note: {}\n", line);
         fmt::print(stderr, "serve: {} on {}; {} sessions at once, context {} tokens, kv {}\n", model_path,
                    engine->description(), args.parallel, sequence.max_positions, kv_format_name(sequence.kv_format));
-        if (args.host != "127.0.0.1" && args.host != "localhost" && args.host != "::1" && args.api_key.empty())
-            fmt::print(stderr, "serve: warning: listening on {} without --api-key: anyone who can reach it can use it\n",
-                       args.host);
     }
-    // The line scripts and tests wait for; stdout, flushed.
-    fmt::print("serve: listening on http://{}:{}\n", args.host, http.bound_port());
-    std::fflush(stdout);
-
-    std::thread stopper([&] {
-        int signal = 0;
-        sigwait(&signals, &signal);
-        if (!args.quiet) fmt::print(stderr, "serve: {}: finishing\n", signal == SIGINT ? "SIGINT" : "SIGTERM");
-        http.refuse_new();
-        scheduler.stop();
-        http.wait_idle(std::chrono::seconds(5));
-        http.stop();
-    });
-    http.serve();
-    stopper.join();
+    serve_until_signal(args, signals, scheduler, model);
 }
 
 }  // namespace
@@ -156,7 +204,7 @@ void add_serve_command(CLI::App& app) {
     add_backend_option(*cmd, args->engine);
     add_sequence_options(*cmd, args->sequence);
     cmd->add_flag("-q,--quiet", args->quiet, "no banner or notes on stderr");
-    cmd->callback([args] { run_serve(*args); });
+    cmd->callback([args, cmd] { run_serve(*args, *cmd); });
 }
 
 }  // namespace deltabit::cli

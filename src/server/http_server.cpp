@@ -137,10 +137,17 @@ struct HttpServer::Impl {
         job->options.sampling = g.sampling;
         if (!g.seed_given) job->options.sampling.seed = std::random_device{}() ^ (uint64_t(std::random_device{}()) << 32);
         job->options.stop = g.stop;
-        int64_t max_tokens = g.max_tokens.value_or(std::min(options.limits.max_tokens, model.context - n));
-        if (g.max_tokens && n + max_tokens > model.context)
-            throw RequestError({.message = fmt::format("the prompt's {} tokens plus max_tokens {} exceed the context of {}",
-                                                       n, max_tokens, model.context),
+        const int64_t default_max_tokens = model.block_tokens > 0 ? std::min(options.limits.max_tokens, model.default_max_tokens)
+                                                                  : std::min(options.limits.max_tokens, model.context - n);
+        int64_t max_tokens = g.max_tokens.value_or(default_max_tokens);
+        // A block-diffusion model writes whole blocks: max_tokens rounded up is what must fit.
+        const int64_t written = model.block_tokens > 0 ? (max_tokens + model.block_tokens - 1) / model.block_tokens * model.block_tokens
+                                                       : max_tokens;
+        if (g.max_tokens && n + written > model.context)
+            throw RequestError({.message = fmt::format("the prompt's {} tokens plus max_tokens {}{} exceed the context of {}", n,
+                                                       max_tokens,
+                                                       written == max_tokens ? "" : fmt::format(" ({} in whole blocks)", written),
+                                                       model.context),
                                 .param = "max_tokens", .code = "context_length_exceeded"});
         job->generate = max_tokens > 0;
         job->options.max_tokens = std::max<int64_t>(max_tokens, 1);
@@ -195,14 +202,29 @@ struct HttpServer::Impl {
         return rendered;
     }
 
+    // A stream with no event for a second gets an SSE comment line (clients skip it) on a block-diffusion
+    // model, whose events come a block apart: a write is the only way this version of cpp-httplib learns
+    // that the client has gone, and the job is then cancelled at its next denoising step rather than at
+    // its next block. False (ending the stream) when the write fails.
+    bool keep_alive(httplib::DataSink& sink, Job& job, int& quiet_polls) {
+        if (model.block_tokens == 0 || ++quiet_polls < 10) return true;
+        quiet_polls = 0;
+        static constexpr std::string_view kComment = ": waiting for the next block\n\n";
+        if (sink.write(kComment.data(), kComment.size())) return true;
+        job.cancel();
+        return false;
+    }
+
     std::string new_id(std::string_view prefix) { return fmt::format("{}-{}", prefix, next_id++); }
 
     void chat_completions(const httplib::Request& req, httplib::Response& res, const std::shared_ptr<InFlight>& in_flight) {
-        ChatCompletionRequest r = parse_chat_request(req.body, options.limits);
+        ChatCompletionRequest r = parse_chat_request(req.body, options.limits, model.block_tokens > 0);
         std::string forced_prefix;
         const std::string rendered = render_chat(r, forced_prefix);
         std::shared_ptr<Job> job = make_job(model.encode_rendered(rendered), r.generation, "messages", false);
-        const bool thinking = prompt_opens_thinking(rendered);
+        // A block-diffusion reply is run's text as it stands (special tokens, thinking tags among them, are
+        // skipped as run skips them), so it is not split into reasoning and content.
+        const bool thinking = model.block_tokens == 0 && prompt_opens_thinking(rendered);
         const bool tools = !forced_prefix.empty() ||
                            (r.tools.is_array() && !r.tools.empty() && r.tool_choice.mode != ToolChoiceMode::none);
         submit(job);
@@ -257,9 +279,10 @@ struct HttpServer::Impl {
         res.set_header("X-Accel-Buffering", "no");
         res.set_header("Connection", "close");  // a stream ends its connection: no keep-alive wait after it
         auto sent_role = std::make_shared<bool>(false);
+        auto quiet_polls = std::make_shared<int>(0);
         res.set_chunked_content_provider(
             "text/event-stream",
-            [this, job, splitter, head, include_usage, want_logprobs, sent_role, id](size_t, httplib::DataSink& sink) {
+            [this, job, splitter, head, include_usage, want_logprobs, sent_role, id, quiet_polls](size_t, httplib::DataSink& sink) {
                 auto send = [&](const ordered_json& chunk) {
                     const std::string line = "data: " + dump_json(chunk) + "\n\n";
                     if (!sink.write(line.data(), line.size())) {
@@ -280,7 +303,8 @@ struct HttpServer::Impl {
                     return send(chunk({{"role", "assistant"}, {"content", ""}}, nullptr));
                 }
                 std::optional<JobEvent> e = job->pop(100ms);
-                if (!e) return true;
+                if (!e) return keep_alive(sink, *job, *quiet_polls);
+                *quiet_polls = 0;
                 if (e->kind == JobEvent::Kind::error) {
                     send({{"error", {{"message", e->message}, {"type", "server_error"}, {"param", nullptr}, {"code", nullptr}}}});
                     const std::string done = "data: [DONE]\n\n";
@@ -328,7 +352,7 @@ struct HttpServer::Impl {
     }
 
     void completions(const httplib::Request& req, httplib::Response& res, const std::shared_ptr<InFlight>& in_flight) {
-        CompletionRequest r = parse_completion_request(req.body, options.limits);
+        CompletionRequest r = parse_completion_request(req.body, options.limits, model.block_tokens > 0);
         std::vector<int32_t> prompt;
         if (r.prompt_text) {
             prompt = model.encode_raw(*r.prompt_text);
@@ -393,9 +417,10 @@ struct HttpServer::Impl {
         res.set_header("Connection", "close");  // a stream ends its connection: no keep-alive wait after it
         auto echoed = std::make_shared<bool>(!r.echo);
         const std::string echo_text = r.echo ? tokenizer.decode(prompt_ids) : std::string();
+        auto quiet_polls = std::make_shared<int>(0);
         res.set_chunked_content_provider(
             "text/event-stream",
-            [job, head, include_usage, echoed, echo_text](size_t, httplib::DataSink& sink) {
+            [this, job, head, include_usage, echoed, echo_text, quiet_polls](size_t, httplib::DataSink& sink) {
                 auto send = [&](const ordered_json& body) {
                     const std::string line = "data: " + dump_json(body) + "\n\n";
                     if (!sink.write(line.data(), line.size())) {
@@ -414,7 +439,8 @@ struct HttpServer::Impl {
                     return send(chunk(echo_text, nullptr));
                 }
                 std::optional<JobEvent> e = job->pop(100ms);
-                if (!e) return true;
+                if (!e) return keep_alive(sink, *job, *quiet_polls);
+                *quiet_polls = 0;
                 if (e->kind == JobEvent::Kind::error) {
                     send({{"error", {{"message", e->message}, {"type", "server_error"}, {"param", nullptr}, {"code", nullptr}}}});
                 } else if (e->kind == JobEvent::Kind::token) {
@@ -494,8 +520,12 @@ HttpServer::HttpServer(Scheduler& scheduler, ModelText model, HttpOptions option
         s.counters.count("/metrics", 200);
     });
     http.Get("/v1/models", [&s](const httplib::Request&, httplib::Response& res) {
-        const ordered_json entry = {{"id", s.model.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "deltabit"},
-                                    {"context_length", s.model.context}};
+        ordered_json entry = {{"id", s.model.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "deltabit"},
+                              {"context_length", s.model.context}};
+        if (s.model.block_tokens > 0) {
+            entry["decoding"] = "block_diffusion";
+            entry["block_tokens"] = s.model.block_tokens;
+        }
         res.set_content(dump_json({{"object", "list"}, {"data", ordered_json::array({entry})}}), std::string(kJsonType));
         s.counters.count("/v1/models", 200);
     });

@@ -31,7 +31,12 @@ struct ModelText {
     std::function<std::vector<int32_t>(const std::string&)> encode_rendered;  // template output → ids
     std::function<std::vector<int32_t>(const std::string&)> encode_raw;       // a plain prompt (BOS added)
     int64_t n_vocab = 0;
-    int64_t context = 0;  // a session's capacity in tokens
+    int64_t context = 0;  // a session's capacity in tokens (block diffusion: the trained context)
+    // A block-diffusion model (scheduler.h): the tokens it commits at once, and the max_tokens a chat
+    // request gets when it gives none (generation_config.json's max_new_tokens, as `deltabit run`).
+    // block_tokens 0: the model decodes left to right.
+    int64_t block_tokens = 0;
+    int64_t default_max_tokens = 0;
 };
 
 struct HttpOptions {

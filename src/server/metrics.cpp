@@ -48,6 +48,12 @@ std::string prometheus_text(const SchedulerStats& s, const HttpCounters& http) {
     out += fmt::format("deltabit_prefill_tokens_per_second {:.3f}\n", s.prefill_seconds > 0 ? s.prefill_tokens / s.prefill_seconds : 0.0);
     metric("decode_tokens_per_second", "gauge", "tokens one job generates per second of its decode steps");
     out += fmt::format("deltabit_decode_tokens_per_second {:.3f}\n", s.decode_seconds > 0 ? s.decode_tokens / s.decode_seconds : 0.0);
+    if (s.block_diffusion) {
+        metric("diffusion_blocks_total", "counter", "blocks a block-diffusion model committed");
+        out += fmt::format("deltabit_diffusion_blocks_total {}\n", s.diffusion_blocks);
+        metric("denoising_steps_total", "counter", "decoder passes a block-diffusion model ran (÷ blocks: steps per block)");
+        out += fmt::format("deltabit_denoising_steps_total {}\n", s.denoising_steps);
+    }
     return out;
 }
 

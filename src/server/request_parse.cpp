@@ -1,5 +1,6 @@
 #include "server/request_parse.h"
 
+#include "runtime/diffusion_runner.h"
 #include "sampling/sampling_params.h"
 
 #include <fmt/format.h>
@@ -204,6 +205,32 @@ void finish_generation(GenerationRequest& g, bool seed_given, const ordered_json
     g.seed_given = seed_given;
 }
 
+// A block-diffusion model: the first field given that its block loop has no use for, refused with the
+// reason (a field left out, null, false, or an empty list asks for nothing and passes).
+void refuse_for_block_diffusion(const ordered_json& root) {
+    struct Field {
+        std::string_view field, setting;
+    };
+    static constexpr Field kFields[] = {
+        {"temperature", "temperature"}, {"top_p", "top_p"}, {"top_k", "top_k"}, {"min_p", "min_p"},
+        {"presence_penalty", "presence_penalty"}, {"frequency_penalty", "frequency_penalty"},
+        {"repetition_penalty", "repeat_penalty"}, {"stop", "stop"}, {"logprobs", "logprobs"},
+        {"top_logprobs", "logprobs"}, {"tools", "tools"}, {"tool_choice", "tools"}, {"echo", "echo"}};
+    for (const Field& f : kFields) {
+        const auto it = root.find(std::string(f.field));
+        if (it == root.end() || it->is_null() || (it->is_boolean() && !it->get<bool>())) continue;
+        if ((it->is_array() || it->is_string()) && it->empty()) continue;
+        if (f.field == "tool_choice" && *it == "none") continue;
+        if (f.field == "top_logprobs" && *it == 0) continue;
+        throw RequestError(ApiError{
+            .status = 400,
+            .message = fmt::format("'{}' does not apply to a block-diffusion model: {}", f.field,
+                                   diffusion_inapplicable_reason(f.setting)),
+            .param = std::string(f.field),
+            .code = "unsupported_parameter"});
+    }
+}
+
 ordered_json parse_message(const ordered_json& m, size_t i) {
     const std::string where = fmt::format("messages[{}]", i);
     if (!m.is_object()) wrong_type(where, "an object", m);
@@ -354,7 +381,7 @@ ToolChoice parse_tool_choice(const ordered_json& v, const ordered_json& tools) {
 
 }  // namespace
 
-ChatCompletionRequest parse_chat_request(std::string_view body, const RequestLimits& limits) {
+ChatCompletionRequest parse_chat_request(std::string_view body, const RequestLimits& limits, bool block_diffusion) {
     const ordered_json root = parse_object(body);
     ChatCompletionRequest r;
     r.generation.sampling = server_sampling_defaults();
@@ -396,10 +423,11 @@ ChatCompletionRequest parse_chat_request(std::string_view body, const RequestLim
         }
     }
     finish_generation(r.generation, seed_given, root);
+    if (block_diffusion) refuse_for_block_diffusion(root);
     return r;
 }
 
-CompletionRequest parse_completion_request(std::string_view body, const RequestLimits& limits) {
+CompletionRequest parse_completion_request(std::string_view body, const RequestLimits& limits, bool block_diffusion) {
     const ordered_json root = parse_object(body);
     CompletionRequest r;
     r.generation.sampling = server_sampling_defaults();
@@ -442,6 +470,7 @@ CompletionRequest parse_completion_request(std::string_view body, const RequestL
     if (r.generation.stream && r.generation.max_tokens == 0)
         refuse("stream", "'stream' with 'max_tokens' 0 has nothing to stream");
     finish_generation(r.generation, seed_given, root);
+    if (block_diffusion) refuse_for_block_diffusion(root);
     return r;
 }
 

@@ -15,7 +15,11 @@
 
 namespace deltabit::server {
 
-ChatCompletionRequest parse_chat_request(std::string_view body, const RequestLimits& limits);
-CompletionRequest parse_completion_request(std::string_view body, const RequestLimits& limits);
+// With `block_diffusion` (the server runs a block-diffusion model), a field the block loop has no use
+// for — the sampler settings, penalties, stop, logprobs, tools, echo — is refused (400, code
+// "unsupported_parameter") naming it and saying why (runtime/diffusion_runner.h), after the usual checks.
+ChatCompletionRequest parse_chat_request(std::string_view body, const RequestLimits& limits, bool block_diffusion = false);
+CompletionRequest parse_completion_request(std::string_view body, const RequestLimits& limits,
+                                           bool block_diffusion = false);
 
 }  // namespace deltabit::server

@@ -1,6 +1,7 @@
 #include "server/scheduler.h"
 
 #include "core/error.h"
+#include "server/diffusion_job.h"
 #include "server/token_logprob.h"
 #include "text/tokenizer_stream.h"
 
@@ -208,8 +209,15 @@ private:
 };
 
 Scheduler::Scheduler(Engine& engine, const text::Tokenizer& tokenizer, SchedulerOptions options)
-    : engine_(engine), tokenizer_(tokenizer), options_(std::move(options)), pool_(engine, options_.pool) {
+    : engine_(&engine), tokenizer_(tokenizer), options_(std::move(options)) {
+    pool_.emplace(engine, options_.pool);
     thread_ = std::thread([this] { run(); });
+}
+
+Scheduler::Scheduler(const DiffusionRunner& runner, const text::Tokenizer& tokenizer, SchedulerOptions options)
+    : diffusion_(&runner), tokenizer_(tokenizer), options_(std::move(options)) {
+    stats_.block_diffusion = true;
+    thread_ = std::thread([this] { run_diffusion(); });
 }
 
 Scheduler::~Scheduler() { stop(); }
@@ -253,15 +261,7 @@ void Scheduler::run() {
             stopping = stopping_;
             if (stopping) {
                 // Shutdown: nothing new starts; what runs is cancelled and stops at its next step.
-                for (auto& job : queue_) {
-                    JobEvent e;
-                    e.kind = JobEvent::Kind::error;
-                    e.status = 503;
-                    e.message = "the server is shutting down";
-                    job->push(std::move(e));
-                }
-                queue_.clear();
-                stats_.queued = 0;
+                refuse_queued();
                 if (active_.empty()) return;
             }
         }
@@ -271,6 +271,66 @@ void Scheduler::run() {
             admit();
         iterate();
         retire();
+    }
+}
+
+void Scheduler::refuse_queued() {
+    for (auto& job : queue_) {
+        JobEvent e;
+        e.kind = JobEvent::Kind::error;
+        e.status = 503;
+        e.message = "the server is shutting down";
+        job->push(std::move(e));
+    }
+    queue_.clear();
+    stats_.queued = 0;
+}
+
+// The block-diffusion loop (scheduler.h): the oldest queued job, run to its end, then the next.
+void Scheduler::run_diffusion() {
+    for (;;) {
+        std::shared_ptr<Job> job;
+        {
+            std::unique_lock lock(mutex_);
+            wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+            if (stopping_) {
+                refuse_queued();
+                return;
+            }
+            job = queue_.front();
+            queue_.pop_front();
+            stats_.queued = int(queue_.size());
+            stats_.active = 1;
+            ++stats_.steps;
+        }
+        if (job->cancelled()) {  // its client left while it waited
+            JobEvent e;
+            e.kind = JobEvent::Kind::done;
+            e.finish = "cancelled";
+            job->push(std::move(e));
+            std::lock_guard lock(mutex_);
+            ++stats_.finished["cancelled"];
+            stats_.active = 0;
+            continue;
+        }
+        const Clock::time_point deadline =
+            Clock::now() + deadline_for(int64_t(job->prompt.size()), job->options.max_tokens.value_or(0));
+        const DiffusionJobResult r = run_diffusion_job(*diffusion_, tokenizer_, *job, deadline, [this] {
+            std::lock_guard lock(mutex_);
+            return stopping_;
+        });
+        {
+            std::lock_guard lock(mutex_);
+            stats_.active = 0;
+            ++stats_.finished[r.done.kind == JobEvent::Kind::error ? std::string("error") : r.done.finish];
+            stats_.prompt_tokens += r.done.prompt_tokens;
+            stats_.generated_tokens += r.done.completion_tokens;
+            stats_.decode_seconds += r.seconds;
+            stats_.decode_tokens += r.done.completion_tokens;
+            stats_.diffusion_blocks += r.blocks;
+            stats_.denoising_steps += r.denoising_steps;
+        }
+        job->push(r.done);
     }
 }
 
@@ -295,7 +355,7 @@ void Scheduler::admit() {
         }
         Session* session = nullptr;
         try {
-            session = pool_.acquire(job->prompt);
+            session = pool_->acquire(job->prompt);
         } catch (const std::exception& e) {
             JobEvent event;
             event.kind = JobEvent::Kind::error;
@@ -363,7 +423,7 @@ void Scheduler::step_active(std::span<ActiveJob* const> decoding) {
         }
         bool stepped = false;
         try {
-            engine_.forward_batch(sequences, tokens);
+            engine_->forward_batch(sequences, tokens);
             stepped = true;
         } catch (const std::exception&) {
             // Refused before any state changed: each job alone below, so the error lands on its owner.
@@ -386,7 +446,7 @@ void Scheduler::step_active(std::span<ActiveJob* const> decoding) {
         const Clock::time_point job_start = Clock::now();
         try {
             const int32_t token = job->token_to_feed();
-            engine_.forward(job->sequence(), std::span(&token, 1));
+            engine_->forward(job->sequence(), std::span(&token, 1));
         } catch (const std::exception& e) {
             job->forward_failed(e);
             continue;
@@ -407,12 +467,12 @@ void Scheduler::retire() {
             continue;
         }
         account(**it);
-        pool_.release((*it)->session());
+        pool_->release((*it)->session());
         it = active_.erase(it);
     }
     std::lock_guard lock(mutex_);
     stats_.active = int(active_.size());
-    stats_.pool = pool_.counts();
+    stats_.pool = pool_->counts();
 }
 
 void Scheduler::account(const ActiveJob& job) {

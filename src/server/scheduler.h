@@ -33,8 +33,14 @@
 // turn is cancelled there, which leaves the session consistent (runtime/session.h) and reusable.
 // Deadline: from admission, 30 s plus ten times the job's modelled cost — its prompt at the measured
 // prefill rate plus max_tokens at the measured decode rate — so a long prefill is not taken for stuck.
+//
+// A block-diffusion model (runtime/diffusion_runner.h) has no sessions and no left-to-right step: its
+// scheduler takes the queued jobs one at a time, oldest first, and runs each to its end
+// (diffusion_job.h); cancellation, the deadline and shutdown are checked after every denoising step.
+// Its decode rate is committed tokens per second of whole runs (prompt encoding included).
 #pragma once
 
+#include "runtime/diffusion_runner.h"
 #include "server/job.h"
 #include "server/session_pool.h"
 #include "text/tokenizer.h"
@@ -46,6 +52,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
@@ -74,6 +81,8 @@ struct SchedulerStats {
     int64_t batched_steps = 0, batched_rows = 0;  // decode steps of several jobs in one call, and their rows
     int64_t decode_steps = 0, decode_rows = 0;    // every decode step (batched or one job's), and its rows
     std::map<std::string, int64_t> finished;  // by finish reason, and "error"
+    bool block_diffusion = false;             // the model is a block-diffusion one: the two below count
+    int64_t diffusion_blocks = 0, denoising_steps = 0;  // blocks committed, decoder passes run
 };
 
 class ActiveJob;
@@ -81,6 +90,8 @@ class ActiveJob;
 class Scheduler {
 public:
     Scheduler(Engine& engine, const text::Tokenizer& tokenizer, SchedulerOptions options);
+    // A block-diffusion model: one job at a time (see above); options.pool is not used.
+    Scheduler(const DiffusionRunner& runner, const text::Tokenizer& tokenizer, SchedulerOptions options);
     ~Scheduler();  // stop()
 
     // False when the queue is full (the HTTP side answers 429) or the scheduler is stopping.
@@ -94,16 +105,19 @@ public:
 private:
     friend class ActiveJob;
     void run();
+    void run_diffusion();
+    void refuse_queued();  // shutdown: every waiting job gets a 503; mutex_ held
     void admit();
     void iterate();
     void step_active(std::span<ActiveJob* const> decoding);  // the seam (see above)
     void retire();
     void account(const ActiveJob& job);
 
-    Engine& engine_;
+    Engine* engine_ = nullptr;                     // a left-to-right model, or
+    const DiffusionRunner* diffusion_ = nullptr;   // a block-diffusion one
     const text::Tokenizer& tokenizer_;
     SchedulerOptions options_;
-    SessionPool pool_;
+    std::optional<SessionPool> pool_;  // left to right only
 
     mutable std::mutex mutex_;  // guards queue_, stopping_ and stats_
     std::condition_variable wake_;

@@ -3,6 +3,7 @@
 // seeded loop, steps per block in --json, seeded repeats, record → replay identical, a tampered record
 // caught at the step that was changed, and one-line errors for records that cannot be replayed.
 #include "byte_tokenizer_model.h"
+#include "diffusion_chat_model.h"
 #include "cli_command.h"
 #include "models/diffusion_gemma.h"
 #include "models/model.h"
@@ -246,41 +247,7 @@ TEST_F(ReplayDiffusion, AnotherModelIsRefusedByFingerprint) {
     EXPECT_NE(ar.output.find("records are of block-diffusion runs"), std::string::npos) << ar.output;
 }
 
-// The fixture with a tokenizer for chat: token b < 256 is byte b (byte_tokenizer_model.h's table), and
-// 256..511 are special tokens "<tN>", which the streamed text skips.
-fs::path diffusion_chat_model(const fs::path& dir) {
-    fs::create_directories(dir);
-    for (const char* f : {"config.json", "generation_config.json", "model.safetensors"})
-        fs::copy_file(kFixture / f, dir / f, fs::copy_options::overwrite_existing);
-    nlohmann::json vocab = nlohmann::json::object();
-    int next_unprintable = 256;
-    for (int b = 0; b < 256; ++b) {
-        const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-        const int code = printable ? b : next_unprintable++;
-        std::string utf8;
-        if (code < 0x80) utf8 = std::string(1, char(code));
-        else utf8 = {char(0xC0 | (code >> 6)), char(0x80 | (code & 0x3F))};
-        vocab[utf8] = b;
-    }
-    nlohmann::json added = nlohmann::json::array();
-    for (int id = 256; id < 512; ++id) {
-        const std::string content = "<t" + std::to_string(id) + ">";
-        vocab[content] = id;
-        added.push_back({{"id", id}, {"content", content}, {"special", true}, {"single_word", false},
-                         {"lstrip", false}, {"rstrip", false}, {"normalized", false}});
-    }
-    const nlohmann::json tokenizer = {
-        {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}},
-        {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", true}}},
-        {"decoder", {{"type", "ByteLevel"}}},
-        {"added_tokens", added}};
-    std::ofstream(dir / "tokenizer.json") << tokenizer.dump();
-    const std::string chat_template =
-        "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-        "{% if add_generation_prompt %}assistant: {% endif %}";
-    std::ofstream(dir / "tokenizer_config.json") << nlohmann::json{{"chat_template", chat_template}}.dump();
-    return dir;
-}
+using test::diffusion_chat_model;
 
 TEST(CmdChatDiffusion, RepliesBlockByBlockWithStepsAndRepeatsWithASeed) {
     const fs::path dir = test::test_scratch_dir("deltabit_chat_diffusion");

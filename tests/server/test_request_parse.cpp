@@ -134,12 +134,46 @@ TEST(RequestParse, RefusesEachBadFieldByName) {
     EXPECT_EQ(refused_param(with(R"("chat_template_kwargs": {"enable_thinking": "yes"})")), "chat_template_kwargs.enable_thinking");
 }
 
+// A block-diffusion model's server refuses the fields its block loop has no use for, after the usual
+// checks, naming each with code unsupported_parameter; a field that asks for nothing passes.
+TEST(RequestParse, BlockDiffusionRefusesWhatItsLoopHasNoUseFor) {
+    const auto refused = [](std::string_view body, bool chat) -> std::string {
+        try {
+            if (chat) parse_chat_request(body, RequestLimits{}, true);
+            else parse_completion_request(body, RequestLimits{}, true);
+        } catch (const RequestError& e) {
+            EXPECT_EQ(e.error().status, 400);
+            if (e.error().code != "unsupported_parameter") return "(other: " + e.error().message + ")";
+            EXPECT_NE(e.error().message.find("does not apply to a block-diffusion model: "), std::string::npos);
+            return e.error().param;
+        }
+        return "(accepted)";
+    };
+    for (const char* field : {R"("temperature": 0)", R"("top_p": 1)", R"("top_k": 0)", R"("min_p": 0)",
+                              R"("presence_penalty": 0)", R"("frequency_penalty": 0)", R"("repetition_penalty": 1)",
+                              R"("stop": ["x"])", R"("logprobs": true)",
+                              R"("tools": [{"type": "function", "function": {"name": "f"}}])",
+                              R"("tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "auto")"}) {
+        const std::string body = with(field);
+        const std::string name = std::string(field).substr(1, std::string(field).find('"', 1) - 1);
+        EXPECT_EQ(refused(body, true), name) << body;
+        EXPECT_EQ(refusal(body), "(accepted)") << body;  // a left-to-right model takes it
+    }
+    EXPECT_EQ(refused(with(R"("logprobs": false, "stop": [], "tool_choice": "none", "tools": [], "seed": 4, "max_tokens": 9)"), true),
+              "(accepted)");
+    EXPECT_EQ(refused(R"({"prompt": "hi", "echo": true})", false), "echo");
+    EXPECT_EQ(refused(R"({"prompt": "hi", "logprobs": 0})", false), "logprobs");
+    EXPECT_EQ(refused(R"({"prompt": "hi", "echo": false, "logprobs": null, "seed": 1})", false), "(accepted)");
+    // The usual checks come first: a wrong type is named as such.
+    EXPECT_EQ(refused(with(R"("temperature": "hot")"), true).substr(0, 8), "(other: ");
+}
+
 // Every field the API documents is read (none is refused as unknown, whatever else is wrong with null),
 // so the parser's lists that name the field a misspelt one meant hold only real fields.
 TEST(RequestParse, EveryDocumentedFieldIsKnown) {
     auto unknown = [](auto parse, const std::string& body) {
         try {
-            parse(body, RequestLimits{});
+            parse(body, RequestLimits{}, false);
         } catch (const RequestError& e) {
             return e.error().message.starts_with("unknown field");
         }
