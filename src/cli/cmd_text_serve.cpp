@@ -92,6 +92,20 @@ void serve_until_signal(const ServeArgs& args, sigset_t signals, server::Schedul
     stopper.join();
 }
 
+// What the HTTP side knows of the model's text: its name, tokenizer, template and encoders (`text` must
+// outlive the result: the encoders refer to it), its vocabulary and the context a request may fill.
+server::ModelText model_text(const std::string& model_path, const TextFrontEnd& text, int64_t n_vocab, int64_t context) {
+    server::ModelText model;
+    model.model_id = std::filesystem::path(model_path).filename().string();
+    model.tokenizer = text.tokenizer.get();
+    model.chat_template = &*text.chat_template;
+    model.encode_rendered = [&text](const std::string& s) { return encode_rendered(text, s); };
+    model.encode_raw = [&text](const std::string& s) { return encode_raw(text, s); };
+    model.n_vocab = n_vocab;
+    model.context = context;
+    return model;
+}
+
 void serve_diffusion(const ServeArgs& args, const CLI::App& command, const std::string& model_path, sigset_t signals) {
     refuse_flags_for_diffusion(command, "serve");  // --kv, --ctx, --threads, --backend cuda, as run refuses them
     for (const char* flag : {"--parallel", "--prefill-chunk", "--park-budget"}) {
@@ -109,14 +123,7 @@ void serve_diffusion(const ServeArgs& args, const CLI::App& command, const std::
     scheduler_options.max_queued = args.max_queue;
     server::Scheduler scheduler(*runner, *text.tokenizer, scheduler_options);
 
-    server::ModelText model;
-    model.model_id = std::filesystem::path(model_path).filename().string();
-    model.tokenizer = text.tokenizer.get();
-    model.chat_template = &*text.chat_template;
-    model.encode_rendered = [&text](const std::string& s) { return encode_rendered(text, s); };
-    model.encode_raw = [&text](const std::string& s) { return encode_raw(text, s); };
-    model.n_vocab = runner->config().n_vocab;
-    model.context = runner->config().context_length;
+    server::ModelText model = model_text(model_path, text, runner->config().n_vocab, runner->config().context_length);
     model.block_tokens = runner->config().canvas_length;
     model.default_max_tokens = runner->settings().max_new_tokens;
     if (!args.quiet) {
@@ -155,14 +162,7 @@ void run_serve(const ServeArgs& args, const CLI::App& command) {
     scheduler_options.prefill_chunk = args.prefill_chunk;
     server::Scheduler scheduler(*engine, *text.tokenizer, scheduler_options);
 
-    server::ModelText model;
-    model.model_id = std::filesystem::path(model_path).filename().string();
-    model.tokenizer = text.tokenizer.get();
-    model.chat_template = &*text.chat_template;
-    model.encode_rendered = [&text](const std::string& s) { return encode_rendered(text, s); };
-    model.encode_raw = [&text](const std::string& s) { return encode_raw(text, s); };
-    model.n_vocab = engine->config().n_vocab;
-    model.context = sequence.max_positions;
+    server::ModelText model = model_text(model_path, text, engine->config().n_vocab, sequence.max_positions);
 
     if (!args.quiet) {
         for (const std::string& line : text.notes) fmt::print(stderr, "serve: note: {}\n", line);

@@ -274,6 +274,15 @@ void Scheduler::run() {
     }
 }
 
+void Scheduler::end_cancelled(Job& job) {
+    JobEvent e;
+    e.kind = JobEvent::Kind::done;
+    e.finish = "cancelled";
+    job.push(std::move(e));
+    std::lock_guard lock(mutex_);
+    ++stats_.finished["cancelled"];
+}
+
 void Scheduler::refuse_queued() {
     for (auto& job : queue_) {
         JobEvent e;
@@ -304,12 +313,8 @@ void Scheduler::run_diffusion() {
             ++stats_.steps;
         }
         if (job->cancelled()) {  // its client left while it waited
-            JobEvent e;
-            e.kind = JobEvent::Kind::done;
-            e.finish = "cancelled";
-            job->push(std::move(e));
+            end_cancelled(*job);
             std::lock_guard lock(mutex_);
-            ++stats_.finished["cancelled"];
             stats_.active = 0;
             continue;
         }
@@ -345,12 +350,7 @@ void Scheduler::admit() {
             stats_.queued = int(queue_.size());
         }
         if (job->cancelled()) {
-            JobEvent e;
-            e.kind = JobEvent::Kind::done;
-            e.finish = "cancelled";
-            job->push(std::move(e));
-            std::lock_guard lock(mutex_);
-            ++stats_.finished["cancelled"];
+            end_cancelled(*job);
             continue;
         }
         Session* session = nullptr;

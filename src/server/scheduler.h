@@ -107,6 +107,7 @@ private:
     void run();
     void run_diffusion();
     void refuse_queued();  // shutdown: every waiting job gets a 503; mutex_ held
+    void end_cancelled(Job& job);  // a job whose client left while it waited: its done event, counted
     void admit();
     void iterate();
     void step_active(std::span<ActiveJob* const> decoding);  // the seam (see above)

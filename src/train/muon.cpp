@@ -70,12 +70,7 @@ void muon_update_matrix(std::span<float> w, std::span<const float> g, std::span<
 
 double muon_step(const ParameterLayout& layout, const OptimizerSection& o, double lr, std::span<float> params,
                  std::span<float> grads, AdamState& state) {
-    if (state.m.empty()) {
-        state.m.assign(params.size(), 0.0f);
-        state.v.assign(params.size(), 0.0f);
-    }
-    const double norm = clip_by_global_norm(o, grads);
-    ++state.step;
+    const double norm = begin_step(o, params, grads, state);
     const double matrix_lr = muon_learning_rate(o, lr);
     for (const ParameterInfo& p : layout.all()) {
         if (!p.hidden_matrix) {

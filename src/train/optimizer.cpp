@@ -49,14 +49,19 @@ void adamw_update_parameter(const ParameterInfo& p, const OptimizerSection& o, d
     }
 }
 
-double adamw_step(const ParameterLayout& layout, const OptimizerSection& o, double lr, std::span<float> params,
-                  std::span<float> grads, AdamState& state) {
+double begin_step(const OptimizerSection& o, std::span<float> params, std::span<float> grads, AdamState& state) {
     if (state.m.empty()) {
         state.m.assign(params.size(), 0.0f);
         state.v.assign(params.size(), 0.0f);
     }
     const double norm = clip_by_global_norm(o, grads);
     ++state.step;
+    return norm;
+}
+
+double adamw_step(const ParameterLayout& layout, const OptimizerSection& o, double lr, std::span<float> params,
+                  std::span<float> grads, AdamState& state) {
+    const double norm = begin_step(o, params, grads, state);
     for (const ParameterInfo& p : layout.all()) adamw_update_parameter(p, o, lr, params, grads, state);
     return norm;
 }

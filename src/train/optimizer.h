@@ -31,6 +31,9 @@ struct AdamState {
 // Scales grads in place to norm o.clip when their global norm exceeds it (o.clip > 0); returns the norm
 // before clipping.
 double clip_by_global_norm(const OptimizerSection& o, std::span<float> grads);
+// What every optimizer step does first: the state sized on the first step, the gradients clipped (the
+// returned pre-clip norm), the step counted.
+double begin_step(const OptimizerSection& o, std::span<float> params, std::span<float> grads, AdamState& state);
 
 // The AdamW update of one tensor, after the step counter was advanced (state.step = t, moments sized).
 void adamw_update_parameter(const ParameterInfo& p, const OptimizerSection& o, double lr, std::span<float> params,

@@ -3,6 +3,7 @@
 // curves file has every step and its plot every point; `train --plot` redraws any curves file; misuse
 // is refused with one line.
 #include "cli_command.h"
+#include "tiny_model_section.h"
 #include "svg_check.h"
 
 #include <gtest/gtest.h>
@@ -31,19 +32,7 @@ fs::path make_run_dir(const std::string& name, const std::string& out_dir, const
     for (int i = 0; i < 30; ++i) text += "a rose is a rose is a rose.\n";
     std::ofstream(dir / "train.txt") << text;
     std::ofstream(dir / "heldout.txt") << text.substr(0, 80);
-    std::ofstream(dir / "run.toml") << R"([model]
-hidden = 16
-layers = 2
-full_attention_interval = 2
-heads = 2
-kv_heads = 1
-head_dim = 8
-ffn = 24
-deltanet_key_heads = 1
-deltanet_value_heads = 2
-deltanet_key_dim = 4
-deltanet_value_dim = 8
-[data]
+    std::ofstream(dir / "run.toml") << std::string(test::kTinyModelSection) + R"([data]
 train = "train.txt"
 heldout = "heldout.txt"
 [run]

@@ -3,6 +3,7 @@
 // different results), the verdict follows the numbers, a second invocation trains nothing and prints the
 // same table, and misuse is refused with one line.
 #include "cli_command.h"
+#include "tiny_model_section.h"
 
 #include <gtest/gtest.h>
 
@@ -26,19 +27,7 @@ std::string read_file(const fs::path& path) {
 }
 
 std::string config(double lr) {
-    return R"([model]
-hidden = 16
-layers = 2
-full_attention_interval = 2
-heads = 2
-kv_heads = 1
-head_dim = 8
-ffn = 24
-deltanet_key_heads = 1
-deltanet_value_heads = 2
-deltanet_key_dim = 4
-deltanet_value_dim = 8
-[data]
+    return std::string(test::kTinyModelSection) + R"([data]
 train = "train.txt"
 heldout = "heldout.txt"
 [run]
