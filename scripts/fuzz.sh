@@ -17,7 +17,7 @@ flags=(-std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recov
 declare -A target_sources=(
   [snapshot]="src/runtime/snapshot.cpp src/models/sequence_state.cpp src/models/kv_cache.cpp src/core/file_io.cpp
               src/models/config_summary.cpp"
-  [server_request]="src/server/request_parse.cpp src/server/reply_parse.cpp src/sampling/sampling_params.cpp"
+  [server_request]="src/server/request_parse.cpp src/server/reply_parse.cpp src/sampling/sampling_params.cpp src/runtime/diffusion_settings.cpp"
 )
 declare -A target_flags=([snapshot]="-DDELTABIT_HAVE_XXHASH=1")
 for target in "${targets[@]}"; do

@@ -9,6 +9,7 @@
 #include "models/diffusion_gemma.h"
 #include "models/model.h"
 #include "runtime/diffusion_generate.h"
+#include "runtime/diffusion_settings.h"
 
 #include <cstdint>
 #include <functional>
@@ -53,11 +54,5 @@ private:
 
 // The new tokens up to (not including) the first of the settings' EOS ids: what is shown as text.
 std::span<const int32_t> diffusion_visible_tokens(std::span<const int32_t> tokens, const DiffusionGenerationConfig& g);
-
-// Why a setting of left-to-right decoding has no place in the block loop, in words the commands and the
-// server refuse it with; nullptr for a setting the loop has. Settings by their sampling names:
-// temperature, top_k, top_p, min_p, repeat_penalty, presence_penalty, frequency_penalty,
-// penalty_last_n, dry, stop, logprobs, tools, echo.
-const char* diffusion_inapplicable_reason(std::string_view setting);
 
 }  // namespace deltabit

@@ -1,6 +1,6 @@
 #include "server/request_parse.h"
 
-#include "runtime/diffusion_runner.h"
+#include "runtime/diffusion_settings.h"
 #include "sampling/sampling_params.h"
 
 #include <fmt/format.h>
