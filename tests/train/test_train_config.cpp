@@ -1,11 +1,13 @@
 // `deltabit train`'s config (train/train_config.h): the committed example parses to the geometry it
 // states, and every kind of bad input is refused with one line naming the file and the key.
 #include "train/train_config.h"
+#include "train/parameters.h"
 
 #include "core/error.h"
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 
 namespace deltabit::train {
@@ -41,6 +43,23 @@ TEST(TrainConfig, ExampleConfigParses) {
     // Data paths are resolved against the config's folder.
     EXPECT_EQ(std::filesystem::path(c.data.train).filename(), "train.txt");
     EXPECT_NE(c.data.train.find("data/text"), std::string::npos);
+}
+
+// Every config shipped in configs/ is one the trainer accepts, and the throughput geometry is the size the
+// issue names (about 100M parameters), so its MFU figure is of that size.
+TEST(TrainConfig, EveryShippedConfigLoadsAndTheThroughputGeometryIsAbout100M) {
+    const std::filesystem::path dir = std::filesystem::path(DELTABIT_SOURCE_DIR) / "configs";
+    int loaded = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+        if (entry.path().extension() != ".toml") continue;
+        SCOPED_TRACE(entry.path().string());
+        EXPECT_NO_THROW(load_train_config(entry.path()));
+        ++loaded;
+    }
+    EXPECT_GE(loaded, 4);
+    const int64_t params = ParameterLayout(model_config_of(load_train_config(dir / "qwen35-100m.toml"))).total();
+    EXPECT_GT(params, 95'000'000);
+    EXPECT_LT(params, 115'000'000);
 }
 
 // The Muon example is the small config with only the optimizer changed (and its own out_dir).
