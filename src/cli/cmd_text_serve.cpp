@@ -9,7 +9,7 @@
 // flight be written, and exits 0.
 //
 // A block-diffusion model (DiffusionGemma) is served through its DiffusionRunner (cmd_text_diffusion.h),
-// one request at a time (server/scheduler.h): --parallel, --prefill-chunk, --park-budget, --ctx, --kv
+// one request at a time (server/scheduler.h): --parallel, --prefill-chunk, --park-budget, --spill-*, --ctx, --kv
 // and --backend cuda have nothing to act on there and are refused, as run and chat refuse theirs.
 // (Files named cmd_text_*: built only with the text libraries; this one also needs cpp-httplib.)
 #include "cli/cmd_text_diffusion.h"
@@ -49,6 +49,8 @@ struct ServeArgs {
     int parallel = 4;
     int64_t prefill_chunk = 256;
     int64_t park_budget_mib = 1024;
+    std::string spill_dir;         // "": parked conversations past --park-budget are dropped
+    int64_t spill_budget_mib = 4096;
     int max_queue = 256;
     int max_concurrent = 128;
     int64_t max_body_kib = 4096;
@@ -108,7 +110,7 @@ server::ModelText model_text(const std::string& model_path, const TextFrontEnd& 
 
 void serve_diffusion(const ServeArgs& args, const CLI::App& command, const std::string& model_path, sigset_t signals) {
     refuse_flags_for_diffusion(command, "serve");  // --kv, --ctx, --threads, --backend cuda, as run refuses them
-    for (const char* flag : {"--parallel", "--prefill-chunk", "--park-budget"}) {
+    for (const char* flag : {"--parallel", "--prefill-chunk", "--park-budget", "--spill-dir", "--spill-budget"}) {
         const CLI::Option* option = command.get_option_no_throw(flag);
         if (option && option->count() > 0)
             fail("serve: {} does not apply to a block-diffusion model: it is served one request at a time, without "
@@ -158,6 +160,8 @@ void run_serve(const ServeArgs& args, const CLI::App& command) {
     scheduler_options.pool.live = args.parallel;
     scheduler_options.pool.session = {.sequence = sequence, .checkpoints = {}};
     scheduler_options.pool.park_budget_bytes = args.park_budget_mib << 20;
+    scheduler_options.pool.spill_dir = args.spill_dir;
+    scheduler_options.pool.spill_budget_bytes = args.spill_budget_mib << 20;
     scheduler_options.max_queued = args.max_queue;
     scheduler_options.prefill_chunk = args.prefill_chunk;
     server::Scheduler scheduler(*engine, *text.tokenizer, scheduler_options);
@@ -190,6 +194,14 @@ void add_serve_command(CLI::App& app) {
         ->check(CLI::Range(int64_t(0), int64_t(1) << 30))->capture_default_str();
     cmd->add_option("--park-budget", args->park_budget_mib, "MiB of host memory for parked conversations (0: none kept)")
         ->check(CLI::Range(int64_t(0), int64_t(1) << 30))->capture_default_str();
+    CLI::Option* spill_dir = cmd->add_option("--spill-dir", args->spill_dir,
+                    "a folder (on a disk) that parked conversations pushed out of --park-budget move to instead of "
+                    "being dropped (default: none)")
+        ->type_name("DIR");
+    cmd->add_option("--spill-budget", args->spill_budget_mib, "MiB of --spill-dir for spilled conversations")
+        ->check(CLI::Range(int64_t(0), int64_t(1) << 30))
+        ->capture_default_str()
+        ->needs(spill_dir);
     cmd->add_option("--max-queue", args->max_queue, "requests waiting for a session; more get 429")
         ->check(CLI::Range(1, 1 << 20))->capture_default_str();
     cmd->add_option("--max-concurrent", args->max_concurrent, "requests served at once (waiting or generating); more get 429")

@@ -19,9 +19,10 @@ int64_t common_prefix(std::span<const int32_t> a, std::span<const int32_t> b) {
     return int64_t(ia - a.begin());
 }
 
+fs::path server_folder(const fs::path& base) { return base / fmt::format("deltabit-serve-{}", getpid()); }
+
 fs::path default_park_dir() {
-    const fs::path base = fs::is_directory("/dev/shm") ? fs::path("/dev/shm") : fs::temp_directory_path();
-    return base / fmt::format("deltabit-serve-{}", getpid());
+    return server_folder(fs::is_directory("/dev/shm") ? fs::path("/dev/shm") : fs::temp_directory_path());
 }
 
 }  // namespace
@@ -29,11 +30,18 @@ fs::path default_park_dir() {
 SessionPool::SessionPool(Engine& engine, PoolOptions options) : engine_(engine), options_(std::move(options)) {
     if (options_.park_dir.empty()) options_.park_dir = default_park_dir();
     fs::create_directories(options_.park_dir);
+    if (!options_.spill_dir.empty()) {
+        if (!fs::is_directory(options_.spill_dir))
+            fail("serve: --spill-dir {}: not a directory (create it first)", options_.spill_dir.string());
+        options_.spill_dir = server_folder(options_.spill_dir);
+        fs::create_directories(options_.spill_dir);
+    }
 }
 
 SessionPool::~SessionPool() {
     std::error_code ignored;
     fs::remove_all(options_.park_dir, ignored);
+    if (!options_.spill_dir.empty()) fs::remove_all(options_.spill_dir, ignored);
 }
 
 Session* SessionPool::acquire(std::span<const int32_t> prompt) {
@@ -58,11 +66,13 @@ Session* SessionPool::acquire(std::span<const int32_t> prompt) {
     Live* slot = free_slot();
     if (!slot) return nullptr;
     if (best_parked != parked_.end()) {
-        slot->session->load(best_parked->file);
-        totals_.parked_bytes -= best_parked->bytes;
-        fs::remove(best_parked->file);
-        parked_.erase(best_parked);
-        ++totals_.resumes;
+        try {
+            slot->session->load(best_parked->file);  // on Error the (empty) session is unchanged
+            ++totals_.resumes;
+        } catch (const Error&) {
+            ++totals_.failed_resumes;
+        }
+        drop(best_parked);
     }
     slot->busy = true;
     slot->last_used = clock_;
@@ -84,7 +94,7 @@ SessionPool::Live* SessionPool::free_slot() {
 
 void SessionPool::park(Live& slot) {
     Session& s = *slot.session;
-    if (s.ledger().size() > 0 && options_.park_budget_bytes > 0) {
+    if (s.ledger().size() > 0 && (options_.park_budget_bytes > 0 || !options_.spill_dir.empty())) {
         Parked p;
         p.file = options_.park_dir / fmt::format("session-{}.dbsnap", next_file_++);
         try {
@@ -105,14 +115,59 @@ void SessionPool::park(Live& slot) {
     s.reset();
 }
 
+SessionPool::ParkedList::iterator SessionPool::oldest(bool spilled) {
+    auto found = parked_.end();
+    for (auto it = parked_.begin(); it != parked_.end(); ++it)
+        if (it->spilled == spilled && (found == parked_.end() || it->last_used < found->last_used)) found = it;
+    return found;
+}
+
+void SessionPool::drop(ParkedList::iterator p) {
+    (p->spilled ? totals_.spilled_bytes : totals_.parked_bytes) -= p->bytes;
+    std::error_code ignored;
+    fs::remove(p->file, ignored);
+    parked_.erase(p);
+}
+
+void SessionPool::spill(ParkedList::iterator p) {
+    // Another file system, typically: a copy, not a rename. A failed copy drops the conversation.
+    const fs::path to = options_.spill_dir / p->file.filename();
+    std::error_code failed;
+    fs::copy_file(p->file, to, fs::copy_options::overwrite_existing, failed);
+    if (failed) {
+        fs::remove(to, failed);
+        drop(p);
+        ++totals_.evictions;
+        return;
+    }
+    totals_.parked_bytes -= p->bytes;
+    std::error_code ignored;
+    fs::remove(p->file, ignored);
+    p->file = to;
+    p->spilled = true;
+    totals_.spilled_bytes += p->bytes;
+    ++totals_.spills;
+}
+
 void SessionPool::trim_parked() {
-    while (totals_.parked_bytes > options_.park_budget_bytes && !parked_.empty()) {
-        auto oldest = std::min_element(parked_.begin(), parked_.end(),
-                                       [](const Parked& a, const Parked& b) { return a.last_used < b.last_used; });
-        totals_.parked_bytes -= oldest->bytes;
-        std::error_code ignored;
-        fs::remove(oldest->file, ignored);
-        parked_.erase(oldest);
+    while (totals_.parked_bytes > options_.park_budget_bytes) {
+        const auto p = oldest(false);
+        if (p == parked_.end()) break;
+        if (!options_.spill_dir.empty() && p->bytes <= options_.spill_budget_bytes) {
+            spill(p);
+        } else {
+            drop(p);
+            ++totals_.evictions;
+        }
+    }
+    trim_spilled();
+}
+
+void SessionPool::trim_spilled() {
+    while (totals_.spilled_bytes > options_.spill_budget_bytes) {
+        const auto p = oldest(true);
+        if (p == parked_.end()) break;
+        drop(p);
         ++totals_.evictions;
     }
 }
@@ -130,6 +185,7 @@ PoolCounts SessionPool::counts() const {
     c.live = int(live_.size());
     c.busy = int(std::count_if(live_.begin(), live_.end(), [](const auto& s) { return s->busy; }));
     c.parked = int(parked_.size());
+    c.spilled = int(std::count_if(parked_.begin(), parked_.end(), [](const Parked& p) { return p.spilled; }));
     return c;
 }
 
