@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <string>
 
 namespace deltabit {
@@ -100,7 +101,10 @@ TEST_F(Server, StreamedChatEqualsTheWholeReply) {
     EXPECT_EQ(usage["completion_tokens"], kReplyTokens);
 }
 
-TEST_F(Server, FollowUpTurnReportsTheTokensItReused) {
+// The chat of the follow-up tests: "Follow", its greedy reply, then "More". Checks the second turn's
+// usage: cached_tokens is what the session could keep, the common prefix of what it held after the first
+// turn and the new prompt (a model that returns to any position keeps exactly that, at most prompt − 1).
+void expect_follow_up_reuse(const std::function<json(const json&, json)>& chat) {
     const std::string first = "user<Follow>assistant<";
     const json r1 = chat({{{"role", "user"}, {"content", "Follow"}}}, {{"logprobs", true}});
     std::vector<int32_t> held = bytes_of(first);
@@ -108,15 +112,52 @@ TEST_F(Server, FollowUpTurnReportsTheTokensItReused) {
     held.pop_back();  // the last reply token is never fed (runtime/generate.h)
     const std::string reply = r1["choices"][0]["message"]["content"];
     const json r2 = chat({{{"role", "user"}, {"content", "Follow"}}, {{"role", "assistant"}, {"content", reply}},
-                          {{"role", "user"}, {"content", "More"}}});
-    // What the session could keep: the common prefix of what it holds and the new prompt (a model that
-    // returns to any position keeps exactly that, at most prompt − 1).
+                          {{"role", "user"}, {"content", "More"}}},
+                         json::object());
     const std::vector<int32_t> prompt = bytes_of(first + reply + ">user<More>assistant<");
     const auto [a, b] = std::mismatch(held.begin(), held.end(), prompt.begin(), prompt.end());
     const int64_t expected = std::min<int64_t>(a - held.begin(), int64_t(prompt.size()) - 1);
     EXPECT_GE(expected, int64_t(first.size()));
     EXPECT_EQ(r2["usage"]["prompt_tokens"], prompt.size());
     EXPECT_EQ(r2["usage"]["prompt_tokens_details"]["cached_tokens"], expected);
+}
+
+TEST_F(Server, FollowUpTurnReportsTheTokensItReused) {
+    expect_follow_up_reuse([](const json& messages, json extra) { return chat(messages, std::move(extra)); });
+}
+
+// One live session, no host memory for parked ones, a spill folder: another conversation between the two
+// turns pushes the first to disk, and the follow-up reuses exactly what it would have reused in memory.
+TEST(ServerSpill, AFollowUpResumesFromTheSpillFolder) {
+    const fs::path dir = test::scratch_dir("deltabit_test_server_spill");
+    fs::remove_all(dir);
+    fs::create_directories(dir / "spill");
+    ServerProcess server(test::server_model(dir / "model"),
+                         {"--parallel", "1", "--park-budget", "0", "--spill-dir", (dir / "spill").string()});
+    bool interleaved = false;
+    expect_follow_up_reuse([&](const json& messages, json extra) {
+        if (messages.size() > 1 && !interleaved) {  // before the follow-up: another conversation
+            interleaved = true;
+            auto client = server.client();
+            const json other = {{"messages", {{{"role", "user"}, {"content", "Unrelated"}}}},
+                                {"max_tokens", kReplyTokens},
+                                {"temperature", 0}};
+            auto res = client->Post("/v1/chat/completions", other.dump(), "application/json");
+            EXPECT_TRUE(res && res->status == 200);
+        }
+        json body = {{"messages", messages}, {"max_tokens", kReplyTokens}, {"temperature", 0}};
+        body.update(extra);
+        auto res = server.client()->Post("/v1/chat/completions", body.dump(), "application/json");
+        EXPECT_TRUE(res && res->status == 200);
+        return res ? json::parse(res->body) : json();
+    });
+    auto metrics = server.client()->Get("/metrics");
+    ASSERT_TRUE(metrics);
+    EXPECT_NE(metrics->body.find("deltabit_session_resumes_total 1\n"), std::string::npos) << metrics->body;
+    EXPECT_EQ(metrics->body.find("deltabit_session_spills_total 0\n"), std::string::npos) << metrics->body;
+    EXPECT_NE(metrics->body.find("deltabit_session_failed_resumes_total 0\n"), std::string::npos);
+    EXPECT_EQ(server.stop(), 0);
+    fs::remove_all(dir);
 }
 
 TEST_F(Server, EchoWithoutTokensScoresThePromptAsGenerationDoes) {
