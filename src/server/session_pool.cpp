@@ -59,6 +59,10 @@ Session* SessionPool::acquire(std::span<const int32_t> prompt) {
         if (n > best) best = n, best_parked = it, best_live = nullptr;
     }
     if (best_live) {
+        // The request diverges from what this session holds (it shares only `best` tokens, often just the
+        // chat template's opening): the conversation it held is parked as a copy first, so a follow-up
+        // of it can still resume, instead of being rewound away.
+        if (best < best_live->session->ledger().size()) save_parked(*best_live);
         best_live->busy = true;
         best_live->last_used = clock_;
         return best_live->session.get();
@@ -93,26 +97,30 @@ SessionPool::Live* SessionPool::free_slot() {
 }
 
 void SessionPool::park(Live& slot) {
-    Session& s = *slot.session;
-    if (s.ledger().size() > 0 && (options_.park_budget_bytes > 0 || !options_.spill_dir.empty())) {
-        Parked p;
-        p.file = options_.park_dir / fmt::format("session-{}.dbsnap", next_file_++);
-        try {
-            s.save(p.file);
-        } catch (const Error&) {  // a build without snapshots, a full tmpfs: the conversation is dropped
-            ++totals_.evictions;
-            s.reset();
-            return;
-        }
-        p.bytes = int64_t(fs::file_size(p.file));
-        p.tokens.assign(s.ledger().tokens().begin(), s.ledger().tokens().end());
-        p.last_used = slot.last_used;
-        totals_.parked_bytes += p.bytes;
-        parked_.push_back(std::move(p));
-        ++totals_.parks;
-        trim_parked();
+    save_parked(slot);
+    slot.session->reset();
+}
+
+void SessionPool::save_parked(const Live& slot) {
+    const Session& s = *slot.session;
+    if (s.ledger().size() == 0 || (options_.park_budget_bytes == 0 && options_.spill_dir.empty())) return;
+    Parked p;
+    p.file = options_.park_dir / fmt::format("session-{}.dbsnap", next_file_++);
+    try {
+        s.save(p.file);
+    } catch (const Error&) {  // a build without snapshots, a full tmpfs: the conversation is not kept
+        std::error_code ignored;
+        fs::remove(p.file, ignored);
+        ++totals_.evictions;
+        return;
     }
-    s.reset();
+    p.bytes = int64_t(fs::file_size(p.file));
+    p.tokens.assign(s.ledger().tokens().begin(), s.ledger().tokens().end());
+    p.last_used = slot.last_used;
+    totals_.parked_bytes += p.bytes;
+    parked_.push_back(std::move(p));
+    ++totals_.parks;
+    trim_parked();
 }
 
 SessionPool::ParkedList::iterator SessionPool::oldest(bool spilled) {

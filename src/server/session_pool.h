@@ -9,7 +9,10 @@
 // Matching: a request goes to the idle live or parked session whose held tokens share the longest
 // prefix with its prompt; the Session then reuses what its checkpoints allow (the reported
 // cached_tokens is the Session's `reused`, not this prefix). With no match it gets a fresh session;
-// when all `live` slots hold sessions, the least recently used idle one is parked to make room.
+// when all `live` slots hold sessions, the least recently used idle one is parked to make room. A
+// live session matched by a request that diverges from it (a shorter common prefix than it holds: two
+// conversations share the chat template's opening) is parked as a copy before it is reused, so the
+// conversation it held is not lost to the rewind.
 #pragma once
 
 #include "runtime/session.h"
@@ -66,7 +69,8 @@ private:
     };
     using ParkedList = std::list<Parked>;
     Live* free_slot();  // an idle or new slot, its old session parked; nullptr when all are busy
-    void park(Live& slot);
+    void park(Live& slot);               // save_parked, then the slot's session emptied
+    void save_parked(const Live& slot);  // a snapshot of what it holds, parked (nothing if it holds nothing)
     void trim_parked();  // over park_budget: the least recently used in memory spilled, or dropped
     void trim_spilled();
     void spill(ParkedList::iterator p);
