@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <functional>
 #include <future>
 #include <ostream>
@@ -92,15 +93,19 @@ struct BinResult {
     double mean_kl = 0.0, p99_kl = 0.0, top1 = 0.0;
 };
 
+// Per depth bin over one or more windows (`window` positions each, every window a fresh sequence from
+// depth 0; 0: one window of every position).
 std::vector<BinResult> compare_by_depth(const std::vector<float>& exact, const std::vector<float>& lossy,
-                                        int64_t vocab) {
-    const int64_t length = int64_t(exact.size()) / vocab;
+                                        int64_t vocab, int64_t window = 0) {
+    const int64_t total = int64_t(exact.size()) / vocab;
+    const int64_t length = window > 0 ? window : total;
     std::vector<BinResult> out;
     for (const DepthBin& bin : kBins) {
         if (bin.first >= length) break;
         std::vector<double> kl;
         int64_t agree = 0;
-        for (int64_t t = bin.first; t < std::min(bin.end, length); ++t) {
+        for (int64_t w = 0; w < total; w += length)
+        for (int64_t t = w + bin.first; t < w + std::min(bin.end, length); ++t) {
             const float* p = exact.data() + t * vocab;
             const float* q = lossy.data() + t * vocab;
             const std::vector<double> lp = log_softmax(p, vocab), lq = log_softmax(q, vocab);
@@ -181,6 +186,39 @@ TEST_P(KiviGates, LossyKvFormatsAgreeWithF32ByDepth) {
         EXPECT_EQ(kivi_bins.front().mean_kl, 0.0);
     // Past it the quantised middle must show (else the gate measured f32 against itself).
     EXPECT_GT(kivi_bins.back().mean_kl, 0.0);
+}
+
+// The default model (models/, trained by deltabit on real text, 1-bit) on English it never saw: four
+// windows of its 512-byte context, each a fresh sequence, 2,048 positions in all. Its two attention layers
+// (3 and 7) follow DeltaNet layers and are quantised; the model card quotes the printed table.
+TEST(KiviGatesDefaultModel, LossyKvFormatsAgreeWithF32OnTheTrainedModel) {
+    const Model model = Model::load(std::filesystem::path(DELTABIT_SOURCE_DIR) / "models" / "bytelm-hybrid-14m.q1_0.gguf");
+    const int64_t vocab = model.config().n_vocab, window = 512;
+    ASSERT_GE(model.config().context_length, window);
+    const std::vector<int32_t> text = test::english_text_ids(4 * size_t(window));
+    auto run = [&](KvFormat format) {
+        return std::async(std::launch::async, [&model, &text, format, window] {
+            std::vector<float> logits;
+            for (size_t w = 0; w < text.size(); w += size_t(window)) {
+                ForcedRun r = teacher_forced(model, format, std::vector<int32_t>(text.begin() + w, text.begin() + w + size_t(window)));
+                if (format == KvFormat::kivi4) expect_layer_formats(model.config(), r.state);
+                logits.insert(logits.end(), r.logits.begin(), r.logits.end());
+            }
+            return logits;
+        });
+    };
+    std::future<std::vector<float>> half = run(KvFormat::f16), kivi = run(KvFormat::kivi4);
+    const std::vector<float> exact = run(KvFormat::f32).get();
+    const std::vector<BinResult> f16_bins = compare_by_depth(exact, half.get(), vocab, window);
+    const std::vector<BinResult> kivi_bins = compare_by_depth(exact, kivi.get(), vocab, window);
+    print_table("bytelm-hybrid-14m", KvFormat::f16, f16_bins);
+    expect_gates("bytelm-hybrid-14m", KvFormat::f16, f16_bins);
+    print_table("bytelm-hybrid-14m", KvFormat::kivi4, kivi_bins);
+    expect_gates("bytelm-hybrid-14m", KvFormat::kivi4, kivi_bins);
+    ASSERT_EQ(kivi_bins.size(), 2u);
+    EXPECT_EQ(kivi_bins[0].n + kivi_bins[1].n, 4 * window);
+    EXPECT_EQ(kivi_bins.front().mean_kl, 0.0);  // no group leaves the window before position 168
+    EXPECT_GT(kivi_bins.back().mean_kl, 0.0);   // past it the quantised middle shows
 }
 
 std::string case_name(const ::testing::TestParamInfo<GateCase>& info) { return info.param.family; }
