@@ -14,6 +14,7 @@
 // behind the rule). A rule that kept more layers exact would pass the gate without testing KIVI, so the
 // test also checks that every layer the rule quantises holds quantised groups, and
 // LayerKvFormat.Kivi4KeepsAnAttendingLayer0InF16 (test_kv_cache.cpp) pins the rule to layer 0 alone.
+#include "distribution_gates.h"
 #include "english_text.h"
 #include "fixture.h"
 
@@ -35,14 +36,10 @@
 namespace deltabit {
 namespace {
 
-constexpr double kMaxMeanKl = 0.005;
-constexpr double kMaxP99Kl = 0.05;
-constexpr double kMinTop1 = 0.965;
-
-struct DepthBin {
-    int64_t first, end;  // positions [first, end)
-};
-constexpr DepthBin kBins[] = {{0, 128}, {128, 512}, {512, 1024}, {1024, 2048}, {2048, 4096}};
+using test::BinResult;
+using test::compare_by_depth;
+using test::expect_gates;
+using test::print_table;
 
 struct ForcedRun {
     std::vector<float> logits;  // [position][vocab]
@@ -76,72 +73,6 @@ bool expect_layer_formats(const ModelConfig& config, const SequenceState& kivi) 
     return some_f16;
 }
 
-std::vector<double> log_softmax(const float* logits, int64_t n) {
-    const double top = *std::max_element(logits, logits + n);
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; ++i) sum += std::exp(double(logits[i]) - top);
-    std::vector<double> out(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) out[size_t(i)] = double(logits[i]) - top - std::log(sum);
-    return out;
-}
-
-int64_t argmax(const float* row, int64_t n) { return std::max_element(row, row + n) - row; }
-
-struct BinResult {
-    DepthBin bin;
-    int64_t n = 0;
-    double mean_kl = 0.0, p99_kl = 0.0, top1 = 0.0;
-};
-
-// Per depth bin over one or more windows (`window` positions each, every window a fresh sequence from
-// depth 0; 0: one window of every position).
-std::vector<BinResult> compare_by_depth(const std::vector<float>& exact, const std::vector<float>& lossy,
-                                        int64_t vocab, int64_t window = 0) {
-    const int64_t total = int64_t(exact.size()) / vocab;
-    const int64_t length = window > 0 ? window : total;
-    std::vector<BinResult> out;
-    for (const DepthBin& bin : kBins) {
-        if (bin.first >= length) break;
-        std::vector<double> kl;
-        int64_t agree = 0;
-        for (int64_t w = 0; w < total; w += length)
-        for (int64_t t = w + bin.first; t < w + std::min(bin.end, length); ++t) {
-            const float* p = exact.data() + t * vocab;
-            const float* q = lossy.data() + t * vocab;
-            const std::vector<double> lp = log_softmax(p, vocab), lq = log_softmax(q, vocab);
-            double d = 0.0;
-            for (int64_t i = 0; i < vocab; ++i) d += std::exp(lp[size_t(i)]) * (lp[size_t(i)] - lq[size_t(i)]);
-            kl.push_back(std::max(d, 0.0));  // a sum of tiny terms can land a hair below zero
-            agree += argmax(p, vocab) == argmax(q, vocab);
-        }
-        BinResult r{bin, int64_t(kl.size())};
-        for (double d : kl) r.mean_kl += d / double(kl.size());
-        std::sort(kl.begin(), kl.end());
-        r.p99_kl = kl[size_t(std::ceil(0.99 * double(kl.size()))) - 1];  // nearest rank
-        r.top1 = double(agree) / double(kl.size());
-        out.push_back(r);
-    }
-    return out;
-}
-
-void print_table(const std::string& family, KvFormat format, const std::vector<BinResult>& bins) {
-    for (const BinResult& r : bins)
-        std::printf("[ gate ] %-20s %-6s depth %4lld-%-4lld  n %4lld  mean KL %.2e  p99 KL %.2e  top-1 %6.2f%%\n",
-                    family.c_str(), std::string(kv_format_name(format)).c_str(), static_cast<long long>(r.bin.first),
-                    static_cast<long long>(r.bin.end - 1), static_cast<long long>(r.n), r.mean_kl, r.p99_kl,
-                    100.0 * r.top1);
-}
-
-void expect_gates(const std::string& family, KvFormat format, const std::vector<BinResult>& bins) {
-    for (const BinResult& r : bins) {
-        const std::string where = family + " " + std::string(kv_format_name(format)) + " depth " +
-                                  std::to_string(r.bin.first) + "-" + std::to_string(r.bin.end - 1);
-        EXPECT_LT(r.mean_kl, kMaxMeanKl) << where;
-        EXPECT_LT(r.p99_kl, kMaxP99Kl) << where;
-        EXPECT_GE(r.top1, kMinTop1) << where;
-    }
-}
-
 struct GateCase {
     std::string family;
     size_t length;
@@ -168,10 +99,10 @@ TEST_P(KiviGates, LossyKvFormatsAgreeWithF32ByDepth) {
     const ForcedRun f16_run = half.get(), kivi_run = kivi.get();
     const std::vector<BinResult> f16_bins = compare_by_depth(exact, f16_run.logits, vocab);
     const std::vector<BinResult> kivi_bins = compare_by_depth(exact, kivi_run.logits, vocab);
-    print_table(gc.family, KvFormat::f16, f16_bins);
-    expect_gates(gc.family, KvFormat::f16, f16_bins);
-    print_table(gc.family, KvFormat::kivi4, kivi_bins);
-    expect_gates(gc.family, KvFormat::kivi4, kivi_bins);
+    print_table(gc.family + " f16", f16_bins);
+    expect_gates(gc.family + " f16", f16_bins);
+    print_table(gc.family + " kivi4", kivi_bins);
+    expect_gates(gc.family + " kivi4", kivi_bins);
 
     const bool some_f16 = expect_layer_formats(model.config(), kivi_run.state);
     // No group leaves the residual window before position 168 (8 sinks + 128 + 32), so in the first bin
@@ -211,10 +142,10 @@ TEST(KiviGatesDefaultModel, LossyKvFormatsAgreeWithF32OnTheTrainedModel) {
     const std::vector<float> exact = run(KvFormat::f32).get();
     const std::vector<BinResult> f16_bins = compare_by_depth(exact, half.get(), vocab, window);
     const std::vector<BinResult> kivi_bins = compare_by_depth(exact, kivi.get(), vocab, window);
-    print_table("bytelm-hybrid-14m", KvFormat::f16, f16_bins);
-    expect_gates("bytelm-hybrid-14m", KvFormat::f16, f16_bins);
-    print_table("bytelm-hybrid-14m", KvFormat::kivi4, kivi_bins);
-    expect_gates("bytelm-hybrid-14m", KvFormat::kivi4, kivi_bins);
+    print_table("bytelm-hybrid-14m f16", f16_bins);
+    expect_gates("bytelm-hybrid-14m f16", f16_bins);
+    print_table("bytelm-hybrid-14m kivi4", kivi_bins);
+    expect_gates("bytelm-hybrid-14m kivi4", kivi_bins);
     ASSERT_EQ(kivi_bins.size(), 2u);
     EXPECT_EQ(kivi_bins[0].n + kivi_bins[1].n, 4 * window);
     EXPECT_EQ(kivi_bins.front().mean_kl, 0.0);  // no group leaves the window before position 168
