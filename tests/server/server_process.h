@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -56,11 +57,15 @@ inline std::filesystem::path server_model(const std::filesystem::path& dir, cons
 
 class ServerProcess {
 public:
-    // Starts `deltabit serve -m MODEL --port 0 --backend cpu -q EXTRA` and waits for its address.
+    // Starts `deltabit serve -m MODEL --port 0 --backend B -q EXTRA` and waits for its address. B is cpu,
+    // unless DELTABIT_TEST_SERVER_BACKEND names another (cuda: the same black-box tests against the GPU
+    // engine and its batched decode, on a machine that has one).
     ServerProcess(const std::filesystem::path& model, const std::vector<std::string>& extra = {}) {
         int out[2];
         if (pipe(out) != 0) throw std::runtime_error("pipe failed");
-        std::vector<std::string> args = {DELTABIT_BINARY, "serve", "-m", model.string(), "--port", "0", "--backend", "cpu", "-q"};
+        const char* backend = std::getenv("DELTABIT_TEST_SERVER_BACKEND");
+        std::vector<std::string> args = {DELTABIT_BINARY, "serve", "-m", model.string(), "--port", "0", "--backend",
+                                         backend != nullptr && *backend != '\0' ? backend : "cpu", "-q"};
         args.insert(args.end(), extra.begin(), extra.end());
         pid_ = fork();
         if (pid_ == 0) {

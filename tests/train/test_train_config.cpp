@@ -62,6 +62,34 @@ TEST(TrainConfig, EveryShippedConfigLoadsAndTheThroughputGeometryIsAbout100M) {
     EXPECT_LT(params, 115'000'000);
 }
 
+// The default model's bf16 twin is its config with QAT off and its own out_dir, nothing else changed: the
+// difference of the two runs' held-out bpb is the cost of 1 bit.
+TEST(TrainConfig, TheBf16TwinIsTheDefaultModelsRunWithoutQat) {
+    const std::filesystem::path root(DELTABIT_SOURCE_DIR);
+    TrainConfig one_bit = load_train_config(root / "models" / "bytelm-hybrid-14m.toml");
+    TrainConfig twin = load_train_config(root / "configs" / "bytelm-hybrid-14m-bf16.toml");
+    EXPECT_TRUE(one_bit.qat.enabled);
+    EXPECT_FALSE(twin.qat.enabled);
+    EXPECT_NE(one_bit.run.out_dir, twin.run.out_dir);
+    EXPECT_EQ(one_bit.data.train, twin.data.train);  // both resolve to data/text in the source tree
+    EXPECT_EQ(one_bit.data.heldout, twin.data.heldout);
+    twin.qat = one_bit.qat;
+    twin.run.out_dir = one_bit.run.out_dir;
+    const ModelConfig a = model_config_of(one_bit), b = model_config_of(twin);
+    EXPECT_EQ(a.n_embd, b.n_embd);
+    EXPECT_EQ(a.layers, b.layers);
+    EXPECT_EQ(a.n_ff, b.n_ff);
+    EXPECT_EQ(ParameterLayout(a).total(), ParameterLayout(b).total());
+    EXPECT_EQ(one_bit.run.steps, twin.run.steps);
+    EXPECT_EQ(one_bit.run.seed, twin.run.seed);
+    EXPECT_EQ(one_bit.tokens_per_step(), twin.tokens_per_step());
+    EXPECT_EQ(one_bit.optimizer.lr, twin.optimizer.lr);
+    EXPECT_EQ(one_bit.optimizer.min_lr, twin.optimizer.min_lr);
+    EXPECT_EQ(one_bit.optimizer.warmup_steps, twin.optimizer.warmup_steps);
+    EXPECT_EQ(one_bit.eval.every, twin.eval.every);
+    EXPECT_EQ(one_bit.eval.bytes, twin.eval.bytes);
+}
+
 // The Muon example is the small config with only the optimizer changed (and its own out_dir).
 TEST(TrainConfig, MuonExampleIsTheSmallConfigWithMuon) {
     const std::filesystem::path dir = std::filesystem::path(DELTABIT_SOURCE_DIR) / "configs";
