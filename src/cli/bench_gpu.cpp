@@ -184,6 +184,51 @@ public:
         prompt_rate_ = rate;
     }
 
+    // The first prompt length continuing a sequence `depth` tokens deep (llama-bench's pp512 at d32768), one
+    // run. When the depth is reached by prefill, the fill's own rate is a row too (`fill`, depth = the
+    // tokens filled): the average prompt rate from an empty sequence to that depth.
+    void prompt_at(int64_t depth) {
+        if (plan_.prompt_lengths.empty()) return;
+        const int64_t n = plan_.prompt_lengths.front();
+        const std::string name = fmt::format("pp{} at depth {}", n, depth);
+        if (out_of_time(name)) return;
+        bench_progress(name);
+        watch_.restart();
+        CudaSequenceState state = model_.new_sequence(depth + n, plan_.kv);
+        const Reached reached = reach_depth(state, depth);
+        if (reached.prefill_seconds > 0) {
+            BenchMeasurement fill;
+            fill.test = "fill";
+            fill.depth = depth;
+            fill.tokens = depth;
+            fill.seconds = reached.prefill_seconds;
+            fill.unit_us = reached.prefill_seconds * 1e6;
+            fill.tokens_per_s = double(depth) / reached.prefill_seconds;
+            fill.tflop_s = cost_.prefill_flops(0, depth, (depth + kFillChunk - 1) / kFillChunk) / reached.prefill_seconds / 1e12;
+            if (gpu_.bf16_peak_tflop_s > 0) fill.pct_of_bf16_peak = 100.0 * *fill.tflop_s / gpu_.bf16_peak_tflop_s;
+            fill.peak_memory_gib = watch_.peak_gib();
+            fill.note = fmt::format("an empty sequence prefilled to depth {} in {}-token calls", depth, kFillChunk);
+            report(fill);
+        }
+        const std::vector<int32_t> ids = random_ids(n, vocab(), rng_);
+        const auto start = Clock::now();
+        model_.forward_last(state, ids);
+        cuda_check(cudaStreamSynchronize(model_.stream()), "prompt at depth");
+        const double t = seconds_since(start);
+        BenchMeasurement m;
+        m.test = fmt::format("pp{}", n);
+        m.depth = depth;
+        m.tokens = n;
+        m.seconds = t;
+        m.unit_us = t * 1e6;
+        m.tokens_per_s = double(n) / t;
+        m.tflop_s = cost_.prefill_flops(depth, n, 1) / t / 1e12;
+        if (gpu_.bf16_peak_tflop_s > 0) m.pct_of_bf16_peak = 100.0 * *m.tflop_s / gpu_.bf16_peak_tflop_s;
+        m.peak_memory_gib = watch_.peak_gib();
+        m.note = "one run; last-token logits only" + (reached.note.empty() ? "" : "; " + reached.note);
+        report(m);
+    }
+
     void first_tokens() {
         for (int64_t n : plan_.first_token_lengths) {
             if (out_of_time(fmt::format("ttft{}", n))) continue;
@@ -214,7 +259,7 @@ public:
         bench_progress(fmt::format("tg{} at depth {}", steps, depth));
         watch_.restart();
         CudaSequenceState state = model_.new_sequence(depth + kWarmupSteps + steps + 1, plan_.kv);
-        const std::string fill = reach_depth(state, depth);
+        const std::string fill = reach_depth(state, depth).note;
 
         const int32_t first[1] = {random_ids(1, vocab(), rng_)[0]};
         watch_.set_polling(false);  // decode allocates nothing after warm-up; captures happen in it
@@ -342,9 +387,15 @@ private:
             fail("bench: the random model's logit for token {} is not finite; nothing to measure", non_finite_index(id));
     }
 
-    // Returns how the depth was reached, for the row's note.
-    std::string reach_depth(CudaSequenceState& state, int64_t depth) {
-        if (depth == 0) return "";
+    // How a sequence reached its depth: the rows' note, and the prefill's seconds (0 when filled
+    // synthetically or at depth 0).
+    struct Reached {
+        std::string note;
+        double prefill_seconds = 0;
+    };
+
+    Reached reach_depth(CudaSequenceState& state, int64_t depth) {
+        if (depth == 0) return {};
         const double projected = prompt_rate_ > 0 ? double(depth) / prompt_rate_ : 0.0;
         const bool by_prefill = plan_.fill == DepthFill::prefill ||
                                 (plan_.fill == DepthFill::automatic && prompt_rate_ > 0 && projected <= plan_.fill_budget_s);
@@ -355,7 +406,7 @@ private:
                 : prompt_rate_ > 0 ? fmt::format("prefill projected {:.0f} s > {:.0f} s budget", projected, plan_.fill_budget_s)
                                    : "no prompt rate measured";
             bench_progress(fmt::format("  depth {} filled synthetically ({})", depth, why));
-            return fmt::format("depth filled synthetically ({})", why);
+            return {fmt::format("depth filled synthetically ({})", why), 0.0};
         }
         const auto start = Clock::now();
         for (int64_t done = 0; done < depth; done += kFillChunk)
@@ -363,7 +414,8 @@ private:
         cuda_check(cudaStreamSynchronize(model_.stream()), "prefill to depth");
         const double t = seconds_since(start);
         bench_progress(fmt::format("  depth {} reached by prefill in {:.1f} s ({:.0f} tok/s)", depth, t, double(depth) / t));
-        return fmt::format("depth by prefill in {}-token calls: {:.1f} s, {:.0f} tok/s", kFillChunk, t, double(depth) / t);
+        return {fmt::format("depth by prefill in {}-token calls: {:.1f} s, {:.0f} tok/s", kFillChunk, t, double(depth) / t),
+                t};
     }
 
     CudaModel& model_;
@@ -429,6 +481,7 @@ std::vector<BenchMeasurement> run_gpu_bench(CudaModel& model, const InferenceCos
     bench_progress("warm-up (module load, arenas, decode graph capture)");
     bench.warm_up();
     bench.prompts();
+    for (int64_t depth : plan.prompt_depths) bench.prompt_at(depth);
     bench.first_tokens();
     for (int64_t depth : plan.depths) bench.decode_at(depth);
     for (int64_t b : plan.batch_sizes) bench.decode_batched(b);

@@ -47,7 +47,10 @@ constexpr double kH200Bf16TensorPeakTflops = 790.0;
 enum class DepthFill { automatic, prefill, synthetic };
 
 struct BenchPlan {
-    std::vector<int64_t> prompt_lengths = {512, 4096};  // pp tests
+    std::vector<int64_t> prompt_lengths = {512, 4096, 131072};  // pp tests
+    // The first prompt length again, continuing a sequence this deep (and, when filled by prefill, the fill's
+    // average rate as a row of its own).
+    std::vector<int64_t> prompt_depths = {32768};
     std::vector<int64_t> first_token_lengths = {2, 16, 64};
     std::vector<int64_t> depths = {0, 4096, 32768};
     int64_t decode_tokens = 128;

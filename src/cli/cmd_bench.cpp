@@ -4,7 +4,7 @@
 //
 //   deltabit bench (-m MODEL | --geometry NAME) [--backend cuda|cpu] [--threads N] [--type q1_0] [--json]
 //                  [--depths 0,4096,32768]
-//                  [--prompts 512,4096] [--first-tokens 2,16,64] [--batch 8,32] [--kv f32|f16]
+//                  [--prompts 512,4096,131072] [--prompt-depths 32768] [--first-tokens 2,16,64] [--batch 8,32] [--kv f32|f16]
 //                  [--fill auto|prefill|synthetic]
 //                  [--prompt-budget S] [--fill-budget S] [--max-seconds S]
 //                  [--no-history | --history FILE] [--commit HASH] [--seed N]
@@ -67,10 +67,11 @@ struct BenchArgs {
     // empty: the backend's default (kGpuDefaults or kCpuDefaults).
     std::vector<std::string> depths;
     std::vector<std::string> prompts;
+    std::vector<std::string> prompt_depths;
     std::vector<std::string> first_tokens;
     std::optional<int64_t> decode_tokens;
     std::vector<std::string> batches;
-    std::string kv = "f32";
+    std::string kv;  // empty: the backend's default (PlanDefaults::kv)
     std::string fill = "auto";
     bool no_history = false;
     std::string history = std::string(DELTABIT_SOURCE_DIR) + "/bench/history.tsv";
@@ -88,12 +89,15 @@ struct BenchArgs {
 struct PlanDefaults {
     const char* depths;
     const char* prompts;
+    const char* prompt_depths;
     const char* first_tokens;
     int64_t decode_tokens;
     const char* batches;
+    // llama-bench's f16 cache on the GPU, so that figures compare with its; the CPU engine's exact f32.
+    const char* kv;
 };
-constexpr PlanDefaults kGpuDefaults{"0,4096,32768", "512,4096", "2,16,64", 128, "8,32"};
-constexpr PlanDefaults kCpuDefaults{"0", "64", "", 32, ""};
+constexpr PlanDefaults kGpuDefaults{"0,4096,32768", "512,4096,131072", "32768", "2,16,64", 128, "8,32", "f16"};
+constexpr PlanDefaults kCpuDefaults{"0", "64", "", "", 32, "", "f32"};
 
 // What --serve runs when not told: the stream counts on the GPU (#35: 1, 8, 32 and 64 streams), a
 // short run on the CPU (a test's size: seconds with a tiny model).
@@ -157,6 +161,10 @@ BenchPlan plan_from(const BenchArgs& args) {
     BenchPlan plan;
     plan.depths = parse_counts(or_default(args.depths, defaults.depths), "--depths", 0);
     plan.prompt_lengths = parse_counts(or_default(args.prompts, defaults.prompts), "--prompts", 2);
+    plan.prompt_depths = parse_counts(or_default(args.prompt_depths, defaults.prompt_depths), "--prompt-depths", 0);
+    std::erase(plan.prompt_depths, 0);  // --prompt-depths 0: none (depth 0 is the pp rows themselves)
+    if (cpu && !plan.prompt_depths.empty())
+        fail("bench: --prompt-depths: the CPU bench has no prompt-at-depth test; leave it out with --backend cpu");
     plan.first_token_lengths = parse_counts(or_default(args.first_tokens, defaults.first_tokens), "--first-tokens", 1);
     if (cpu && !plan.first_token_lengths.empty())
         fail("bench: --first-tokens: the CPU bench has no time-to-first-token test (a CPU prompt test is its prefill)");
@@ -167,8 +175,9 @@ BenchPlan plan_from(const BenchArgs& args) {
              "leave --batch out with --backend cpu");
     plan.decode_tokens = args.decode_tokens.value_or(defaults.decode_tokens);
     if (plan.decode_tokens < 1) fail("bench: --decode-tokens {}: expected 1 or more", plan.decode_tokens);
-    const std::optional<KvFormat> kv = parse_kv_format(args.kv);
-    if (!kv) fail("bench: --kv {:?}: expected f32, f16 or kivi4", args.kv);
+    const std::string kv_name = args.kv.empty() ? defaults.kv : args.kv;
+    const std::optional<KvFormat> kv = parse_kv_format(kv_name);
+    if (!kv) fail("bench: --kv {:?}: expected f32, f16 or kivi4", kv_name);
     plan.kv = *kv;
     plan.fill = parse_fill(args.fill);
     plan.seed = args.seed;
@@ -189,6 +198,7 @@ BenchPlan plan_from(const BenchArgs& args) {
 ServeBenchPlan serve_plan_from(const BenchArgs& args) {
     check_common(args);
     for (const auto& [given, option] : {std::pair{!args.depths.empty(), "--depths"},
+                                        std::pair{!args.prompt_depths.empty(), "--prompt-depths"},
                                         std::pair{!args.first_tokens.empty(), "--first-tokens"},
                                         std::pair{!args.batches.empty(), "--batch"},
                                         std::pair{args.fill != "auto", "--fill"}})
@@ -211,8 +221,9 @@ ServeBenchPlan serve_plan_from(const BenchArgs& args) {
     if (plan.max_tokens < 2)
         fail("bench: --decode-tokens {} with --serve: expected 2 or more (a stream's rate is read between its first and "
              "last token)", plan.max_tokens);
-    const std::optional<KvFormat> kv = parse_kv_format(args.kv);
-    if (!kv) fail("bench: --kv {:?}: expected f32, f16 or kivi4", args.kv);
+    const std::string kv_name = args.kv.empty() ? (args.backend == "cpu" ? kCpuDefaults.kv : kGpuDefaults.kv) : args.kv;
+    const std::optional<KvFormat> kv = parse_kv_format(kv_name);
+    if (!kv) fail("bench: --kv {:?}: expected f32, f16 or kivi4", kv_name);
     plan.kv = *kv;
     plan.seed = args.seed;
     return plan;
@@ -456,6 +467,10 @@ void add_bench_command(CLI::App& app) {
                                 "--serve: one length, every request's (default {} on cuda, {} on cpu)",
                                 kGpuDefaults.prompts, kCpuDefaults.prompts, kGpuServeDefaults.prompt_tokens,
                                 kCpuServeDefaults.prompt_tokens));
+    cmd->add_option("--prompt-depths", args->prompt_depths,
+                    fmt::format("The first prompt length again at these depths, and the fill rate to each (0: none; "
+                                "default {} on cuda, none on cpu)",
+                                kGpuDefaults.prompt_depths));
     cmd->add_option("--first-tokens", args->first_tokens,
                     fmt::format("Prompt lengths of the time-to-first-token tests (2,16,64 or 2 16 64; default {} on "
                                 "cuda, none on cpu)",
@@ -469,7 +484,9 @@ void add_bench_command(CLI::App& app) {
                     fmt::format("Sequences stepped together in the batched decode tests (8,32 or 8 32; 0: none; "
                                 "default {} on cuda, none on cpu)",
                                 kGpuDefaults.batches));
-    cmd->add_option("--kv", args->kv, "KV cache format: f32, f16 or kivi4")->default_str("f32");
+    cmd->add_option("--kv", args->kv,
+                    fmt::format("KV cache format: f32, f16 or kivi4 (default {} on cuda, {} on cpu)", kGpuDefaults.kv,
+                                kCpuDefaults.kv));
     cmd->add_option("--fill", args->fill,
                     "How a decode test reaches its depth: prefill, synthetic (random KV, no model run), or auto "
                     "(prefill unless projected over --fill-budget)")

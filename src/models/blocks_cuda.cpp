@@ -199,11 +199,13 @@ void CudaModel::attention_block(const CudaAttentionWeights& w, const float* x, c
     // history, so every query sees what a later decode step will see (the decode kernel's contract).
     cuda::kv_store(k_new, T, H_kv * dh, d_positions, state.k.view, stream_);
     cuda::kv_store(v_new, T, H_kv * dh, d_positions, state.v.view, stream_);
-    if (state.k.view.element == cuda::KvElement::f16 && (dh <= 128 || n_past == 0)) {
-        // The flash kernel is fp32 on CUDA cores; the decode kernel below, on tensor cores, wins once the
-        // history is long for heads of 256 (H200: Bonsai-4B, heads of 128, pp512 67.8 → 42.4 ms and pp4096
-        // 530 → 363 ms with it; Bonsai-27B, heads of 256, pp4096 0.99 → 1.07 s with it on every chunk, pp512
-        // about even).
+    const cuda::AttentionDims prefill_dims{T, n_past, H, H_kv, dh};
+    if (state.k.view.element == cuda::KvElement::f16 && cuda::attention_prefill_mma_supported(prefill_dims)) {
+        cuda::attention_prefill_mma(q_normed, state.k.data.get<uint16_t>(), state.v.data.get<uint16_t>(), gate,
+                                    prefill_dims, attended, stream_);
+    } else if (state.k.view.element == cuda::KvElement::f16 && (dh <= 128 || n_past == 0)) {
+        // Head sizes the tensor-core kernel does not take. The flash kernel is fp32 on CUDA cores; the
+        // decode kernel below, on tensor cores, wins once the history is long for large heads.
         const cuda::AttentionDims dims{T, n_past, H, H_kv, dh};
         cuda::attention_prefill_half_cache(q_normed, state.k.data.get<uint16_t>(), state.v.data.get<uint16_t>(), gate,
                                            dims, attended, stream_);

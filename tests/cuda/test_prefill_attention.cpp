@@ -12,12 +12,12 @@
 #include <bit>
 #include <cmath>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "core/half.h"
 #include "ops/attention.h"
 #include "ops/op_parity.h"
+#include "cuda/prefill_attention_support.h"
 
 #ifdef DELTABIT_HAVE_CUDA
 #include "cuda/op_parity_cuda.h"
@@ -45,43 +45,12 @@ struct Case {
 // Inputs are bounded, so vmax = max |v| over the visible keys bounds every |o|.
 std::vector<double> attention_tolerance(const Case& c, const std::vector<float>& q, const std::vector<float>& k,
                                         const std::vector<float>& v, const std::vector<double>& want) {
-    const int64_t d = c.head_dim, group = c.n_head / c.n_kv_head;
-    const double inv_sqrt_d = 1.0 / std::sqrt(double(d));
-    std::vector<double> tol(want.size());
-    const int64_t threads = std::max<unsigned>(1, std::thread::hardware_concurrency());
-    std::vector<std::thread> pool;
-    for (int64_t w = 0; w < threads; ++w) {
-        pool.emplace_back([&, w] {
-            for (int64_t t = w; t < c.n_tokens; t += threads) {
-                const int64_t n_visible = c.n_past + t + 1;
-                for (int64_t h = 0; h < c.n_head; ++h) {
-                    const int64_t kvh = h / group;
-                    double a_max = 0, s_max = 0, v_max = 0;
-                    for (int64_t p = 0; p < n_visible; ++p) {
-                        double a = 0, s = 0;
-                        for (int64_t j = 0; j < d; ++j) {
-                            const double qj = q[size_t((t * c.n_head + h) * d + j)];
-                            const double kj = k[size_t((p * c.n_kv_head + kvh) * d + j)];
-                            a += std::fabs(qj * kj);
-                            s += qj * kj;
-                            v_max = std::max(v_max, double(std::fabs(v[size_t((p * c.n_kv_head + kvh) * d + j)])));
-                        }
-                        a_max = std::max(a_max, a * inv_sqrt_d);
-                        s_max = std::max(s_max, std::fabs(s * inv_sqrt_d));
-                    }
-                    const double score_err = double(d + 5) * kU * a_max;
-                    const double n = double(n_visible), n_t = std::ceil(n / 32.0), span = 2.0 * s_max;
-                    const double bound = (2.0 * score_err + (2.0 * n + n_t * (12.0 + 2.0 * span) + 5.0 + span) * kU) * v_max;
-                    for (int64_t j = 0; j < d; ++j) {
-                        const size_t i = size_t((t * c.n_head + h) * d + j);
-                        tol[i] = bound + 8.0 * kU * std::fabs(want[i]);
-                    }
-                }
-            }
-        });
-    }
-    for (auto& th : pool) th.join();
-    return tol;
+    const cpu::AttentionDims dims{c.n_tokens, c.n_past, c.n_head, c.n_kv_head, c.head_dim};
+    return attention_bounds(dims, q, k, v, want, [&](const AttentionRowStats& r) {
+        const double score_err = double(c.head_dim + 5) * kU * r.a_max;
+        const double n = double(r.n_visible), n_t = std::ceil(n / 32.0), span = 2.0 * r.s_max;
+        return (2.0 * score_err + (2.0 * n + n_t * (12.0 + 2.0 * span) + 5.0 + span) * kU) * r.v_max;
+    });
 }
 
 std::string describe(const Case& c) {
@@ -100,25 +69,7 @@ void check_attention(const Case& c, uint32_t seed, int64_t max_blocks = 0) {
     const std::vector<float> gate = uniform(q.size(), rng, -4.0f, 4.0f);
     const cpu::AttentionDims dims{c.n_tokens, c.n_past, c.n_head, c.n_kv_head, c.head_dim};
 
-    // The reference, one thread per slice of query tokens (each slice is a prompt continuing at its
-    // own n_past over the same k, v).
-    std::vector<float> want(q.size());
-    {
-        const int64_t threads = std::max<unsigned>(1, std::thread::hardware_concurrency());
-        const int64_t per = (c.n_tokens + threads - 1) / threads;
-        std::vector<std::thread> pool;
-        for (int64_t t0 = 0; t0 < c.n_tokens; t0 += per) {
-            pool.emplace_back([&, t0] {
-                cpu::AttentionDims part = dims;
-                part.n_tokens = std::min(per, c.n_tokens - t0);
-                part.n_past = c.n_past + t0;
-                const size_t off = size_t(t0 * c.n_head * c.head_dim);
-                cpu::attention(q.data() + off, k.data(), v.data(), c.gate ? gate.data() + off : nullptr, part,
-                               want.data() + off);
-            });
-        }
-        for (auto& th : pool) th.join();
-    }
+    const std::vector<float> want = reference_attention(dims, q, k, v, c.gate ? gate.data() : nullptr);
 
     GuardedDeviceArray<float> dq(q), dk(k), dv(v), dgate(gate), dout(q.size());
     cuda::attention_prefill(dq.get(), dk.get(), dv.get(), c.gate ? dgate.get() : nullptr, dims, dout.get(), nullptr,

@@ -80,6 +80,9 @@ TEST(BenchCli, CpuArgumentsAreChecked) {
                    "the CPU bench has no time-to-first-token test");
     expect_refused("bench --geometry tiny-qwen3 --backend cpu --threads -1 --no-history", "--threads -1");
     expect_refused("bench --geometry tiny-qwen3 --backend cpu --decode-tokens 0 --no-history", "--decode-tokens 0");
+    expect_refused("bench --geometry tiny-qwen3 --backend cpu --prompt-depths 4096 --no-history",
+                   "the CPU bench has no prompt-at-depth test");
+    expect_refused("bench --geometry tiny-qwen3 --prompt-depths 4k --no-history", "--prompt-depths \"4k\"");
 }
 
 // The CPU bench on a tiny geometry: both tests measured, decode read against the copy bandwidth, the fast

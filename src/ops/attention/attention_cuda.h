@@ -163,4 +163,14 @@ void attention_prefill(const float* q, const float* k, const float* v, const flo
 void attention_prefill_half_cache(const float* q, const uint16_t* k, const uint16_t* v, const float* gate,
                                   const AttentionDims& dims, float* out, cudaStream_t stream, int64_t max_blocks = 0);
 
+// ---- attention prefill on tensor cores (attention_prefill_mma_cuda.cu) ----
+//
+// The same contract over a half (f16) KV cache, for head_dim 64, 128 or 256: both products on tensor cores
+// (mma.sync f16 · f16 → f32), q and the softmax weights each entering as two f16 terms (hi + lo), so the
+// result is of f32-class precision (the bound: tests/cuda/test_prefill_attention.cpp) but not attention_prefill's
+// bit for bit. Blocks of 128 query rows (position × head); `max_blocks` as attention_prefill's.
+bool attention_prefill_mma_supported(const AttentionDims& dims);
+void attention_prefill_mma(const float* q, const uint16_t* k, const uint16_t* v, const float* gate,
+                           const AttentionDims& dims, float* out, cudaStream_t stream, int64_t max_blocks = 0);
+
 }  // namespace deltabit::cuda
