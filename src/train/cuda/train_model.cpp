@@ -227,8 +227,8 @@ struct TrainModel::Impl {
         float* g = buf("dn.g", N * Hv);
         gdn_gates_forward(b, a, W(p + "A_log"), W(p + "dt_bias"), N, Hv, beta, g);
         float* o = buf("dn.o", N * value_dim);
-        float* states = buf("dn.chunk_states", delta_rule_chunk_states_floats(B, T, Hv, dk, dv));
-        delta_rule_forward(q_hat, k_hat, vv, g, beta, B, T, Hk, Hv, dk, dv, o, states);
+        float* saved = buf("dn.delta_saved", delta_rule_saved_floats(B, T, Hv, dk, dv));
+        delta_rule_forward(q_hat, k_hat, vv, g, beta, B, T, Hk, Hv, dk, dv, o, saved);
         float* y = buf("dn.y", N * value_dim);
         gated_rms_norm_forward(o, z, W(p + "norm.weight"), N * Hv, dv, c.rms_eps, y);
         linear_forward(y, W(p + "out_proj.weight"), N, value_dim, D, out);
@@ -251,7 +251,7 @@ struct TrainModel::Impl {
         const float* beta = buf("dn.beta", N * Hv);
         const float* g = buf("dn.g", N * Hv);
         delta_rule_backward(buf("dn.q_hat", N * key_dim), buf("dn.k_hat", N * key_dim), buf("dn.v", N * value_dim), g,
-                            beta, d_o, buf("dn.chunk_states", delta_rule_chunk_states_floats(B, T, Hv, dk, dv)), B, T,
+                            beta, d_o, buf("dn.delta_saved", delta_rule_saved_floats(B, T, Hv, dk, dv)), B, T,
                             Hk, Hv, dk, dv, dq_hat, dk_hat, dv_, dg, dbeta,
                             buf("dn.scratch", delta_rule_scratch_floats(B, T, Hv, dk, dv)));
         float* db = zeroed("dn.db", N * Hv);
