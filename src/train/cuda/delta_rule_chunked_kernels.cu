@@ -206,6 +206,26 @@ struct WalkShared {
     }
 };
 
+// The state-tile update of a walk: thread tid owns column tid % 32 of rows tid / 32 + 8r, starting
+// from λ·S; the caller adds its chunk's sum over tokens j (one operand per j, reused over the rows).
+constexpr int kStateRowsPerThread = int(kDeltaMaxKeyDim) / (kThreads / 32);
+struct StateRows {
+    float acc[kStateRowsPerThread];
+    int col, row0;
+    __device__ StateRows(const float* state, const Dims& d, float lambda)
+        : col(threadIdx.x % 32), row0(threadIdx.x / 32) {
+#pragma unroll
+        for (int r = 0; r < kStateRowsPerThread; ++r)
+            acc[r] = row(r) < d.dk ? lambda * state[row(r) * kTileRow + col] : 0.0f;
+    }
+    __device__ int row(int r) const { return row0 + r * (kThreads / 32); }
+    __device__ void store(float* state, const Dims& d) const {
+#pragma unroll
+        for (int r = 0; r < kStateRowsPerThread; ++r)
+            if (row(r) < d.dk) state[row(r) * kTileRow + col] = acc[r];
+    }
+};
+
 // ---- forward walk: grid (value tiles, Hv, B) ----
 
 __global__ void __launch_bounds__(kThreads)
@@ -224,29 +244,30 @@ __global__ void __launch_bounds__(kThreads)
         s.load_chunk(q, k, beta, factors, d, b, h, c, len);
         __syncthreads();
         // K S and Q S; x = β ⊙ (V − e^γ ⊙ K S).
-        float qs_row[kColumnsPerThread];
+        float ks_row[kColumnsPerThread] = {}, qs_row[kColumnsPerThread] = {};
+        for (int x = 0; x < d.dk; ++x) {
+            const float kx = s.ks[i * kr + x], qx = s.qs[i * kr + x];
+#pragma unroll
+            for (int m = 0; m < kColumnsPerThread; ++m) {
+                const float sx = s.state[x * kTileRow + lane4 + 4 * m];
+                ks_row[m] += kx * sx;
+                qs_row[m] += qx * sx;
+            }
+        }
 #pragma unroll
         for (int m = 0; m < kColumnsPerThread; ++m) {
             const int col = lane4 + 4 * m;
-            float ks_sum = 0.0f, qs_sum = 0.0f;
-            for (int x = 0; x < d.dk; ++x) {
-                ks_sum += s.ks[i * kr + x] * s.state[x * kTileRow + col];
-                qs_sum += s.qs[i * kr + x] * s.state[x * kTileRow + col];
-            }
             const bool valid = i < len && v0 + col < d.dv;
             const float vi = valid ? v[(d.token(b, t0 + i) * d.Hv + h) * d.dv + v0 + col] : 0.0f;
-            s.x[i * kTileRow + col] = s.bt[i] * (vi - s.e[i] * ks_sum);
-            qs_row[m] = qs_sum;
+            s.x[i * kTileRow + col] = s.bt[i] * (vi - s.e[i] * ks_row[m]);
         }
         __syncthreads();
         // V' = T x (T is unit lower triangular).
-        float vn[kColumnsPerThread];
+        float vn[kColumnsPerThread] = {};
+        for (int j = 0; j <= i; ++j) {
+            const float t_ij = s.t_mat[i * kSquareRow + j];
 #pragma unroll
-        for (int m = 0; m < kColumnsPerThread; ++m) {
-            const int col = lane4 + 4 * m;
-            float sum = 0.0f;
-            for (int j = 0; j <= i; ++j) sum += s.t_mat[i * kSquareRow + j] * s.x[j * kTileRow + col];
-            vn[m] = sum;
+            for (int m = 0; m < kColumnsPerThread; ++m) vn[m] += t_ij * s.x[j * kTileRow + lane4 + 4 * m];
         }
         __syncthreads();
         for (int m = 0; m < kColumnsPerThread; ++m) {
@@ -256,20 +277,28 @@ __global__ void __launch_bounds__(kThreads)
         }
         __syncthreads();
         // O = e^γ ⊙ Q S + M V'.
+        float out[kColumnsPerThread];
+#pragma unroll
+        for (int m = 0; m < kColumnsPerThread; ++m) out[m] = s.e[i] * qs_row[m];
+        for (int j = 0; j <= i; ++j) {
+            const float m_ij = s.m_mat[i * kSquareRow + j];
+#pragma unroll
+            for (int m = 0; m < kColumnsPerThread; ++m) out[m] += m_ij * s.x[j * kTileRow + lane4 + 4 * m];
+        }
+#pragma unroll
         for (int m = 0; m < kColumnsPerThread; ++m) {
             const int col = lane4 + 4 * m;
-            float sum = s.e[i] * qs_row[m];
-            for (int j = 0; j <= i; ++j) sum += s.m_mat[i * kSquareRow + j] * s.x[j * kTileRow + col];
-            if (i < len && v0 + col < d.dv) o[(d.token(b, t0 + i) * d.Hv + h) * d.dv + v0 + col] = sum;
+            if (i < len && v0 + col < d.dv) o[(d.token(b, t0 + i) * d.Hv + h) * d.dv + v0 + col] = out[m];
         }
-        // S ← e^{γ_ℓ} S + Kᵀ (f ⊙ V'): a warp per state row, a lane per column.
-        const float lambda = s.e[L - 1];
-        const int col = threadIdx.x % 32;
-        for (int64_t x = threadIdx.x / 32; x < d.dk; x += kThreads / 32) {
-            float sum = lambda * s.state[x * kTileRow + col];
-            for (int j = 0; j < len; ++j) sum += s.ks[j * kr + x] * s.f[j] * s.x[j * kTileRow + col];
-            s.state[x * kTileRow + col] = sum;
+        // S ← e^{γ_ℓ} S + Kᵀ (f ⊙ V').
+        StateRows rows(s.state, d, s.e[L - 1]);
+        for (int j = 0; j < len; ++j) {
+            const float fx = s.f[j] * s.x[j * kTileRow + rows.col];
+#pragma unroll
+            for (int r = 0; r < kStateRowsPerThread; ++r)
+                if (rows.row(r) < d.dk) rows.acc[r] += s.ks[j * kr + rows.row(r)] * fx;
         }
+        rows.store(s.state, d);
     }
 }
 
@@ -292,22 +321,27 @@ __global__ void __launch_bounds__(kThreads)
         s.load_chunk(q, k, beta, factors, d, b, h, c, len);
         load_value_tile(dout, d, b, h, t0, len, v0, s.y);
         __syncthreads();
-        for (int m = 0; m < kColumnsPerThread; ++m) {
-            const int col = lane4 + 4 * m;
-            float kd = 0.0f;
-            for (int x = 0; x < d.dk; ++x) kd += s.ks[i * kr + x] * s.state[x * kTileRow + col];
-            float sum = s.f[i] * kd;
-            for (int j = i; j < L; ++j) sum += s.m_mat[j * kSquareRow + i] * s.y[j * kTileRow + col];
-            s.x[i * kTileRow + col] = sum;
-        }
-        __syncthreads();
-        float w[kColumnsPerThread];
+        float dvn[kColumnsPerThread] = {};
+        for (int x = 0; x < d.dk; ++x) {
+            const float kx = s.ks[i * kr + x];
 #pragma unroll
-        for (int m = 0; m < kColumnsPerThread; ++m) {
-            const int col = lane4 + 4 * m;
-            float sum = 0.0f;
-            for (int j = i; j < L; ++j) sum += s.t_mat[j * kSquareRow + i] * s.x[j * kTileRow + col];
-            w[m] = sum;
+            for (int m = 0; m < kColumnsPerThread; ++m) dvn[m] += kx * s.state[x * kTileRow + lane4 + 4 * m];
+        }
+#pragma unroll
+        for (int m = 0; m < kColumnsPerThread; ++m) dvn[m] *= s.f[i];
+        for (int j = i; j < L; ++j) {
+            const float m_ji = s.m_mat[j * kSquareRow + i];
+#pragma unroll
+            for (int m = 0; m < kColumnsPerThread; ++m) dvn[m] += m_ji * s.y[j * kTileRow + lane4 + 4 * m];
+        }
+#pragma unroll
+        for (int m = 0; m < kColumnsPerThread; ++m) s.x[i * kTileRow + lane4 + 4 * m] = dvn[m];
+        __syncthreads();
+        float w[kColumnsPerThread] = {};
+        for (int j = i; j < L; ++j) {
+            const float t_ji = s.t_mat[j * kSquareRow + i];
+#pragma unroll
+            for (int m = 0; m < kColumnsPerThread; ++m) w[m] += t_ji * s.x[j * kTileRow + lane4 + 4 * m];
         }
         __syncthreads();
         for (int m = 0; m < kColumnsPerThread; ++m) {
@@ -316,14 +350,14 @@ __global__ void __launch_bounds__(kThreads)
             if (i < len && v0 + col < d.dv) w_out[(d.token(b, t0 + i) * d.Hv + h) * d.dv + v0 + col] = w[m];
         }
         __syncthreads();
-        const float lambda = s.e[L - 1];
-        const int col = threadIdx.x % 32;
-        for (int64_t x = threadIdx.x / 32; x < d.dk; x += kThreads / 32) {
-            float sum = lambda * s.state[x * kTileRow + col];
-            for (int j = 0; j < len; ++j)
-                sum += s.e[j] * (s.qs[j * kr + x] * s.y[j * kTileRow + col] - s.ks[j * kr + x] * s.x[j * kTileRow + col]);
-            s.state[x * kTileRow + col] = sum;
+        StateRows rows(s.state, d, s.e[L - 1]);
+        for (int j = 0; j < len; ++j) {
+            const float ey = s.e[j] * s.y[j * kTileRow + rows.col], ex = s.e[j] * s.x[j * kTileRow + rows.col];
+#pragma unroll
+            for (int r = 0; r < kStateRowsPerThread; ++r)
+                if (rows.row(r) < d.dk) rows.acc[r] += s.qs[j * kr + rows.row(r)] * ey - s.ks[j * kr + rows.row(r)] * ex;
         }
+        rows.store(s.state, d);
     }
 }
 
@@ -394,14 +428,21 @@ __global__ void __launch_bounds__(kThreads)
         load_value_tile(dout, d, b, h, t0, len, v0, dot);
         __syncthreads();
         const float ei = e[i], fi = f[i], bi = bt[i];
+        float ks_row[kColumnsPerThread] = {}, qs_row[kColumnsPerThread] = {}, kd_row[kColumnsPerThread] = {};
+        for (int x = 0; x < d.dk; ++x) {
+            const float kx = ks[i * kr + x], qx = qs[i * kr + x];
+#pragma unroll
+            for (int m = 0; m < kColumnsPerThread; ++m) {
+                const float sx = st[x * kTileRow + lane4 + 4 * m], dsx = dst[x * kTileRow + lane4 + 4 * m];
+                ks_row[m] += kx * sx;
+                qs_row[m] += qx * sx;
+                kd_row[m] += kx * dsx;
+            }
+        }
+#pragma unroll
         for (int m = 0; m < kColumnsPerThread; ++m) {
             const int col = lane4 + 4 * m;
-            float ks_sum = 0.0f, qs_sum = 0.0f, kd_sum = 0.0f;
-            for (int x = 0; x < d.dk; ++x) {
-                ks_sum += ks[i * kr + x] * st[x * kTileRow + col];
-                qs_sum += qs[i * kr + x] * st[x * kTileRow + col];
-                kd_sum += ks[i * kr + x] * dst[x * kTileRow + col];
-            }
+            const float ks_sum = ks_row[m], qs_sum = qs_row[m], kd_sum = kd_row[m];
             const bool valid = i < len && v0 + col < d.dv;
             const int64_t at = (d.token(b, t0 + i) * d.Hv + h) * d.dv + v0 + col;
             const float r = (valid ? v[at] : 0.0f) - ei * ks_sum;
@@ -413,29 +454,28 @@ __global__ void __launch_bounds__(kThreads)
         }
         for (int64_t x = threadIdx.x; x < d.dk * kTile; x += blockDim.x)
             carried += st[(x / kTile) * kTileRow + x % kTile] * dst[(x / kTile) * kTileRow + x % kTile];
+        for (int col = 0; col < kTile; ++col) {
+            const float o_i = dot[i * kTileRow + col], w_i = wt[i * kTileRow + col];
 #pragma unroll
-        for (int m = 0; m < kPairsPerThread; ++m) {
-            const int j = lane4 + 4 * m;
-            float sm = 0.0f, sa = 0.0f;
-            for (int col = 0; col < kTile; ++col) {
-                sm += dot[i * kTileRow + col] * vn[j * kTileRow + col];
-                sa += wt[i * kTileRow + col] * vn[j * kTileRow + col];
+            for (int m = 0; m < kPairsPerThread; ++m) {
+                const float vj = vn[(lane4 + 4 * m) * kTileRow + col];
+                dm[m] += o_i * vj;
+                da[m] -= w_i * vj;
             }
-            dm[m] += sm;
-            da[m] -= sa;
         }
+        // dq_i += e_i S dO_i;  dk_i += f_i dS V'_i − e_i β_i S W_i.
+        for (int col = 0; col < kTile; ++col) {
+            const float cq = ei * dot[i * kTileRow + col], cw = ei * bi * wt[i * kTileRow + col],
+                        cd = fi * vn[i * kTileRow + col];
 #pragma unroll
-        for (int m = 0; m < kKeyPerLane; ++m) {
-            const int x = lane4 + 4 * m;
-            if (x >= d.dk) continue;
-            float sq = 0.0f, sw = 0.0f, sd = 0.0f;
-            for (int col = 0; col < kTile; ++col) {
-                sq += dot[i * kTileRow + col] * st[x * kTileRow + col];
-                sw += wt[i * kTileRow + col] * st[x * kTileRow + col];
-                sd += vn[i * kTileRow + col] * dst[x * kTileRow + col];
+            for (int m = 0; m < kKeyPerLane; ++m) {
+                const int x = lane4 + 4 * m;
+                if (x < d.dk) {
+                    const float sx = st[x * kTileRow + col];
+                    acc_q[m] += cq * sx;
+                    acc_k[m] += cd * dst[x * kTileRow + col] - cw * sx;
+                }
             }
-            acc_q[m] += ei * sq;
-            acc_k[m] += fi * sd - ei * bi * sw;
         }
     }
     de = quad_sum(de);
@@ -444,15 +484,21 @@ __global__ void __launch_bounds__(kThreads)
     carried = e[L - 1] * block_sum(carried, reduce);  // e^{γ_ℓ} ⟨S, dS⟩; block_sum syncs
 
     // Through M and A.
+    float kk_row[kPairsPerThread] = {}, qk_row[kPairsPerThread] = {};
+    for (int x = 0; x < d.dk; ++x) {
+        const float kx = ks[i * kr + x], qx = qs[i * kr + x];
+#pragma unroll
+        for (int m = 0; m < kPairsPerThread; ++m) {
+            const float kj = ks[(lane4 + 4 * m) * kr + x];
+            kk_row[m] += kx * kj;
+            qk_row[m] += qx * kj;
+        }
+    }
     float dbeta_pairs = 0.0f;
 #pragma unroll
     for (int m = 0; m < kPairsPerThread; ++m) {
         const int j = lane4 + 4 * m;
-        float kk = 0.0f, qk = 0.0f;
-        for (int x = 0; x < d.dk; ++x) {
-            kk += ks[i * kr + x] * ks[j * kr + x];
-            qk += qs[i * kr + x] * ks[j * kr + x];
-        }
+        const float kk = kk_row[m], qk = qk_row[m];
         const float decay = j <= i ? float(exp(gamma[i] - gamma[j])) : 0.0f;
         const float dm_ij = j <= i ? dm[m] : 0.0f, da_ij = j < i ? da[m] : 0.0f;
         n_mat[i * kSquareRow + j] = dm_ij * decay;
@@ -467,20 +513,26 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
     // dq_i += Σ_j N_ij k_j;  dk_i += Σ_j N_ji q_j + (P_ij + P_ji) k_j.
+    for (int j = 0; j < L; ++j) {
+        const float n_ij = n_mat[i * kSquareRow + j], n_ji = n_mat[j * kSquareRow + i],
+                    p_sym = p_mat[i * kSquareRow + j] + p_mat[j * kSquareRow + i];
+#pragma unroll
+        for (int m = 0; m < kKeyPerLane; ++m) {
+            const int x = lane4 + 4 * m;
+            if (x < d.dk) {
+                const float kx = ks[j * kr + x];
+                acc_q[m] += n_ij * kx;
+                acc_k[m] += n_ji * qs[j * kr + x] + p_sym * kx;
+            }
+        }
+    }
 #pragma unroll
     for (int m = 0; m < kKeyPerLane; ++m) {
         const int x = lane4 + 4 * m;
-        if (x >= d.dk) continue;
-        float sq = 0.0f, sk = 0.0f;
-        for (int j = 0; j < L; ++j) {
-            sq += n_mat[i * kSquareRow + j] * ks[j * kr + x];
-            sk += n_mat[j * kSquareRow + i] * qs[j * kr + x] +
-                  (p_mat[i * kSquareRow + j] + p_mat[j * kSquareRow + i]) * ks[j * kr + x];
-        }
-        if (i < len) {
+        if (x < d.dk && i < len) {
             const int64_t at = (d.token(b, t0 + i) * d.Hv + h) * d.dk + x;
-            dq_part[at] = acc_q[m] + sq;
-            dk_part[at] = acc_k[m] + sk;
+            dq_part[at] = acc_q[m];
+            dk_part[at] = acc_k[m];
         }
     }
     if (lane4 == 0 && i < len) dbeta_out[d.token(b, t0 + i) * d.Hv + h] += dbeta_row + dbeta_pairs;
