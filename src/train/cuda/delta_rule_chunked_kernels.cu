@@ -579,8 +579,15 @@ void check_shape(const Dims& d) {
                      std::to_string(d.dv) + " (key dim at most " + std::to_string(kDeltaMaxKeyDim) + ")");
 }
 
+// Shared memory grows with dk (a chunk's keys and queries stay in it): 177 KB for the gradients at
+// dk = 128, within Hopper's 227 KB but not every GPU's.
 template <typename Kernel>
-void allow_shared(Kernel kernel, size_t bytes, const char* what) {
+void allow_shared(Kernel kernel, size_t bytes, const Dims& d, const char* what) {
+    const int limit = deltabit::cuda::device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, "shared memory limit");
+    if (bytes > size_t(limit))
+        fail_message(std::string("train cuda: delta rule: ") + what + " needs " + std::to_string(bytes) +
+                     " bytes of shared memory at key dim " + std::to_string(d.dk) + ", the device allows " +
+                     std::to_string(limit));
     if (bytes > 48 * 1024)
         cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)), what);
 }
@@ -624,10 +631,10 @@ void delta_rule_forward(const float* q, const float* k, const float* v, const fl
     check_shape(d);
     const Saved s(saved, d);
     const size_t factor_bytes = factors_shared_bytes(d), walk_bytes = walk_shared_bytes(d, 1);
-    allow_shared(chunk_factors_kernel, factor_bytes, "chunk_factors_kernel shared memory");
+    allow_shared(chunk_factors_kernel, factor_bytes, d, "chunk_factors_kernel");
     chunk_factors_kernel<<<chunk_grid(d), kThreads, factor_bytes>>>(q, k, g, beta, d, s.factors);
     cuda_check_launch("chunk_factors_kernel");
-    allow_shared(forward_walk_kernel, walk_bytes, "forward_walk_kernel shared memory");
+    allow_shared(forward_walk_kernel, walk_bytes, d, "forward_walk_kernel");
     forward_walk_kernel<<<tile_grid(d), kThreads, walk_bytes>>>(q, k, v, beta, s.factors, d, o, s.states, s.v_new);
     cuda_check_launch("forward_walk_kernel");
 }
@@ -642,12 +649,12 @@ void delta_rule_backward(const float* q, const float* k, const float* v, const f
     const Saved s(const_cast<float*>(saved), d);
     const BackwardScratch x(scratch, d);
     const size_t carry_bytes = walk_shared_bytes(d, 2), gradient_bytes = gradients_shared_bytes(d);
-    allow_shared(backward_carry_kernel, carry_bytes, "backward_carry_kernel shared memory");
+    allow_shared(backward_carry_kernel, carry_bytes, d, "backward_carry_kernel");
     backward_carry_kernel<<<tile_grid(d), kThreads, carry_bytes>>>(q, k, beta, dout, s.factors, d, x.dstates, x.w);
     cuda_check_launch("backward_carry_kernel");
     // Accumulators per thread: ⌈dk/4⌉ keys of its row; two sizes keep the registers small at dk ≤ 64.
     auto gradients = dk <= 64 ? backward_gradients_kernel<16> : backward_gradients_kernel<32>;
-    allow_shared(gradients, gradient_bytes, "backward_gradients_kernel shared memory");
+    allow_shared(gradients, gradient_bytes, d, "backward_gradients_kernel");
     gradients<<<chunk_grid(d), kThreads, gradient_bytes>>>(q, k, v, g, beta, dout, s.states, s.v_new, x.dstates, x.w,
                                                            d, dv_out, x.dq_part, x.dk_part, dg, dbeta);
     cuda_check_launch("backward_gradients_kernel");
