@@ -367,14 +367,21 @@ __global__ void __launch_bounds__(kThreads)
 // accumulators are its row's dq and dk entries (x = lane4 + 4m, kKeyPerLane of them) and its row's
 // 16 entries of dM = dO V'ᵀ and dA = −W V'ᵀ (j = lane4 + 4m).
 
-size_t gradients_shared_bytes(const Dims& d) {
-    return size_t(L) * sizeof(double) +
-           size_t(2 * L * d.key_row() + 2 * d.dk * kTileRow + 3 * L * kTileRow + 3 * L * kSquareRow + 5 * L + 32) *
-               sizeof(float);
+// The value tiles (S, dS [dk][kTileRow]; V', W, dO [L][kTileRow]) are dead once the loop over dv is
+// done, and N and the span sums take their place: 92 KB at dk = 64, two blocks an SM.
+__host__ __device__ inline int64_t gradients_tile_floats(int64_t dk) {
+    const int64_t tiles = 2 * dk * kTileRow + 3 * L * kTileRow, squares = 2 * L * kSquareRow;
+    return tiles > squares ? tiles : squares;
 }
 
+size_t gradients_shared_bytes(const Dims& d) {
+    return size_t(L) * sizeof(double) +
+           size_t(2 * L * d.key_row() + gradients_tile_floats(d.dk) + L * kSquareRow + 5 * L + 32) * sizeof(float);
+}
+
+// At dk ≤ 64 two blocks share an SM (shared memory allows it; registers capped at 128 for it).
 template <int kKeyPerLane>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kKeyPerLane <= 16 ? 2 : 1)
     backward_gradients_kernel(const float* q, const float* k, const float* v, const float* g, const float* beta,
                               const float* dout, const float* states, const float* v_new, const float* dstates,
                               const float* w_in, Dims d, float* dv_out, float* dq_part, float* dk_part, float* dg_out,
@@ -384,15 +391,15 @@ __global__ void __launch_bounds__(kThreads)
     const int kr = d.key_row();
     float* ks = reinterpret_cast<float*>(gamma + L);
     float* qs = ks + L * kr;
-    float* st = qs + L * kr;          // S tile [dk][kTileRow]
+    float* st = qs + L * kr;            // S tile [dk][kTileRow]
     float* dst = st + d.dk * kTileRow;  // dS tile
     float* vn = dst + d.dk * kTileRow;  // V' tile [L][kTileRow]
     float* wt = vn + L * kTileRow;      // W tile
     float* dot = wt + L * kTileRow;     // dO tile
-    float* n_mat = dot + L * kTileRow;  // dM ⊙ decay [L][kSquareRow]
-    float* p_mat = n_mat + L * kSquareRow;  // dA ⊙ β_i decay
-    float* span = p_mat + L * kSquareRow;   // dM ⊙ M + dA ⊙ A, then its row prefix sums
-    float* e = span + L * kSquareRow;
+    float* n_mat = st;                      // after the dv loop: dM ⊙ decay [L][kSquareRow]
+    float* span = n_mat + L * kSquareRow;   // dM ⊙ M + dA ⊙ A, then its row prefix sums
+    float* p_mat = st + gradients_tile_floats(d.dk);  // dA ⊙ β_i decay
+    float* e = p_mat + L * kSquareRow;
     float* f = e + L;
     float* bt = f + L;
     float* from_start = bt + L;
@@ -481,7 +488,9 @@ __global__ void __launch_bounds__(kThreads)
     de = quad_sum(de);
     df = quad_sum(df);
     dbeta_row = quad_sum(dbeta_row);
-    carried = e[L - 1] * block_sum(carried, reduce);  // e^{γ_ℓ} ⟨S, dS⟩; block_sum syncs
+    // e^{γ_ℓ} ⟨S, dS⟩. block_sum's first barrier also ends every read of the tiles, which N and the
+    // span sums overwrite next.
+    carried = e[L - 1] * block_sum(carried, reduce);
 
     // Through M and A.
     float kk_row[kPairsPerThread] = {}, qk_row[kPairsPerThread] = {};
@@ -579,7 +588,7 @@ void check_shape(const Dims& d) {
                      std::to_string(d.dv) + " (key dim at most " + std::to_string(kDeltaMaxKeyDim) + ")");
 }
 
-// Shared memory grows with dk (a chunk's keys and queries stay in it): 177 KB for the gradients at
+// Shared memory grows with dk (a chunk's keys and queries stay in it): 140 KB for the gradients at
 // dk = 128, within Hopper's 227 KB but not every GPU's.
 template <typename Kernel>
 void allow_shared(Kernel kernel, size_t bytes, const Dims& d, const char* what) {
