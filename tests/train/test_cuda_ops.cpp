@@ -306,6 +306,39 @@ TEST(CudaTrainOps, DeltaRuleForwardBackward) {
     check_delta_rule(1, 130, 1, 1, 16, 8, 3.0);    // strong decays: e^γ underflows fp32 inside a chunk
     check_delta_rule(1, 100, 1, 1, 16, 8, 0.01);   // weak decays: states carried nearly whole
     check_delta_rule(2, 200, 3, 6, 64, 128, 0.1);  // four chunks of the default model's heads, Hv = 2·Hk
+    check_delta_rule(1, 66, 1, 1, 1, 3, 0.5);       // one key: A_ij = ±β_i e^{γ_i−γ_j}, T least damped
+}
+
+// The backward sums with plain stores and fixed orders (no atomics): two runs agree bit for bit.
+TEST(CudaTrainOps, DeltaRuleBackwardIsDeterministic) {
+    SKIP_WITHOUT_GPU();
+    const int64_t B = 2, T = 130, Hk = 2, Hv = 4, dk = 16, dv = 40;
+    const Vec q = normal_values(size_t(B * T * Hk * dk), 41, 0.25), k = normal_values(q.size(), 42, 0.25),
+              v = normal_values(size_t(B * T * Hv * dv), 43), dout = normal_values(v.size(), 44);
+    Vec g = normal_values(size_t(B * T * Hv), 45, 0.5), beta = normal_values(g.size(), 46);
+    for (double& x : g) x = -std::fabs(x);
+    for (double& x : beta) x = ref::sigmoid(x);
+    DeviceArray gq(q), gk(k), gv(v), gg(g), gbeta(beta), gdout(dout), go = DeviceArray::zeros(v.size()),
+        gsaved = DeviceArray::zeros(size_t(cuda::delta_rule_saved_floats(B, T, Hv, dk, dv))),
+        gscratch = DeviceArray::zeros(size_t(cuda::delta_rule_scratch_floats(B, T, Hv, dk, dv)));
+    cuda::delta_rule_forward(gq.get(), gk.get(), gv.get(), gg.get(), gbeta.get(), B, T, Hk, Hv, dk, dv, go.get(),
+                             gsaved.get());
+    std::vector<Vec> runs;
+    for (int run = 0; run < 2; ++run) {
+        DeviceArray gdq = DeviceArray::zeros(q.size()), gdk = DeviceArray::zeros(k.size()),
+                    gdv = DeviceArray::zeros(v.size()), gdg = DeviceArray::zeros(g.size()),
+                    gdbeta = DeviceArray::zeros(g.size());
+        cuda::delta_rule_backward(gq.get(), gk.get(), gv.get(), gg.get(), gbeta.get(), gdout.get(), gsaved.get(), B, T,
+                                  Hk, Hv, dk, dv, gdq.get(), gdk.get(), gdv.get(), gdg.get(), gdbeta.get(),
+                                  gscratch.get());
+        Vec all;
+        for (const DeviceArray* a : {&gdq, &gdk, &gdv, &gdg, &gdbeta}) {
+            const Vec x = a->read();
+            all.insert(all.end(), x.begin(), x.end());
+        }
+        runs.push_back(all);
+    }
+    EXPECT_EQ(runs[0], runs[1]);
 }
 
 TEST(CudaTrainOps, DeltaRuleRefusesKeysWiderThanItsSharedMemory) {
