@@ -53,6 +53,11 @@ struct TrainModel::Impl {
         : layout(l), c(l.config()), P(l.total()), D(c.n_embd), V(c.n_vocab), F(c.n_ff), one_plus(c.arch == Arch::qwen35),
           params(size_t(P) * 4), weights(size_t(P) * 4), grads(size_t(P) * 4), m(size_t(P) * 4), v(size_t(P) * 4),
           decay(size_t(P)), loss_sum(sizeof(double)) {
+        const bool has_deltanet = std::any_of(c.layers.begin(), c.layers.end(),
+                                              [](LayerKind k) { return k != LayerKind::full_attention; });
+        if (has_deltanet && c.ssm_key_dim > kDeltaMaxKeyDim)
+            fail("train cuda: deltanet key dim {} is more than the GPU delta rule's {} (the CPU backend has no limit)",
+                 c.ssm_key_dim, kDeltaMaxKeyDim);
         for (const ParameterInfo& p : layout.all()) offsets[p.name] = p.offset;
         std::vector<uint8_t> flags(size_t(P), 0);
         for (const ParameterInfo& p : layout.all())
