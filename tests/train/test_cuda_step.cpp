@@ -38,6 +38,7 @@
 
 #ifdef DELTABIT_HAVE_CUDA
 #include "train/cuda/gemm.h"
+#include "train/cuda/kernels.h"
 #include "train/cuda/train_model.h"
 #include "train/qat.h"
 #endif
@@ -252,6 +253,19 @@ TEST(CudaTrainStep, OneStepMatchesCpuReferenceOnTheQwen35Fixture) {
     batch.targets.push_back(-1);
     for (cuda::GemmMath math : {cuda::GemmMath::fp32, cuda::GemmMath::bf16})
         expect_step_matches(layout, params, batch, "fixture qwen3_5_float", math);
+}
+
+// The delta rule's keys live in shared memory: wider ones are refused when the model is made, not
+// at its first step.
+TEST(CudaTrainStep, RefusesDeltaNetKeysWiderThanTheGpuDeltaRule) {
+    SKIP_WITHOUT_GPU();
+    ModelConfig c = tiny_config(true);
+    c.ssm_key_dim = cuda::kDeltaMaxKeyDim + 1;
+    const ParameterLayout layout(c);
+    EXPECT_THROW(cuda::TrainModel model(layout), Error);
+    c.ssm_key_dim = cuda::kDeltaMaxKeyDim;  // the limit itself is accepted
+    const ParameterLayout at_limit(c);
+    EXPECT_NO_THROW(cuda::TrainModel model(at_limit));
 }
 
 // QAT: the device's forward weights equal train/qat.cpp's bit for bit, and the gradient it produces is

@@ -74,24 +74,28 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
                         const float* dout, int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t dh, float scale,
                         float* dq, float* dk, float* dv, float* workspace);
 
-// ---- the gated delta rule (delta_rule_kernels.cu) ----
+// ---- the gated delta rule (delta_rule_chunked_kernels.cu) ----
 
-// Recurrent form per (sequence, value head, tile of state columns), from a zero state.
-// q, k [B·T][Hk][dk] (normalised, q scaled); v [B·T][Hv][dv]; g, beta [B·T][Hv]; o [B·T][Hv][dv].
-// The forward saves the state every kDeltaCheckpoint steps in `chunk_states`
-// (delta_rule_chunk_states_floats); the backward replays the steps between two checkpoints at a time
-// from it and needs `scratch` (delta_rule_scratch_floats) for its per-tile partial sums.
-// The interval sets the backward's shared memory (interval × dk × columns per block): 16 lets 8 blocks
-// of 256 threads share an H100/H200 SM at dk = 64, where 64 allowed 2; the checkpoints cost
-// B·Hv·dk·dv·T/16 floats (67 MB per layer for 32 × 512 tokens, 8 heads of 64 × 128).
-inline constexpr int64_t kDeltaCheckpoint = 16;
-int64_t delta_rule_chunk_states_floats(int64_t B, int64_t T, int64_t Hv, int64_t dk, int64_t dv);
+// The chunked (WY) form per sequence from a zero state, in chunks of kDeltaChunk tokens: the math of
+// train/reference_delta_chunked.h, whose oracle is ref::delta_rule_forward/backward.
+// q, k [B·T][Hk][dk] (normalised, q scaled); v [B·T][Hv][dv]; g, beta [B·T][Hv]; o [B·T][Hv][dv];
+// value head h reads key head h / (Hv/Hk). dk ≤ kDeltaMaxKeyDim (the kernels keep a chunk's keys and
+// queries in shared memory). The forward fills `saved` (delta_rule_saved_floats: the state entering
+// every chunk, every token's δ and every chunk's T and M), which the backward reads with the same
+// inputs; the backward needs `scratch` (delta_rule_scratch_floats: dS at every chunk's end, Tᵀ dV'
+// per token, and per-value-head dq, dk before the sum over a key head's value heads).
+// Memory: saved ≈ B·Hv·(T/64)·(dk·dv + 8320) + B·T·Hv·dv floats, scratch ≈ B·Hv·(T/64)·dk·dv +
+// B·T·Hv·(dv + 2·dk) floats: 76 MB each for 32 × 512 tokens and 3 heads of 64 × 128, one buffer for
+// every layer as the layer loop recomputes a layer's forward right before its backward.
+inline constexpr int64_t kDeltaChunk = 64;
+inline constexpr int64_t kDeltaMaxKeyDim = 128;
+int64_t delta_rule_saved_floats(int64_t B, int64_t T, int64_t Hv, int64_t dk, int64_t dv);
 int64_t delta_rule_scratch_floats(int64_t B, int64_t T, int64_t Hv, int64_t dk, int64_t dv);
 void delta_rule_forward(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t B,
-                        int64_t T, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, float* o, float* chunk_states);
+                        int64_t T, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, float* o, float* saved);
 // Adds into dq, dk_out (shared by the Hv/Hk value heads of a key head), dv_out, dg, dbeta.
 void delta_rule_backward(const float* q, const float* k, const float* v, const float* g, const float* beta,
-                         const float* dout, const float* chunk_states, int64_t B, int64_t T, int64_t Hk, int64_t Hv,
+                         const float* dout, const float* saved, int64_t B, int64_t T, int64_t Hk, int64_t Hv,
                          int64_t dk, int64_t dv, float* dq, float* dk_out, float* dv_out, float* dg, float* dbeta,
                          float* scratch);
 

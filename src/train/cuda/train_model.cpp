@@ -57,6 +57,11 @@ struct TrainModel::Impl {
         : layout(l), c(l.config()), P(l.total()), D(c.n_embd), V(c.n_vocab), F(c.n_ff), one_plus(c.arch == Arch::qwen35),
           params(size_t(P) * 4), weights(size_t(P) * 4), grads(size_t(P) * 4), m(size_t(P) * 4), v(size_t(P) * 4),
           adam_flags(size_t(P)), loss_sum(sizeof(double)) {
+        const bool has_deltanet = std::any_of(c.layers.begin(), c.layers.end(),
+                                              [](LayerKind k) { return k != LayerKind::full_attention; });
+        if (has_deltanet && c.ssm_key_dim > kDeltaMaxKeyDim)
+            fail("train cuda: deltanet key dim {} is more than the GPU delta rule's {} (the CPU backend has no limit)",
+                 c.ssm_key_dim, kDeltaMaxKeyDim);
         for (const ParameterInfo& p : layout.all()) offsets[p.name] = p.offset;
         std::vector<uint8_t> flags(size_t(P), kAdamFlagNoDecay);
         for (const ParameterInfo& p : layout.all())
@@ -231,8 +236,8 @@ struct TrainModel::Impl {
         float* g = buf("dn.g", N * Hv);
         gdn_gates_forward(b, a, W(p + "A_log"), W(p + "dt_bias"), N, Hv, beta, g);
         float* o = buf("dn.o", N * value_dim);
-        float* states = buf("dn.chunk_states", delta_rule_chunk_states_floats(B, T, Hv, dk, dv));
-        delta_rule_forward(q_hat, k_hat, vv, g, beta, B, T, Hk, Hv, dk, dv, o, states);
+        float* saved = buf("dn.delta_saved", delta_rule_saved_floats(B, T, Hv, dk, dv));
+        delta_rule_forward(q_hat, k_hat, vv, g, beta, B, T, Hk, Hv, dk, dv, o, saved);
         float* y = buf("dn.y", N * value_dim);
         gated_rms_norm_forward(o, z, W(p + "norm.weight"), N * Hv, dv, c.rms_eps, y);
         linear_forward(y, W(p + "out_proj.weight"), N, value_dim, D, out);
@@ -255,7 +260,7 @@ struct TrainModel::Impl {
         const float* beta = buf("dn.beta", N * Hv);
         const float* g = buf("dn.g", N * Hv);
         delta_rule_backward(buf("dn.q_hat", N * key_dim), buf("dn.k_hat", N * key_dim), buf("dn.v", N * value_dim), g,
-                            beta, d_o, buf("dn.chunk_states", delta_rule_chunk_states_floats(B, T, Hv, dk, dv)), B, T,
+                            beta, d_o, buf("dn.delta_saved", delta_rule_saved_floats(B, T, Hv, dk, dv)), B, T,
                             Hk, Hv, dk, dv, dq_hat, dk_hat, dv_, dg, dbeta,
                             buf("dn.scratch", delta_rule_scratch_floats(B, T, Hv, dk, dv)));
         float* db = zeroed("dn.db", N * Hv);
