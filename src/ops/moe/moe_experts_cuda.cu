@@ -78,6 +78,8 @@ Scratch carve(const MoeExpertsArgs& a, void* base) {
     if (a.gate.quantized) {
         take(s.xq, T * Gd * kActivationGroup);
         take(s.x_meta, T * Gd * sizeof(ActivationGroupMeta));
+    }
+    if (a.down.quantized) {
         take(s.aq, N * Gf * kActivationGroup);
         take(s.a_meta, N * Gf * sizeof(ActivationGroupMeta));
     }
@@ -342,9 +344,7 @@ void validate(const MoeExpertsArgs& a) {
     check_shape(a.n_tokens >= 0 && E > 0 && F > 0 && D > 0, "empty expert shape");
     check_shape(a.top_k >= 1 && a.top_k <= E,
                 "top_k " + std::to_string(a.top_k) + " of " + std::to_string(E) + " experts");
-    check_shape(a.gate.quantized == a.up.quantized && a.gate.quantized == a.down.quantized,
-                "gate, up and down must all be quantised or all plain");
-    check_shape(a.gate.dtype() == a.up.dtype(), "gate and up must share a dtype");
+    check_shape(a.gate.quantized == a.up.quantized && a.gate.dtype() == a.up.dtype(), "gate and up must share a dtype");
     auto expect = [&](const ExpertMatrixView& m, int64_t rows, int64_t cols, const char* name) {
         check_shape(m.rows() == rows && m.cols() == cols,
                     std::string(name) + " is " + std::to_string(m.rows()) + "x" + std::to_string(m.cols()) +
@@ -426,20 +426,25 @@ MoeLaunchReport moe_experts(const MoeExpertsArgs& a, void* scratch, cudaStream_t
         quantize_rows(a.x, T, D, s.xq, s.x_meta, stream);
         launch_quantized<true>(up_args, quant_matrices(a.gate.q, a.up.q, s.xq, s.x_meta), a.gate.q.dtype, up_blocks,
                                stream);
-        quantize_rows(s.act, N, F, s.aq, s.a_meta, stream);
-        launch_quantized<false>(down_args, quant_matrices(a.down.q, a.down.q, s.aq, s.a_meta), a.down.q.dtype,
-                                down_blocks, stream);
-        report.launches += 4;
+        report.launches += 2;
     } else {
         const PlainMatrices gate_up{{static_cast<const uint8_t*>(a.gate.plain.data), static_cast<const uint8_t*>(a.up.plain.data)},
                                     a.gate.plain.dtype, a.gate.plain.row_bytes(), D, a.x};
         expert_gemm_plain_kernel<true><<<up_blocks, 32 * kWarps, 0, stream>>>(up_args, gate_up);
         cuda_check_launch("expert_gemm_plain_kernel");
+        report.launches += 1;
+    }
+    if (a.down.quantized) {
+        quantize_rows(s.act, N, F, s.aq, s.a_meta, stream);
+        launch_quantized<false>(down_args, quant_matrices(a.down.q, a.down.q, s.aq, s.a_meta), a.down.q.dtype,
+                                down_blocks, stream);
+        report.launches += 2;
+    } else {
         const auto* down_w = static_cast<const uint8_t*>(a.down.plain.data);
         const PlainMatrices down{{down_w, down_w}, a.down.plain.dtype, a.down.plain.row_bytes(), F, s.act};
         expert_gemm_plain_kernel<false><<<down_blocks, 32 * kWarps, 0, stream>>>(down_args, down);
         cuda_check_launch("expert_gemm_plain_kernel");
-        report.launches += 2;
+        report.launches += 1;
     }
 
     const unsigned combine_blocks = grid_blocks(T * D, kCombineThreads);

@@ -19,8 +19,9 @@
 // kind over all experts, each block a (non-empty expert, tile of output rows) walking that expert's rows; the
 // experts' outputs land in rows of their own, and one last kernel sums each token's top_k rows in slot order
 // (no float atomics: bit for bit the same every run). Nothing depends on the counts on the host, so the
-// launches are the same for every routing and can live in a CUDA graph. Launches: 6 (quantised: sort, x
-// rows quantised, gate+up+act, act rows quantised, down, combine) or 4 (plain weights), whatever T and top_k.
+// launches are the same for every routing and can live in a CUDA graph. Launches, whatever T and top_k: the
+// sort, gate+up+act, down, the combine, and one more before each quantised product (its input rows to int8):
+// 6 with quantised experts, 4 with plain ones.
 //
 // Numerics. Quantised weights (Q1_0, Q2_0, Q2_0_G64, Q4_0, Q8_0 in the GEMV layout): the activations of each
 // row (x, then act) are rounded to int8 per group of 128 by the decode GEMV's quantiser
@@ -81,7 +82,7 @@ struct MoeLaunchReport {
 size_t moe_experts_scratch_bytes(const MoeExpertsArgs& a);
 
 // Checks the shapes (deltabit::Error naming what disagrees: E·F rows of gate and up, E·D of down, their
-// columns, one kind of matrix for all three, 1 <= top_k <= E) and enqueues the launches on `stream`.
+// columns, one dtype for gate and up, 1 <= top_k <= E) and enqueues the launches on `stream`.
 // T = 0 launches nothing.
 MoeLaunchReport moe_experts(const MoeExpertsArgs& a, void* scratch, cudaStream_t stream);
 
