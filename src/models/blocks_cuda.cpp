@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "core/error.h"
-#include "ops/activations.h"
 #include "ops/elementwise/elementwise_cuda.h"
 #include "ops/attention/attention_cuda.h"
 #include "ops/delta_rule/delta_rule_cuda.h"
