@@ -11,10 +11,11 @@
 // Expert GEMMs: a 1-D grid over items (slot, tile), slot-major: slot s is the s-th expert with pairs (found by
 // a ballot scan of the counts), tile a run of kTileRows output rows. Blocks past the last non-empty expert stop
 // at once, so the grid is sized min(E, T·top_k) · tiles from what the host knows. Warp w of a block owns
-// kRowsPerWarp rows; for each of the expert's pairs in order, its lanes split the row's 16-byte code units
+// kRowsPerWarp rows; for each of the expert's pairs, a group of lanes splits the row's 16-byte code units
 // (the GEMV's units, ops/matmul/gemv_device.cuh), every unit's activations loaded once for the warp's rows, then
-// a butterfly; lane r stores row r. The expert's weight rows are re-read for each pair, from L1/L2 after the
-// first: decode (one pair an expert) reads each chosen row once, as the GEMV does.
+// a butterfly inside the group; a warp has 32 / (lanes a row needs) groups taking its pairs in turn. The
+// expert's weight rows are re-read for each pair, from L1/L2 after the first: decode (one pair an expert)
+// reads each chosen row once, as the GEMV does.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -189,6 +190,7 @@ struct QuantMatrices {
     const uint16_t* scales[2];
     int64_t code_row_bytes, scales_per_row;
     int units_per_row;
+    int lanes_per_pair;  // lanes splitting one pair's row: the power of two >= units_per_row, at most 32
     const int8_t* xq;  // input row r: xq + r·x_groups·128, meta + r·x_groups
     const ActivationGroupMeta* x_meta;
     int64_t x_groups;
@@ -219,42 +221,52 @@ __global__ void __launch_bounds__(32 * kWarps) expert_gemm_quantized_kernel(Grou
                 scales[k][r] = m.scales[k] + row * m.scales_per_row;
             }
         }
+        // Rows shorter than 32 units (K = 2048 Q1_0: 16; an expert's down at F = 512: 4) leave lanes idle, so the
+        // warp splits into groups of m.lanes_per_pair lanes (a power of two), each group taking every
+        // (32 / lanes)-th pair; the butterfly below stays inside a group.
+        const int lanes = m.lanes_per_pair, k_lane = lane & (lanes - 1);
         const int64_t first = g.offsets[e], end = first + g.counts[e];
-        for (int64_t p = first; p < end; ++p) {
-            const int64_t in = kGlu ? g.order[p] / g.top_k : p;
-            const int8_t* xrow = m.xq + in * m.x_groups * kActivationGroup;
-            const ActivationGroupMeta* mrow = m.x_meta + in * m.x_groups;
+        for (int64_t base = first; base < end; base += 32 / lanes) {
+            const int64_t p = base + lane / lanes;
+            const bool active = p < end;
             float acc[kMats][kRowsPerWarp] = {};
-            for (int u = lane; u < m.units_per_row; u += 32) {
-                int x[kXWords];
-                const int4* xs = reinterpret_cast<const int4*>(xrow + int64_t(u) * L::unit);
+            if (active) {
+                const int64_t in = kGlu ? g.order[p] / g.top_k : p;
+                const int8_t* xrow = m.xq + in * m.x_groups * kActivationGroup;
+                const ActivationGroupMeta* mrow = m.x_meta + in * m.x_groups;
+                for (int u = k_lane; u < m.units_per_row; u += lanes) {
+                    int x[kXWords];
+                    const int4* xs = reinterpret_cast<const int4*>(xrow + int64_t(u) * L::unit);
 #pragma unroll
-                for (int v = 0; v < kXWords / 4; ++v) {
-                    const int4 w = xs[v];
-                    x[4 * v + 0] = w.x;
-                    x[4 * v + 1] = w.y;
-                    x[4 * v + 2] = w.z;
-                    x[4 * v + 3] = w.w;
-                }
-                const ActivationGroupMeta meta = mrow[int64_t(u) * L::unit / kActivationGroup];
-                const int scale_index = int(int64_t(u) * L::unit / L::group);
-#pragma unroll
-                for (int k = 0; k < kMats; ++k)
-#pragma unroll
-                    for (int r = 0; r < kRowsPerWarp; ++r) {
-                        const uint4 c = *reinterpret_cast<const uint4*>(codes[k][r] + int64_t(u) * 16);
-                        const int dot = unit_dot<T>(c, x, meta.sum);
-                        const float d = __half2float(__ushort_as_half(scales[k][r][scale_index]));
-                        acc[k][r] = fmaf(float(dot), d * meta.scale, acc[k][r]);
+                    for (int v = 0; v < kXWords / 4; ++v) {
+                        const int4 w = xs[v];
+                        x[4 * v + 0] = w.x;
+                        x[4 * v + 1] = w.y;
+                        x[4 * v + 2] = w.z;
+                        x[4 * v + 3] = w.w;
                     }
+                    const ActivationGroupMeta meta = mrow[int64_t(u) * L::unit / kActivationGroup];
+                    const int scale_index = int(int64_t(u) * L::unit / L::group);
+#pragma unroll
+                    for (int k = 0; k < kMats; ++k)
+#pragma unroll
+                        for (int r = 0; r < kRowsPerWarp; ++r) {
+                            const uint4 c = *reinterpret_cast<const uint4*>(codes[k][r] + int64_t(u) * 16);
+                            const int dot = unit_dot<T>(c, x, meta.sum);
+                            const float d = __half2float(__ushort_as_half(scales[k][r][scale_index]));
+                            acc[k][r] = fmaf(float(dot), d * meta.scale, acc[k][r]);
+                        }
+                }
             }
 #pragma unroll
             for (int k = 0; k < kMats; ++k)
 #pragma unroll
-                for (int r = 0; r < kRowsPerWarp; ++r) acc[k][r] = warp_sum(acc[k][r]);
+                for (int r = 0; r < kRowsPerWarp; ++r)
+                    for (int offset = lanes / 2; offset > 0; offset /= 2)
+                        acc[k][r] += __shfl_xor_sync(kFullWarpMask, acc[k][r], offset);
 #pragma unroll
             for (int r = 0; r < kRowsPerWarp; ++r)
-                if (lane == r && row0 + r < g.rows)
+                if (active && k_lane == r % lanes && row0 + r < g.rows)
                     g.y[p * g.rows + row0 + r] = kGlu ? glu(acc[0][r], acc[kMats - 1][r], g.act) : acc[0][r];
         }
     }
@@ -378,11 +390,15 @@ void launch_quantized(const GroupArgs& g, const QuantMatrices& m, DType t, unsig
 QuantMatrices quant_matrices(const GemvWeightView& w0, const GemvWeightView& w1, const int8_t* xq,
                              const ActivationGroupMeta* meta) {
     const int64_t row_bytes = int64_t(gemv_code_row_bytes(w0.dtype, w0.cols));
+    const int units = int(row_bytes / 16);
+    int lanes = 1;
+    while (lanes < 32 && lanes < units) lanes *= 2;
     return {{w0.codes, w1.codes},
             {w0.scales, w1.scales},
             row_bytes,
             w0.cols / dtype_info(w0.dtype).block_elems,
-            int(row_bytes / 16),
+            units,
+            lanes,
             xq,
             meta,
             activation_groups(w0.cols)};
