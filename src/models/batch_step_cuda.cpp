@@ -87,7 +87,7 @@ const float* CudaModel::forward_batch(std::span<CudaSequenceState* const> states
         check(cudaGraphLaunch(batch_graphs_.front().exec, stream_), "replay batched step");
         logits = batch_graphs_.front().logits;
         ++stats_.batch_graph_replays;
-    } else if (graphs_enabled_ && graphable_ && repeated) {
+    } else if (graphs_enabled_ && repeated) {
         cudaGraph_t graph = record_graph([&] { logits = enqueue_batch_step(B); }, "batched step graph");
         if (batch_arena_.overflowed()) {
             // More scratch than the arena holds (a batch larger than any before): eager now, and the next

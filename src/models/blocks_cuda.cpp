@@ -13,12 +13,12 @@
 #include <vector>
 
 #include "core/error.h"
-#include "ops/activations.h"
 #include "ops/elementwise/elementwise_cuda.h"
 #include "ops/attention/attention_cuda.h"
 #include "ops/delta_rule/delta_rule_cuda.h"
 #include "ops/matmul/dense_cuda.h"
 #include "ops/matmul/gemm_cuda.h"
+#include "ops/moe/moe_experts_cuda.h"
 
 namespace deltabit {
 
@@ -356,50 +356,54 @@ void CudaModel::swiglu_ffn(const CudaFfnWeights& w, const float* x, const cuda::
     matmul(act, down, T, out);
 }
 
+namespace {
+cuda::ExpertMatrixView expert_view(const CudaMatrix& m) {
+    cuda::ExpertMatrixView v;
+    v.quantized = m.quantized;
+    if (m.quantized) v.q = m.gemv.view();
+    else v.plain = m.plain_view;
+    return v;
+}
+}  // namespace
+
+// Everything on the device, nothing read back (so a decode step with MoE layers is one graph): the router's
+// ids and weights feed the grouped experts (ops/moe/moe_experts_cuda.h), which also add the shared expert
+// under its sigmoid gate.
 void CudaModel::moe_ffn(const CudaMoeWeights& w, const float* x, int64_t T, float* out) {
     const ModelConfig& c = config_;
-    const int64_t D = c.n_embd, E = c.n_expert, top_k = c.n_expert_used, F = c.expert_ff;
+    const int64_t D = c.n_embd, E = c.n_expert, top_k = c.n_expert_used;
 
     float* logits = temp(T * E);
     matmul(x, w.router, T, logits);
-    int32_t* d_ids = temp_ids(T * top_k);
-    float* d_weights = temp(T * top_k);
-    cuda::moe_router(logits, T, E, top_k, c.norm_topk_prob, d_ids, d_weights, stream_);
-    std::vector<int32_t> ids(size_t(T * top_k));
-    std::vector<float> weights(size_t(T * top_k));
-    check(cudaMemcpyAsync(ids.data(), d_ids, ids.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_), "router ids");
-    check(cudaMemcpyAsync(weights.data(), d_weights, weights.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_),
-          "router weights");
-    check(cudaStreamSynchronize(stream_), "router sync");
+    int32_t* ids = temp_ids(T * top_k);
+    float* weights = temp(T * top_k);
+    cuda::moe_router(logits, T, E, top_k, c.norm_topk_prob, ids, weights, stream_);
 
-    check(cudaMemsetAsync(out, 0, size_t(T * D) * sizeof(float), stream_), "zero moe out");
-    float* gate = temp(F);
-    float* up = temp(F);
-    float* act = temp(F);
-    float* down = temp(D);
-    for (int64_t t = 0; t < T; ++t) {
-        const float* xt = x + t * D;
-        for (int64_t j = 0; j < top_k; ++j) {
-            const int64_t e = ids[size_t(t * top_k + j)];
-            matmul(xt, w.gate, e * F, F, 1, gate);
-            matmul(xt, w.up, e * F, F, 1, up);
-            cuda::swiglu(gate, up, F, act, stream_);
-            matmul(act, w.down, e * D, D, 1, down);
-            cuda::axpy(weights[size_t(t * top_k + j)], down, out + t * D, D, stream_);
-        }
-    }
+    cuda::MoeExpertsArgs a;
+    a.x = x;
+    a.n_tokens = T;
+    a.dim = D;
+    a.n_expert = E;
+    a.expert_ff = c.expert_ff;
+    a.top_k = top_k;
+    a.ids = ids;
+    a.weights = weights;
+    a.gate = expert_view(w.gate);
+    a.up = expert_view(w.up);
+    a.down = expert_view(w.down);
+    a.activation = cuda::GluActivation::silu;
     if (w.has_shared) {
         float* shared = temp(T * D);
-        float* d_shared_gate = temp(T);
+        float* shared_gate = temp(T);
         swiglu_ffn(w.shared, x, nullptr, T, shared);
-        matmul(x, w.shared_gate, T, d_shared_gate);
-        std::vector<float> shared_gate(static_cast<size_t>(T));
-        check(cudaMemcpyAsync(shared_gate.data(), d_shared_gate, size_t(T) * sizeof(float), cudaMemcpyDeviceToHost,
-                              stream_), "shared gate");
-        check(cudaStreamSynchronize(stream_), "shared gate sync");
-        for (int64_t t = 0; t < T; ++t)
-            cuda::axpy(float(cpu::sigmoid(shared_gate[size_t(t)])), shared + t * D, out + t * D, D, stream_);
+        matmul(x, w.shared_gate, T, shared_gate);
+        a.shared = shared;
+        a.shared_gate = shared_gate;
     }
+    a.out = out;
+    const size_t bytes = cuda::moe_experts_scratch_bytes(a);
+    cuda::moe_experts(a, temp(int64_t((bytes + 3) / 4)), stream_);
+    ++stats_.moe_grouped_calls;
     observe("moe.out", out, T * D);
 }
 

@@ -99,7 +99,7 @@ const float* CudaModel::decode_step(CudaSequenceState& state, int32_t id, bool m
     check(cudaEventRecord(step_uploaded_, stream_), "record decode inputs");
 
     const float* logits = nullptr;
-    bool graph = graphs_enabled_ && graphable_ && decode_sized_;
+    bool graph = graphs_enabled_ && decode_sized_;
     if (graph && (graph_state_id_ != state.id() || graphs_[state.parity()].exec == nullptr))
         graph = may_capture && capture_decode_graph(state);
     if (graph) {
@@ -120,7 +120,7 @@ std::optional<int32_t> CudaModel::argmax_and_step(CudaSequenceState& state, cons
                                                   const float** step_logits) {
     // Only a captured graph: it proves the decode arena is sized (no call below can reallocate it while
     // the argmax still reads logits that live there).
-    if (!(graphs_enabled_ && graphable_ && decode_sized_) || graph_state_id_ != state.id() ||
+    if (!(graphs_enabled_ && decode_sized_) || graph_state_id_ != state.id() ||
         graphs_[state.parity()].exec == nullptr || state.position() >= state.max_positions())
         return std::nullopt;
     check(cudaEventSynchronize(step_uploaded_), "wait for the previous decode inputs");

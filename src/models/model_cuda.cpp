@@ -57,7 +57,6 @@ CudaModel::CudaModel(const Model& model, const UploadProgress& progress) : confi
     vectors_ = std::move(uploads.vectors);
     activations_ = std::make_unique<cuda::ActivationScratch>(uploads.max_cols);
     block_out_activations_ = std::make_unique<cuda::ActivationScratch>(uploads.max_cols);
-    for (const CudaLayer& L : layers_) graphable_ = graphable_ && !L.moe;
     step_ = cuda::DeviceBuffer(2 * sizeof(int32_t));
     check(cudaMallocHost(&step_host_, 2 * sizeof(int32_t)), "pinned decode inputs");
     check(cudaEventCreateWithFlags(&step_uploaded_, cudaEventDisableTiming), "decode input event");

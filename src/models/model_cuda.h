@@ -28,7 +28,7 @@
 // finishes. The step reads its token id and position from device memory, so the whole step is captured as a CUDA graph once per sequence state and DeltaNet copy, and
 // replayed for every later token (CudaDecodeStats counts captures and replays). Greedy decoding copies
 // back only the argmax's 4 bytes, and can run one step ahead of the host (argmax_and_step). MoE layers
-// are not captured (their router syncs with the host) and run eagerly.
+// are captured too: their routing and experts never leave the device (ops/moe/moe_experts_cuda.h).
 //
 // Memory. Intermediates come from two DeviceArenas, one per shape class (the decode step; prompt chunks
 // of at most kPromptChunk tokens), reset per layer, so steady-state calls allocate nothing.
@@ -72,7 +72,7 @@ struct CudaDecodeStats {
     int64_t graph_captures = 0;   // T = 1 steps recorded as a CUDA graph
     int64_t graph_replays = 0;    // T = 1 steps run by replaying it (run-ahead steps included)
     int64_t run_ahead_steps = 0;  // replays started by argmax_and_step before the host knew the token
-    int64_t eager_steps = 0;      // T = 1 steps launched kernel by kernel (first step, MoE, graphs off)
+    int64_t eager_steps = 0;      // T = 1 steps launched kernel by kernel (first step, graphs off)
     int64_t prompt_chunks = 0;    // T > 1 calls are cut into chunks of at most kPromptChunk tokens
     int64_t batch_steps = 0;      // forward_batch calls
     int64_t batch_rows = 0;       // rows (sequences) they stepped, all together
@@ -82,6 +82,7 @@ struct CudaDecodeStats {
     size_t prompt_arena_bytes = 0, decode_arena_bytes = 0;  // their buffers now (overflow not counted)
     bool folded_seams = false;      // the last T = 1 step enqueued folded its seams (set_seam_folding)
     int64_t step_kernels = 0;       // kernels in the last captured decode graph (one step's launch chain)
+    int64_t moe_grouped_calls = 0;  // MoE FFNs enqueued as the grouped device path (ops/moe/moe_experts_cuda.h)
 };
 
 class CudaModel {
@@ -303,7 +304,6 @@ private:
     bool seam_folding_ = true;           // set_seam_folding
     bool rope_table_ = true;             // set_rope_table
     bool prompt_steps_ = true;           // DELTABIT_PROMPT_STEPS: short prompts as decode steps (forward_last)
-    bool graphable_ = true;              // false with MoE layers: their router syncs with the host
     bool decode_sized_ = false;          // an eager step has sized the decode arena
     // The decode step of one state, captured once per parity of its DeltaNet copies (each reads one copy
     // and writes the other).

@@ -189,7 +189,8 @@ TEST_P(BatchStepQ1, RowsDoNotDependOnTheirNeighboursOrPlace) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, BatchStepQ1, ::testing::Values("qwen3_5_binary", "qwen3_binary", "qwen3_next_binary"));
+INSTANTIATE_TEST_SUITE_P(Fixtures, BatchStepQ1,
+                         ::testing::Values("qwen3_5_binary", "qwen3_binary", "qwen3_next_binary", "qwen3_5_moe_binary"));
 
 // A batch that repeats is replayed from a CUDA graph (from its third step: the first eager, then one capture
 // per DeltaNet parity), bit for bit the eager steps of a model with graphs off; a batch of other states,

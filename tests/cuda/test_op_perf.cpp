@@ -38,6 +38,8 @@
 #include "ops/elementwise/elementwise_cuda.h"
 #include "ops/attention/attention_cuda.h"
 #include "ops/delta_rule/delta_rule_cuda.h"
+#include "ops/matmul/weight_repack.h"
+#include "ops/moe/moe_experts_cuda.h"
 #endif
 
 namespace deltabit {
@@ -227,6 +229,48 @@ TEST(OpPerf, RealShapes) {
             add("moe_router", T + " 512 experts, top 10", f * (n + 2.0 * t * kTopK), reps, [&] {
                 cuda::moe_router(l.get<float>(), t, kExperts, kTopK, true, ids.get<int32_t>(), w.get<float>(), nullptr);
             });
+        }
+        {
+            // The grouped experts at Qwen3-Next's MoE shape (hidden 2048, 512 experts of 512, top 10), Q1_0. Bytes:
+            // the chosen experts' gate, up and down once (decode: 10 experts; prefill: all 512), x read, out written.
+            constexpr int64_t kMoeDim = 2048, kMoeFf = 512;
+            const size_t matrix_bytes = size_t(kExperts * kMoeFf) * dtype_bytes(DType::Q1_0, kMoeDim);
+            const size_t code_bytes = size_t(kExperts * kMoeFf) * gemv_code_row_bytes(DType::Q1_0, kMoeDim);
+            const size_t scale_bytes = (matrix_bytes - code_bytes + 15) / 16 * 16;
+            DeviceBuffer gc = random_bytes(code_bytes, 40), uc = random_bytes(code_bytes, 41), dc = random_bytes(code_bytes, 42);
+            std::vector<uint16_t> one(scale_bytes / 2, 0x2000);  // f16 2^-7: finite scales
+            DeviceBuffer gs(scale_bytes), us(scale_bytes), ds(scale_bytes);
+            for (DeviceBuffer* b : {&gs, &us, &ds}) b->upload(one.data(), scale_bytes);
+            std::vector<int32_t> ids(size_t(t * kTopK));
+            for (int64_t i = 0; i < t; ++i)
+                for (int64_t j = 0; j < kTopK; ++j) ids[size_t(i * kTopK + j)] = int32_t((i * 131 + j * 37) % kExperts);
+            DeviceBuffer dids(ids.size() * sizeof(int32_t));
+            dids.upload(ids.data(), ids.size() * sizeof(int32_t));
+            DeviceBuffer x = random_floats(size_t(t * kMoeDim), -1, 1, 43), p = random_floats(size_t(t * kTopK), 0, 0.2f, 44);
+            DeviceBuffer o(size_t(t * kMoeDim) * sizeof(float));
+            cuda::MoeExpertsArgs a;
+            a.x = x.get<float>();
+            a.n_tokens = t;
+            a.dim = kMoeDim;
+            a.n_expert = kExperts;
+            a.expert_ff = kMoeFf;
+            a.top_k = kTopK;
+            a.ids = dids.get<int32_t>();
+            a.weights = p.get<float>();
+            auto view = [&](const DeviceBuffer& c, const DeviceBuffer& sc, int64_t rows, int64_t cols) {
+                cuda::ExpertMatrixView v;
+                v.quantized = true;
+                v.q = {c.get<uint8_t>(), sc.get<uint16_t>(), DType::Q1_0, rows, cols};
+                return v;
+            };
+            a.gate = view(gc, gs, kExperts * kMoeFf, kMoeDim);
+            a.up = view(uc, us, kExperts * kMoeFf, kMoeDim);
+            a.down = view(dc, ds, kExperts * kMoeDim, kMoeFf);
+            a.out = o.get<float>();
+            DeviceBuffer scratch(cuda::moe_experts_scratch_bytes(a));
+            const double touched = double(std::min<int64_t>(kExperts, t * kTopK)) / double(kExperts);
+            add("moe_experts", T + " q1_0 512 x (512, 2048), top 10", 3.0 * touched * double(matrix_bytes) + f * 2.0 * t * kMoeDim,
+                t == 1 ? reps : 3, [&] { cuda::moe_experts(a, scratch.get(), nullptr); });
         }
         {
             const cuda::DeltaRuleDims d{t, kHk, kHv, kDk, kDv, cuda::KeyHeadMap::tiled};
