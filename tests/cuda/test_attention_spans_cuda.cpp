@@ -104,13 +104,11 @@ void check_spans(const Case& c, uint32_t seed, int64_t max_blocks = 0) {
     for (float& x : q) x *= c.q_scale;
     const std::vector<float> k = uniform(size_t(n_keys * c.n_kv_head * c.head_dim), rng, -1.0f, 1.0f);
     const std::vector<float> v = uniform(k.size(), rng, -1.0f, 1.0f);
-    // The spans as models/diffusion_gemma.cpp forms them: keys are the cache, then the queries' own.
-    std::vector<int64_t> begin(size_t(c.n_queries), 0), end(size_t(c.n_queries), n_keys);
-    for (int64_t t = 0; t < c.n_queries; ++t) {
-        if (c.spans == Spans::causal) {
-            end[size_t(t)] = c.n_cached + t + 1;
-            if (c.window > 0) begin[size_t(t)] = std::max<int64_t>(0, end[size_t(t)] - c.window);
-        } else if (c.spans == Spans::random) {
+    // The spans by the model's rule (models/diffusion_gemma.cpp): keys are the cache, then the queries' own.
+    std::vector<int64_t> begin(static_cast<size_t>(c.n_queries)), end(static_cast<size_t>(c.n_queries));
+    cpu::diffusion_key_spans(c.n_queries, c.n_cached, c.spans == Spans::causal, c.window, begin.data(), end.data());
+    if (c.spans == Spans::random) {
+        for (int64_t t = 0; t < c.n_queries; ++t) {
             const int64_t a = int64_t(rng() % uint64_t(n_keys)), b = int64_t(rng() % uint64_t(n_keys));
             begin[size_t(t)] = std::min(a, b);
             end[size_t(t)] = std::max(a, b) + 1;

@@ -1,7 +1,8 @@
 // The element-wise and row-wise CUDA ops: row norms (ops/rms_norm.h, l2_norm.h, gated_rms_norm.h),
 // SwiGLU, GeGLU and the DeltaNet gates (swiglu.h, gelu_glu.h, gdn_gates.h), RoPE (rope.h,
 // rope_proportional.h), the embedding lookup and the soft embedding (embedding.h, soft_embedding.h), the
-// logit soft-cap and the residual add-and-scale (softcap.h, add_scale.h),
+// logit soft-cap, the residual add-and-scale and the per-column scale (softcap.h, add_scale.h,
+// scale_columns.h),
 // the MoE router (moe_router.h), the decode step's seam between blocks (residual add + RMS norm +
 // activation quantisation) and the GPU argmax. Each keeps the signature of its CPU reference in ops/<op>.h
 // with a trailing stream; the kernels are ops/elementwise/<op>_cuda.cu.
@@ -46,13 +47,15 @@ void swiglu(const float* gate, const float* up, int64_t n, float* out, cudaStrea
 void gdn_gates(const float* b, const float* a, const float* ssm_a, const float* dt_bias, int64_t n_tokens,
                int64_t n_value_heads, float* beta, float* g, cudaStream_t stream);
 
-// ---- DiffusionGemma's element-wise ops (gelu_glu.h, softcap.h, add_scale.h) ----
+// ---- DiffusionGemma's element-wise ops (gelu_glu.h, softcap.h, add_scale.h, scale_columns.h) ----
 // gelu_glu and softcap in double as their references, so each output is within 1 ulp of the reference's
-// (the device's tanh may differ from the host's in the last double bit). add_scale rounds the add and the
-// product as its reference does: exact.
+// (the device's tanh may differ from the host's in the last double bit). add_scale and scale_columns round
+// as their references do: exact.
 void gelu_glu(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream);
 void softcap(const float* x, int64_t n, float cap, float* y, cudaStream_t stream);
 void add_scale(const float* x, const float* r, int64_t n, float s, float* y, cudaStream_t stream);
+void scale_columns(const float* x, const float* w, int64_t rows, int64_t dim, double c, float* y,
+                   cudaStream_t stream);
 
 // ---- rope.h ----
 // Same fp32 angle as the reference; cos, sin and the rotation in double, so results equal the
