@@ -109,9 +109,10 @@ TEST(OpParityDiffusion, RopeProportional) {
         float theta;
     };
     // The released model's full layers (head 512, 64 pairs, θ 1e6) and sliding layers (head 256, every pair,
-    // θ 1e4), the tiny fixture's full head (16, 2 pairs), an odd count of pairs and a single pair.
+    // θ 1e4), tiny full heads (16 with 2 pairs; the fixture's 32 with 4), an odd count of pairs, one pair.
     const std::vector<Case> cases = {{300, 16, 512, 64, 1e6f}, {65, 2, 512, 64, 1e6f}, {129, 16, 256, 128, 1e4f},
-                                     {7, 2, 16, 2, 1e6f},      {5, 3, 12, 6, 1e4f},    {33, 4, 130, 17, 5e5f},
+                                     {7, 2, 16, 2, 1e6f},      {8, 4, 32, 4, 1e6f},    {5, 3, 12, 6, 1e4f},
+                                     {33, 4, 130, 17, 5e5f},
                                      {1, 1, 2, 1, 1e4f}};
     uint32_t seed = 30;
     for (const Case& c : cases) {
@@ -196,11 +197,12 @@ TEST(OpParityDiffusion, SoftEmbeddingEveryDType) {
         const int64_t dim = block == 1 ? 257 : 2 * block;  // off the 256-column tile where the dtype allows
         check_soft_embedding(type, 1000, dim, 20, 8.0f, seed++);
     }
-    // The tiny fixture's vocabulary (99, off the 32-row chunk), a peaked distribution (most p underflow), a
-    // vocabulary far past a block's rows, and tokens off the 16-token tile.
+    // transformers' tiny test vocabulary (99, off the 32-row chunk), the fixture's, a peaked distribution (most p
+    // underflow), a vocabulary far past a block's rows, and tokens off the 16-token tile.
     check_soft_embedding(DType::F32, 99, 32, 17, 30.0f, 50);
+    check_soft_embedding(DType::F32, 512, 64, 8, 10.0f, 53);  // tests/fixtures/diffusion_gemma: vocab 512, H 64, canvas 8
     check_soft_embedding(DType::BF16, 33, 16, 1, 200.0f, 51);
-    check_soft_embedding(DType::BF16, 20000, 64, 33, 4.0f, 52);
+    if (!quick_mode()) check_soft_embedding(DType::BF16, 20000, 64, 33, 4.0f, 52);
 }
 
 TEST(OpParityDiffusion, SoftEmbeddingRefusesANonTable) {

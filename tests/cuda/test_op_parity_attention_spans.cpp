@@ -144,7 +144,7 @@ void check_spans(const Case& c, uint32_t seed, int64_t max_blocks = 0) {
     expect_within(dout.download(what), want_d, [&](size_t i) { return tol[i]; }, what);
 }
 
-TEST(AttentionSpansCuda, HostileShapes) {
+TEST(OpParityAttentionSpans, HostileShapes) {
     DELTABIT_REQUIRE_GPU();
     uint32_t seed = 1;
     const std::vector<Case> cases = {
@@ -164,8 +164,9 @@ TEST(AttentionSpansCuda, HostileShapes) {
 // google/diffusiongemma-26B-A4B-it (reference §1.3): 16 query heads; sliding layers 8 kv heads of 256 with
 // window 1024, so the decoder reads the last 1023 prompt tokens; full layers 2 kv heads of 512 over the
 // whole history; canvas 256.
-TEST(AttentionSpansCuda, DiffusionGemmaGeometry) {
+TEST(OpParityAttentionSpans, DiffusionGemmaGeometry) {
     DELTABIT_REQUIRE_GPU();
+    if (quick_mode()) GTEST_SKIP() << "long shapes skipped in quick mode";
     check_spans({256, 1023, 16, 8, 256, Spans::all, 0, 1}, 100);       // decoder, sliding layer
     check_spans({256, 1500, 16, 2, 512, Spans::all, 0, 1}, 101);       // decoder, full layer
     check_spans({600, 0, 16, 8, 256, Spans::causal, 1024, 1}, 102);    // encoder, a first prompt
@@ -173,13 +174,24 @@ TEST(AttentionSpansCuda, DiffusionGemmaGeometry) {
     check_spans({256, 1500, 16, 2, 512, Spans::causal, 0, 1}, 104);    // encoder, full layer
 }
 
-TEST(AttentionSpansCuda, FewBlocksWalkManyItems) {
+// tests/fixtures/diffusion_gemma (the CPU forward's transformers fixture): 4 query heads; sliding layers 2 kv
+// heads of 16 with window 6, full layers 1 kv head of 32; canvas 8.
+TEST(OpParityAttentionSpans, FixtureGeometry) {
+    DELTABIT_REQUIRE_GPU();
+    check_spans({8, 5, 4, 2, 16, Spans::all, 0, 1}, 300);      // decoder, sliding layer: the last W − 1 = 5
+    check_spans({8, 20, 4, 1, 32, Spans::all, 0, 1}, 301);     // decoder, full layer
+    check_spans({12, 0, 4, 2, 16, Spans::causal, 6, 1}, 302);  // encoder, a prompt longer than the window
+    check_spans({8, 5, 4, 2, 16, Spans::causal, 6, 1}, 303);   // encoder, a committed block
+    check_spans({8, 20, 4, 1, 32, Spans::causal, 0, 1}, 304);  // encoder, full layer
+}
+
+TEST(OpParityAttentionSpans, FewBlocksWalkManyItems) {
     DELTABIT_REQUIRE_GPU();
     check_spans({300, 5, 8, 2, 64, Spans::random, 0, 1}, 200, 3);
     check_spans({70, 31, 16, 2, 512, Spans::causal, 32, 2}, 201, 2);
 }
 
-TEST(AttentionSpansCuda, RefusesUnsupportedShapes) {
+TEST(OpParityAttentionSpans, RefusesUnsupportedShapes) {
     DELTABIT_REQUIRE_GPU();
     const cpu::AttentionSpanDims wide{4, 4, 2, 1, 513};
     EXPECT_THROW(cuda::attention_spans(nullptr, nullptr, nullptr, wide, 1.0, nullptr, nullptr, nullptr, nullptr), Error);
@@ -192,7 +204,7 @@ TEST(AttentionSpansCuda, RefusesUnsupportedShapes) {
 }
 
 #else
-TEST(AttentionSpansCuda, SkippedWithoutCuda) { GTEST_SKIP() << "built without CUDA"; }
+TEST(OpParityAttentionSpans, SkippedWithoutCuda) { GTEST_SKIP() << "built without CUDA"; }
 #endif
 
 }  // namespace
