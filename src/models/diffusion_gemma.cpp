@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "models/architectures.h"
+#include "ops/add_scale.h"
 #include "ops/attention_spans.h"
 #include "ops/embedding.h"
 #include "ops/gelu_glu.h"
@@ -12,6 +13,7 @@
 #include "ops/moe_router.h"
 #include "ops/rms_norm.h"
 #include "ops/rope_proportional.h"
+#include "ops/scale_columns.h"
 #include "ops/soft_embedding.h"
 #include "ops/softcap.h"
 
@@ -46,8 +48,7 @@ void gelu_mlp(const FfnWeights& w, const float* x, int64_t T, float* out) {
 // E[ids]·√H, the embedding scale rounded to fp32 as transformers' float32 buffer is.
 void scaled_embedding(const WeightView& table, const int32_t* ids, int64_t T, float* out) {
     cpu::embedding_lookup(table, ids, T, out);
-    const float scale = float(std::sqrt(double(table.cols)));
-    for (int64_t i = 0; i < T * table.cols; ++i) out[i] *= scale;
+    cpu::add_scale(out, nullptr, T * table.cols, float(std::sqrt(double(table.cols))), out);
 }
 
 }  // namespace
@@ -158,15 +159,10 @@ DiffusionGemma::NewKv DiffusionGemma::layer_forward(int64_t l, float* x, int64_t
     std::copy(cached.v.begin(), cached.v.end(), values.begin());
     std::copy(k.begin(), k.end(), keys.begin() + S0 * row);
     std::copy(v.begin(), v.end(), values.begin() + S0 * row);
-    std::vector<int64_t> begin(size_t(T), 0), end(size_t(T), S);
-    if (causal) {
-        for (int64_t t = 0; t < T; ++t) {
-            end[size_t(t)] = S0 + t + 1;  // itself and everything before it...
-            if (g.window > 0) begin[size_t(t)] = std::max<int64_t>(0, end[size_t(t)] - g.window);  // ...within W
-        }
-    }
-    // The decoder sees the whole span: the cache (for sliding layers already only the last W − 1 tokens)
-    // and every canvas token, with no mask.
+    // The encoder: causal within the window; the decoder: the whole span, the cache (for sliding layers
+    // already only the last W − 1 tokens) and every canvas token, with no mask.
+    std::vector<int64_t> begin(static_cast<size_t>(T)), end(static_cast<size_t>(T));
+    cpu::diffusion_key_spans(T, S0, causal, g.window, begin.data(), end.data());
     Buffer attended = buffer(T * H * dh);
     cpu::attention_spans(q.data(), keys.data(), values.data(), {T, S, H, H_kv, dh}, 1.0, begin.data(), end.data(),
                          attended.data());
@@ -186,10 +182,7 @@ DiffusionGemma::NewKv DiffusionGemma::layer_forward(int64_t l, float* x, int64_t
     const int64_t E = c.n_expert, top_k = c.n_expert_used, F = c.expert_ff;
     Buffer z = buffer(T * D), router_logits = buffer(T * E);
     cpu::rms_norm(x, nullptr, T, D, eps, cpu::NormWeight::none, z.data());
-    const double inv_sqrt_d = 1.0 / std::sqrt(double(D));
-    for (int64_t t = 0; t < T; ++t)
-        for (int64_t i = 0; i < D; ++i)
-            z[size_t(t * D + i)] = float(double(z[size_t(t * D + i)]) * double(L.router_scale[i]) * inv_sqrt_d);
+    cpu::scale_columns(z.data(), L.router_scale, T, D, 1.0 / std::sqrt(double(D)), z.data());
     cpu::matmul(z.data(), L.router, T, router_logits.data());
     std::vector<int32_t> ids(size_t(T * top_k));
     Buffer weights = buffer(T * top_k);
@@ -217,7 +210,7 @@ DiffusionGemma::NewKv DiffusionGemma::layer_forward(int64_t l, float* x, int64_t
 
     // layer_scalar scales the whole stream, residual included.
     const float scale = causal ? L.encoder_scale : L.decoder_scale;
-    for (int64_t i = 0; i < T * D; ++i) x[i] = (x[i] + dense[size_t(i)]) * scale;
+    cpu::add_scale(x, dense.data(), T * D, scale, x);
     observe(observer, l, "out", x, T * D);
     return {std::move(k), std::move(v)};
 }
@@ -279,8 +272,7 @@ std::vector<float> DiffusionGemma::denoise(const DiffusionCache& cache, std::spa
     if (!self_conditioning.empty()) {
         Buffer soft = buffer(L * D), sig = buffer(L * D);
         cpu::soft_embedding(self_conditioning.data(), embd, L, soft.data());
-        const float scale = float(std::sqrt(double(D)));
-        for (float& s : soft) s *= scale;
+        cpu::add_scale(soft.data(), nullptr, L * D, float(std::sqrt(double(D))), soft.data());
         cpu::rms_norm(soft.data(), w_.sc_pre_norm, L, D, c.rms_eps, cpu::NormWeight::plain, soft.data());
         gelu_mlp(w_.sc_mlp, soft.data(), L, sig.data());
         observe(observer, -1, "self_conditioning", sig.data(), L * D);

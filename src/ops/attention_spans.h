@@ -23,4 +23,13 @@ struct AttentionSpanDims {
 };
 void attention_spans(const float* q, const float* k, const float* v, const AttentionSpanDims& dims, double scale,
                      const int64_t* key_begin, const int64_t* key_end, float* out);
+
+// DiffusionGemma's spans (reference §2.6–2.7, §5.3) over keys = the layer's cache (n_cached rows: for a
+// sliding layer already only the last W − 1 tokens) followed by the n_queries new tokens' own:
+//   causal (the encoder): query t sees keys up to and including its own, n_cached + t, and with a window
+//     W > 0 only the W most recent of them (itself and the W − 1 before it);
+//   not causal (the decoder over the canvas): every query sees every key, cache and canvas, with no mask.
+// The one rule the CPU forward and the CUDA path both use. begin, end [n_queries].
+void diffusion_key_spans(int64_t n_queries, int64_t n_cached, bool causal, int64_t window, int64_t* key_begin,
+                         int64_t* key_end);
 }  // namespace deltabit::cpu

@@ -33,11 +33,11 @@ DELTABIT_OPS_QUICK=1 timeout "$memcheck_s" compute-sanitizer --tool memcheck --l
     ./$build/test_cuda --gtest_filter='OpParity*:BackendCuda*' >"$out/memcheck.log" 2>&1
 echo "memcheck rc=$? ($(( $(date +%s) - start )) s; 124 = cut at ${memcheck_s} s)"
 
-# Shared-memory races: the kernels that stage data in shared memory (delta rule, attention, rope,
-# the block-per-row norms).
+# Shared-memory races: the kernels that stage data in shared memory (delta rule, attention and attention
+# over spans, rope and proportional rope, the soft embedding, the block-per-row norms).
 start=$(date +%s)
 DELTABIT_OPS_QUICK=1 timeout "$memcheck_s" compute-sanitizer --tool racecheck \
-    ./$build/test_cuda --gtest_filter='OpParityDeltaRule*:OpParityAttention*:OpParityElementwise.Rope*:OpParityNorms*' \
+    ./$build/test_cuda --gtest_filter='OpParityDeltaRule*:OpParityAttention*:OpParityElementwise.Rope*:OpParityNorms*:OpParityDiffusion.Rope*:OpParityDiffusion.SoftEmbedding*' \
     >"$out/racecheck.log" 2>&1
 echo "racecheck rc=$? ($(( $(date +%s) - start )) s)"
 

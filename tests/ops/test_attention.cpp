@@ -126,5 +126,24 @@ TEST(AttentionSpans, ScaleOneAndAWindowedSpan) {
     test::expect_close(out, std::vector<double>{3.0, 2.0, 1004.0 / 3.0, 1008.0 / 3.0}, 1e-6);
 }
 
+TEST(AttentionSpans, DiffusionSpansByRule) {
+    // Encoder over a cache of 3 with window 2: query t sees itself (key 3 + t) and the key before it.
+    std::vector<int64_t> begin(3), end(3);
+    cpu::diffusion_key_spans(3, 3, true, 2, begin.data(), end.data());
+    EXPECT_EQ(begin, (std::vector<int64_t>{2, 3, 4}));
+    EXPECT_EQ(end, (std::vector<int64_t>{4, 5, 6}));
+    // A window wider than the history clips at key 0; no window is plain causal.
+    cpu::diffusion_key_spans(3, 1, true, 10, begin.data(), end.data());
+    EXPECT_EQ(begin, (std::vector<int64_t>{0, 0, 0}));
+    EXPECT_EQ(end, (std::vector<int64_t>{2, 3, 4}));
+    cpu::diffusion_key_spans(3, 0, true, 0, begin.data(), end.data());
+    EXPECT_EQ(end, (std::vector<int64_t>{1, 2, 3}));
+    // The decoder: every query sees the cache and the whole canvas, the window notwithstanding (a sliding
+    // layer's cache already holds only W − 1 tokens).
+    cpu::diffusion_key_spans(3, 5, false, 2, begin.data(), end.data());
+    EXPECT_EQ(begin, (std::vector<int64_t>{0, 0, 0}));
+    EXPECT_EQ(end, (std::vector<int64_t>{8, 8, 8}));
+}
+
 }  // namespace
 }  // namespace deltabit

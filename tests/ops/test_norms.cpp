@@ -1,13 +1,15 @@
-// rms_norm, l2_norm, gated_rms_norm and swiglu against values worked out by hand.
+// rms_norm, l2_norm, gated_rms_norm, swiglu, gelu_glu, softcap, add_scale and scale_columns against values worked out by hand.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
+#include "ops/add_scale.h"
 #include "ops/gated_rms_norm.h"
 #include "ops/gelu_glu.h"
 #include "ops/l2_norm.h"
 #include "ops/rms_norm.h"
+#include "ops/scale_columns.h"
 #include "ops/softcap.h"
 #include "ops/swiglu.h"
 #include "ops_test_util.h"
@@ -93,6 +95,38 @@ TEST(Softcap, TanhBoundedAndNearIdentityForSmallLogits) {
     cpu::softcap(x, 4, 30.0f, y.data());
     // 30·tanh(1.5) = 27.154447609345993; 30·tanh(−0.01) = −0.2999900003999838 (Python math)
     test::expect_close(y, std::vector<double>{27.154447609345993, -0.2999900003999838, 30.0, 0.0}, kRel);
+}
+
+TEST(AddScale, AddRoundedBeforeTheProduct) {
+    // 1 + 2^-24 rounds to 1 in fp32 before the product: (x + r)·s gives exactly s, where the sum kept
+    // in double would give s·(1 + 2^-24), a different float for s = 3.
+    const float x[3] = {1.0f, -2.5f, 0.0f};
+    const float r[3] = {0x1p-24f, 0.5f, -0.0f};
+    std::vector<float> y(3);
+    cpu::add_scale(x, r, 3, 3.0f, y.data());
+    EXPECT_EQ(y[0], 3.0f);
+    EXPECT_EQ(y[1], -6.0f);
+    EXPECT_EQ(y[2], 0.0f);
+    // Without r, in place: the embedding scale.
+    std::vector<float> z = {2.0f, -0.25f};
+    cpu::add_scale(z.data(), nullptr, 2, 53.0f, z.data());
+    EXPECT_EQ(z, (std::vector<float>{106.0f, -13.25f}));
+}
+
+TEST(ScaleColumns, EachColumnByItsWeightTimesTheConstant) {
+    // Two rows of three: column i times w[i] times 1/4 (exact in binary).
+    const float x[6] = {1.0f, 2.0f, -3.0f, 4.0f, 0.5f, 0.0f};
+    const float w[3] = {2.0f, -1.0f, 8.0f};
+    std::vector<float> y(6);
+    cpu::scale_columns(x, w, 2, 3, 0.25, y.data());
+    EXPECT_EQ(y, (std::vector<float>{0.5f, -0.5f, -6.0f, 2.0f, -0.125f, 0.0f}));
+    // One rounding: x·w·c = (1 + 2^-23)²·(1 − 2^-24) is 1 + 1.5·2^-23 in double, halfway between two
+    // floats, and rounds to the even one, 1 + 2^-22; rounding x·w to fp32 first (1 + 2^-22) and then the
+    // product gives 1 + 2^-23.
+    const float a = 1.0f + 0x1p-23f;
+    std::vector<float> z(1);
+    cpu::scale_columns(&a, &a, 1, 1, 1.0 - 0x1p-24, z.data());
+    EXPECT_EQ(z[0], 1.0f + 0x1p-22f);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
-// The CUDA attention family, against the CPU reference ops/attention.h: the one-op twin (attention_cuda.cu),
-// attention over a KV cache for decode and continued prompts (attention_decode_cuda.cu with the split
-// kernels attention_split_*), and the flash-style prompt kernel (attention_prefill_cuda.cu). The KV cache
+// The CUDA attention family, against the CPU references ops/attention.h and ops/attention_spans.h: the
+// one-op twin (attention_cuda.cu), attention over a KV cache for decode and continued prompts
+// (attention_decode_cuda.cu with the split kernels attention_split_*), the flash-style prompt kernel
+// (attention_prefill_cuda.cu) and its generalisation to explicit key spans (attention_spans_cuda.cu). The KV cache
 // layouts these read are ops/attention/kv_cuda.h's.
 //
 // Common to all: every array pointer is on the device and the work is enqueued on `stream` (nothing waits
@@ -17,11 +18,13 @@
 
 #include "backend/cuda_buffer.h"
 #include "ops/attention.h"
+#include "ops/attention_spans.h"
 #include "ops/attention/kv_cuda.h"
 
 namespace deltabit::cuda {
 
 using cpu::AttentionDims;
+using cpu::AttentionSpanDims;
 
 // ---- attention.h ----
 // One block per (query, head) (grid-stride), its warps splitting the visible keys and keeping an
@@ -172,5 +175,22 @@ void attention_prefill_half_cache(const float* q, const uint16_t* k, const uint1
 bool attention_prefill_mma_supported(const AttentionDims& dims);
 void attention_prefill_mma(const float* q, const uint16_t* k, const uint16_t* v, const float* gate,
                            const AttentionDims& dims, float* out, cudaStream_t stream, int64_t max_blocks = 0);
+
+// ---- attention over explicit key spans (attention_spans_cuda.cu) ----
+//
+// Same contract as cpu::attention_spans (ops/attention_spans.h): query t attends keys key_begin[t] ..
+// key_end[t] − 1 (both int64 arrays of n_queries on the device), scores scale · q·k — DiffusionGemma's
+// encoder (causal with a sliding window) and decoder (cache ++ canvas, no mask). The prompt kernel's
+// flash walk (one block per kv head and tile of query positions, all its query heads together, online
+// softmax in fp32), from the smallest begin to the largest end of the tile's rows. q·scale is rounded to
+// fp32 once (exact for the model's scale 1). head_dim ≤ kAttentionSpansMaxHeadDim; a block holds
+// attention_spans_rows_per_block(head_dim) query rows (64, or 32 above head_dim 256), and the query
+// heads of one kv head must fit in it. A row whose span is empty (the contract forbids it) comes out NaN.
+inline constexpr int64_t kAttentionSpansMaxHeadDim = 512;
+int64_t attention_spans_rows_per_block(int64_t head_dim);
+// `max_blocks` (0 = the grid cap) lets tests force blocks to walk several items.
+void attention_spans(const float* q, const float* k, const float* v, const AttentionSpanDims& dims, double scale,
+                     const int64_t* key_begin, const int64_t* key_end, float* out, cudaStream_t stream,
+                     int64_t max_blocks = 0);
 
 }  // namespace deltabit::cuda

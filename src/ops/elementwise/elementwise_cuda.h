@@ -1,5 +1,8 @@
 // The element-wise and row-wise CUDA ops: row norms (ops/rms_norm.h, l2_norm.h, gated_rms_norm.h),
-// SwiGLU and the DeltaNet gates (swiglu.h, gdn_gates.h), RoPE (rope.h), the embedding lookup (embedding.h),
+// SwiGLU, GeGLU and the DeltaNet gates (swiglu.h, gelu_glu.h, gdn_gates.h), RoPE (rope.h,
+// rope_proportional.h), the embedding lookup and the soft embedding (embedding.h, soft_embedding.h), the
+// logit soft-cap, the residual add-and-scale and the per-column scale (softcap.h, add_scale.h,
+// scale_columns.h),
 // the MoE router (moe_router.h), the decode step's seam between blocks (residual add + RMS norm +
 // activation quantisation) and the GPU argmax. Each keeps the signature of its CPU reference in ops/<op>.h
 // with a trailing stream; the kernels are ops/elementwise/<op>_cuda.cu.
@@ -44,11 +47,25 @@ void swiglu(const float* gate, const float* up, int64_t n, float* out, cudaStrea
 void gdn_gates(const float* b, const float* a, const float* ssm_a, const float* dt_bias, int64_t n_tokens,
                int64_t n_value_heads, float* beta, float* g, cudaStream_t stream);
 
+// ---- DiffusionGemma's element-wise ops (gelu_glu.h, softcap.h, add_scale.h, scale_columns.h) ----
+// gelu_glu and softcap in double as their references, so each output is within 1 ulp of the reference's
+// (the device's tanh may differ from the host's in the last double bit). add_scale and scale_columns round
+// as their references do: exact.
+void gelu_glu(const float* gate, const float* up, int64_t n, float* out, cudaStream_t stream);
+void softcap(const float* x, int64_t n, float cap, float* y, cudaStream_t stream);
+void add_scale(const float* x, const float* r, int64_t n, float s, float* y, cudaStream_t stream);
+void scale_columns(const float* x, const float* w, int64_t rows, int64_t dim, double c, float* y,
+                   cudaStream_t stream);
+
 // ---- rope.h ----
 // Same fp32 angle as the reference; cos, sin and the rotation in double, so results equal the
 // reference's to within one rounding of the output.
 void rope_neox(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_head, int64_t head_dim,
                int64_t rope_dim, float theta, cudaStream_t stream);
+// rope_proportional.h: the same rotation with the pairs (j, j + head_dim/2), j < n_pairs, and the exponent
+// over head_dim (the one kernel serves both).
+void rope_proportional(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_head, int64_t head_dim,
+                       int64_t n_pairs, float theta, cudaStream_t stream);
 
 // ---- embedding.h ----
 // `table.data` is on the device in the dtype's GGUF block layout (not the GEMV repack); `ids` too.
@@ -57,6 +74,13 @@ void rope_neox(float* x, const int32_t* positions, int64_t n_tokens, int64_t n_h
 // written as NaN (never read out of bounds) and poisons the logits visibly.
 void embedding_lookup(const WeightView& table, const int32_t* ids, int64_t n_tokens, float* out,
                       cudaStream_t stream);
+
+// ---- soft_embedding.h ----
+// `table` as embedding_lookup's, `logits` [T][rows] on the device. The softmax statistics in double and p
+// rounded to fp32 as the reference does; Σ_v p·table[v][i] in fp32 chains of 32 rows added into a double,
+// so |out − reference| ≤ 34·u·Σ_v p|table[v][i]| + u·|out| (soft_embedding_cuda.cu derives it).
+void soft_embedding(const float* logits, const WeightView& table, int64_t n_tokens, float* out,
+                    cudaStream_t stream);
 
 // ---- moe_router.h ----
 // One warp per token. The top_k are chosen by logit (softmax is monotonic, and logits are exact

@@ -1,5 +1,5 @@
 // CUDA embedding_lookup (ops/embedding.h): out[t][j] = weight j of table row ids[t], decoded from the
-// GGUF block layout with quant_blocks.h's accessors, one thread per output element (grid-stride over
+// GGUF block layout (ops/cuda/weight_at.cuh), one thread per output element (grid-stride over
 // T·D, so a warp writes consecutive floats and reads one block's bytes). Exact: every weight is an
 // fp16 or bf16 value or d·level in fp32, as dequantize_row computes it.
 #include <cuda_fp16.h>
@@ -8,8 +8,8 @@
 #include <string>
 
 #include "backend/cuda_buffer.h"
-#include "core/quant_blocks.h"
 #include "ops/cuda/cuda_launch.h"
+#include "ops/cuda/weight_at.cuh"
 #include "ops/elementwise/elementwise_cuda.h"
 
 namespace deltabit::cuda {
@@ -17,39 +17,6 @@ namespace deltabit::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-
-__device__ __forceinline__ float fp16_bits_to_float(uint16_t bits) { return __half2float(__ushort_as_half(bits)); }
-
-// Weight j of a row stored as `type` starting at `row`.
-__device__ __forceinline__ float weight_at(DType type, const uint8_t* row, int64_t j) {
-    switch (type) {
-        case DType::F32: return reinterpret_cast<const float*>(row)[j];
-        case DType::F16: return fp16_bits_to_float(reinterpret_cast<const uint16_t*>(row)[j]);
-        case DType::BF16: return __uint_as_float(uint32_t(reinterpret_cast<const uint16_t*>(row)[j]) << 16);
-        case DType::Q8_0: {
-            const auto& b = reinterpret_cast<const BlockQ8_0*>(row)[j / kQ8_0BlockElems];
-            return fp16_bits_to_float(b.d) * float(b.qs[j % kQ8_0BlockElems]);
-        }
-        case DType::Q4_0: {
-            const auto& b = reinterpret_cast<const BlockQ4_0*>(row)[j / kQ4_0BlockElems];
-            return fp16_bits_to_float(b.d) * float(q4_0_code(b, int(j % kQ4_0BlockElems)) - 8);
-        }
-        case DType::Q1_0: {
-            const auto& b = reinterpret_cast<const BlockQ1_0*>(row)[j / kQ1_0BlockElems];
-            return fp16_bits_to_float(b.d) * float(q1_0_sign(b, int(j % kQ1_0BlockElems)));
-        }
-        case DType::Q2_0: {
-            const auto& b = reinterpret_cast<const BlockQ2_0*>(row)[j / kQ2_0BlockElems];
-            return fp16_bits_to_float(b.d) * float(q2_0_level(b.qs, int(j % kQ2_0BlockElems)));
-        }
-        case DType::Q2_0_G64: {
-            const auto& b = reinterpret_cast<const BlockQ2_0G64*>(row)[j / kQ2_0G64BlockElems];
-            return fp16_bits_to_float(b.d) * float(q2_0_level(b.qs, int(j % kQ2_0G64BlockElems)));
-        }
-        case DType::I32: break;
-    }
-    return NAN;
-}
 
 __global__ void embedding_kernel(const uint8_t* table, DType type, int64_t n_vocab, int64_t dim, size_t row_bytes,
                                  const int32_t* ids, int64_t n_tokens, float* out) {

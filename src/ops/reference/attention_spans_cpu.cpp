@@ -41,4 +41,16 @@ void attention_spans(const float* q, const float* k, const float* v, const Atten
     }
 }
 
+void diffusion_key_spans(int64_t n_queries, int64_t n_cached, bool causal, int64_t window, int64_t* key_begin,
+                         int64_t* key_end) {
+    for (int64_t t = 0; t < n_queries; ++t) {
+        key_begin[t] = 0;
+        key_end[t] = n_cached + n_queries;
+        if (causal) {
+            key_end[t] = n_cached + t + 1;                                               // itself and everything before it...
+            if (window > 0) key_begin[t] = std::max<int64_t>(0, key_end[t] - window);  // ...within W
+        }
+    }
+}
+
 }  // namespace deltabit::cpu
