@@ -1,7 +1,8 @@
 // The flash-style tensor-core attention of the bf16 training path (attention_flash_kernels.cu): the same
 // contract as attention_forward / attention_backward in kernels.h, which dispatch to it when the
-// products run in bf16 (gemm.h) and head_dim is one it is built for; fp32 products and other head dims
-// keep the CUDA-core kernels (attention_kernels.cu), the oracle these are tested against.
+// products run in bf16 (gemm.h), head_dim is one it is built for and the row arrays are 16-byte aligned
+// (it moves rows 16 bytes at a time); fp32 products, other head dims and unaligned arrays keep the
+// CUDA-core kernels (attention_kernels.cu), the oracle these are tested against.
 #pragma once
 
 #include <cstdint>

@@ -12,6 +12,8 @@
 #include "train/cuda/gemm.h"
 #include "train/cuda/kernels.h"
 
+#include <cstdint>
+#include <initializer_list>
 #include <string>
 
 namespace deltabit::train::cuda {
@@ -172,8 +174,13 @@ void check_shape(int64_t B, int64_t T, int64_t Hq, int64_t Hkv) {
                      " heads " + std::to_string(Hq) + "/" + std::to_string(Hkv));
 }
 
-// The flash kernels round their operands to bf16: only where the products run in bf16 anyway.
-bool use_flash(int64_t dh) { return gemm_math() == GemmMath::bf16 && flash_attention_supported(dh); }
+// The flash kernels round their operands to bf16: only where the products run in bf16 anyway. They read
+// and write rows 16 and 8 bytes at a time, so those arrays must be 16-byte aligned (the trainer's are).
+bool use_flash(int64_t dh, std::initializer_list<const float*> arrays) {
+    for (const float* a : arrays)
+        if (reinterpret_cast<uintptr_t>(a) % 16 != 0) return false;
+    return gemm_math() == GemmMath::bf16 && flash_attention_supported(dh);
+}
 
 }  // namespace
 
@@ -181,7 +188,7 @@ void attention_forward(const float* q, const float* k, const float* v, int64_t B
                        int64_t dh, float scale, float* o, float* lse) {
     if (B * T == 0) return;
     check_shape(B, T, Hq, Hkv);
-    if (use_flash(dh)) return attention_flash_forward(q, k, v, B, T, Hq, Hkv, dh, scale, o, lse);
+    if (use_flash(dh, {q, k, v, o})) return attention_flash_forward(q, k, v, B, T, Hq, Hkv, dh, scale, o, lse);
     const size_t shared = size_t(dh + T) * sizeof(float);
     allow_shared(attention_forward_kernel, shared, "attention_forward_kernel");
     attention_forward_kernel<<<dim3(unsigned(T), unsigned(Hq), unsigned(B)), kThreads, shared>>>(q, k, v, T, Hq, Hkv,
@@ -194,7 +201,7 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
                         float* dq, float* dk, float* dv, float* workspace) {
     if (B * T == 0) return;
     check_shape(B, T, Hq, Hkv);
-    if (use_flash(dh))
+    if (use_flash(dh, {q, k, v, o, dout, dq, dk, dv}))
         return attention_flash_backward(q, k, v, o, lse, dout, B, T, Hq, Hkv, dh, scale, dq, dk, dv, workspace);
     const int64_t rows = B * T * Hq;
     attention_row_dot_kernel<<<blocks_for(rows, 128), 128>>>(o, dout, rows, dh, workspace);
