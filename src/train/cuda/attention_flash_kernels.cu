@@ -27,8 +27,9 @@
 // (relative error ≤ 2⁻⁹), products exact in fp32, accumulation fp32. A score errs by at most
 // 2⁻⁸·scale·Σ_d |q_d k_d| (plus fp32 sums): the same order as the trainer's bf16 matrix products
 // (gemm.h), and tests/train/test_cuda_ops.cpp checks each output against the bound that follows.
-// Operands are converted to bf16 while being staged into shared memory (plain loads: the inputs are
-// fp32 and need converting anyway).
+// Operands are converted to bf16 while being staged into shared memory (plain loads into registers, not
+// cp.async: the inputs are fp32 and need converting anyway); the forward and dQ read the next K / V
+// tile into registers while computing on this one.
 #include "train/cuda/attention_flash.h"
 #include "train/cuda/device_common.cuh"
 
@@ -67,25 +68,51 @@ __device__ __forceinline__ uint32_t pack_bf16(float first, float second) {
            (uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(second))) << 16);
 }
 
-// `rows` rows of D floats into a swizzled bf16 array; row_of(r) is the row's address, nullptr for a
-// row past the data (stored as zeros).
-template <int D, typename RowOf>
-__device__ __forceinline__ void stage_rows(unsigned char* dst, int rows, RowOf row_of) {
-    constexpr int kChunks = D / 8;
-    for (int e = int(threadIdx.x); e < rows * kChunks; e += kThreads) {
-        const int r = e / kChunks, c = e % kChunks;
-        const float* src = row_of(r);
-        uint4 packed{0u, 0u, 0u, 0u};
-        if (src != nullptr) {
-            const float4 a = *reinterpret_cast<const float4*>(src + 8 * c);
-            const float4 b = *reinterpret_cast<const float4*>(src + 8 * c + 4);
-            packed.x = pack_bf16(a.x, a.y);
-            packed.y = pack_bf16(a.z, a.w);
-            packed.z = pack_bf16(b.x, b.y);
-            packed.w = pack_bf16(b.z, b.w);
+// A tile of `Rows` rows of D floats on its way to shared memory as swizzled bf16: load() issues every
+// global read of this thread's chunks at once into registers (row_of(r) is the row's address, nullptr
+// for a row past the data, stored as zeros), store() converts and writes them. Between the two the
+// block computes on the previous tile, so the reads' latency is hidden behind it.
+template <int D, int Rows>
+struct TileLoader {
+    static constexpr int kChunks = D / 8;
+    static constexpr int kPerThread = Rows * kChunks / kThreads;
+    static_assert(Rows * kChunks % kThreads == 0, "whole chunks per thread");
+    float4 x[kPerThread][2];
+
+    template <typename RowOf>
+    __device__ __forceinline__ void load(RowOf row_of) {
+#pragma unroll
+        for (int i = 0; i < kPerThread; ++i) {
+            const int e = int(threadIdx.x) + i * kThreads, r = e / kChunks, c = e % kChunks;
+            const float* src = row_of(r);
+            if (src != nullptr) {
+                x[i][0] = *reinterpret_cast<const float4*>(src + 8 * c);
+                x[i][1] = *reinterpret_cast<const float4*>(src + 8 * c + 4);
+            } else {
+                x[i][0] = x[i][1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
         }
-        *reinterpret_cast<uint4*>(dst + swizzled<D>(r, c)) = packed;
     }
+    __device__ __forceinline__ void store(unsigned char* dst) const {
+#pragma unroll
+        for (int i = 0; i < kPerThread; ++i) {
+            const int e = int(threadIdx.x) + i * kThreads, r = e / kChunks, c = e % kChunks;
+            uint4 packed;
+            packed.x = pack_bf16(x[i][0].x, x[i][0].y);
+            packed.y = pack_bf16(x[i][0].z, x[i][0].w);
+            packed.z = pack_bf16(x[i][1].x, x[i][1].y);
+            packed.w = pack_bf16(x[i][1].z, x[i][1].w);
+            *reinterpret_cast<uint4*>(dst + swizzled<D>(r, c)) = packed;
+        }
+    }
+};
+
+// Load and store at once: tiles staged once per block.
+template <int D, int Rows, typename RowOf>
+__device__ __forceinline__ void stage_rows(unsigned char* dst, RowOf row_of) {
+    TileLoader<D, Rows> tile;
+    tile.load(row_of);
+    tile.store(dst);
 }
 
 // s[16 rows][32 columns] += A[a0 .. a0 + 15] · B[0 .. 31]ᵀ over D: both operands rows of D values in
@@ -159,7 +186,7 @@ __global__ void __launch_bounds__(kThreads)
     const int f0 = int(gridDim.x - 1 - blockIdx.x) * kRows, f_end = min(n_rows, f0 + kRows);
     const int n_keys = (f_end - 1) / G + 1;  // keys any row of the block sees
     const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, g = lane >> 2, tq = lane & 3;
-    stage_rows<D>(qs, kRows, [&](int r) -> const float* {
+    stage_rows<D, kRows>(qs, [&](int r) -> const float* {
         return f0 + r < f_end ? q + rows.query(f0 + r) * D : nullptr;
     });
     // This thread's rows 16w + g and 16w + g + 8: the last key each sees (a row past the data is zero
@@ -178,15 +205,19 @@ __global__ void __launch_bounds__(kThreads)
     for (int n = 0; n < D / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
+    // K and V rows of the tile at key0 (zeros past the block's keys), read into registers one tile ahead.
+    TileLoader<D, kKeys> k_next, v_next;
+    auto load_tile = [&](int key0) {
+        k_next.load([&](int r) -> const float* { return key0 + r < n_keys ? k + rows.key(key0 + r) * D : nullptr; });
+        v_next.load([&](int r) -> const float* { return key0 + r < n_keys ? v + rows.key(key0 + r) * D : nullptr; });
+    };
+    load_tile(0);
     for (int key0 = 0; key0 < n_keys; key0 += kKeys) {
         __syncthreads();  // the previous tile's readers are done
-        stage_rows<D>(ks, kKeys, [&](int r) -> const float* {
-            return key0 + r < n_keys ? k + rows.key(key0 + r) * D : nullptr;
-        });
-        stage_rows<D>(vs, kKeys, [&](int r) -> const float* {
-            return key0 + r < n_keys ? v + rows.key(key0 + r) * D : nullptr;
-        });
+        k_next.store(ks);
+        v_next.store(vs);
         __syncthreads();
+        if (key0 + kKeys < n_keys) load_tile(key0 + kKeys);
         float s[4][4] = {};
         products_16x32<D>(qs, 16 * warp, ks, s);
         const bool masked = key0 + kKeys > all_see;
@@ -268,10 +299,10 @@ __global__ void __launch_bounds__(kThreads)
     const int f0 = int(gridDim.x - 1 - blockIdx.x) * kRows, f_end = min(n_rows, f0 + kRows);
     const int n_keys = (f_end - 1) / G + 1;
     const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, g = lane >> 2, tq = lane & 3;
-    stage_rows<D>(qs, kRows, [&](int r) -> const float* {
+    stage_rows<D, kRows>(qs, [&](int r) -> const float* {
         return f0 + r < f_end ? q + rows.query(f0 + r) * D : nullptr;
     });
-    stage_rows<D>(dos, kRows, [&](int r) -> const float* {
+    stage_rows<D, kRows>(dos, [&](int r) -> const float* {
         return f0 + r < f_end ? dout + rows.query(f0 + r) * D : nullptr;
     });
     int last_visible[2];
@@ -291,15 +322,18 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int n = 0; n < D / 8; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 
+    TileLoader<D, kKeys> k_next, v_next;  // one tile ahead, as the forward
+    auto load_tile = [&](int key0) {
+        k_next.load([&](int r) -> const float* { return key0 + r < n_keys ? k + rows.key(key0 + r) * D : nullptr; });
+        v_next.load([&](int r) -> const float* { return key0 + r < n_keys ? v + rows.key(key0 + r) * D : nullptr; });
+    };
+    load_tile(0);
     for (int key0 = 0; key0 < n_keys; key0 += kKeys) {
         __syncthreads();
-        stage_rows<D>(ks, kKeys, [&](int r) -> const float* {
-            return key0 + r < n_keys ? k + rows.key(key0 + r) * D : nullptr;
-        });
-        stage_rows<D>(vs, kKeys, [&](int r) -> const float* {
-            return key0 + r < n_keys ? v + rows.key(key0 + r) * D : nullptr;
-        });
+        k_next.store(ks);
+        v_next.store(vs);
         __syncthreads();
+        if (key0 + kKeys < n_keys) load_tile(key0 + kKeys);
         float s[4][4] = {}, dp[4][4] = {};
         products_16x32<D>(qs, 16 * warp, ks, s);
         products_16x32<D>(dos, 16 * warp, vs, dp);
@@ -345,10 +379,10 @@ __global__ void __launch_bounds__(kThreads)
     const int G = rows.G, n_rows = int(T) * G;
     const int k0 = int(blockIdx.x) * kKeyRows, k_end = min(int(T), k0 + kKeyRows);
     const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, g = lane >> 2, tq = lane & 3;
-    stage_rows<D>(ks, kKeyRows, [&](int r) -> const float* {
+    stage_rows<D, kKeyRows>(ks, [&](int r) -> const float* {
         return k0 + r < k_end ? k + rows.key(k0 + r) * D : nullptr;
     });
-    stage_rows<D>(vs, kKeyRows, [&](int r) -> const float* {
+    stage_rows<D, kKeyRows>(vs, [&](int r) -> const float* {
         return k0 + r < k_end ? v + rows.key(k0 + r) * D : nullptr;
     });
     int my_key[2];
@@ -365,10 +399,11 @@ __global__ void __launch_bounds__(kThreads)
     // Rows before k0·G see none of these keys.
     for (int fq = k0 * G; fq < n_rows; fq += kKeys) {
         __syncthreads();
-        stage_rows<D>(qs, kKeys, [&](int r) -> const float* {
+        // (Staged without reading ahead: the dK / dV accumulators leave no registers for it.)
+        stage_rows<D, kKeys>(qs, [&](int r) -> const float* {
             return fq + r < n_rows ? q + rows.query(fq + r) * D : nullptr;
         });
-        stage_rows<D>(dos, kKeys, [&](int r) -> const float* {
+        stage_rows<D, kKeys>(dos, [&](int r) -> const float* {
             return fq + r < n_rows ? dout + rows.query(fq + r) * D : nullptr;
         });
         if (threadIdx.x < kKeys) {
