@@ -17,6 +17,7 @@
 //     terms errs by ≈ 2⁻⁸·Σ|x·w|, which on these random operands stays within 1e-2 of the largest
 //     output.
 #include "cuda_test_support.h"
+#include "attention_bf16_bounds.h"
 #include "train/reference_ops.h"
 
 #include <gtest/gtest.h>
@@ -219,30 +220,95 @@ TEST(CudaTrainOps, EmbeddingForwardBackward) {
     DELTABIT_EXPECT_CLOSE("embedding dembed", gde.read(), dembed, kFloat);
 }
 
-void check_attention(int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t dh) {
-    const double scale = 1.0 / std::sqrt(double(dh));
-    const Vec q = normal_values(size_t(B * T * Hq * dh), 23), k = normal_values(size_t(B * T * Hkv * dh), 24),
-              v = normal_values(size_t(B * T * Hkv * dh), 25), dout = normal_values(q.size(), 26);
-    Vec o = zeros(q.size()), dq = zeros(q.size()), dk = zeros(k.size()), dv = zeros(v.size());
-    const ref::AttentionShape shape{T, Hq, Hkv, dh, scale};
-    for (int64_t b = 0; b < B; ++b) {
-        const int64_t oq = b * T * Hq * dh, okv = b * T * Hkv * dh;
-        ref::attention_forward(q.data() + oq, k.data() + okv, v.data() + okv, shape, o.data() + oq);
-        ref::attention_backward(q.data() + oq, k.data() + okv, v.data() + okv, dout.data() + oq, shape, dq.data() + oq,
-                                dk.data() + okv, dv.data() + okv);
-    }
+// Attention in both product modes; gemm.h's switch picks the kernels (attention_kernels.cu):
+//   fp32: the CUDA-core kernels, fp32 against double: kFloat.
+//   bf16: at head_dim 64 and 128 the flash tensor-core kernels, every element within the bound their
+//     arithmetic implies (attention_bf16_bounds.h; the worst error / bound is printed); other head dims
+//     keep the CUDA-core kernels and kFloat. The gradients are added to nonzero accumulators (the kernels
+//     add; the trainer relies on it), so each bound also carries that addition's fp32 rounding, 2⁻²⁴ of
+//     the sum, and weights below fp32's normal range may flush to zero (an absolute 1e-37). Each bf16
+//     case runs twice and the bits must match: no atomics, as the trainer's resume test requires.
+struct AttentionOutputs {
+    Vec o, lse, dq, dk, dv;
+};
+
+constexpr double kDqBase = 0.5, kDkBase = 0.25, kDvBase = -0.5;
+
+AttentionOutputs run_attention(const Vec& q, const Vec& k, const Vec& v, const Vec& dout, int64_t B, int64_t T,
+                               int64_t Hq, int64_t Hkv, int64_t dh, double scale, bool with_bases) {
     DeviceArray gq(q), gk(k), gv(v), gdout(dout), go = DeviceArray::zeros(q.size()),
-        glse = DeviceArray::zeros(size_t(B * T * Hq)), gdq = DeviceArray::zeros(q.size()),
-        gdk = DeviceArray::zeros(k.size()), gdv = DeviceArray::zeros(v.size()),
-        gwork = DeviceArray::zeros(size_t(B * T * Hq));
+        glse = DeviceArray::zeros(size_t(B * T * Hq)), gwork = DeviceArray::zeros(size_t(B * T * Hq)),
+        gdq(Vec(q.size(), with_bases ? kDqBase : 0.0)), gdk(Vec(k.size(), with_bases ? kDkBase : 0.0)),
+        gdv(Vec(v.size(), with_bases ? kDvBase : 0.0));
     cuda::attention_forward(gq.get(), gk.get(), gv.get(), B, T, Hq, Hkv, dh, float(scale), go.get(), glse.get());
     cuda::attention_backward(gq.get(), gk.get(), gv.get(), go.get(), glse.get(), gdout.get(), B, T, Hq, Hkv, dh,
                              float(scale), gdq.get(), gdk.get(), gdv.get(), gwork.get());
+    return {go.read(), glse.read(), gdq.read(), gdk.read(), gdv.read()};
+}
+
+// max over elements of |got − (base + want)| / (bound + fp32 rounding of the sum); printed.
+double worst_over_bound(const std::string& what, const Vec& got, const Vec& want, const Vec& bound, double base) {
+    EXPECT_EQ(got.size(), want.size()) << what;
+    double worst = 0.0, largest = 0.0, ratio = 0.0;
+    for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
+        const double sum = base + want[i];
+        const double allowed = bound[i] + std::ldexp(std::fabs(sum) + bound[i], -24) + 1e-37;
+        const double error = std::isfinite(got[i]) ? std::fabs(got[i] - sum) : INFINITY;
+        worst = std::max(worst, error);
+        largest = std::max(largest, std::fabs(want[i]));
+        ratio = std::max(ratio, error / allowed);
+    }
+    std::printf("[ cuda train ] %-40s max|Δ| %.3g of max|ref| %.3g, worst |Δ| / bound %.3g\n", what.c_str(), worst,
+                largest, ratio);
+    return ratio;
+}
+
+void check_attention(int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t dh, double qk_std = 1.0) {
+    const double scale = 1.0 / std::sqrt(double(dh));
+    Vec q = normal_values(size_t(B * T * Hq * dh), 23, qk_std), k = normal_values(size_t(B * T * Hkv * dh), 24, qk_std),
+        v = normal_values(size_t(B * T * Hkv * dh), 25), dout = normal_values(q.size(), 26);
+    for (Vec* x : {&q, &k, &v, &dout})
+        for (double& e : *x) e = double(float(e));  // the device sees floats: the reference takes the same values
     const std::string tag = fmt::format("attention B{} T{} {}/{}x{}", B, T, Hq, Hkv, dh);
-    DELTABIT_EXPECT_CLOSE(tag + " o", go.read(), o, kFloat);
-    DELTABIT_EXPECT_CLOSE(tag + " dq", gdq.read(), dq, kFloat);
-    DELTABIT_EXPECT_CLOSE(tag + " dk", gdk.read(), dk, kFloat);
-    DELTABIT_EXPECT_CLOSE(tag + " dv", gdv.read(), dv, kFloat);
+    {
+        const cuda::ScopedGemmMath math(cuda::GemmMath::fp32);
+        Vec o = zeros(q.size()), dq = zeros(q.size()), dk = zeros(k.size()), dv = zeros(v.size());
+        const ref::AttentionShape shape{T, Hq, Hkv, dh, scale};
+        for (int64_t b = 0; b < B; ++b) {
+            const int64_t oq = b * T * Hq * dh, okv = b * T * Hkv * dh;
+            ref::attention_forward(q.data() + oq, k.data() + okv, v.data() + okv, shape, o.data() + oq);
+            ref::attention_backward(q.data() + oq, k.data() + okv, v.data() + okv, dout.data() + oq, shape,
+                                    dq.data() + oq, dk.data() + okv, dv.data() + okv);
+        }
+        const AttentionOutputs got = run_attention(q, k, v, dout, B, T, Hq, Hkv, dh, scale, false);
+        DELTABIT_EXPECT_CLOSE(tag + " fp32 o", got.o, o, kFloat);
+        DELTABIT_EXPECT_CLOSE(tag + " fp32 dq", got.dq, dq, kFloat);
+        DELTABIT_EXPECT_CLOSE(tag + " fp32 dk", got.dk, dk, kFloat);
+        DELTABIT_EXPECT_CLOSE(tag + " fp32 dv", got.dv, dv, kFloat);
+    }
+    const cuda::ScopedGemmMath math(cuda::GemmMath::bf16);
+    const testing::AttentionWithBounds want =
+        testing::attention_with_bf16_bounds(q, k, v, dout, B, T, Hq, Hkv, dh, scale);
+    const AttentionOutputs got = run_attention(q, k, v, dout, B, T, Hq, Hkv, dh, scale, true);
+    if (dh == 64 || dh == 128) {
+        EXPECT_LE(worst_over_bound(tag + " bf16 o", got.o, want.o, want.o_bound, 0.0), 1.0);
+        EXPECT_LE(worst_over_bound(tag + " bf16 dq", got.dq, want.dq, want.dq_bound, kDqBase), 1.0);
+        EXPECT_LE(worst_over_bound(tag + " bf16 dk", got.dk, want.dk, want.dk_bound, kDkBase), 1.0);
+        EXPECT_LE(worst_over_bound(tag + " bf16 dv", got.dv, want.dv, want.dv_bound, kDvBase), 1.0);
+    } else {
+        auto minus = [](Vec x, double base) {
+            for (double& e : x) e -= base;
+            return x;
+        };
+        DELTABIT_EXPECT_CLOSE(tag + " bf16 o", got.o, want.o, kFloat);
+        DELTABIT_EXPECT_CLOSE(tag + " bf16 dq", minus(got.dq, kDqBase), want.dq, kFloat);
+        DELTABIT_EXPECT_CLOSE(tag + " bf16 dk", minus(got.dk, kDkBase), want.dk, kFloat);
+        DELTABIT_EXPECT_CLOSE(tag + " bf16 dv", minus(got.dv, kDvBase), want.dv, kFloat);
+    }
+    const AttentionOutputs again = run_attention(q, k, v, dout, B, T, Hq, Hkv, dh, scale, true);
+    EXPECT_TRUE(again.o == got.o && again.lse == got.lse && again.dq == got.dq && again.dk == got.dk &&
+                again.dv == got.dv)
+        << tag << ": two bf16 runs differ";
 }
 
 TEST(CudaTrainOps, AttentionForwardBackward) {
@@ -250,6 +316,23 @@ TEST(CudaTrainOps, AttentionForwardBackward) {
     check_attention(1, 1, 1, 1, 4);
     check_attention(2, 70, 4, 2, 16);
     check_attention(1, 300, 8, 2, 64);
+}
+
+// The flash kernels' edges: T = 1, lengths that are no multiple of the 64-row or 32-key tiles (row tiles
+// then straddle positions: 64 is no multiple of 3, 5, 6, 7), two sequences, query groups 1 .. 8 at both
+// head dims, the configs' geometries (6 / 2 heads at 64 and 128) and peaked softmaxes (q, k std 2).
+TEST(CudaTrainOps, AttentionFlashEdges) {
+    SKIP_WITHOUT_GPU();
+    check_attention(1, 1, 1, 1, 128);
+    check_attention(1, 1, 8, 1, 64);
+    check_attention(3, 33, 2, 1, 128);
+    for (int64_t group = 1; group <= 8; ++group)
+        check_attention(1, 23 + 13 * group, group * (group % 2 == 0 ? 2 : 1), group % 2 == 0 ? 2 : 1,
+                        group % 3 == 0 ? 128 : 64);
+    check_attention(2, 200, 6, 2, 64);
+    check_attention(1, 160, 6, 2, 128);
+    check_attention(1, 129, 4, 1, 128, 2.0);
+    check_attention(2, 64, 3, 1, 64, 2.0);
 }
 
 // decay: the scale of |g| (0.5: a chunk forgets e^{-20} of its entering state; 3: far more).

@@ -39,6 +39,16 @@ __device__ __forceinline__ void mma_f16_f32(float (&c)[4], const uint32_t (&a)[4
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// c += a · b, bf16 inputs, f32 accumulators (the layout above; bf16 keeps f32's exponent range with 8
+// significant bits). Accumulation as the f16 form's.
+__device__ __forceinline__ void mma_bf16_f32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 // d += a · b, s8 inputs, s32 accumulators, exact (m16n8k32: the layout above with four 8-bit k per
 // register where f16 has two 16-bit ones).
 __device__ __forceinline__ void mma_s8_s32(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {

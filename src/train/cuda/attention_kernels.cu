@@ -3,11 +3,17 @@
 // (lanes split the head dimension: coalesced rows), and the backward recomputes the probabilities from
 // the saved log-sum-exp. dq is computed per query row; dk and dv per key row
 // (one block per (key row, kv head) walks the later queries of every head in its group), so no
-// gradient needs atomics. O(T²·dh) CUDA-core work per head: correct first; a flash-style tensor-core
-// kernel replaces it once this one is the oracle on the GPU.
+// gradient needs atomics. O(T²·dh) CUDA-core work per head in fp32: the path of fp32 products
+// (GemmMath::fp32, the tests that compare a whole step with the double reference) and of head dims the
+// flash kernels are not built for; bf16 products at head_dim 64 / 128 go to the flash-style tensor-core
+// kernels (attention_flash.h), tested against these.
+#include "train/cuda/attention_flash.h"
 #include "train/cuda/device_common.cuh"
+#include "train/cuda/gemm.h"
 #include "train/cuda/kernels.h"
 
+#include <cstdint>
+#include <initializer_list>
 #include <string>
 
 namespace deltabit::train::cuda {
@@ -168,12 +174,21 @@ void check_shape(int64_t B, int64_t T, int64_t Hq, int64_t Hkv) {
                      " heads " + std::to_string(Hq) + "/" + std::to_string(Hkv));
 }
 
+// The flash kernels round their operands to bf16: only where the products run in bf16 anyway. They read
+// and write rows 16 and 8 bytes at a time, so those arrays must be 16-byte aligned (the trainer's are).
+bool use_flash(int64_t dh, std::initializer_list<const float*> arrays) {
+    for (const float* a : arrays)
+        if (reinterpret_cast<uintptr_t>(a) % 16 != 0) return false;
+    return gemm_math() == GemmMath::bf16 && flash_attention_supported(dh);
+}
+
 }  // namespace
 
 void attention_forward(const float* q, const float* k, const float* v, int64_t B, int64_t T, int64_t Hq, int64_t Hkv,
                        int64_t dh, float scale, float* o, float* lse) {
     if (B * T == 0) return;
     check_shape(B, T, Hq, Hkv);
+    if (use_flash(dh, {q, k, v, o})) return attention_flash_forward(q, k, v, B, T, Hq, Hkv, dh, scale, o, lse);
     const size_t shared = size_t(dh + T) * sizeof(float);
     allow_shared(attention_forward_kernel, shared, "attention_forward_kernel");
     attention_forward_kernel<<<dim3(unsigned(T), unsigned(Hq), unsigned(B)), kThreads, shared>>>(q, k, v, T, Hq, Hkv,
@@ -186,6 +201,8 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
                         float* dq, float* dk, float* dv, float* workspace) {
     if (B * T == 0) return;
     check_shape(B, T, Hq, Hkv);
+    if (use_flash(dh, {q, k, v, o, dout, dq, dk, dv}))
+        return attention_flash_backward(q, k, v, o, lse, dout, B, T, Hq, Hkv, dh, scale, dq, dk, dv, workspace);
     const int64_t rows = B * T * Hq;
     attention_row_dot_kernel<<<blocks_for(rows, 128), 128>>>(o, dout, rows, dh, workspace);
     cuda_check_launch("attention_row_dot_kernel");
