@@ -67,7 +67,20 @@ Session* SessionPool::acquire(std::span<const int32_t> prompt) {
         best_live->last_used = clock_;
         return best_live->session.get();
     }
+    // The chosen snapshot is held out of the list while a slot is freed: parking the slot's session may
+    // push the budget over, and trimming must not drop (or free) the snapshot about to be loaded.
+    // Its bytes leave the budgets meanwhile: it is about to be loaded and deleted, and must not make the
+    // trim drop others.
+    ParkedList chosen;
+    if (best_parked != parked_.end()) {
+        chosen.splice(chosen.end(), parked_, best_parked);
+        (best_parked->spilled ? totals_.spilled_bytes : totals_.parked_bytes) -= best_parked->bytes;
+    }
     Live* slot = free_slot();
+    if (!chosen.empty()) {
+        (best_parked->spilled ? totals_.spilled_bytes : totals_.parked_bytes) += best_parked->bytes;
+        parked_.splice(parked_.end(), chosen);
+    }
     if (!slot) return nullptr;
     if (best_parked != parked_.end()) {
         try {

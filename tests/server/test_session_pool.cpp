@@ -167,6 +167,38 @@ TEST(SessionPool, WithoutASpillFolderOverTheBudgetIsDropped) {
     EXPECT_TRUE(f.spilled_files().empty());
 }
 
+// The budget holds one snapshot and there is no spill folder: resuming A parks B, which pushes the
+// budget over; the trim must not drop A (the snapshot being resumed), only what is over once A is taken.
+TEST(SessionPool, ResumingAParkedConversationIsNotTrimmedAwayByTheParkItCauses) {
+    PoolFixture f("trim");
+    int64_t one = 0;
+    {  // the size of one parked conversation
+        server::PoolOptions o = f.options(false);
+        o.park_budget_bytes = int64_t(1) << 30;
+        server::SessionPool pool(*f.engine, o);
+        f.converse(pool, prompt_of(3, 10));
+        f.converse(pool, prompt_of(60, 10));
+        one = pool.counts().parked_bytes;
+    }
+    ASSERT_GT(one, 0);
+    server::PoolOptions o = f.options(false);
+    o.park_budget_bytes = one + one / 2;
+    server::SessionPool pool(*f.engine, o);
+    const std::vector<int32_t> held_a = f.converse(pool, prompt_of(3, 10));
+    f.converse(pool, prompt_of(60, 10));  // A parked, within the budget
+    std::vector<int32_t> follow_up = held_a;
+    follow_up.push_back(5);
+    Session* s = pool.acquire(follow_up);  // B parked to free the slot, A resumed
+    ASSERT_NE(s, nullptr);
+    EXPECT_EQ(std::vector<int32_t>(s->ledger().tokens().begin(), s->ledger().tokens().end()), held_a);
+    pool.release(s);
+    const server::PoolCounts c = pool.counts();
+    EXPECT_EQ(c.resumes, 1);
+    EXPECT_EQ(c.parked, 1);  // B
+    EXPECT_EQ(c.evictions, 0);
+    EXPECT_LE(c.parked_bytes, one + one / 2);
+}
+
 TEST(SessionPool, ASpillFolderThatIsNotADirectoryIsRefused) {
     PoolFixture f("missing");
     server::PoolOptions o = f.options(true);
