@@ -82,14 +82,15 @@ int run_case(int64_t n, int64_t groups, int64_t tokens, uint32_t seed) {
                 double dot = 0;
                 for (int64_t i = 0; i < 128; ++i)
                     dot += (bit[size_t(r * k + g * 128 + i)] ? 1.0 : -1.0) * q[size_t(t * k + g * 128 + i)];
-                const double term = dot * half_to_float(scale[size_t(r * groups + g)]) * meta[size_t(t * groups + g)].scale;
+                const double term =
+                    dot * half_to_float(scale[size_t(r * groups + g)]) * meta[size_t(t * groups + g)].scale;
                 exact += term;
                 magnitude += std::fabs(term);
             }
             const double got = y[size_t(t * n + r)], bound = (double(groups) / 8 + 10) * u * magnitude;
             if (!(std::fabs(got - exact) <= bound) && bad++ < 5)
-                std::printf("  N=%lld K=%lld T=%lld: y[%lld][%lld] = %.9g, reference %.9g (bound %.3g)\n",
-                            (long long)n, (long long)k, (long long)tokens, (long long)t, (long long)r, got, exact, bound);
+                std::printf("  N=%lld K=%lld T=%lld: y[%lld][%lld] = %.9g, reference %.9g (bound %.3g)\n", (long long)n,
+                            (long long)k, (long long)tokens, (long long)t, (long long)r, got, exact, bound);
         }
     for (int i = 0; i < kGuardFloats; ++i)
         if (y[size_t(tokens * n + i)] != kGuard && bad++ < 5)

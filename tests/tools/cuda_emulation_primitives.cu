@@ -49,7 +49,8 @@ int main() {
     const dim3 grid(3, 2, 2), block(8, 4, 2);
     std::vector<int> index(12 * 64, -1);
     index_kernel<<<grid, block>>>(index.data());
-    for (int i = 0; i < int(index.size()); ++i) expect(index[i] == i / 64 * 1000 + i % 64, "index", i, index[i], i / 64 * 1000 + i % 64);
+    for (int i = 0; i < int(index.size()); ++i)
+        expect(index[i] == i / 64 * 1000 + i % 64, "index", i, index[i], i / 64 * 1000 + i % 64);
 
     std::vector<int> out(6 * 40, -1);
     unsigned counter = 0;

@@ -16,9 +16,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <source_location>
 #include <memory>
 #include <mutex>
+#include <source_location>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -53,8 +53,8 @@ constexpr int warpSize = 32;
 namespace emu {
 
 [[noreturn]] inline void fail(const std::string& what) {
-    std::fprintf(stderr, "cuda emulation: block (%u,%u,%u) thread (%u,%u,%u): %s\n", blockIdx.x, blockIdx.y,
-                 blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z, what.c_str());
+    std::fprintf(stderr, "cuda emulation: block (%u,%u,%u) thread (%u,%u,%u): %s\n", blockIdx.x, blockIdx.y, blockIdx.z,
+                 threadIdx.x, threadIdx.y, threadIdx.z, what.c_str());
     std::fflush(stderr);
     std::_Exit(3);  // other threads may be blocked at barriers: no unwinding
 }
@@ -71,10 +71,12 @@ public:
     Barrier(int count, const char* kind) : count_(count), kind_(kind) {}
     void wait(const Site& site) {
         std::unique_lock lock(mutex_);
-        if (left_ > 0) fail(std::string(kind_) + " reached after " + std::to_string(left_) + " of its " +
-                            std::to_string(count_) + " threads had returned: a barrier in divergent code");
+        if (left_ > 0)
+            fail(std::string(kind_) + " reached after " + std::to_string(left_) + " of its " + std::to_string(count_) +
+                 " threads had returned: a barrier in divergent code");
         const uint64_t phase = phase_;
-        if (waiting_ == 0) site_ = site;
+        if (waiting_ == 0)
+            site_ = site;
         else if (site.line() != site_.line() || site.column() != site_.column() ||
                  std::strcmp(site.file_name(), site_.file_name()) != 0)
             fail(std::string(kind_) + " at " + where(site) + " while other threads wait at " + where(site_) +
@@ -86,14 +88,16 @@ public:
             return;
         }
         if (!woken_.wait_for(lock, std::chrono::seconds(60), [&] { return phase_ != phase; }))
-            fail(std::string(kind_) + ": waited a minute for the other threads: a deadlock (threads at different "
-                                      "barriers, or a loop waiting for another block, which runs later here)");
+            fail(std::string(kind_) +
+                 ": waited a minute for the other threads: a deadlock (threads at different "
+                 "barriers, or a loop waiting for another block, which runs later here)");
     }
     void leave() {
         std::lock_guard lock(mutex_);
         ++left_;
-        if (waiting_ > 0) fail(std::string("returned while ") + std::to_string(waiting_) + " threads wait at a " +
-                               kind_ + ": a barrier in divergent code");
+        if (waiting_ > 0)
+            fail(std::string("returned while ") + std::to_string(waiting_) + " threads wait at a " + kind_ +
+                 ": a barrier in divergent code");
     }
 
 private:
@@ -106,15 +110,16 @@ private:
     uint64_t phase_ = 0;
 };
 
-constexpr unsigned char kPoison = 0xff;  // NaN as f32, f16 and bf16; −1 as integers
-constexpr size_t kSharedPerBlock = 227 * 1024;   // H100/H200: shared memory a block may opt in to
+constexpr unsigned char kPoison = 0xff;         // NaN as f32, f16 and bf16; −1 as integers
+constexpr size_t kSharedPerBlock = 227 * 1024;  // H100/H200: shared memory a block may opt in to
 constexpr size_t kSharedWithoutOptIn = 48 * 1024;
 
 // Shared memory of a block: 128-byte aligned (what TMA and swizzled layouts ask for), poisoned.
 class Poisoned {
 public:
     Poisoned() = default;
-    explicit Poisoned(size_t bytes) : data_(static_cast<unsigned char*>(std::aligned_alloc(128, (bytes + 127) / 128 * 128 + 128))) {
+    explicit Poisoned(size_t bytes)
+        : data_(static_cast<unsigned char*>(std::aligned_alloc(128, (bytes + 127) / 128 * 128 + 128))) {
         std::memset(data_.get(), kPoison, (bytes + 127) / 128 * 128 + 128);
     }
     void* data() const { return data_.get(); }
@@ -178,8 +183,10 @@ inline thread_local std::vector<std::vector<PendingCopy>> copy_groups;  // commi
 inline thread_local std::vector<PendingCopy> open_copy_group;
 inline void land(const std::vector<PendingCopy>& group) {
     for (const PendingCopy& c : group) {
-        if (c.zero) std::memset(c.dst, 0, size_t(c.bytes));
-        else std::memcpy(c.dst, c.src, size_t(c.bytes));
+        if (c.zero)
+            std::memset(c.dst, 0, size_t(c.bytes));
+        else
+            std::memcpy(c.dst, c.src, size_t(c.bytes));
     }
 }
 
@@ -262,19 +269,23 @@ T exchange(T value, Source source, const Site& site) {
 // `width` splits the warp into segments; a source outside the caller's segment gives the caller's own value.
 template <typename T>
 T __shfl_sync(unsigned, T v, int src, int width = 32, emu::Site site = emu::Site::current()) {
-    return emu::exchange(v, [&](int l) { return l - l % width + ((src % width) + width) % width; }, site);
+    return emu::exchange(
+        v, [&](int l) { return l - l % width + ((src % width) + width) % width; }, site);
 }
 template <typename T>
 T __shfl_xor_sync(unsigned, T v, int mask, int width = 32, emu::Site site = emu::Site::current()) {
-    return emu::exchange(v, [&](int l) { return (l ^ mask) / width > l / width ? l : l ^ mask; }, site);
+    return emu::exchange(
+        v, [&](int l) { return (l ^ mask) / width > l / width ? l : l ^ mask; }, site);
 }
 template <typename T>
 T __shfl_down_sync(unsigned, T v, unsigned delta, int width = 32, emu::Site site = emu::Site::current()) {
-    return emu::exchange(v, [&](int l) { return l % width + int(delta) < width ? l + int(delta) : l; }, site);
+    return emu::exchange(
+        v, [&](int l) { return l % width + int(delta) < width ? l + int(delta) : l; }, site);
 }
 template <typename T>
 T __shfl_up_sync(unsigned, T v, unsigned delta, int width = 32, emu::Site site = emu::Site::current()) {
-    return emu::exchange(v, [&](int l) { return l % width >= int(delta) ? l - int(delta) : l; }, site);
+    return emu::exchange(
+        v, [&](int l) { return l % width >= int(delta) ? l - int(delta) : l; }, site);
 }
 inline unsigned __ballot_sync(unsigned, int predicate, emu::Site site = emu::Site::current()) {
     emu::lane_slot(emu::lane())[1] = predicate != 0;
@@ -305,14 +316,38 @@ T atomic_update(T* address, F update) {
     return old;
 }
 }  // namespace emu
-template <typename T> T atomicAdd(T* p, std::type_identity_t<T> v) { return emu::atomic_update(p, [&](T o) { return T(o + v); }); }
-template <typename T> T atomicSub(T* p, std::type_identity_t<T> v) { return emu::atomic_update(p, [&](T o) { return T(o - v); }); }
-template <typename T> T atomicMax(T* p, std::type_identity_t<T> v) { return emu::atomic_update(p, [&](T o) { return o < v ? v : o; }); }
-template <typename T> T atomicMin(T* p, std::type_identity_t<T> v) { return emu::atomic_update(p, [&](T o) { return v < o ? v : o; }); }
-template <typename T> T atomicExch(T* p, std::type_identity_t<T> v) { return emu::atomic_update(p, [&](T) { return v; }); }
-template <typename T> T atomicAnd(T* p, std::type_identity_t<T> v) { return emu::atomic_update(p, [&](T o) { return T(o & v); }); }
-template <typename T> T atomicOr(T* p, std::type_identity_t<T> v) { return emu::atomic_update(p, [&](T o) { return T(o | v); }); }
-template <typename T> T atomicXor(T* p, std::type_identity_t<T> v) { return emu::atomic_update(p, [&](T o) { return T(o ^ v); }); }
+template <typename T>
+T atomicAdd(T* p, std::type_identity_t<T> v) {
+    return emu::atomic_update(p, [&](T o) { return T(o + v); });
+}
+template <typename T>
+T atomicSub(T* p, std::type_identity_t<T> v) {
+    return emu::atomic_update(p, [&](T o) { return T(o - v); });
+}
+template <typename T>
+T atomicMax(T* p, std::type_identity_t<T> v) {
+    return emu::atomic_update(p, [&](T o) { return o < v ? v : o; });
+}
+template <typename T>
+T atomicMin(T* p, std::type_identity_t<T> v) {
+    return emu::atomic_update(p, [&](T o) { return v < o ? v : o; });
+}
+template <typename T>
+T atomicExch(T* p, std::type_identity_t<T> v) {
+    return emu::atomic_update(p, [&](T) { return v; });
+}
+template <typename T>
+T atomicAnd(T* p, std::type_identity_t<T> v) {
+    return emu::atomic_update(p, [&](T o) { return T(o & v); });
+}
+template <typename T>
+T atomicOr(T* p, std::type_identity_t<T> v) {
+    return emu::atomic_update(p, [&](T o) { return T(o | v); });
+}
+template <typename T>
+T atomicXor(T* p, std::type_identity_t<T> v) {
+    return emu::atomic_update(p, [&](T o) { return T(o ^ v); });
+}
 template <typename T>
 T atomicCAS(T* p, std::type_identity_t<T> compare, std::type_identity_t<T> v) {
     return emu::atomic_update(p, [&](T o) { return o == compare ? v : o; });
@@ -374,27 +409,66 @@ inline int __float2int_rn(float x) { return int(nearbyintf(x)); }
 inline int __float2int_rz(float x) { return int(x); }
 inline unsigned __float2uint_rn(float x) { return unsigned(nearbyintf(x)); }
 inline float __int2float_rn(int x) { return float(x); }
-template <typename A, typename B> auto min(A a, B b) { return b < a ? b : a; }
-template <typename A, typename B> auto max(A a, B b) { return a < b ? b : a; }
+template <typename A, typename B>
+auto min(A a, B b) {
+    return b < a ? b : a;
+}
+template <typename A, typename B>
+auto max(A a, B b) {
+    return a < b ? b : a;
+}
 
 // ---- loads and stores with cache hints: plain accesses here ----
-template <typename T> T __ldg(const T* p) { return *p; }
-template <typename T> T __ldcg(const T* p) { return *p; }
-template <typename T> T __ldcs(const T* p) { return *p; }
-template <typename T> void __stcg(T* p, T v) { *p = v; }
-template <typename T> void __stcs(T* p, T v) { *p = v; }
+template <typename T>
+T __ldg(const T* p) {
+    return *p;
+}
+template <typename T>
+T __ldcg(const T* p) {
+    return *p;
+}
+template <typename T>
+T __ldcs(const T* p) {
+    return *p;
+}
+template <typename T>
+void __stcg(T* p, T v) {
+    *p = v;
+}
+template <typename T>
+void __stcs(T* p, T v) {
+    *p = v;
+}
 inline size_t __cvta_generic_to_shared(const void* p) { return reinterpret_cast<size_t>(p); }
 
 // ---- vector types ----
-struct alignas(8) int2 { int x, y; };
-struct alignas(16) int4 { int x, y, z, w; };
-struct alignas(8) uint2 { unsigned x, y; };
-struct alignas(16) uint4 { unsigned x, y, z, w; };
-struct alignas(8) float2 { float x, y; };
-struct alignas(16) float4 { float x, y, z, w; };
-struct alignas(16) double2 { double x, y; };
-struct alignas(4) char4 { signed char x, y, z, w; };
-struct alignas(4) uchar4 { unsigned char x, y, z, w; };
+struct alignas(8) int2 {
+    int x, y;
+};
+struct alignas(16) int4 {
+    int x, y, z, w;
+};
+struct alignas(8) uint2 {
+    unsigned x, y;
+};
+struct alignas(16) uint4 {
+    unsigned x, y, z, w;
+};
+struct alignas(8) float2 {
+    float x, y;
+};
+struct alignas(16) float4 {
+    float x, y, z, w;
+};
+struct alignas(16) double2 {
+    double x, y;
+};
+struct alignas(4) char4 {
+    signed char x, y, z, w;
+};
+struct alignas(4) uchar4 {
+    unsigned char x, y, z, w;
+};
 inline int2 make_int2(int x, int y) { return {x, y}; }
 inline int4 make_int4(int x, int y, int z, int w) { return {x, y, z, w}; }
 inline uint2 make_uint2(unsigned x, unsigned y) { return {x, y}; }
@@ -407,7 +481,13 @@ inline uchar4 make_uchar4(unsigned char x, unsigned char y, unsigned char z, uns
 
 // ---- the runtime API: host memory, synchronous launches, an H200's attributes ----
 enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2 };
-enum cudaMemcpyKind { cudaMemcpyHostToHost, cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice, cudaMemcpyDefault };
+enum cudaMemcpyKind {
+    cudaMemcpyHostToHost,
+    cudaMemcpyHostToDevice,
+    cudaMemcpyDeviceToHost,
+    cudaMemcpyDeviceToDevice,
+    cudaMemcpyDefault
+};
 enum cudaDeviceAttr {
     cudaDevAttrMaxGridDimX,
     cudaDevAttrMultiProcessorCount,
@@ -421,17 +501,35 @@ enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize, cudaFuncAt
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline cudaError_t cudaPeekAtLastError() { return cudaSuccess; }
 inline const char* cudaGetErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "emulated error"; }
-inline cudaError_t cudaGetDevice(int* device) { *device = 0; return cudaSuccess; }
+inline cudaError_t cudaGetDevice(int* device) {
+    *device = 0;
+    return cudaSuccess;
+}
 inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
-inline cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
+inline cudaError_t cudaGetDeviceCount(int* n) {
+    *n = 1;
+    return cudaSuccess;
+}
 inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int) {
     switch (attribute) {
-        case cudaDevAttrMaxGridDimX: *value = 2147483647; break;
-        case cudaDevAttrMultiProcessorCount: *value = 132; break;
-        case cudaDevAttrComputeCapabilityMajor: *value = 9; break;
-        case cudaDevAttrComputeCapabilityMinor: *value = 0; break;
-        case cudaDevAttrMaxSharedMemoryPerBlockOptin: *value = int(emu::kSharedPerBlock); break;
-        case cudaDevAttrL2CacheSize: *value = 60 * 1024 * 1024; break;
+        case cudaDevAttrMaxGridDimX:
+            *value = 2147483647;
+            break;
+        case cudaDevAttrMultiProcessorCount:
+            *value = 132;
+            break;
+        case cudaDevAttrComputeCapabilityMajor:
+            *value = 9;
+            break;
+        case cudaDevAttrComputeCapabilityMinor:
+            *value = 0;
+            break;
+        case cudaDevAttrMaxSharedMemoryPerBlockOptin:
+            *value = int(emu::kSharedPerBlock);
+            break;
+        case cudaDevAttrL2CacheSize:
+            *value = 60 * 1024 * 1024;
+            break;
     }
     return cudaSuccess;
 }
@@ -474,8 +572,9 @@ cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* config, void (*kernel)(
         if (config->attrs[i].id == cudaLaunchAttributeClusterDimension && c.x * c.y * c.z > 1)
             emu::fail("thread-block clusters are not emulated");
     }
-    emu::launch(config->gridDim, config->blockDim, config->dynamicSmemBytes, config->stream,
-                [&](auto... a) { kernel(a...); }, std::forward<Args>(args)...);
+    emu::launch(
+        config->gridDim, config->blockDim, config->dynamicSmemBytes, config->stream, [&](auto... a) { kernel(a...); },
+        std::forward<Args>(args)...);
     return cudaSuccess;
 }
 
@@ -486,14 +585,33 @@ inline cudaError_t cudaMalloc(void** p, size_t bytes) {
     std::memset(*p, emu::kPoison, (bytes + 255) / 256 * 256 + 256);
     return cudaSuccess;
 }
-template <typename T> cudaError_t cudaMalloc(T** p, size_t bytes) { return cudaMalloc(reinterpret_cast<void**>(p), bytes); }
-inline cudaError_t cudaFree(void* p) { std::free(p); return cudaSuccess; }
-inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) { std::memmove(d, s, n); return cudaSuccess; }
-inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind, cudaStream_t = nullptr) { std::memmove(d, s, n); return cudaSuccess; }
-inline cudaError_t cudaMemset(void* d, int v, size_t n) { std::memset(d, v, n); return cudaSuccess; }
-inline cudaError_t cudaMemsetAsync(void* d, int v, size_t n, cudaStream_t = nullptr) { std::memset(d, v, n); return cudaSuccess; }
 template <typename T>
-cudaError_t cudaMemcpyToSymbol(T& symbol, const void* s, size_t n, size_t offset = 0, cudaMemcpyKind = cudaMemcpyHostToDevice) {
+cudaError_t cudaMalloc(T** p, size_t bytes) {
+    return cudaMalloc(reinterpret_cast<void**>(p), bytes);
+}
+inline cudaError_t cudaFree(void* p) {
+    std::free(p);
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
+    std::memmove(d, s, n);
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind, cudaStream_t = nullptr) {
+    std::memmove(d, s, n);
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemset(void* d, int v, size_t n) {
+    std::memset(d, v, n);
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemsetAsync(void* d, int v, size_t n, cudaStream_t = nullptr) {
+    std::memset(d, v, n);
+    return cudaSuccess;
+}
+template <typename T>
+cudaError_t cudaMemcpyToSymbol(T& symbol, const void* s, size_t n, size_t offset = 0,
+                               cudaMemcpyKind = cudaMemcpyHostToDevice) {
     std::memcpy(reinterpret_cast<char*>(&symbol) + offset, s, n);
     return cudaSuccess;
 }

@@ -73,18 +73,26 @@ void mma(Acc (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, int per,
 
 }  // namespace emu_tc
 
-inline void ldmatrix_x4(const void* smem, uint32_t (&r)[4], emu::Site site = emu::Site::current()) { emu_tc::ldmatrix(smem, r, false, site); }
-inline void ldmatrix_x4_trans(const void* smem, uint32_t (&r)[4], emu::Site site = emu::Site::current()) { emu_tc::ldmatrix(smem, r, true, site); }
-inline void mma_f16_f32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, emu::Site site = emu::Site::current()) {
+inline void ldmatrix_x4(const void* smem, uint32_t (&r)[4], emu::Site site = emu::Site::current()) {
+    emu_tc::ldmatrix(smem, r, false, site);
+}
+inline void ldmatrix_x4_trans(const void* smem, uint32_t (&r)[4], emu::Site site = emu::Site::current()) {
+    emu_tc::ldmatrix(smem, r, true, site);
+}
+inline void mma_f16_f32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
+                        emu::Site site = emu::Site::current()) {
     emu_tc::mma(c, a, b0, b1, 2, emu_tc::f16, emu_tc::f16, site);
 }
-inline void mma_bf16_f32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, emu::Site site = emu::Site::current()) {
+inline void mma_bf16_f32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
+                         emu::Site site = emu::Site::current()) {
     emu_tc::mma(c, a, b0, b1, 2, emu_tc::bf16, emu_tc::bf16, site);
 }
-inline void mma_s8_s32(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, emu::Site site = emu::Site::current()) {
+inline void mma_s8_s32(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
+                       emu::Site site = emu::Site::current()) {
     emu_tc::mma(d, a, b0, b1, 4, emu_tc::s8, emu_tc::s8, site);
 }
-inline void mma_u8_s8_s32(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, emu::Site site = emu::Site::current()) {
+inline void mma_u8_s8_s32(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
+                          emu::Site site = emu::Site::current()) {
     emu_tc::mma(d, a, b0, b1, 4, emu_tc::u8, emu_tc::s8, site);
 }
 
