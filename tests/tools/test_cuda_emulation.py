@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""tools/cuda_emulation on real code: gemm_q1_0_small (src/ops/matmul/gemm_small_cuda.cu: u8·s8 mma fragments, a
-cp.async ring, static and dynamic shared memory) emulated on the host agrees with a naive reference; copies of
-it with a planted bug — a fragment index off by one, a row mask off by one, a cp.async wait one group short, a
-warp barrier in divergent code — are caught; the thread model's own primitives give hand-worked answers; and
-every inline-asm wrapper of the real headers has a stand-in. Skipped where g++ cannot build C++20."""
+"""tools/cuda_emulation on real code, emulated on the host against naive references: gemm_q1_0_small
+(src/ops/matmul/gemm_small_cuda.cu: u8·s8 mma fragments, a cp.async ring, static and dynamic shared memory) and
+the staged split-K decode attention (attention_split_staged_cuda.cu: ldmatrix, ldmatrix .trans and f16 mma
+fragments, a swizzled ring, programmatic launch) agree; copies with a planted bug — fragment indices off by one,
+a row mask off by one, a cp.async wait one group short, barriers in divergent code — are caught; the thread
+model's own primitives give hand-worked answers; and every inline-asm wrapper of the real headers has a
+stand-in. Skipped where g++ cannot build C++20."""
 import os
 import re
 import shutil
@@ -14,7 +16,8 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 TOOL = os.path.join(ROOT, "tools", "cuda_emulation")
-KERNEL = os.path.join(ROOT, "src", "ops", "matmul", "gemm_small_cuda.cu")
+GEMM = os.path.join(ROOT, "src", "ops", "matmul", "gemm_small_cuda.cu")
+ATTENTION = os.path.join(ROOT, "src", "ops", "attention", "attention_split_staged_cuda.cu")
 CXX = shutil.which("g++")
 FLAGS = ["-std=c++20", "-O1", "-pthread", "-Wno-unknown-pragmas", "-DFMT_HEADER_ONLY"]
 # Wrappers of the real headers with no stand-in, and why.
@@ -40,8 +43,9 @@ class CudaEmulationTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="cuda_emulation_")
-        cls.driver = cls.compile_object(os.path.join(HERE, "cuda_emulation_gemm_small.cpp"), [])
-        cls.dtype = cls.compile_object(os.path.join(ROOT, "src", "core", "dtype.cpp"), [])
+        cls.gemm_driver = [cls.compile_object(os.path.join(HERE, "cuda_emulation_gemm_small.cpp"), []),
+                           cls.compile_object(os.path.join(ROOT, "src", "core", "dtype.cpp"), [])]
+        cls.attention_driver = [cls.compile_object(os.path.join(HERE, "cuda_emulation_attention_staged.cpp"), [])]
 
     @classmethod
     def tearDownClass(cls):
@@ -65,18 +69,24 @@ class CudaEmulationTest(unittest.TestCase):
         result = subprocess.run([binary], capture_output=True, text=True, timeout=120)
         return result.returncode, result.stdout + result.stderr
 
-    def emulate_gemm(self, old=None, new=None):
-        """gemm_small_cuda.cu, or a copy with the one occurrence of `old` replaced by `new`, against the driver."""
-        source = KERNEL
+    def emulate_kernel(self, kernel, driver, old=None, new=None):
+        """`kernel`, or a copy with the one occurrence of `old` replaced by `new`, against `driver`."""
+        source = kernel
         if old is not None:
-            text = read(KERNEL)
+            text = read(kernel)
             self.assertEqual(text.count(old), 1, f"the kernel changed: update the planted bug ({old!r})")
-            source = os.path.join(tempfile.mkdtemp(dir=self.dir), "gemm_small_cuda.cu")
+            source = os.path.join(tempfile.mkdtemp(dir=self.dir), os.path.basename(kernel))
             with open(source, "w") as f:
                 f.write(text.replace(old, new))
-        return self.emulate(source, [self.driver, self.dtype])
+        return self.emulate(source, driver)
 
-    def test_real_kernel_agrees_with_the_reference(self):
+    def emulate_gemm(self, old=None, new=None):
+        return self.emulate_kernel(GEMM, self.gemm_driver, old, new)
+
+    def emulate_attention(self, old=None, new=None):
+        return self.emulate_kernel(ATTENTION, self.attention_driver, old, new)
+
+    def test_gemm_agrees_with_the_reference(self):
         status, out = self.emulate_gemm()
         self.assertEqual(status, 0, out)
         self.assertEqual(out.count("agrees"), 4, out)
@@ -107,6 +117,17 @@ class CudaEmulationTest(unittest.TestCase):
         status, out = self.emulate_gemm("    }\n    __syncthreads();\n", "    }\n    if (warp > 0) __syncthreads();\n")
         self.assertEqual(status, 3, out)
         self.assertRegex(out, r"returned while \d+ threads wait at a __syncthreads|__syncthreads reached after")
+
+    def test_staged_attention_agrees_with_the_reference(self):
+        status, out = self.emulate_attention()
+        self.assertEqual(status, 0, out)
+        self.assertEqual(out.count("agrees"), 4, out)
+
+    def test_transposed_fragment_index_bug_is_caught(self):
+        # V's ldmatrix .trans addresses: lanes 8..15 give the second 8 dims, not lanes 16..23.
+        status, out = self.emulate_attention("v_dim = ((lane >> 3) & 1) * 8;", "v_dim = ((lane >> 4) & 1) * 8;")
+        self.assertEqual(status, 1, out)
+        self.assertEqual(out.count("f16 d="), out.count("DISAGREES"), out)
 
     def test_thread_model_primitives(self):
         status, out = self.emulate(os.path.join(HERE, "cuda_emulation_primitives.cu"))
