@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <new>
 #include <memory>
 #include <mutex>
 #include <source_location>
@@ -578,11 +579,12 @@ cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* config, void (*kernel)(
     return cudaSuccess;
 }
 
-// New allocations are poisoned, so a kernel reading memory nobody wrote sees NaN.
+// New allocations are poisoned, so a kernel reading memory nobody wrote sees NaN. Exactly `bytes`, 256-byte
+// aligned as the device's: built with -fsanitize=address, a read past the end is reported.
 inline cudaError_t cudaMalloc(void** p, size_t bytes) {
-    *p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
+    *p = ::operator new(std::max<size_t>(bytes, 1), std::align_val_t(256), std::nothrow);
     if (*p == nullptr) return cudaErrorMemoryAllocation;
-    std::memset(*p, emu::kPoison, (bytes + 255) / 256 * 256 + 256);
+    std::memset(*p, emu::kPoison, bytes);
     return cudaSuccess;
 }
 template <typename T>
@@ -590,7 +592,7 @@ cudaError_t cudaMalloc(T** p, size_t bytes) {
     return cudaMalloc(reinterpret_cast<void**>(p), bytes);
 }
 inline cudaError_t cudaFree(void* p) {
-    std::free(p);
+    ::operator delete(p, std::align_val_t(256));
     return cudaSuccess;
 }
 inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
