@@ -115,19 +115,20 @@ constexpr unsigned char kPoison = 0xff;         // NaN as f32, f16 and bf16; −
 constexpr size_t kSharedPerBlock = 227 * 1024;  // H100/H200: shared memory a block may opt in to
 constexpr size_t kSharedWithoutOptIn = 48 * 1024;
 
-// Shared memory of a block: 128-byte aligned (what TMA and swizzled layouts ask for), poisoned.
+// Shared memory of a block: 128-byte aligned (what TMA and swizzled layouts ask for), poisoned, exactly the
+// bytes declared (built with -fsanitize=address, an access past them is reported).
 class Poisoned {
 public:
     Poisoned() = default;
     explicit Poisoned(size_t bytes)
-        : data_(static_cast<unsigned char*>(std::aligned_alloc(128, (bytes + 127) / 128 * 128 + 128))) {
-        std::memset(data_.get(), kPoison, (bytes + 127) / 128 * 128 + 128);
+        : data_(static_cast<unsigned char*>(::operator new(std::max<size_t>(bytes, 1), std::align_val_t(128)))) {
+        std::memset(data_.get(), kPoison, bytes);
     }
     void* data() const { return data_.get(); }
 
 private:
     struct Free {
-        void operator()(unsigned char* p) const { std::free(p); }
+        void operator()(unsigned char* p) const { ::operator delete(p, std::align_val_t(128)); }
     };
     std::unique_ptr<unsigned char, Free> data_;
 };
