@@ -28,10 +28,11 @@ bool DiffusionChat::handle_line(std::string_view line) {
     line = trim_line(line);
     if (line.empty()) return true;
     try {
-        if (line.starts_with("//")) {
-            send(std::string(line.substr(1)));
-        } else if (line.starts_with("/")) {
-            const std::string_view name = line.substr(1, line.find_first_of(" \t") - 1);
+        const ChatLine input = split_chat_line(line);
+        if (!input.command) {
+            send(std::string(input.text));
+        } else {
+            const std::string_view name = input.text;
             if (name == "quit" || name == "exit") return false;
             if (name == "reset") {
                 reset();
@@ -42,8 +43,6 @@ bool DiffusionChat::handle_line(std::string_view line) {
             } else {
                 fail("/{} is not available with a block-diffusion model (it has /reset, /help, /quit)", name);
             }
-        } else {
-            send(std::string(line));
         }
     } catch (const std::exception& e) {
         chat_note(fmt::format("error: {}", e.what()));

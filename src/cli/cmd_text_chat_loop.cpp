@@ -54,6 +54,14 @@ std::string_view trim_line(std::string_view s) {
     return s;
 }
 
+ChatLine split_chat_line(std::string_view line) {
+    if (line.starts_with("//")) return {false, line.substr(1), {}};
+    if (!line.starts_with("/")) return {false, line, {}};
+    const size_t space = line.find_first_of(" \t");
+    if (space == std::string_view::npos) return {true, line.substr(1), {}};
+    return {true, line.substr(1, space - 1), trim_line(line.substr(space))};
+}
+
 void chat_note(std::string_view line) {
     fmt::print(stderr, "chat: {}\n", line);
     std::fflush(stderr);
@@ -110,16 +118,12 @@ bool ChatLoop::handle_line(std::string_view line) {
     line = trim_line(line);
     if (line.empty()) return true;
     try {
-        if (line.starts_with("//")) {
-            send(std::string(line.substr(1)));
-        } else if (line.starts_with("/")) {
-            const size_t space = line.find_first_of(" \t");
-            const std::string_view name = line.substr(1, space == std::string_view::npos ? std::string_view::npos : space - 1);
-            const std::string_view argument = space == std::string_view::npos ? "" : trim_line(line.substr(space));
-            if (name == "quit" || name == "exit") return false;
-            command(name, argument);
+        const ChatLine input = split_chat_line(line);
+        if (!input.command) {
+            send(std::string(input.text));
         } else {
-            send(std::string(line));
+            if (input.text == "quit" || input.text == "exit") return false;
+            command(input.text, input.argument);
         }
     } catch (const Error& e) {
         chat_note(fmt::format("error: {}", e.what()));

@@ -46,6 +46,13 @@ std::string printable_on_terminal(std::string_view text);
 // spaces, tabs and line ends; a one-line note on stderr ("chat: ...").
 std::string_view trim_line(std::string_view s);
 void chat_note(std::string_view line);
+// A trimmed, non-empty input line: a message (a line starting with "//" sends the rest, "/" included), or
+// a /command: `text` is then its name and `argument` the trimmed rest.
+struct ChatLine {
+    bool command = false;
+    std::string_view text, argument;
+};
+ChatLine split_chat_line(std::string_view line);
 
 struct ChatSettings {
     GenerationOptions generation;

@@ -186,8 +186,8 @@ void add_train_ab_command(CLI::App& app) {
     auto seeds = std::make_shared<std::vector<std::string>>();
     CLI::App* cmd = app.add_subcommand(
         "train-ab", "Compare two training configs over several seeds: keep B only if it wins on held-out bpb on all");
-    cmd->add_option("A", args->a, "the baseline config")->required()->type_name("A.toml");
-    cmd->add_option("B", args->b, "the changed config")->required()->type_name("B.toml");
+    cmd->add_option("A", args->a, "the baseline config")->type_name("A.toml");
+    cmd->add_option("B", args->b, "the changed config")->type_name("B.toml");
     cmd->add_option("--seeds", *seeds, "seeds of the runs, each config trained once per seed (default 1,2,3)");
     cmd->add_option("-o,--out", args->out, "folder of the runs and ab.tsv (default runs/ab-A-vs-B)")
         ->type_name("DIR");
@@ -198,6 +198,9 @@ void add_train_ab_command(CLI::App& app) {
     cmd->footer("Runs that finished are read, not trained again; a run with a checkpoint is resumed. Each run's "
                 "folder holds its config.toml, curves.csv, curves.svg, checkpoint.bin and model.gguf.");
     cmd->callback([args, seeds] {
+        if (args->a.empty() || args->b.empty())
+            fail("train-ab: give two training configs, the baseline and the changed one: deltabit train-ab A.toml "
+                 "B.toml [--seeds 1,2,3] (docs/train.md)");
         if (!seeds->empty()) args->seeds = parse_seeds(*seeds);
         run_ab(*args);
     });

@@ -83,18 +83,10 @@ std::vector<int32_t> check_prompt(int64_t n_vocab, int64_t positions) {
 
 int64_t argmax(const float* v, int64_t n) { return std::max_element(v, v + n) - v; }
 
-LogitsCheck compare_logits(const Model& hf, const Model& gguf, DType requested, bool lossless, int64_t positions) {
-    LogitsCheck check;
-    check.ran = true;
-    const int64_t n_vocab = hf.config().n_vocab;
-    check.tokens = check_prompt(n_vocab, positions);
-    SequenceState hf_state = hf.new_sequence(), gguf_state = gguf.new_sequence();
-    // On the naive reference (no pool): its dot products sum in double, so a lossless file gives the same
-    // logits bit for bit even where the GGUF layout permutes a product's inputs (qwen35's tiled value heads
-    // reorder ssm_out's columns); the fast path's fp32 sums would differ in the last bits there.
-    const Model::ForwardOptions reference{MatmulNumerics::f32, nullptr, true};
-    const std::vector<float> want = hf.forward(hf_state, check.tokens, nullptr, reference);
-    const std::vector<float> got = gguf.forward(gguf_state, check.tokens, nullptr, reference);
+// The verdict on two models' logits, one row of n_vocab per entry of check.tokens: the largest logit and
+// difference, top-1 agreement per row, and the tolerance of the requested type.
+LogitsCheck judge_logits(LogitsCheck check, const std::vector<float>& want, const std::vector<float>& got,
+                         int64_t n_vocab, DType requested, bool lossless) {
     if (got.size() != want.size())
         fail("convert: whole-model check: the GGUF gives {} logits, the HF folder {}", got.size(), want.size());
     for (size_t i = 0; i < want.size(); ++i) {
@@ -107,6 +99,21 @@ LogitsCheck compare_logits(const Model& hf, const Model& gguf, DType requested, 
     check.tolerance = logits_tolerance(requested, lossless, check.max_abs_logit);
     check.passed = check.tolerance == 0.0 || check.max_abs_diff <= check.tolerance;
     return check;
+}
+
+LogitsCheck compare_logits(const Model& hf, const Model& gguf, DType requested, bool lossless, int64_t positions) {
+    LogitsCheck check;
+    check.ran = true;
+    const int64_t n_vocab = hf.config().n_vocab;
+    check.tokens = check_prompt(n_vocab, positions);
+    SequenceState hf_state = hf.new_sequence(), gguf_state = gguf.new_sequence();
+    // On the naive reference (no pool): its dot products sum in double, so a lossless file gives the same
+    // logits bit for bit even where the GGUF layout permutes a product's inputs (qwen35's tiled value heads
+    // reorder ssm_out's columns); the fast path's fp32 sums would differ in the last bits there.
+    const Model::ForwardOptions reference{MatmulNumerics::f32, nullptr, true};
+    const std::vector<float> want = hf.forward(hf_state, check.tokens, nullptr, reference);
+    const std::vector<float> got = gguf.forward(gguf_state, check.tokens, nullptr, reference);
+    return judge_logits(std::move(check), want, got, n_vocab, requested, lossless);
 }
 
 // Block diffusion has no left-to-right forward: the same check on what its generation loop computes —
@@ -134,20 +141,9 @@ LogitsCheck compare_diffusion_logits(const Model& hf, const Model& gguf, DType r
     const std::vector<float> got2 = gguf_model.denoise(gguf_cache, canvas, first);
     want.insert(want.end(), want2.begin(), want2.end());
     got.insert(got.end(), got2.begin(), got2.end());
-    if (got.size() != want.size())
-        fail("convert: whole-model check: the GGUF gives {} logits, the HF folder {}", got.size(), want.size());
-    for (size_t i = 0; i < want.size(); ++i) {
-        check.max_abs_logit = std::max(check.max_abs_logit, double(std::abs(want[i])));
-        const double diff = std::abs(double(got[i]) - double(want[i]));
-        check.max_abs_diff = std::isnan(diff) ? INFINITY : std::max(check.max_abs_diff, diff);
-    }
     // top1_agree counts the canvas positions of both steps; tokens lists the canvas once per step.
     check.tokens.insert(check.tokens.end(), canvas.begin(), canvas.end());
-    for (int64_t p = 0; p < int64_t(check.tokens.size()); ++p)
-        check.top1_agree += argmax(want.data() + p * n_vocab, n_vocab) == argmax(got.data() + p * n_vocab, n_vocab);
-    check.tolerance = logits_tolerance(requested, lossless, check.max_abs_logit);
-    check.passed = check.tolerance == 0.0 || check.max_abs_diff <= check.tolerance;
-    return check;
+    return judge_logits(std::move(check), want, got, n_vocab, requested, lossless);
 }
 
 // The fields that decide what the engine computes. For diffusion_gemma every one (its keys carry the

@@ -59,10 +59,12 @@ Session* SessionPool::acquire(std::span<const int32_t> prompt) {
         if (n > best) best = n, best_parked = it, best_live = nullptr;
     }
     if (best_live) {
-        // The request diverges from what this session holds (it shares only `best` tokens, often just the
-        // chat template's opening): the conversation it held is parked as a copy first, so a follow-up
-        // of it can still resume, instead of being rewound away.
-        if (best < best_live->session->ledger().size()) save_parked(*best_live);
+        // The request keeps less than half of what this session holds (often just the chat template's
+        // opening): it is another conversation, and the one held is parked as a copy first, so a follow-up
+        // of it can still resume instead of being rewound away. A request that keeps most of it (a retry of
+        // the last reply) rewinds in place: a snapshot on every retry would cost a save for a branch the
+        // user left.
+        if (2 * best < best_live->session->ledger().size()) save_parked(*best_live);
         best_live->busy = true;
         best_live->last_used = clock_;
         return best_live->session.get();

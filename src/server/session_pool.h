@@ -10,8 +10,8 @@
 // prefix with its prompt; the Session then reuses what its checkpoints allow (the reported
 // cached_tokens is the Session's `reused`, not this prefix). With no match it gets a fresh session;
 // when all `live` slots hold sessions, the least recently used idle one is parked to make room. A
-// live session matched by a request that diverges from it (a shorter common prefix than it holds: two
-// conversations share the chat template's opening) is parked as a copy before it is reused, so the
+// live session matched by a request that keeps less than half of what it holds (another conversation:
+// two share at least the chat template's opening) is parked as a copy before it is reused, so the
 // conversation it held is not lost to the rewind.
 #pragma once
 

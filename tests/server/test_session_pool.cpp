@@ -199,6 +199,22 @@ TEST(SessionPool, ResumingAParkedConversationIsNotTrimmedAwayByTheParkItCauses) 
     EXPECT_LE(c.parked_bytes, one + one / 2);
 }
 
+// A request that keeps most of what a live session holds (a retry of its last reply) rewinds it in place;
+// one that keeps less than half (another conversation) parks a copy of it first.
+TEST(SessionPool, OnlyARequestKeepingLessThanHalfParksACopy) {
+    PoolFixture f("copy");
+    server::SessionPool pool(*f.engine, f.options(true));
+    const std::vector<int32_t> held = f.converse(pool, prompt_of(3, 10));  // 11 tokens held
+    std::vector<int32_t> retry(held.begin(), held.end() - 2);
+    retry.push_back(200);
+    f.converse(pool, retry);  // keeps 9 of 11
+    EXPECT_EQ(pool.counts().parks, 0);
+    std::vector<int32_t> other(held.begin(), held.begin() + 3);
+    other.push_back(201);
+    f.converse(pool, other);  // keeps 3 of 11
+    EXPECT_EQ(pool.counts().parks, 1);
+}
+
 TEST(SessionPool, ASpillFolderThatIsNotADirectoryIsRefused) {
     PoolFixture f("missing");
     server::PoolOptions o = f.options(true);

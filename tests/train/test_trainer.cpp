@@ -5,6 +5,8 @@
 
 #include "core/error.h"
 
+#include "tiny_model_section.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -25,21 +27,7 @@ struct TinyRun {
 };
 
 std::string tiny_config_text(const fs::path& dir, int64_t steps, double lr, const std::string& optimizer = "adamw") {
-    return fmt::format(R"(
-[model]
-hidden = 16
-layers = 2
-full_attention_interval = 2
-heads = 2
-kv_heads = 1
-head_dim = 8
-rope_dim = 4
-ffn = 24
-deltanet_key_heads = 1
-deltanet_value_heads = 2
-deltanet_key_dim = 4
-deltanet_value_dim = 8
-init_std = 0.1
+    return std::string(test::kTinyModelSection) + "rope_dim = 4\ninit_std = 0.1\n" + fmt::format(R"(
 [data]
 train = "{}"
 heldout = "{}"
