@@ -17,6 +17,7 @@
 #include "ops/attention/attention_cuda.h"
 #include "ops/delta_rule/delta_rule_cuda.h"
 #include "ops/matmul/dense_cuda.h"
+#include "ops/matmul/dense_gemm_cuda.h"
 #include "ops/matmul/gemm_cuda.h"
 #include "ops/moe/moe_experts_cuda.h"
 
@@ -34,7 +35,15 @@ void check(cudaError_t status, const char* what) { cuda::cuda_check(status, what
 void CudaModel::matmul(const float* x, const CudaMatrix& w, int64_t first_row, int64_t n_rows, int64_t n_tokens,
                        float* y) {
     if (!w.quantized) {
-        cuda::matmul_plain(x, w.plain_view.slice_rows(first_row, n_rows), n_tokens, y, stream_);
+        // Prompts and canvases on the tensor cores (cuBLAS; BF16 and F32 weights, fp32-class results), decode
+        // and the rest on the naive kernel (ops/matmul/dense_gemm_cuda.h).
+        const WeightView view = w.plain_view.slice_rows(first_row, n_rows);
+        if (cuda::plain_gemm_applies(view.dtype, n_tokens)) {
+            const size_t bytes = cuda::plain_gemm_scratch_bytes(view.dtype, n_tokens, view.cols);
+            cuda::matmul_plain_gemm(x, view, n_tokens, y, temp(int64_t((bytes + 3) / 4)), stream_);
+        } else {
+            cuda::matmul_plain(x, view, n_tokens, y, stream_);
+        }
         return;
     }
     const cuda::GemvWeightView view = w.gemv.view().slice_rows(first_row, n_rows);

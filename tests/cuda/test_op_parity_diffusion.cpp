@@ -19,6 +19,7 @@
 #include "ops/op_parity.h"
 #include "ops/rope_proportional.h"
 #include "ops/scale_columns.h"
+#include "ops/matmul/dense_gemm_cuda.h"
 #include "ops/soft_embedding.h"
 #include "ops/softcap.h"
 
@@ -187,6 +188,18 @@ void check_soft_embedding(DType type, int64_t vocab, int64_t dim, int64_t n_toke
     const std::vector<double> want_d = to_double(want);
     expect_within(dout.download(what), want_d,
                   [&](size_t i) { return 34.0 * kU * magnitude[i] + kU * std::fabs(want_d[i]); }, what);
+
+    // The tensor-core path, where it applies (soft_embedding_gemm's bound, elementwise_cuda.h).
+    if (!cuda::plain_gemm_applies(type, n_tokens)) return;
+    GuardedDeviceArray<float> dgemm(want.size());
+    cuda::DeviceBuffer scratch(cuda::soft_embedding_gemm_scratch_bytes(WeightView{dtable.get(), type, vocab, dim}, n_tokens));
+    cuda::soft_embedding_gemm(dlogits.get(), WeightView{dtable.get(), type, vocab, dim}, n_tokens, dgemm.get(),
+                              scratch.get(), nullptr);
+    const double gamma = double(vocab + 1) * kU / (1.0 - double(vocab + 1) * kU);
+    const double factor = type == DType::BF16 ? 0x1.0p-16 + (1.0 + 0x1.0p-7) * gamma + 2 * kU : gamma + 2 * kU;
+    expect_within(dgemm.download(what + " gemm"), want_d,
+                  [&](size_t i) { return factor * magnitude[i] + kU * std::fabs(want_d[i]); },
+                  what + " gemm");
 }
 
 TEST(OpParityDiffusion, SoftEmbeddingEveryDType) {
@@ -203,12 +216,19 @@ TEST(OpParityDiffusion, SoftEmbeddingEveryDType) {
     check_soft_embedding(DType::F32, 512, 64, 8, 10.0f, 53);  // tests/fixtures/diffusion_gemma: vocab 512, H 64, canvas 8
     check_soft_embedding(DType::BF16, 33, 16, 1, 200.0f, 51);
     if (!quick_mode()) check_soft_embedding(DType::BF16, 20000, 64, 33, 4.0f, 52);
+    // The released model's vocabulary on the tensor-core path (a canvas of 16 rows, a narrow table).
+    if (!quick_mode()) check_soft_embedding(DType::BF16, 262144, 32, 16, 8.0f, 54);
 }
 
 TEST(OpParityDiffusion, SoftEmbeddingRefusesANonTable) {
     DELTABIT_REQUIRE_GPU();
     EXPECT_THROW(cuda::soft_embedding(nullptr, WeightView{nullptr, DType::I32, 4, 4}, 1, nullptr, nullptr), Error);
     EXPECT_THROW(cuda::soft_embedding(nullptr, WeightView{nullptr, DType::Q8_0, 4, 31}, 1, nullptr, nullptr), Error);
+    // The tensor-core path takes BF16 and F32 tables only, and enough tokens.
+    EXPECT_THROW(cuda::soft_embedding_gemm(nullptr, WeightView{nullptr, DType::Q8_0, 4, 32}, 16, nullptr, nullptr, nullptr),
+                 Error);
+    EXPECT_THROW(cuda::soft_embedding_gemm(nullptr, WeightView{nullptr, DType::BF16, 4, 32}, 2, nullptr, nullptr, nullptr),
+                 Error);
 }
 
 #else

@@ -10,9 +10,10 @@
 // flipped by the last bit of its double) plus u·|out| (the final rounding). The table is read in its GGUF
 // layout (ops/cuda/weight_at.cuh), each weight decoded exactly.
 //
-// Cost: every block reads its columns of the whole table, T/kTokens times over — a naive first version
-// (DiffusionGemma's self-conditioning input, once per denoising step); a GEMM of p against the table on tensor
-// cores is the fast path.
+// Cost: every block reads its columns of the whole table, T/kTokens times over — the path for quantised
+// tables and few tokens. soft_embedding_gemm is the fast path for BF16 and F32 tables: the probabilities
+// written out (the same formula), then their product with the table on the tensor cores
+// (ops/matmul/dense_gemm_cuda.h).
 #include <cmath>
 #include <string>
 
@@ -20,6 +21,7 @@
 #include "ops/cuda/cuda_launch.h"
 #include "ops/cuda/weight_at.cuh"
 #include "ops/elementwise/elementwise_cuda.h"
+#include "ops/matmul/dense_gemm_cuda.h"
 
 namespace deltabit::cuda {
 
@@ -107,14 +109,73 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
-}  // namespace
+// p[t][v] = fp32(e^{logit − max} / Σ e^{logit − max}), the statistics in double: one block a token, as the
+// reference rounds it (the same formula as soft_embedding_kernel's chunks).
+constexpr int kProbabilityThreads = 256;
 
-void soft_embedding(const float* logits, const WeightView& table, int64_t n_tokens, float* out, cudaStream_t stream) {
+__global__ void __launch_bounds__(kProbabilityThreads)
+    probabilities_kernel(const float* logits, int64_t n_vocab, int64_t n_tokens, float* p) {
+    __shared__ float max_s[kProbabilityThreads / 32];
+    __shared__ double sum_s[kProbabilityThreads / 32];
+    const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5;
+    constexpr int kWarps = kProbabilityThreads / 32;
+    for (int64_t t = blockIdx.x; t < n_tokens; t += gridDim.x) {
+        const float* lt = logits + t * n_vocab;
+        float m = -INFINITY;
+        for (int64_t v = tid; v < n_vocab; v += kProbabilityThreads) m = fmaxf(m, lt[v]);
+        m = warp_max(m);
+        if (lane == 0) max_s[warp] = m;
+        __syncthreads();
+        m = max_s[0];
+        for (int w = 1; w < kWarps; ++w) m = fmaxf(m, max_s[w]);
+        double sum = 0.0;
+        for (int64_t v = tid; v < n_vocab; v += kProbabilityThreads) sum += exp(double(lt[v]) - double(m));
+        sum = warp_sum_double(sum);
+        if (lane == 0) sum_s[warp] = sum;
+        __syncthreads();
+        double denom = 0.0;
+        for (int w = 0; w < kWarps; ++w) denom += sum_s[w];
+        for (int64_t v = tid; v < n_vocab; v += kProbabilityThreads)
+            p[t * n_vocab + v] = float(exp(double(lt[v]) - double(m)) / denom);
+        __syncthreads();  // max_s and sum_s are rewritten by the next token
+    }
+}
+
+void check_table(const WeightView& table) {
     if (table.dtype == DType::I32 || table.rows <= 0 || !row_fits_blocks(table.dtype, uint64_t(table.cols))) {
         fail_message("soft_embedding (cuda): a " + std::string(dtype_name(table.dtype)) + " table of " +
                      std::to_string(table.rows) + " rows and " + std::to_string(table.cols) +
                      " columns is not a weight table");
     }
+}
+
+// The probabilities come first in the scratch, the product's own scratch after them (256-byte aligned).
+size_t probabilities_bytes(int64_t n_tokens, int64_t n_vocab) {
+    return (size_t(n_tokens) * size_t(n_vocab) * sizeof(float) + 255) / 256 * 256;
+}
+
+}  // namespace
+
+size_t soft_embedding_gemm_scratch_bytes(const WeightView& table, int64_t n_tokens) {
+    return probabilities_bytes(n_tokens, table.rows) + plain_gemm_scratch_bytes(table.dtype, n_tokens, table.rows);
+}
+
+void soft_embedding_gemm(const float* logits, const WeightView& table, int64_t n_tokens, float* out, void* scratch,
+                         cudaStream_t stream) {
+    check_table(table);
+    if (!plain_gemm_applies(table.dtype, n_tokens))
+        fail_message("soft_embedding_gemm (cuda): takes BF16 or F32 tables from " + std::to_string(kPlainGemmMinTokens) +
+                     " tokens, got " + std::string(dtype_name(table.dtype)) + " at " + std::to_string(n_tokens));
+    if (table.cols <= 0) return;
+    auto* p = static_cast<float*>(scratch);
+    probabilities_kernel<<<grid_blocks(n_tokens), kProbabilityThreads, 0, stream>>>(logits, table.rows, n_tokens, p);
+    cuda_check_launch("soft_embedding probabilities");
+    matmul_plain_gemm_by_rows(p, table, n_tokens, out, static_cast<char*>(scratch) + probabilities_bytes(n_tokens, table.rows),
+                              stream);
+}
+
+void soft_embedding(const float* logits, const WeightView& table, int64_t n_tokens, float* out, cudaStream_t stream) {
+    check_table(table);
     if (n_tokens <= 0 || table.cols <= 0) return;
     const int64_t items = ((n_tokens + kTokens - 1) / kTokens) * ((table.cols + kColumns - 1) / kColumns);
     soft_embedding_kernel<<<grid_blocks(items), kThreads, 0, stream>>>(

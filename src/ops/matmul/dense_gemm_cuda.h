@@ -1,0 +1,56 @@
+// Products with plain-float weights on the tensor cores (cuBLAS), for many tokens at once: the prompt and
+// canvas twin of matmul_plain (ops/matmul/dense_cuda.h), which takes one warp an output — tens of milliseconds
+// for DiffusionGemma's 256-token canvas through its 262,144-row LM head, where a GEMM takes well under one.
+//
+//   matmul_plain_gemm           y[T][N] = x[T][K] · W[N][K]ᵀ   (cpu::matmul: the matrix's rows are outputs)
+//   matmul_plain_gemm_by_rows   y[T][K] = x[T][N] · W[N][K]    (the rows of W weighted by x: the soft embedding's
+//                                                               probabilities times the embedding table)
+//
+// Numerics: matmul_plain's contract, y differs from the exact dot only by fp32-class rounding, whatever the
+// weights' type.
+//   F32 weights: one fp32 GEMM (CUBLAS_COMPUTE_32F_PEDANTIC: no TF32, even under NVIDIA_TF32_OVERRIDE=1).
+//   BF16 weights: the activations are split in two bf16 parts, hi = bf16(x), lo = bf16(x − hi) (x − hi is exact
+//     in fp32), so x = hi + lo + r with |r| ≤ 2⁻⁸·|x − hi| ≤ 2⁻¹⁶·|x| (round to nearest keeps 8 significant
+//     bits: relative error ≤ 2⁻⁸ each time); y = W·hi + W·lo, two bf16 GEMMs accumulating in fp32 (a product of
+//     two bf16 values is exact in fp32). So |y − Σ w·x| ≤ 2⁻¹⁶·Σ|w·x| plus the fp32 accumulation's error —
+//     matmul_plain's bound with a 2⁻¹⁶ term added — at twice one bf16 GEMM's cost.
+//   F16 weights are not taken (plain_gemm_applies is false): an f16 split overflows past ±65,504, which
+//     residual streams can reach; they stay on matmul_plain.
+// The sums' order is cuBLAS's and may change with the shape or the library version; tests bound, never pin,
+// the bits.
+//
+// cuBLAS: one handle per host thread (a handle is not shared between threads), bound to `stream` at each call
+// with a 32 MiB workspace of that stream's set right after (cublasSetStream resets it), so a call can be
+// captured in a CUDA graph and two streams never share a workspace. Queued on `stream`; nothing waits. Empty shapes launch nothing. A cuBLAS error throws
+// deltabit::Error naming the call and the shape.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace deltabit::cuda {
+
+// Below this many tokens the naive kernel is as fast (decode, a 2-token prompt) and matmul_plain stays.
+inline constexpr int64_t kPlainGemmMinTokens = 8;
+
+// Whether these products take weights of `dtype` at `n_tokens`: BF16 or F32, n_tokens ≥ kPlainGemmMinTokens.
+bool plain_gemm_applies(DType dtype, int64_t n_tokens);
+
+// Device scratch the products need for `n_tokens` rows of `width` activations (K for matmul_plain_gemm, N for
+// _by_rows): the two bf16 parts for BF16 weights (2·T·width bytes each, each rounded up to 256), none for F32.
+size_t plain_gemm_scratch_bytes(DType dtype, int64_t n_tokens, int64_t width);
+
+// y[T][N] = x[T][K]·W[N][K]ᵀ, w.data on the device (any row slice of a matrix: rows are w.row_bytes() apart).
+// y must not overlap x or the scratch (256-byte aligned). Error unless plain_gemm_applies(w.dtype, n_tokens).
+void matmul_plain_gemm(const float* x, const WeightView& w, int64_t n_tokens, float* y, void* scratch,
+                       cudaStream_t stream);
+
+// y[T][K] = x[T][N]·W[N][K], as above with x of width w.rows and y of width w.cols.
+void matmul_plain_gemm_by_rows(const float* x, const WeightView& w, int64_t n_tokens, float* y, void* scratch,
+                               cudaStream_t stream);
+
+}  // namespace deltabit::cuda
