@@ -75,6 +75,8 @@ CudaModel::~CudaModel() {
         if (g.exec != nullptr) cudaGraphExecDestroy(g.exec);
     for (const BatchGraph& g : batch_graphs_) cudaGraphExecDestroy(g.exec);
     if (step_uploaded_ != nullptr) cudaEventDestroy(step_uploaded_);
+    if (row_ids_ready_ != nullptr) cudaEventDestroy(row_ids_ready_);
+    if (row_ids_host_ != nullptr) cudaFreeHost(row_ids_host_);
     if (step_host_ != nullptr) cudaFreeHost(step_host_);
     if (token_ready_ != nullptr) cudaEventDestroy(token_ready_);
     if (token_host_ != nullptr) cudaFreeHost(token_host_);
@@ -296,6 +298,38 @@ int32_t CudaModel::argmax(const float* device_logits) {
     check(cudaMemcpyAsync(&id, result, sizeof(int32_t), cudaMemcpyDeviceToHost, stream_), "download argmax");
     check(cudaStreamSynchronize(stream_), "argmax sync");
     return id;
+}
+
+void CudaModel::argmax_rows(const float* device_logits, int64_t rows) {
+    if (rows > row_ids_capacity_) {
+        // The previous host copy may still be landing: wait before freeing it.
+        if (row_ids_ready_ != nullptr) check(cudaEventSynchronize(row_ids_ready_), "argmax rows: drain");
+        if (row_ids_host_ != nullptr) check(cudaFreeHost(row_ids_host_), "argmax rows: free host ids");
+        row_ids_host_ = nullptr;
+        row_ids_ = cuda::DeviceBuffer(size_t(rows) * sizeof(int32_t));
+        check(cudaMallocHost(&row_ids_host_, size_t(rows) * sizeof(int32_t)), "argmax rows: host ids");
+        row_ids_capacity_ = rows;
+    }
+    if (row_ids_ready_ == nullptr) check(cudaEventCreateWithFlags(&row_ids_ready_, cudaEventDisableTiming), "argmax rows: event");
+    const int64_t V = config_.n_vocab;
+    // One scratch for every row: the launches are ordered on the stream.
+    for (int64_t i = 0; i < rows; ++i)
+        cuda::argmax(device_logits + i * V, V, argmax_scratch_.get(), row_ids_.get<int32_t>() + i, stream_);
+    check(cudaMemcpyAsync(row_ids_host_, row_ids_.get(), size_t(rows) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_),
+          "argmax rows: download");
+    check(cudaEventRecord(row_ids_ready_, stream_), "argmax rows: record");
+    row_ids_count_ = rows;
+    row_ids_waited_ = false;
+}
+
+int32_t CudaModel::row_argmax(int64_t row) {
+    if (row < 0 || row >= row_ids_count_)
+        fail("cuda model: row_argmax({}) of a batch of {} rows", row, row_ids_count_);
+    if (!row_ids_waited_) {
+        check(cudaEventSynchronize(row_ids_ready_), "argmax rows: wait");
+        row_ids_waited_ = true;
+    }
+    return row_ids_host_[row];
 }
 
 CudaDecodeStats CudaModel::decode_stats() const {

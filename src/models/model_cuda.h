@@ -135,6 +135,12 @@ public:
     // computed on the GPU; copies back 4 bytes. A logit that is not finite makes it cuda::argmax's report
     // instead (a negative id, core/non_finite_choice.h).
     int32_t argmax(const float* device_logits);
+    // The argmax of each of `rows` rows of device_logits [rows][n_vocab] (a batch's, forward_batch), enqueued
+    // with one copy of the ids back and nothing waited for: row_argmax(i) then waits once for the whole
+    // batch instead of a round trip a row. The ids are each row's argmax() (the same kernel), valid until the
+    // next argmax_rows call.
+    void argmax_rows(const float* device_logits, int64_t rows);
+    int32_t row_argmax(int64_t row);
 
     // Greedy run-ahead (the CUDA engine's, runtime/engine.h): the argmax of `device_logits` (logits of
     // `state`'s last token, on the device) is written straight into the decode step's input, the step that
@@ -300,6 +306,12 @@ private:
     int32_t* step_host_ = nullptr;
     cudaEvent_t step_uploaded_ = nullptr;
     cuda::DeviceBuffer argmax_scratch_;  // partials, then the 4-byte result at the end
+    // argmax_rows: the ids on the device, their pinned host copy and the event that says it has landed.
+    cuda::DeviceBuffer row_ids_;
+    int32_t* row_ids_host_ = nullptr;
+    int64_t row_ids_capacity_ = 0, row_ids_count_ = 0;
+    cudaEvent_t row_ids_ready_ = nullptr;
+    bool row_ids_waited_ = false;
     bool graphs_enabled_ = true;
     bool seam_folding_ = true;           // set_seam_folding
     bool rope_table_ = true;             // set_rope_table

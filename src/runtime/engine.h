@@ -46,6 +46,7 @@ struct SequenceOptions {
 struct EngineCounters {
     int64_t run_ahead_steps = 0;   // greedy steps started before the chosen token reached the host
     int64_t run_ahead_undone = 0;  // of those, undone: the caller stopped, or fed another token
+    int64_t batched_argmax_rows = 0;  // greedy tokens read from a batch's argmaxes, copied back together
 };
 
 class EngineSequence {

@@ -82,6 +82,9 @@ public:
     // no other forward ran since (the engine's serial still equals this one). 0: none yet.
     const float* last_logits_ = nullptr;
     uint64_t logits_serial_ = 0;
+    // This sequence's row in the last forward_batch, whose argmaxes are on their way to the host
+    // (CudaModel::argmax_rows): valid while logits_serial_ is that batch's serial.
+    int64_t batch_row_ = -1;
     // Greedy run-ahead (CudaEngine::next_token): the state is one decode step past position(), the step
     // that consumed ahead_token_, whose logits are at ahead_logits_ while the engine's serial is still
     // ahead_serial_.
@@ -146,10 +149,16 @@ public:
             states.push_back(&s->state_);
         }
         const float* logits = model_.forward_batch(states, ids);
+        // Every row's greedy choice, started now and copied back in one piece: a plain-greedy row's
+        // next_token then waits once for the whole batch, not a round trip a row (the server's 64 streams:
+        // 64 synchronisations a step). Rows that sample read their logits as before.
+        model_.argmax_rows(logits, int64_t(rows.size()));
         const uint64_t serial = ++serial_;
+        batch_serial_ = serial;
         for (size_t i = 0; i < rows.size(); ++i) {
             rows[i]->last_logits_ = logits + i * size_t(config().n_vocab);
             rows[i]->logits_serial_ = serial;
+            rows[i]->batch_row_ = int64_t(i);
         }
         interleaved_ = true;
         last_forward_ = nullptr;
@@ -167,6 +176,10 @@ public:
         const float* logits = logits_of(s);
         if (!is_plain_greedy(sampler.params()))
             return checked(sampler_.sample(logits, sampler, history, model_.stream()), logits, s);
+        if (s.logits_serial_ == batch_serial_ && s.batch_row_ >= 0) {
+            ++counters_.batched_argmax_rows;
+            return checked(model_.row_argmax(s.batch_row_), logits, s);
+        }
         // The caller interleaves sequences (the server's scheduler: each one's forward call, then its
         // token): the next forward call is most likely another sequence's, which would undo a step run
         // ahead here after the GPU had spent it — so none is started.
@@ -263,6 +276,7 @@ private:
     cuda::DeviceBuffer held_logits_;  // the last logits of a sequence that runs ahead
     mutable EngineCounters counters_;  // sequences count their undone steps
     uint64_t serial_ = 0;  // forward calls so far (run-ahead steps too); names the logits the model's buffer holds
+    uint64_t batch_serial_ = 0;  // the last forward_batch's serial: its rows' argmaxes are CudaModel::argmax_rows's
     const CudaSequence* last_forward_ = nullptr;  // compared, never dereferenced (it may be gone)
     bool interleaved_ = false;
     mutable std::once_flag fingerprint_once_;

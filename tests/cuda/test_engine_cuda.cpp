@@ -178,6 +178,51 @@ TEST_F(CudaEngineTest, InterleavedSequencesDoNotRunAhead) {
     EXPECT_EQ(engine->counters().run_ahead_steps, after_prompts.run_ahead_steps + 1) << "one sequence alone did not run ahead";
 }
 
+// Plain greedy rows of a batch read their tokens from the batch's argmaxes, copied back together
+// (CudaModel::argmax_rows): the same tokens as the CPU engine's, every draw counted, and a sampling row
+// beside them still drawn from its own logits.
+TEST_F(CudaEngineTest, GreedyRowsOfABatchShareOneCopyBack) {
+    const std::vector<std::vector<int32_t>> prompts = {byte_tokens(9, 51), byte_tokens(21, 52), byte_tokens(4, 53)};
+    SamplingParams greedy_params;
+    greedy_params.temperature = 0.0f;
+    Sampler greedy(greedy_params);
+    std::vector<std::unique_ptr<EngineSequence>> gpu_seqs, cpu_seqs;
+    std::vector<EngineSequence*> gpu_rows, cpu_rows;
+    std::vector<int32_t> ids;
+    for (const std::vector<int32_t>& prompt : prompts) {
+        gpu_seqs.push_back(gpu_->new_sequence({.max_positions = 128}));
+        cpu_seqs.push_back(cpu_->new_sequence({.max_positions = 128}));
+        gpu_rows.push_back(gpu_seqs.back().get());
+        cpu_rows.push_back(cpu_seqs.back().get());
+        gpu_->forward(*gpu_rows.back(), prompt);
+        cpu_->forward(*cpu_rows.back(), prompt);
+        ids.push_back(cpu_->next_token(*cpu_rows.back(), greedy, {}));
+    }
+    const int64_t before = gpu_->counters().batched_argmax_rows;
+    constexpr int kSteps = 12;
+    for (int step = 0; step < kSteps; ++step) {
+        gpu_->forward_batch(gpu_rows, ids);
+        cpu_->forward_batch(cpu_rows, ids);
+        for (size_t i = 0; i < prompts.size(); ++i) {
+            const int32_t g = gpu_->next_token(*gpu_rows[i], greedy, {});
+            const int32_t c = cpu_->next_token(*cpu_rows[i], greedy, {});
+            ASSERT_EQ(g, c) << "step " << step << ", row " << i;
+            ids[i] = c;
+        }
+    }
+    EXPECT_EQ(gpu_->counters().batched_argmax_rows - before, int64_t(kSteps * prompts.size()));
+
+    // A sampling row in the batch is drawn by the GPU sampler from its own row, as the CPU's chain.
+    Sampler gpu_sampler(sampled(5)), cpu_sampler(sampled(5));
+    gpu_->forward_batch(gpu_rows, ids);
+    cpu_->forward_batch(cpu_rows, ids);
+    const int64_t greedy_draws = gpu_->counters().batched_argmax_rows;
+    EXPECT_EQ(gpu_->next_token(*gpu_rows[1], gpu_sampler, {}), cpu_->next_token(*cpu_rows[1], cpu_sampler, {}));
+    EXPECT_EQ(gpu_->counters().batched_argmax_rows, greedy_draws);
+    EXPECT_EQ(gpu_->next_token(*gpu_rows[2], greedy, {}), cpu_->next_token(*cpu_rows[2], greedy, {}));
+    EXPECT_EQ(gpu_->counters().batched_argmax_rows, greedy_draws + 1);
+}
+
 // Save a state, load it into a fresh sequence, feed both the same next token and let each sample 300
 // more: the tokens and the final logits must be bit-identical, per KV format.
 // A batched step (Engine::forward_batch): each row's logits are its sequence's, as the CPU engine computes
