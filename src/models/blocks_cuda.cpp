@@ -37,13 +37,8 @@ void CudaModel::matmul(const float* x, const CudaMatrix& w, int64_t first_row, i
     if (!w.quantized) {
         // Prompts and canvases on the tensor cores (cuBLAS; BF16 and F32 weights, fp32-class results), decode
         // and the rest on the naive kernel (ops/matmul/dense_gemm_cuda.h).
-        const WeightView view = w.plain_view.slice_rows(first_row, n_rows);
-        if (cuda::plain_gemm_applies(view.dtype, n_tokens)) {
-            const size_t bytes = cuda::plain_gemm_scratch_bytes(view.dtype, n_tokens, view.cols);
-            cuda::matmul_plain_gemm(x, view, n_tokens, y, temp(int64_t((bytes + 3) / 4)), stream_);
-        } else {
-            cuda::matmul_plain(x, view, n_tokens, y, stream_);
-        }
+        cuda::matmul_plain_any(x, w.plain_view.slice_rows(first_row, n_rows), n_tokens, y,
+                               [&](size_t bytes) { return temp(int64_t((bytes + 3) / 4)); }, stream_);
         return;
     }
     const cuda::GemvWeightView view = w.gemv.view().slice_rows(first_row, n_rows);

@@ -31,6 +31,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
+#include "ops/matmul/dense_cuda.h"
 
 namespace deltabit::cuda {
 
@@ -52,5 +53,16 @@ void matmul_plain_gemm(const float* x, const WeightView& w, int64_t n_tokens, fl
 // y[T][K] = x[T][N]·W[N][K], as above with x of width w.rows and y of width w.cols.
 void matmul_plain_gemm_by_rows(const float* x, const WeightView& w, int64_t n_tokens, float* y, void* scratch,
                                cudaStream_t stream);
+
+// y = x·Wᵀ for plain-float weights at any T: the tensor-core GEMM where plain_gemm_applies, else matmul_plain
+// (dense_cuda.h). `scratch(bytes)` returns device scratch of that many bytes, 256-byte aligned (a model's
+// arena), asked for only when the GEMM needs it.
+template <class Scratch>
+void matmul_plain_any(const float* x, const WeightView& w, int64_t n_tokens, float* y, Scratch&& scratch,
+                      cudaStream_t stream) {
+    if (!plain_gemm_applies(w.dtype, n_tokens)) return matmul_plain(x, w, n_tokens, y, stream);
+    const size_t bytes = plain_gemm_scratch_bytes(w.dtype, n_tokens, w.cols);
+    matmul_plain_gemm(x, w, n_tokens, y, bytes > 0 ? scratch(bytes) : nullptr, stream);
+}
 
 }  // namespace deltabit::cuda
