@@ -96,23 +96,34 @@ inline bool pick_within_rounding(std::span<const float> p, double unit, int32_t 
     return false;
 }
 
+// A row whose every other scaled logit is more than 750 below its maximum: each exp(x − max) is below
+// 2^-1080 and rounds to 0 on either backend, so p is exactly one-hot and the entropy exactly 0 on both.
+inline bool exactly_one_hot(std::span<const float> row) {
+    const float max = *std::max_element(row.begin(), row.end());
+    int64_t near = 0;
+    for (float x : row) near += double(x) - double(max) > -750.0;
+    return near == 1;
+}
+
 // Whether accepted_positions decides the same on entropies each moved by at most `tolerance`: every
-// two ranked neighbours are either more than 2·tolerance apart or from bit-identical rows of `scaled`
-// [L][V] (whose entropies are equal on either backend: the same code on the same bits), and every sum
-// before a position is farther than L·tolerance (plus its own rounding) from the bound.
+// two ranked neighbours are more than 2·tolerance apart, or equal on either backend by construction
+// (bit-identical rows of `scaled` [L][V]: the same code on the same bits; or two exactly one-hot rows),
+// and every sum before a position is farther than L·tolerance (plus its own rounding) from the bound.
 inline bool acceptance_is_decided(std::span<const double> entropy, std::span<const float> scaled, int64_t V,
                                   double bound, double tolerance) {
     std::vector<size_t> order(entropy.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return entropy[a] < entropy[b]; });
-    const auto same_row = [&](size_t a, size_t b) {
-        return std::equal(scaled.begin() + int64_t(a) * V, scaled.begin() + int64_t(a + 1) * V, scaled.begin() + int64_t(b) * V);
+    const auto row = [&](size_t r) { return scaled.subspan(r * size_t(V), size_t(V)); };
+    const auto equal_by_construction = [&](size_t a, size_t b) {
+        return std::ranges::equal(row(a), row(b)) || (exactly_one_hot(row(a)) && exactly_one_hot(row(b)));
     };
     const double L = double(order.size());
     double before = 0.0;
     for (size_t j = 0; j < order.size(); ++j) {
         const double h = entropy[order[j]];
-        if (j > 0 && h - entropy[order[j - 1]] <= 2.0 * tolerance && !same_row(order[j], order[j - 1])) return false;
+        if (j > 0 && h - entropy[order[j - 1]] <= 2.0 * tolerance && !equal_by_construction(order[j], order[j - 1]))
+            return false;
         if (std::abs(before - bound) <= L * tolerance + L * kUnitRoundoff * before) return false;
         before += h;
     }
