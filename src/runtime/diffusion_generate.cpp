@@ -45,8 +45,26 @@ double DiffusionGeneration::tokens_per_forward() const {
 
 namespace {
 
-void validate(const DiffusionGenerationConfig& g, int64_t canvas, std::span<const int32_t> prompt,
-              std::span<const int32_t> first_canvas) {
+// DiffusionGemma behind the loop's interface, with the one sequence's cache.
+class GemmaDenoiser : public DiffusionDenoiser {
+public:
+    explicit GemmaDenoiser(const DiffusionGemma& model) : model_(model), cache_(model.new_cache()) {}
+    int64_t canvas_length() const override { return model_.config().canvas_length; }
+    int64_t n_vocab() const override { return model_.config().n_vocab; }
+    void encode(std::span<const int32_t> tokens) override { model_.encode(cache_, tokens); }
+    std::vector<float> denoise(std::span<const int32_t> canvas, std::span<const float> self_conditioning) override {
+        return model_.denoise(cache_, canvas, self_conditioning);
+    }
+
+private:
+    const DiffusionGemma& model_;
+    DiffusionCache cache_;
+};
+
+}  // namespace
+
+void validate_diffusion_generation(const DiffusionGenerationConfig& g, int64_t canvas, std::span<const int32_t> prompt,
+                                   std::span<const int32_t> first_canvas) {
     if (prompt.empty()) fail("diffusion generate: the prompt is empty");
     if (g.max_new_tokens < 1) fail("diffusion generate: max_new_tokens must be at least 1 (found {})", g.max_new_tokens);
     if (g.max_denoising_steps < 1)
@@ -59,24 +77,28 @@ void validate(const DiffusionGenerationConfig& g, int64_t canvas, std::span<cons
         fail("diffusion generate: the first canvas has {} tokens; the model's canvas is {}", first_canvas.size(), canvas);
 }
 
-}  // namespace
-
 DiffusionGeneration generate_diffusion(const DiffusionGemma& model, std::span<const int32_t> prompt,
                                        const DiffusionGenerationConfig& g, DiffusionRandomness& random,
                                        std::span<const int32_t> first_canvas, const DiffusionBlockCallback& on_block,
                                        const DiffusionStepCallback& on_step) {
-    const ModelConfig& c = model.config();
-    const int64_t L = c.canvas_length, V = c.n_vocab, N = g.max_denoising_steps;
-    validate(g, L, prompt, first_canvas);
+    GemmaDenoiser denoiser(model);
+    return generate_diffusion(denoiser, prompt, g, random, first_canvas, on_block, on_step);
+}
+
+DiffusionGeneration generate_diffusion(DiffusionDenoiser& model, std::span<const int32_t> prompt,
+                                       const DiffusionGenerationConfig& g, DiffusionRandomness& random,
+                                       std::span<const int32_t> first_canvas, const DiffusionBlockCallback& on_block,
+                                       const DiffusionStepCallback& on_step) {
+    const int64_t L = model.canvas_length(), V = model.n_vocab(), N = g.max_denoising_steps;
+    validate_diffusion_generation(g, L, prompt, first_canvas);
     const int64_t n_blocks = (g.max_new_tokens + L - 1) / L;
 
     DiffusionGeneration out;
     out.pad_id = g.pad_id;
-    DiffusionCache cache = model.new_cache();
-    model.encode(cache, prompt);
+    model.encode(prompt);
     std::vector<int32_t> committed;  // the last block, pad-replaced: what the next block encodes first
     for (int64_t b = 0; b < n_blocks; ++b) {
-        if (b > 0) model.encode(cache, committed);
+        if (b > 0) model.encode(committed);
         std::vector<int32_t> canvas(static_cast<size_t>(L));
         random.uniform_tokens(V, canvas);  // drawn even when a first canvas is given (dict.pop's default)
         if (b == 0 && !first_canvas.empty()) canvas.assign(first_canvas.begin(), first_canvas.end());
@@ -86,7 +108,7 @@ DiffusionGeneration generate_diffusion(const DiffusionGemma& model, std::span<co
         DiffusionStopRule stop_rule(g.stability_threshold, L, g.confidence_threshold);
         int64_t steps = 0;
         for (int64_t s = N; s >= 1; --s) {
-            const std::vector<float> logits = model.denoise(cache, canvas, self_conditioning);
+            const std::vector<float> logits = model.denoise(canvas, self_conditioning);
             ++steps;
             DiffusionStepStats st = scale_and_measure(logits, L, V, diffusion_step_temperature(g, s, N));
             std::vector<int32_t> sampled(static_cast<size_t>(L));
