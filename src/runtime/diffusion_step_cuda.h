@@ -25,8 +25,11 @@
 //   - acceptance, mean entropy and the stop rule: given the same entropies, bit-identical (the sort is
 //     stable by position; the sum of lower-ranked entropies and the mean are added in the CPU's order by
 //     one thread: 256 dependent adds, about a microsecond, to keep the decisions identical). Given this
-//     backend's entropies, a decision differs from the CPU's only where two entropies or a sum and the
-//     bound lie within the entropy difference above of each other.
+//     backend's entropies, the accepted set differs from the CPU's only where a sum of the j lowest
+//     entropies lies within j times the entropy difference above of the bound, or the last accepted and
+//     the first refused entropy lie within twice it of each other. The ranking inside the accepted set
+//     may differ (near-zero entropies of peaked rows differ by the rounding of log Σ, ~1e-13 at V = 1000)
+//     and does not matter: the set is what the step uses.
 //   - the categorical sample: the CPU's rule (first v with u·Σp < p[0] + … + p[v] and p[v] > 0) with the
 //     running sum formed as a parallel prefix in double, and the float probabilities rounded from the
 //     device's exp (occasionally one float ulp from the host's). A pick differs from the CPU's only when

@@ -105,10 +105,13 @@ inline bool exactly_one_hot(std::span<const float> row) {
     return near == 1;
 }
 
-// Whether accepted_positions decides the same on entropies each moved by at most `tolerance`: every
-// two ranked neighbours are more than 2·tolerance apart, or equal on either backend by construction
-// (bit-identical rows of `scaled` [L][V]: the same code on the same bits; or two exactly one-hot rows),
-// and every sum before a position is farther than L·tolerance (plus its own rounding) from the bound.
+// Whether accepted_positions gives the same set on entropies each moved by at most `tolerance`. The set is
+// the k lowest-ranked positions, k = how many sums S_j of the j lowest entropies (j = 0 .. L − 1) are ≤ the
+// bound; each S_j moves by at most j·tolerance (plus its rounding), so k holds when every S_j is farther
+// than that from the bound. The order inside the set does not matter (near-zero entropies may rank
+// differently on the two backends: their log Σ differs by rounding); only the cut does: the k-th and
+// (k+1)-th lowest must be more than 2·tolerance apart, or equal on either backend by construction
+// (bit-identical rows of `scaled` [L][V]: the same code on the same bits; or two exactly one-hot rows).
 inline bool acceptance_is_decided(std::span<const double> entropy, std::span<const float> scaled, int64_t V,
                                   double bound, double tolerance) {
     std::vector<size_t> order(entropy.size());
@@ -118,16 +121,17 @@ inline bool acceptance_is_decided(std::span<const double> entropy, std::span<con
     const auto equal_by_construction = [&](size_t a, size_t b) {
         return std::ranges::equal(row(a), row(b)) || (exactly_one_hot(row(a)) && exactly_one_hot(row(b)));
     };
-    const double L = double(order.size());
-    double before = 0.0;
+    double before = 0.0;  // S_j
+    size_t k = 0;
     for (size_t j = 0; j < order.size(); ++j) {
-        const double h = entropy[order[j]];
-        if (j > 0 && h - entropy[order[j - 1]] <= 2.0 * tolerance && !equal_by_construction(order[j], order[j - 1]))
-            return false;
-        if (std::abs(before - bound) <= L * tolerance + L * kUnitRoundoff * before) return false;
-        before += h;
+        const double margin = double(j) * tolerance + double(j) * kUnitRoundoff * before;
+        if (std::abs(before - bound) <= margin) return false;
+        k += before <= bound;
+        before += entropy[order[j]];
     }
-    return true;
+    if (k == 0 || k == order.size()) return true;
+    const size_t last_in = order[k - 1], first_out = order[k];
+    return entropy[first_out] - entropy[last_in] > 2.0 * tolerance || equal_by_construction(last_in, first_out);
 }
 
 // Whether the mean entropy is farther than the entropy tolerance from the confidence threshold.
