@@ -1,12 +1,11 @@
 #include "runtime/diffusion_generate.h"
 
 #include "core/error.h"
+#include "runtime/diffusion_step.h"
 #include "sampling/rng.h"
 
 #include <algorithm>
 #include <cmath>
-#include <deque>
-#include <numeric>
 
 namespace deltabit {
 
@@ -18,28 +17,12 @@ SeededDiffusionRandomness::SeededDiffusionRandomness(uint64_t seed) : state_(std
 SeededDiffusionRandomness::~SeededDiffusionRandomness() = default;
 
 void SeededDiffusionRandomness::uniform_tokens(int64_t n_vocab, std::span<int32_t> out) {
-    // Multiply-shift of 53 random bits: the bias is below 2^-33 for any vocabulary that fits int32.
-    for (int32_t& t : out) t = int32_t(std::min<double>(double(n_vocab) - 1, std::floor(state_->rng.next_unit() * double(n_vocab))));
+    for (int32_t& t : out) t = uniform_token(state_->rng.next_unit(), n_vocab);
 }
 
 void SeededDiffusionRandomness::sample(std::span<const float> probs, int64_t n_vocab, std::span<int32_t> out) {
-    for (size_t r = 0; r < out.size(); ++r) {
-        const float* p = probs.data() + r * size_t(n_vocab);
-        double total = 0.0;
-        for (int64_t v = 0; v < n_vocab; ++v) total += p[v];
-        const double u = state_->rng.next_unit() * total;
-        double acc = 0.0;
-        int64_t pick = n_vocab - 1;
-        for (int64_t v = 0; v < n_vocab; ++v) {
-            acc += p[v];
-            if (u < acc && p[v] > 0.0f) {
-                pick = v;
-                break;
-            }
-        }
-        while (pick > 0 && p[pick] == 0.0f) --pick;  // never a zero-probability token from rounding at the end
-        out[r] = int32_t(pick);
-    }
+    for (size_t r = 0; r < out.size(); ++r)
+        out[r] = categorical_pick(probs.subspan(r * size_t(n_vocab), size_t(n_vocab)), state_->rng.next_unit());
 }
 
 // transformers' step counter is an int32 tensor, so s/N is an fp32 tensor and the product with
@@ -62,56 +45,26 @@ double DiffusionGeneration::tokens_per_forward() const {
 
 namespace {
 
-struct StepStats {
-    std::vector<float> scaled;      // logits / T_s, [L][V]
-    std::vector<float> probs;       // softmax(scaled)
-    std::vector<double> entropy;    // per position
-    std::vector<int32_t> argmax;    // per position
+// DiffusionGemma behind the loop's interface, with the one sequence's cache.
+class GemmaDenoiser : public DiffusionDenoiser {
+public:
+    explicit GemmaDenoiser(const DiffusionGemma& model) : model_(model), cache_(model.new_cache()) {}
+    int64_t canvas_length() const override { return model_.config().canvas_length; }
+    int64_t n_vocab() const override { return model_.config().n_vocab; }
+    void encode(std::span<const int32_t> tokens) override { model_.encode(cache_, tokens); }
+    std::vector<float> denoise(std::span<const int32_t> canvas, std::span<const float> self_conditioning) override {
+        return model_.denoise(cache_, canvas, self_conditioning);
+    }
+
+private:
+    const DiffusionGemma& model_;
+    DiffusionCache cache_;
 };
 
-StepStats scale_and_measure(const std::vector<float>& logits, int64_t L, int64_t V, float temperature) {
-    StepStats s;
-    s.scaled.resize(logits.size());
-    s.probs.resize(logits.size());
-    s.entropy.resize(size_t(L));
-    s.argmax.resize(size_t(L));
-    // torch divides the fp32 logits by the fp32 temperature tensor element by element.
-    for (size_t i = 0; i < logits.size(); ++i) s.scaled[i] = logits[i] / temperature;
-    for (int64_t r = 0; r < L; ++r) {
-        const float* x = s.scaled.data() + r * V;
-        const int64_t best = std::max_element(x, x + V) - x;  // first of equal maxima, as torch.argmax
-        s.argmax[size_t(r)] = int32_t(best);
-        double denom = 0.0;
-        for (int64_t v = 0; v < V; ++v) denom += std::exp(double(x[v]) - double(x[best]));
-        const double log_denom = std::log(denom);
-        double h = 0.0;
-        for (int64_t v = 0; v < V; ++v) {
-            const double log_p = double(x[v]) - double(x[best]) - log_denom;
-            const double p = std::exp(log_p);
-            s.probs[size_t(r * V + v)] = float(p);
-            if (p > 0.0) h -= p * log_p;
-        }
-        s.entropy[size_t(r)] = h;
-    }
-    return s;
-}
+}  // namespace
 
-// Entropy-bound acceptance (arXiv 2505.24857, reference §3.1 step 5).
-std::vector<uint8_t> accepted_positions(const std::vector<double>& entropy, double bound) {
-    std::vector<size_t> order(entropy.size());
-    std::iota(order.begin(), order.end(), size_t(0));
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return entropy[a] < entropy[b]; });
-    std::vector<uint8_t> accepted(entropy.size(), 0);
-    double before = 0.0;  // the sum of strictly lower-ranked entropies
-    for (size_t j = 0; j < order.size(); ++j) {
-        accepted[order[j]] = uint8_t(before <= bound);
-        before += entropy[order[j]];
-    }
-    return accepted;
-}
-
-void validate(const DiffusionGenerationConfig& g, int64_t canvas, std::span<const int32_t> prompt,
-              std::span<const int32_t> first_canvas) {
+void validate_diffusion_generation(const DiffusionGenerationConfig& g, int64_t canvas, std::span<const int32_t> prompt,
+                                   std::span<const int32_t> first_canvas) {
     if (prompt.empty()) fail("diffusion generate: the prompt is empty");
     if (g.max_new_tokens < 1) fail("diffusion generate: max_new_tokens must be at least 1 (found {})", g.max_new_tokens);
     if (g.max_denoising_steps < 1)
@@ -124,38 +77,40 @@ void validate(const DiffusionGenerationConfig& g, int64_t canvas, std::span<cons
         fail("diffusion generate: the first canvas has {} tokens; the model's canvas is {}", first_canvas.size(), canvas);
 }
 
-}  // namespace
-
 DiffusionGeneration generate_diffusion(const DiffusionGemma& model, std::span<const int32_t> prompt,
                                        const DiffusionGenerationConfig& g, DiffusionRandomness& random,
                                        std::span<const int32_t> first_canvas, const DiffusionBlockCallback& on_block,
                                        const DiffusionStepCallback& on_step) {
-    const ModelConfig& c = model.config();
-    const int64_t L = c.canvas_length, V = c.n_vocab, N = g.max_denoising_steps;
-    validate(g, L, prompt, first_canvas);
+    GemmaDenoiser denoiser(model);
+    return generate_diffusion(denoiser, prompt, g, random, first_canvas, on_block, on_step);
+}
+
+DiffusionGeneration generate_diffusion(DiffusionDenoiser& model, std::span<const int32_t> prompt,
+                                       const DiffusionGenerationConfig& g, DiffusionRandomness& random,
+                                       std::span<const int32_t> first_canvas, const DiffusionBlockCallback& on_block,
+                                       const DiffusionStepCallback& on_step) {
+    const int64_t L = model.canvas_length(), V = model.n_vocab(), N = g.max_denoising_steps;
+    validate_diffusion_generation(g, L, prompt, first_canvas);
     const int64_t n_blocks = (g.max_new_tokens + L - 1) / L;
 
     DiffusionGeneration out;
     out.pad_id = g.pad_id;
-    DiffusionCache cache = model.new_cache();
-    model.encode(cache, prompt);
+    model.encode(prompt);
     std::vector<int32_t> committed;  // the last block, pad-replaced: what the next block encodes first
     for (int64_t b = 0; b < n_blocks; ++b) {
-        if (b > 0) model.encode(cache, committed);
+        if (b > 0) model.encode(committed);
         std::vector<int32_t> canvas(static_cast<size_t>(L));
         random.uniform_tokens(V, canvas);  // drawn even when a first canvas is given (dict.pop's default)
         if (b == 0 && !first_canvas.empty()) canvas.assign(first_canvas.begin(), first_canvas.end());
 
         std::vector<float> self_conditioning;  // none on a block's first step
         std::vector<int32_t> argmax_canvas = canvas;
-        // The last stability_threshold argmax canvases, oldest first; -1 until filled, so no early stop
-        // before step stability_threshold + 1.
-        std::deque<std::vector<int32_t>> history(size_t(g.stability_threshold), std::vector<int32_t>(size_t(L), -1));
+        DiffusionStopRule stop_rule(g.stability_threshold, L, g.confidence_threshold);
         int64_t steps = 0;
         for (int64_t s = N; s >= 1; --s) {
-            const std::vector<float> logits = model.denoise(cache, canvas, self_conditioning);
+            const std::vector<float> logits = model.denoise(canvas, self_conditioning);
             ++steps;
-            StepStats st = scale_and_measure(logits, L, V, diffusion_step_temperature(g, s, N));
+            DiffusionStepStats st = scale_and_measure(logits, L, V, diffusion_step_temperature(g, s, N));
             std::vector<int32_t> sampled(static_cast<size_t>(L));
             random.sample(st.probs, V, sampled);
             const std::vector<uint8_t> accepted = accepted_positions(st.entropy, g.entropy_bound);
@@ -164,12 +119,7 @@ DiffusionGeneration generate_diffusion(const DiffusionGemma& model, std::span<co
             std::vector<int32_t> next(static_cast<size_t>(L));
             for (int64_t i = 0; i < L; ++i) next[size_t(i)] = accepted[size_t(i)] ? sampled[size_t(i)] : noise[size_t(i)];
 
-            bool stable = true;
-            for (const std::vector<int32_t>& old : history) stable = stable && old == st.argmax;
-            double mean_entropy = 0.0;
-            for (double h : st.entropy) mean_entropy += h;
-            mean_entropy /= double(L);
-            const bool finished = stable && mean_entropy < g.confidence_threshold;
+            const bool finished = stop_rule.finished(st.argmax, st.entropy);
             if (on_step &&
                 !on_step(DiffusionStep{.block = b, .step = steps, .canvas = canvas, .logits = logits, .sampled = sampled,
                                        .accepted = accepted, .noise = noise, .argmax = st.argmax})) {
@@ -177,10 +127,7 @@ DiffusionGeneration generate_diffusion(const DiffusionGemma& model, std::span<co
                 out.stopped = true;
                 return out;
             }
-            if (!history.empty()) {
-                history.pop_front();
-                history.push_back(st.argmax);
-            }
+            stop_rule.record(st.argmax);
             self_conditioning = std::move(st.scaled);
             canvas = std::move(next);
             argmax_canvas = std::move(st.argmax);
@@ -190,14 +137,7 @@ DiffusionGeneration generate_diffusion(const DiffusionGemma& model, std::span<co
 
         // Commit the argmax, then EOS/pad (§3.1 steps 5–6).
         committed = argmax_canvas;
-        bool has_eos = false;
-        if (!g.eos_ids.empty()) {
-            for (int64_t i = 0; i < L; ++i) {
-                const bool eos = std::find(g.eos_ids.begin(), g.eos_ids.end(), committed[size_t(i)]) != g.eos_ids.end();
-                if (has_eos && g.pad_id >= 0) committed[size_t(i)] = int32_t(g.pad_id);  // after the first EOS
-                has_eos = has_eos || eos;
-            }
-        }
+        const bool has_eos = apply_eos_and_pad(committed, g.eos_ids, g.pad_id);
         out.tokens.insert(out.tokens.end(), committed.begin(), committed.end());
         if (on_block) on_block(committed, steps);
         if (has_eos) {

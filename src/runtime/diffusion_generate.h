@@ -94,8 +94,29 @@ struct DiffusionStep {
 // Returns false to stop the generation after this step (an interrupt, or a replay that diverged).
 using DiffusionStepCallback = std::function<bool(const DiffusionStep& step)>;
 
+// What the loop needs from a model: one sequence's cache behind encode (append tokens) and denoise
+// (the decoder's softcapped logits [L][V] for a canvas [L], with the previous step's scaled logits as
+// self-conditioning, empty on a block's first step). DiffusionGemma is one; tests plug in others.
+class DiffusionDenoiser {
+public:
+    virtual ~DiffusionDenoiser() = default;
+    virtual int64_t canvas_length() const = 0;
+    virtual int64_t n_vocab() const = 0;
+    virtual void encode(std::span<const int32_t> tokens) = 0;
+    virtual std::vector<float> denoise(std::span<const int32_t> canvas, std::span<const float> self_conditioning) = 0;
+};
+
 // Error for an empty prompt, a first canvas of the wrong length, or a bad setting (steps < 1,
-// t_min/t_max not positive, ...), before anything runs.
+// t_min/t_max not positive, ...), before anything runs. The CUDA loop checks the same.
+void validate_diffusion_generation(const DiffusionGenerationConfig& config, int64_t canvas_length,
+                                   std::span<const int32_t> prompt, std::span<const int32_t> first_canvas);
+
+DiffusionGeneration generate_diffusion(DiffusionDenoiser& denoiser, std::span<const int32_t> prompt,
+                                       const DiffusionGenerationConfig& config, DiffusionRandomness& random,
+                                       std::span<const int32_t> first_canvas = {},
+                                       const DiffusionBlockCallback& on_block = {},
+                                       const DiffusionStepCallback& on_step = {});
+// The same on a DiffusionGemma, with a fresh cache.
 DiffusionGeneration generate_diffusion(const DiffusionGemma& model, std::span<const int32_t> prompt,
                                        const DiffusionGenerationConfig& config, DiffusionRandomness& random,
                                        std::span<const int32_t> first_canvas = {},

@@ -2,8 +2,10 @@
 """tools/cuda_emulation on real code, emulated on the host against naive references: gemm_q1_0_small
 (src/ops/matmul/gemm_small_cuda.cu: u8·s8 mma fragments, a cp.async ring, static and dynamic shared memory) and
 the staged split-K decode attention (attention_split_staged_cuda.cu: ldmatrix, ldmatrix .trans and f16 mma
-fragments, a swizzled ring, programmatic launch) agree; copies with a planted bug — fragment indices off by one,
-a row mask off by one, a cp.async wait one group short, barriers in divergent code — are caught; the thread
+fragments, a swizzled ring, programmatic launch) agree, and so does the block-diffusion step
+(runtime/diffusion_step_cuda.cu) with the CPU step; copies with a planted bug — fragment indices off by one,
+a row mask off by one, a cp.async wait one group short, barriers in divergent code, ties ranked out of order,
+a prefix sum one chunk late — are caught; the thread
 model's own primitives give hand-worked answers; and every inline-asm wrapper of the real headers has a
 stand-in. Skipped where g++ cannot build C++20."""
 import os
@@ -18,6 +20,7 @@ ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 TOOL = os.path.join(ROOT, "tools", "cuda_emulation")
 GEMM = os.path.join(ROOT, "src", "ops", "matmul", "gemm_small_cuda.cu")
 ATTENTION = os.path.join(ROOT, "src", "ops", "attention", "attention_split_staged_cuda.cu")
+DIFFUSION_STEP = os.path.join(ROOT, "src", "runtime", "diffusion_step_cuda.cu")
 CXX = shutil.which("g++")
 FLAGS = ["-std=c++20", "-O1", "-pthread", "-Wno-unknown-pragmas", "-DFMT_HEADER_ONLY"]
 # Wrappers of the real headers with no stand-in, and why.
@@ -46,6 +49,8 @@ class CudaEmulationTest(unittest.TestCase):
         cls.gemm_driver = [cls.compile_object(os.path.join(HERE, "cuda_emulation_gemm_small.cpp"), []),
                            cls.compile_object(os.path.join(ROOT, "src", "core", "dtype.cpp"), [])]
         cls.attention_driver = [cls.compile_object(os.path.join(HERE, "cuda_emulation_attention_staged.cpp"), [])]
+        cls.diffusion_driver = [cls.compile_object(os.path.join(HERE, "cuda_emulation_diffusion_step.cpp"), []),
+                                cls.compile_object(os.path.join(ROOT, "src", "runtime", "diffusion_step.cpp"), [])]
 
     @classmethod
     def tearDownClass(cls):
@@ -128,6 +133,29 @@ class CudaEmulationTest(unittest.TestCase):
         status, out = self.emulate_attention("v_dim = ((lane >> 3) & 1) * 8;", "v_dim = ((lane >> 4) & 1) * 8;")
         self.assertEqual(status, 1, out)
         self.assertEqual(out.count("f16 d="), out.count("DISAGREES"), out)
+
+    def emulate_diffusion_step(self, old=None, new=None):
+        return self.emulate_kernel(DIFFUSION_STEP, self.diffusion_driver, old, new)
+
+    def test_diffusion_step_agrees_with_the_cpu_step(self):
+        status, out = self.emulate_diffusion_step()
+        self.assertEqual(status, 0, out)
+        self.assertEqual(out.count("rows agree"), 13, out)
+        self.assertEqual(out.count("settle agrees"), 6, out)
+        for part in ["units agree", "boundary draws agree", "whole step agrees", "refused: "]:
+            self.assertIn(part, out)
+
+    def test_diffusion_acceptance_tie_order_bug_is_caught(self):
+        # Ties ranked by descending position: the stable order of the CPU's sort is lost.
+        status, out = self.emulate_diffusion_step("(a == b && ia < ib)", "(a == b && ia > ib)")
+        self.assertEqual(status, 1, out)
+        self.assertIn("ties, threshold 1: accepted", out)
+
+    def test_diffusion_sample_prefix_bug_is_caught(self):
+        # An inclusive prefix where the exclusive one belongs: each thread's running sum starts one chunk late.
+        status, out = self.emulate_diffusion_step("carry, t > 0 ? scan[t - 1] : 0.0)", "carry, scan[t])")
+        self.assertEqual(status, 1, out)
+        self.assertRegex(out, r"DISAGREES: sample \w+ row \d+")
 
     def test_thread_model_primitives(self):
         status, out = self.emulate(os.path.join(HERE, "cuda_emulation_primitives.cu"))
