@@ -356,18 +356,29 @@ void finish(const BenchArgs& args, BenchReport& report) {
     }
 }
 
-void run_cpu_bench_command(const BenchArgs& args, const BenchPlan& plan) {
-    const CpuProbe cpu = probe_cpu(args.threads);
-    progress(fmt::format("  {}: copy {:.1f} GB/s", cpu.summary, cpu.copy_gb_s));
-
+// What every report starts with: the date, the commit, the KV format and the DELTABIT_* switches.
+BenchReport new_report(const BenchArgs& args, std::string_view kv_format) {
     BenchReport report;
     report.date = utc_date();
     report.commit = args.commit.empty() ? source_commit() : args.commit;
-    report.gpu = fmt::format("cpu {} x{}", cpu.name, cpu.threads);
-    report.device_summary = cpu.summary;
-    report.copy_gb_s = cpu.copy_gb_s;
-    report.kv_format = std::string(kv_format_name(plan.kv));
+    report.kv_format = std::string(kv_format);
     report.environment = deltabit_switches(environ);
+    return report;
+}
+
+// The CPU as the report's device: its copy bandwidth, probed with the bench's threads.
+CpuProbe describe_cpu(const BenchArgs& args, BenchReport& report) {
+    const CpuProbe probe = probe_cpu(args.threads);
+    progress(fmt::format("  {}: copy {:.1f} GB/s", probe.summary, probe.copy_gb_s));
+    report.gpu = fmt::format("cpu {} x{}", probe.name, probe.threads);
+    report.device_summary = probe.summary;
+    report.copy_gb_s = probe.copy_gb_s;
+    return probe;
+}
+
+void run_cpu_bench_command(const BenchArgs& args, const BenchPlan& plan) {
+    BenchReport report = new_report(args, kv_format_name(plan.kv));
+    const CpuProbe cpu = describe_cpu(args, report);
 
     std::shared_ptr<const Model> model = build_model(args, report);
     const InferenceCost cost(model->weights(), plan.kv);
@@ -390,9 +401,7 @@ void run_gpu_bench_command(const BenchArgs& args, const BenchPlan& plan) {
     const GpuProbe gpu = probe_gpu();
     progress(fmt::format("  {}: {:.0f} GB/s", gpu.summary, gpu.copy_gb_s));
 
-    BenchReport report;
-    report.date = utc_date();
-    report.commit = args.commit.empty() ? source_commit() : args.commit;
+    BenchReport report = new_report(args, kv_format_name(plan.kv));
     report.gpu = gpu.name;
     report.device_summary = gpu.summary;
     report.copy_gb_s = gpu.copy_gb_s;
@@ -400,8 +409,6 @@ void run_gpu_bench_command(const BenchArgs& args, const BenchPlan& plan) {
     report.stream_floor_bytes = double(gpu.stream_floor.bytes);
     report.stream_floor_us = gpu.stream_floor.microseconds;
     report.dependent_launch_us = gpu.dependent_launch_us;
-    report.kv_format = std::string(kv_format_name(plan.kv));
-    report.environment = deltabit_switches(environ);
 
     std::unique_ptr<Model> model = build_model(args, report);
     const InferenceCost cost(model->weights(), plan.kv);
@@ -428,16 +435,8 @@ void run_diffusion_bench_command(const BenchArgs& args) {
     if (!cpu)
         fail("bench: block-diffusion models run on the CPU reference only in this build (their CUDA path is not "
              "there yet); give --backend cpu");
-    const CpuProbe probe = probe_cpu(args.threads);
-    progress(fmt::format("  {}: copy {:.1f} GB/s", probe.summary, probe.copy_gb_s));
-    BenchReport report;
-    report.date = utc_date();
-    report.commit = args.commit.empty() ? source_commit() : args.commit;
-    report.gpu = fmt::format("cpu {} x{}", probe.name, probe.threads);
-    report.device_summary = probe.summary;
-    report.copy_gb_s = probe.copy_gb_s;
-    report.kv_format = "f32";
-    report.environment = deltabit_switches(environ);
+    BenchReport report = new_report(args, "f32");
+    const CpuProbe probe = describe_cpu(args, report);
 
     std::unique_ptr<Model> model = build_model(args, report);
     if (canvas == 0) plan = diffusion_plan_from(args, model->config().canvas_length);
@@ -458,17 +457,9 @@ void run_diffusion_bench_command(const BenchArgs& args) {
 void run_serve_bench_command(const BenchArgs& args) {
     ServeBenchPlan plan = serve_plan_from(args);
     const bool cpu = args.backend == "cpu";
-    BenchReport report;
-    report.date = utc_date();
-    report.commit = args.commit.empty() ? source_commit() : args.commit;
-    report.kv_format = std::string(kv_format_name(plan.kv));
-    report.environment = deltabit_switches(environ);
+    BenchReport report = new_report(args, kv_format_name(plan.kv));
     if (cpu) {
-        const CpuProbe probe = probe_cpu(args.threads);
-        progress(fmt::format("  {}: copy {:.1f} GB/s", probe.summary, probe.copy_gb_s));
-        report.gpu = fmt::format("cpu {} x{}", probe.name, probe.threads);
-        report.device_summary = probe.summary;
-        report.copy_gb_s = probe.copy_gb_s;
+        describe_cpu(args, report);
     } else {
 #if DELTABIT_HAVE_CUDA
         const GpuProbe probe = probe_gpu();

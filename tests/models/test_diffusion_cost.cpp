@@ -2,6 +2,7 @@
 // the released checkpoint's shapes and parameter counts, a tiny one that runs through the CPU passes, and
 // FLOPs and bytes counted by hand.
 #include "bench/synthetic_model.h"
+#include "tensor_specs.h"
 #include "core/error.h"
 #include "models/diffusion_cost.h"
 #include "models/diffusion_gemma.h"
@@ -17,15 +18,8 @@
 namespace deltabit {
 namespace {
 
-std::map<std::string, TensorSpec> by_name(const std::vector<TensorSpec>& specs) {
-    std::map<std::string, TensorSpec> out;
-    for (const TensorSpec& s : specs) out.emplace(s.name, s);
-    return out;
-}
-
-double elements(const TensorSpec& s) {
-    return double(std::accumulate(s.shape.begin(), s.shape.end(), int64_t(1), std::multiplies<>()));
-}
+using test::by_name;
+using test::elements;
 
 TEST(DiffusionGeometry, TheReleasedCheckpointsShapeAndSize) {
     const Geometry& g = find_geometry("diffusiongemma-26b-a4b");
