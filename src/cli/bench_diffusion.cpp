@@ -27,10 +27,20 @@ public:
         DiffusionCache cache = model_.new_cache();
         model_.encode(cache, prompt);
     }
-    DiffusionGeneration generate(std::span<const int32_t> prompt, const DiffusionGenerationConfig& settings,
-                                 uint64_t seed, const DiffusionStepCallback& on_step) override {
+    Run generate(std::span<const int32_t> prompt, const DiffusionGenerationConfig& settings, uint64_t seed) override {
+        Run run;
+        int64_t last_block = -1;
+        BenchClock::time_point last = BenchClock::now();
+        const DiffusionStepCallback on_step = [&](const DiffusionStep& step) {
+            const auto now = BenchClock::now();
+            if (step.block == last_block) run.step_seconds.push_back(std::chrono::duration<double>(now - last).count());
+            last_block = step.block;
+            last = now;
+            return true;
+        };
         SeededDiffusionRandomness random(seed);
-        return generate_diffusion(model_, prompt, settings, random, {}, {}, on_step);
+        run.generation = generate_diffusion(model_, prompt, settings, random, {}, {}, on_step);
+        return run;
     }
 
 private:
@@ -112,19 +122,11 @@ std::vector<BenchMeasurement> run_diffusion_bench(DiffusionBenchTarget& target, 
     const int64_t n_blocks = (plan.new_tokens + L - 1) / L;
     bench_progress(fmt::format("dg{}: {} block(s) of {} after the prompt, at most {} denoising steps each",
                                n_blocks * L, n_blocks, L, settings.max_denoising_steps));
-    std::vector<double> step_seconds;
-    int64_t last_block = -1;
-    Clock::time_point last = Clock::now();
     const auto start = Clock::now();
-    const DiffusionGeneration generation =
-        target.generate(prompt, settings, plan.seed, [&](const DiffusionStep& step) {
-            const auto now = Clock::now();
-            if (step.block == last_block) step_seconds.push_back(std::chrono::duration<double>(now - last).count());
-            last_block = step.block;
-            last = now;
-            return true;
-        });
+    const DiffusionBenchTarget::Run run = target.generate(prompt, settings, plan.seed);
     const double loop_seconds = seconds_since(start);
+    const DiffusionGeneration& generation = run.generation;
+    const std::vector<double>& step_seconds = run.step_seconds;
     const int64_t committed = int64_t(generation.tokens.size());
     const double generate_seconds = std::max(loop_seconds - encode_seconds, 1e-9);
 

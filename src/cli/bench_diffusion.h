@@ -6,8 +6,8 @@
 //   dgN    the block loop (runtime/diffusion_generate.h) after that prompt, N new tokens in whole blocks
 //          of the canvas length, with the model's generation settings except EOS stopping (off, so every
 //          block runs). tok/s = committed tokens / (the loop's time − the prompt's encoding time of encP);
-//          the time a step is the gap between two step callbacks of one block (the first step of a block
-//          also encodes the block before it, so it is left out); its median is read against the step's
+//          the time of each step but a block's first (which also encodes the block before it) is the
+//          target's to measure (DiffusionBenchTarget::generate); its median is read against the step's
 //          floor, the larger of its bytes at the copy bandwidth and its FLOPs at the bf16 peak (bytes only
 //          where no peak is known, as on a CPU), at the middle block's depth, self-conditioned.
 // Steps per block depend on the weights: random weights never reach the confidence threshold, so each block
@@ -34,14 +34,18 @@ namespace deltabit::cli {
 // What the diffusion bench drives: one backend's encoder and block loop.
 class DiffusionBenchTarget {
 public:
+    struct Run {
+        DiffusionGeneration generation;
+        std::vector<double> step_seconds;  // every step but each block's first, in order
+    };
     virtual ~DiffusionBenchTarget() = default;
     virtual std::string description() const = 0;
     virtual const ModelConfig& config() const = 0;
     // Encodes `prompt` into a fresh cache; returns when the work is done (the caller times it).
     virtual void encode_fresh(std::span<const int32_t> prompt) = 0;
-    // The block loop over `prompt` with deltabit's seeded draws; each `on_step` is called with the step done.
-    virtual DiffusionGeneration generate(std::span<const int32_t> prompt, const DiffusionGenerationConfig& settings,
-                                         uint64_t seed, const DiffusionStepCallback& on_step) = 0;
+    // The block loop over `prompt` with deltabit's seeded draws, returning when it is done, with the time of
+    // each step but a block's first (the CPU: between two step callbacks; a GPU: between events).
+    virtual Run generate(std::span<const int32_t> prompt, const DiffusionGenerationConfig& settings, uint64_t seed) = 0;
 };
 
 // The CPU reference (models/diffusion_gemma.h); borrows `model`.
