@@ -2,7 +2,10 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "models/config_diffusion_gemma.h"
 #include "models/config_loader.h"
+
+#include <nlohmann/json.hpp>
 
 #include <fmt/format.h>
 
@@ -10,6 +13,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 namespace deltabit {
@@ -74,6 +78,40 @@ ModelConfig qwen3_config(int64_t vocab, int64_t embd, int64_t ff, int64_t n_laye
     return c;
 }
 
+// A DiffusionGemma text config as transformers writes it (sizes given, the rest of reference §1.3's values),
+// read by the same loader a checkpoint's config.json goes through, so the geometry cannot drift from what
+// loading the real file gives. Layers: `full_every`-th layer full attention (and the last, as transformers forces).
+ModelConfig diffusion_gemma_config(int64_t vocab, int64_t embd, int64_t dense_ff, int64_t n_layer, int64_t full_every,
+                                   int64_t heads, int64_t sliding_kv, int64_t sliding_head_dim, int64_t full_kv,
+                                   int64_t full_head_dim, int64_t experts, int64_t top_k, int64_t expert_ff,
+                                   int64_t window, int64_t canvas) {
+    nlohmann::json layer_types = nlohmann::json::array();
+    for (int64_t i = 0; i < n_layer; ++i)
+        layer_types.push_back((i + 1) % full_every == 0 ? "full_attention" : "sliding_attention");
+    const nlohmann::json text = {
+        {"model_type", "diffusion_gemma_text"},
+        {"vocab_size", vocab},
+        {"hidden_size", embd},
+        {"intermediate_size", dense_ff},
+        {"num_hidden_layers", n_layer},
+        {"layer_types", layer_types},
+        {"num_attention_heads", heads},
+        {"num_key_value_heads", sliding_kv},
+        {"head_dim", sliding_head_dim},
+        {"per_layer_config", {{"full_attention", {{"head_dim", full_head_dim}, {"num_key_value_heads", full_kv}}}}},
+        {"num_experts", experts},
+        {"top_k_experts", top_k},
+        {"moe_intermediate_size", expert_ff},
+        {"sliding_window", window},
+        {"max_position_embeddings", 262144},
+        {"rms_norm_eps", 1e-6},
+        {"use_bidirectional_attention", "vision"},
+        {"eos_token_id", {1, 106}},
+        {"pad_token_id", 0}};
+    const nlohmann::json root = {{"model_type", "diffusion_gemma"}, {"canvas_length", canvas}, {"text_config", text}};
+    return diffusion_gemma_config_from_hf_json(root, "geometry config");
+}
+
 std::vector<Geometry> make_geometries() {
     std::vector<Geometry> g;
     // Qwen3.5-27B's text shape (THUDM/slime scripts/models/qwen3.5-27B.sh: 64 layers, hidden 5120, FFN 17408,
@@ -104,12 +142,25 @@ std::vector<Geometry> make_geometries() {
                  qwen35_config(248320, 1024, 3584, 24, 8, 2, 256, 16, 16, 128, true)});
     // Tiny shapes for smoke tests: every matrix row is one or two Q1_0 blocks; Hv ≠ Hk and tied/untied both
     // covered.
+    // google/diffusiongemma-26B-A4B-it (../shared/reference/diffusion-gemma.md §1.3): hidden 2816, dense and
+    // self-conditioning MLP 2112, 30 layers [sliding×5, full]×5, 16 query heads, sliding layers 8 KV heads of
+    // 256, full layers 2 of 512, 128 experts top-8 of width 704, window 1024, vocab 262144, canvas 256.
+    g.push_back({"diffusiongemma-26b-a4b",
+                 "DiffusionGemma-26B-A4B shape: diffusion_gemma, 30 layers ([sliding x5, full] x5), hidden 2816, dense "
+                 "MLP 2112, 16 heads (sliding 8 KV of 256, full 2 KV of 512), 128 experts top-8 of 704, window 1024, "
+                 "vocab 262144, canvas 256",
+                 diffusion_gemma_config(262144, 2816, 2112, 30, 6, 16, 8, 256, 2, 512, 128, 8, 704, 1024, 256),
+                 DType::BF16});
     g.push_back({"tiny-qwen35", "tiny qwen35 for smoke tests: 4 layers, hidden 128, FFN 256, 2/1 heads of 64, "
                                 "DeltaNet 2/4 heads of 32, vocab 512",
                  qwen35_config(512, 128, 256, 4, 2, 1, 64, 2, 4, 32, false)});
     g.push_back({"tiny-qwen3", "tiny qwen3 for smoke tests: 2 layers, hidden 128, FFN 384, 4/2 heads of 32, vocab 512, "
                                "tied",
                  qwen3_config(512, 128, 384, 2, 4, 2, 32, 1e6f, true)});
+    g.push_back({"tiny-diffusiongemma",
+                 "tiny diffusion_gemma for smoke tests: 4 layers (3 sliding, 1 full), hidden 128, dense MLP 128, 4 "
+                 "heads (sliding 2 KV of 32, full 1 KV of 64), 8 experts top-2 of 64, window 8, vocab 512, canvas 16",
+                 diffusion_gemma_config(512, 128, 128, 4, 4, 4, 2, 32, 1, 64, 8, 2, 64, 8, 16), DType::BF16});
     for (const Geometry& geometry : g)
         validate_model_config(geometry.config, "geometry " + geometry.name, gguf_field_names(geometry.config.arch_name));
     return g;
@@ -121,16 +172,19 @@ class TensorList {
 public:
     TensorList(DType matrix_dtype) : matrix_dtype_(matrix_dtype) {}
 
-    // W[rows][cols], ggml shape {cols, rows}.
-    void matrix(std::string name, int64_t rows, int64_t cols) { matrix3(std::move(name), 1, rows, cols); }
+    // W[rows][cols], ggml shape {cols, rows}, in the list's matrix type or `dtype`.
+    void matrix(std::string name, int64_t rows, int64_t cols, std::optional<DType> dtype = {}) {
+        matrix3(std::move(name), 1, rows, cols, dtype);
+    }
     // An expert stack, ggml shape {cols, rows, n}.
-    void matrix3(std::string name, int64_t n, int64_t rows, int64_t cols) {
-        if (!row_fits_blocks(matrix_dtype_, uint64_t(cols)))
+    void matrix3(std::string name, int64_t n, int64_t rows, int64_t cols, std::optional<DType> dtype = {}) {
+        const DType type = dtype.value_or(matrix_dtype_);
+        if (!row_fits_blocks(type, uint64_t(cols)))
             fail("synthetic model: tensor {}: row length {} is not a whole number of {}-value {} blocks", name, cols,
-                 dtype_info(matrix_dtype_).block_elems, dtype_name(matrix_dtype_));
+                 dtype_info(type).block_elems, dtype_name(type));
         std::vector<int64_t> shape = {cols, rows};
         if (n > 1) shape.push_back(n);
-        specs_.push_back({std::move(name), std::move(shape), matrix_dtype_, TensorRole::matrix});
+        specs_.push_back({std::move(name), std::move(shape), type, TensorRole::matrix});
     }
     void vector(std::string name, int64_t n, TensorRole role) { specs_.push_back({std::move(name), {n}, DType::F32, role}); }
     void conv(std::string name, int64_t kernel, int64_t channels) {
@@ -143,10 +197,49 @@ private:
     std::vector<TensorSpec> specs_;
 };
 
-void add_ffn(TensorList& t, const std::string& blk, int64_t width, int64_t embd, const char* suffix) {
-    t.matrix(blk + "ffn_gate" + suffix + ".weight", width, embd);
-    t.matrix(blk + "ffn_up" + suffix + ".weight", width, embd);
-    t.matrix(blk + "ffn_down" + suffix + ".weight", embd, width);
+void add_ffn(TensorList& t, const std::string& blk, int64_t width, int64_t embd, const char* suffix,
+             std::optional<DType> dtype = {}) {
+    t.matrix(blk + "ffn_gate" + suffix + ".weight", width, embd, dtype);
+    t.matrix(blk + "ffn_up" + suffix + ".weight", width, embd, dtype);
+    t.matrix(blk + "ffn_down" + suffix + ".weight", embd, width, dtype);
+}
+
+// DiffusionGemma's tensors (docs/diffusion-gemma-tensors.md): the expert stacks in the list's matrix type,
+// every other matrix in BF16 as the checkpoint stores it, the router in F32 as `deltabit convert` keeps it.
+std::vector<TensorSpec> diffusion_gemma_tensors(const ModelConfig& c, DType expert_dtype) {
+    constexpr DType kPlain = DType::BF16;
+    TensorList t(expert_dtype);
+    const int64_t D = c.n_embd;
+    t.matrix("token_embd.weight", c.n_vocab, D, kPlain);  // also the LM head (tied)
+    t.vector("output_norm.weight", D, TensorRole::norm);
+    t.vector("sc_pre_norm.weight", D, TensorRole::norm);
+    t.matrix("sc_gate.weight", c.n_ff, D, kPlain);
+    t.matrix("sc_up.weight", c.n_ff, D, kPlain);
+    t.matrix("sc_down.weight", D, c.n_ff, kPlain);
+    for (int64_t l = 0; l < c.n_layer(); ++l) {
+        const std::string blk = fmt::format("blk.{}.", l);
+        const LayerAttention& g = c.layer_attention[size_t(l)];
+        for (const char* norm : {"attn_norm", "post_attention_norm", "ffn_norm", "post_ffw_norm_1", "pre_ffw_norm_2",
+                                 "post_ffw_norm_2", "post_ffw_norm"})
+            t.vector(blk + norm + ".weight", D, TensorRole::norm);
+        t.matrix(blk + "attn_q.weight", c.n_head * g.head_dim, D, kPlain);
+        t.matrix(blk + "attn_k.weight", g.n_head_kv * g.head_dim, D, kPlain);
+        if (!g.value_is_key) t.matrix(blk + "attn_v.weight", g.n_head_kv * g.head_dim, D, kPlain);
+        t.matrix(blk + "attn_output.weight", D, c.n_head * g.head_dim, kPlain);
+        t.vector(blk + "attn_q_norm.weight", g.head_dim, TensorRole::norm);
+        t.vector(blk + "attn_k_norm.weight", g.head_dim, TensorRole::norm);
+        add_ffn(t, blk, c.n_ff, D, "", kPlain);
+        t.matrix(blk + "ffn_gate_inp.weight", c.n_expert, D, DType::F32);
+        t.vector(blk + "ffn_gate_inp.scale", D, TensorRole::norm);
+        t.vector(blk + "ffn_down_exps.scale", c.n_expert, TensorRole::norm);
+        t.matrix3(blk + "ffn_gate_exps.weight", c.n_expert, c.expert_ff, D);
+        t.matrix3(blk + "ffn_up_exps.weight", c.n_expert, c.expert_ff, D);
+        t.matrix3(blk + "ffn_down_exps.weight", c.n_expert, D, c.expert_ff);
+        // The layer scalars near 1, as the norms (transformers initialises them to exactly 1).
+        t.vector(blk + "layer_output_scale.weight", 1, TensorRole::norm);
+        t.vector(blk + "enc_layer_output_scale.weight", 1, TensorRole::norm);
+    }
+    return t.take();
 }
 
 // ---- filling ----
@@ -176,12 +269,36 @@ double level_rms(DType t) {
         case DType::Q2_0: return std::sqrt(1.5);
         case DType::Q4_0: return std::sqrt(21.5);
         case DType::Q8_0: return std::sqrt((128.0 * 128.0 * 2.0 + 1.0) / 6.0);
-        default: fail("synthetic model: matrix type {} is not supported (q1_0, q2_0, q4_0, q8_0)", dtype_name(t));
+        case DType::F32:
+        case DType::F16:
+        case DType::BF16: return 1.0;  // unused: fill_plain sets the scale itself
+        default:
+            fail("synthetic model: matrix type {} is not supported (q1_0, q2_0, q4_0, q8_0, f32, f16, bf16)",
+                 dtype_name(t));
+    }
+}
+
+bool plain_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+
+// Elements [first, first + count) of a plain-float matrix: uniform in ±√3/√cols, so that a product with a
+// unit-RMS input has about unit RMS (as the quantised blocks' scales give).
+void fill_plain(uint8_t* data, DType dtype, int64_t cols, uint64_t key, int64_t first, int64_t count) {
+    const float bound = float(std::sqrt(3.0 / double(cols)));
+    for (int64_t i = first; i < first + count; ++i) {
+        const float v = bound * (2.0f * unit_uniform(random_word(key, uint64_t(i))) - 1.0f);
+        if (dtype == DType::F32) {
+            std::memcpy(data + 4 * i, &v, 4);
+        } else {
+            const uint16_t h = dtype == DType::F16 ? float_to_half(v) : float_to_bf16(v);
+            std::memcpy(data + 2 * i, &h, 2);
+        }
     }
 }
 
 // Blocks [first, first + count) of a matrix: random codes, then the fp16 scale over the first two bytes.
+// Plain-float matrices (one value a block) go to fill_plain.
 void fill_blocks(uint8_t* data, DType dtype, int64_t cols, uint64_t key, int64_t first, int64_t count) {
+    if (plain_float(dtype)) return fill_plain(data, dtype, cols, key, first, count);
     const DTypeInfo& info = dtype_info(dtype);
     const double scale = 1.0 / (std::sqrt(double(cols)) * level_rms(dtype));
     constexpr int kWordsPerBlock = 5;  // ≤ 32 code bytes, one word for the scale
@@ -253,6 +370,7 @@ const Geometry& find_geometry(std::string_view name) {
 }
 
 std::vector<TensorSpec> geometry_tensors(const ModelConfig& c, DType matrix_dtype) {
+    if (c.arch == Arch::diffusion_gemma) return diffusion_gemma_tensors(c, matrix_dtype);
     TensorList t(matrix_dtype);
     t.matrix("token_embd.weight", c.n_vocab, c.n_embd);
     t.vector("output_norm.weight", c.n_embd, TensorRole::norm);

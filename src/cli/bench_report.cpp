@@ -212,6 +212,17 @@ nlohmann::json report_to_json(const BenchReport& r) {
                                             {"decode_steps", s.decode_steps},
                                             {"decode_rows", s.decode_rows}};
         }
+        if (m.diffusion) {
+            const DiffusionFigures& d = *m.diffusion;
+            measurements.back()["diffusion"] = {{"canvas", d.canvas},
+                                                {"steps_per_block", d.steps_per_block},
+                                                {"max_steps", d.max_steps},
+                                                {"step_bytes", d.step_bytes},
+                                                {"step_flops", d.step_flops},
+                                                {"step_floor_us", d.step_floor_us},
+                                                {"pct_of_floor", d.pct_of_floor},
+                                                {"tokens_per_s_at_max_steps", d.tokens_per_s_at_max_steps}};
+        }
     }
     return {{"date", r.date},
             {"commit", r.commit},

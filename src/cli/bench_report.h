@@ -37,6 +37,18 @@ struct ServeFigures {
     int64_t decode_steps = 0, decode_rows = 0;
 };
 
+// What a block-diffusion run measured beyond tok/s (cli/bench_diffusion.h): its row's unit_us is the
+// median denoising step, its tokens_per_s the committed tokens a second.
+struct DiffusionFigures {
+    int64_t canvas = 0;                    // tokens a block commits
+    std::vector<int64_t> steps_per_block;  // decoder passes of each block
+    int64_t max_steps = 0;                 // max_denoising_steps: the worst case a block can take
+    double step_bytes = 0, step_flops = 0;  // a self-conditioned step at the middle block's depth
+    double step_floor_us = 0;  // the larger of its bytes at the copy bandwidth and its FLOPs at the bf16 peak
+    double pct_of_floor = 0;   // floor / the median step's time
+    double tokens_per_s_at_max_steps = 0;  // committed tok/s if every block took max_steps of the median step
+};
+
 // One figure: a prefill (pp512), a decode run (tg128 at a depth), a time to first token (ttft16), or a
 // serving level (serve8: `serve` set).
 struct BenchMeasurement {
@@ -53,6 +65,7 @@ struct BenchMeasurement {
     double peak_memory_gib = 0;  // device-wide, during this measurement (and the filling before it)
     std::string note;
     std::optional<ServeFigures> serve;
+    std::optional<DiffusionFigures> diffusion;
 };
 
 struct BenchReport {

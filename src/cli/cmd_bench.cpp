@@ -10,22 +10,28 @@
 //                  [--no-history | --history FILE] [--commit HASH] [--seed N]
 //   deltabit bench --serve (-m MODEL | --geometry NAME) [--backend cuda|cpu] [--streams 1,8,32,64]
 //                  [--requests N] [--prompts N] [--decode-tokens N] [--kv f32|f16|kivi4] [--json] ...
+//   deltabit bench (-m DIFFUSION_MODEL | --geometry diffusiongemma-26b-a4b) [--type bf16|q4_0] [--prompts N]
+//                  [--decode-tokens N] [--steps N] [--backend cuda|cpu] [--json] ...
 //
 // --serve measures the OpenAI server instead of the engine alone: the real HTTP server started in this
 // process on a loopback port, driven by concurrent streaming clients (cli/bench_serve.h).
 //
 // --geometry builds a random-bit model of a real shape in memory (bench/synthetic_model.h), so the
-// flagship shapes are measured without downloading them. Without a usable GPU a CUDA bench says so and
+// flagship shapes are measured without downloading them. A block-diffusion model (DiffusionGemma) has no
+// decode step: it is measured by its prompt encoding and its block loop instead (cli/bench_diffusion.h). Without a usable GPU a CUDA bench says so and
 // exits non-zero. Progress goes to stderr; the table (or JSON) to stdout.
 #include "cli/bench_cpu.h"
+#include "cli/bench_diffusion.h"
 #include "cli/bench_gpu.h"
 #include "cli/bench_report.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "models/diffusion_cost.h"
 #include "models/inference_cost.h"
 #include "models/model.h"
 #include "bench/synthetic_model.h"
 #include "ops/cpu_fast/matmul_cpu_fast.h"
+#include "runtime/diffusion_generation_config.h"
 #include "runtime/engine.h"
 
 #if DELTABIT_HAVE_CUDA
@@ -45,6 +51,7 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -61,7 +68,7 @@ struct BenchArgs {
     std::string geometry;
     std::string backend = "cuda";
     int threads = 0;  // CPU bench: 0 = all hardware threads
-    std::string type = "q1_0";
+    std::string type;  // empty: the geometry's own (Geometry::default_type)
     bool json = false;
     // Each as given: one comma-separated list or several values (`--depths 0 32768`), joined before parsing;
     // empty: the backend's default (kGpuDefaults or kCpuDefaults).
@@ -82,6 +89,8 @@ struct BenchArgs {
     bool serve = false;
     std::vector<std::string> streams;
     std::optional<int64_t> requests;
+    // A block-diffusion model (cli/bench_diffusion.h): its max_denoising_steps, when given.
+    std::optional<int64_t> denoising_steps;
 };
 
 // The lists a bench runs when not given. The CPU's fit in about a minute on a 2-core machine with
@@ -109,6 +118,10 @@ struct ServeDefaults {
 };
 constexpr ServeDefaults kGpuServeDefaults{"1,8,32,64", 4, 64, 128};
 constexpr ServeDefaults kCpuServeDefaults{"1,4", 2, 16, 16};
+
+// What a block-diffusion bench runs when not told: issue 37's 1K prompt on the GPU (a test's size on the
+// CPU, whose reference runs one thread), and two blocks, so that one block is encoded and chained.
+constexpr int64_t kGpuDiffusionPrompt = 1024, kCpuDiffusionPrompt = 64, kDiffusionBlocks = 2;
 
 // {"0,4096", "32768"} → {0, 4096, 32768}; every value ≥ `minimum`.
 std::vector<int64_t> parse_counts(const std::vector<std::string>& given, const char* option, int64_t minimum) {
@@ -139,13 +152,49 @@ DepthFill parse_fill(const std::string& s) {
 
 // What every mode checks first: the model, the backend, the threads.
 void check_common(const BenchArgs& args) {
-    if (args.model.empty() == args.geometry.empty())
-        fail("bench: give exactly one of -m MODEL or --geometry NAME (geometries: bonsai-27b, bonsai-8b, "
-             "bonsai-4b, qwen35-0.8b, tiny-qwen35, tiny-qwen3)");
+    if (args.model.empty() == args.geometry.empty()) {
+        std::string names;
+        for (const Geometry& g : known_geometries()) names += (names.empty() ? "" : ", ") + g.name;
+        fail("bench: give exactly one of -m MODEL or --geometry NAME (geometries: {})", names);
+    }
     if (!args.geometry.empty()) find_geometry(args.geometry);
     if (args.backend != "cuda" && args.backend != "cpu")
         fail("bench: --backend {:?}: expected cuda or cpu", args.backend);
     if (args.threads < 0) fail("bench: --threads {}: expected 0 (all hardware threads) or more", args.threads);
+}
+
+// Whether MODEL (or the geometry) is a block-diffusion model, known before any weight is built or read.
+bool diffusion_target(const BenchArgs& args) {
+    return args.geometry.empty() ? is_diffusion_model(args.model)
+                                 : find_geometry(args.geometry).config.arch == Arch::diffusion_gemma;
+}
+
+// The arguments of a block-diffusion bench, checked before the model is built. `canvas` is the model's.
+DiffusionBenchPlan diffusion_plan_from(const BenchArgs& args, int64_t canvas) {
+    check_common(args);
+    for (const auto& [given, option] : {std::pair{!args.depths.empty(), "--depths"},
+                                        std::pair{!args.first_tokens.empty(), "--first-tokens"},
+                                        std::pair{!args.batches.empty(), "--batch"},
+                                        std::pair{args.fill != "auto", "--fill"},
+                                        std::pair{!args.kv.empty() && args.kv != "f32", "--kv"},
+                                        std::pair{args.serve, "--serve"},
+                                        std::pair{!args.streams.empty() || args.requests.has_value(), "--streams/--requests"}})
+        if (given)
+            fail("bench: {} does not apply to a block-diffusion model, which has no decode step (it is measured by its "
+                 "prompt encoding, --prompts N, and its block loop, --decode-tokens N and --steps N; docs/bench.md)",
+                 option);
+    DiffusionBenchPlan plan;
+    const std::vector<int64_t> prompts = parse_counts(args.prompts, "--prompts", 1);
+    if (prompts.size() > 1)
+        fail("bench: --prompts with a block-diffusion model: give one prompt length, not {}", prompts.size());
+    plan.prompt_tokens = prompts.empty() ? (args.backend == "cpu" ? kCpuDiffusionPrompt : kGpuDiffusionPrompt)
+                                         : prompts.front();
+    plan.new_tokens = args.decode_tokens.value_or(kDiffusionBlocks * canvas);
+    if (plan.new_tokens < 1) fail("bench: --decode-tokens {}: expected 1 or more", plan.new_tokens);
+    if (args.denoising_steps && *args.denoising_steps < 1)
+        fail("bench: --steps {}: expected 1 or more denoising steps a block", *args.denoising_steps);
+    plan.seed = args.seed;
+    return plan;
 }
 
 // The arguments, checked on any machine before a GPU is looked for.
@@ -153,6 +202,8 @@ BenchPlan plan_from(const BenchArgs& args) {
     check_common(args);
     if (!args.streams.empty() || args.requests)
         fail("bench: --streams and --requests belong to --serve; add --serve to measure the server");
+    if (args.denoising_steps)
+        fail("bench: --steps is a block-diffusion model's (denoising steps a block); this model decodes token by token");
     const bool cpu = args.backend == "cpu";
     const PlanDefaults& defaults = cpu ? kCpuDefaults : kGpuDefaults;
     const auto or_default = [](const std::vector<std::string>& given, const char* fallback) {
@@ -255,14 +306,39 @@ std::string main_weight_type(const ModelWeights& weights) {
     return std::string(dtype_name(best));
 }
 
+// The memory the kernel says could be given to a process now (MemAvailable), in bytes; 0 when unknown.
+double available_memory_bytes() {
+    std::ifstream meminfo("/proc/meminfo");
+    std::string line;
+    while (std::getline(meminfo, line))
+        if (line.starts_with("MemAvailable:")) return std::stod(line.substr(13)) * 1024.0;  // kB
+    return 0;
+}
+
+// A geometry's weights are built in host memory first: refuse one that cannot fit before allocating it.
+void check_geometry_fits(const Geometry& g, DType type) {
+    double bytes = 0;
+    for (const TensorSpec& spec : geometry_tensors(g.config, type)) {
+        uint64_t n = 1;
+        for (int64_t d : spec.shape) n *= uint64_t(d);
+        bytes += double(dtype_bytes(spec.dtype, n));
+    }
+    const double available = available_memory_bytes();
+    if (available > 0 && bytes > available)
+        fail("bench: {} in {} needs {:.1f} GB of host memory for its weights; this machine has {:.1f} GB available "
+             "(choose a smaller --type or geometry)",
+             g.name, dtype_name(type), bytes / 1e9, available / 1e9);
+}
+
 // The model to measure, and what the report says about it.
 std::unique_ptr<Model> build_model(const BenchArgs& args, BenchReport& report) {
     const auto start = std::chrono::steady_clock::now();
     std::unique_ptr<Model> model;
     if (!args.geometry.empty()) {
         const Geometry& g = find_geometry(args.geometry);
-        const std::optional<DType> type = parse_dtype(args.type);
-        if (!type) fail("bench: --type {:?}: not a type name (q1_0, q2_0, q4_0, q8_0)", args.type);
+        const std::optional<DType> type = args.type.empty() ? g.default_type : parse_dtype(args.type);
+        if (!type) fail("bench: --type {:?}: not a type name (q1_0, q2_0, q4_0, q8_0, bf16, f16, f32)", args.type);
+        check_geometry_fits(g, *type);
         progress(fmt::format("building {} with random {} weights in memory", g.name, dtype_name(*type)));
         model = std::make_unique<Model>(synthetic_weights(g.config, g.name, {.matrix_dtype = *type, .seed = args.seed}));
         report.model = g.name;
@@ -291,18 +367,29 @@ void finish(const BenchArgs& args, BenchReport& report) {
     }
 }
 
-void run_cpu_bench_command(const BenchArgs& args, const BenchPlan& plan) {
-    const CpuProbe cpu = probe_cpu(args.threads);
-    progress(fmt::format("  {}: copy {:.1f} GB/s", cpu.summary, cpu.copy_gb_s));
-
+// What every report starts with: the date, the commit, the KV format and the DELTABIT_* switches.
+BenchReport new_report(const BenchArgs& args, std::string_view kv_format) {
     BenchReport report;
     report.date = utc_date();
     report.commit = args.commit.empty() ? source_commit() : args.commit;
-    report.gpu = fmt::format("cpu {} x{}", cpu.name, cpu.threads);
-    report.device_summary = cpu.summary;
-    report.copy_gb_s = cpu.copy_gb_s;
-    report.kv_format = std::string(kv_format_name(plan.kv));
+    report.kv_format = std::string(kv_format);
     report.environment = deltabit_switches(environ);
+    return report;
+}
+
+// The CPU as the report's device: its copy bandwidth, probed with the bench's threads.
+CpuProbe describe_cpu(const BenchArgs& args, BenchReport& report) {
+    const CpuProbe probe = probe_cpu(args.threads);
+    progress(fmt::format("  {}: copy {:.1f} GB/s", probe.summary, probe.copy_gb_s));
+    report.gpu = fmt::format("cpu {} x{}", probe.name, probe.threads);
+    report.device_summary = probe.summary;
+    report.copy_gb_s = probe.copy_gb_s;
+    return probe;
+}
+
+void run_cpu_bench_command(const BenchArgs& args, const BenchPlan& plan) {
+    BenchReport report = new_report(args, kv_format_name(plan.kv));
+    const CpuProbe cpu = describe_cpu(args, report);
 
     std::shared_ptr<const Model> model = build_model(args, report);
     const InferenceCost cost(model->weights(), plan.kv);
@@ -325,9 +412,7 @@ void run_gpu_bench_command(const BenchArgs& args, const BenchPlan& plan) {
     const GpuProbe gpu = probe_gpu();
     progress(fmt::format("  {}: {:.0f} GB/s", gpu.summary, gpu.copy_gb_s));
 
-    BenchReport report;
-    report.date = utc_date();
-    report.commit = args.commit.empty() ? source_commit() : args.commit;
+    BenchReport report = new_report(args, kv_format_name(plan.kv));
     report.gpu = gpu.name;
     report.device_summary = gpu.summary;
     report.copy_gb_s = gpu.copy_gb_s;
@@ -335,8 +420,6 @@ void run_gpu_bench_command(const BenchArgs& args, const BenchPlan& plan) {
     report.stream_floor_bytes = double(gpu.stream_floor.bytes);
     report.stream_floor_us = gpu.stream_floor.microseconds;
     report.dependent_launch_us = gpu.dependent_launch_us;
-    report.kv_format = std::string(kv_format_name(plan.kv));
-    report.environment = deltabit_switches(environ);
 
     std::unique_ptr<Model> model = build_model(args, report);
     const InferenceCost cost(model->weights(), plan.kv);
@@ -355,22 +438,39 @@ void run_gpu_bench_command(const BenchArgs& args, const BenchPlan& plan) {
 
 #endif
 
+// A block-diffusion model: its prompt encoding and block loop (cli/bench_diffusion.h).
+void run_diffusion_bench_command(const BenchArgs& args) {
+    const bool cpu = args.backend == "cpu";
+    const int64_t canvas = args.geometry.empty() ? 0 : find_geometry(args.geometry).config.canvas_length;
+    DiffusionBenchPlan plan = diffusion_plan_from(args, canvas);  // a file's canvas is known once it is loaded
+    if (!cpu)
+        fail("bench: block-diffusion models run on the CPU reference only in this build (their CUDA path is not "
+             "there yet); give --backend cpu");
+    BenchReport report = new_report(args, "f32");
+    const CpuProbe probe = describe_cpu(args, report);
+
+    std::unique_ptr<Model> model = build_model(args, report);
+    if (canvas == 0) plan = diffusion_plan_from(args, model->config().canvas_length);
+    plan.settings = args.geometry.empty() ? load_diffusion_generation_config(args.model, model->config())
+                                          : DiffusionGenerationConfig{};
+    if (args.denoising_steps) plan.settings.max_denoising_steps = *args.denoising_steps;
+    const DiffusionCost cost(model->weights());
+    report.parameters = cost.parameters();
+    report.stored_bytes = cost.stored_weight_bytes();
+    const std::unique_ptr<DiffusionBenchTarget> target = cpu_diffusion_target(*model);
+    report.decode_path = target->description() + "; block loop of runtime/diffusion_generate.h";
+    report.measurements = run_diffusion_bench(*target, cost, plan, {.copy_gb_s = probe.copy_gb_s});
+    finish(args, report);
+}
+
 #if DELTABIT_HAVE_SERVER
 
 void run_serve_bench_command(const BenchArgs& args) {
     ServeBenchPlan plan = serve_plan_from(args);
     const bool cpu = args.backend == "cpu";
-    BenchReport report;
-    report.date = utc_date();
-    report.commit = args.commit.empty() ? source_commit() : args.commit;
-    report.kv_format = std::string(kv_format_name(plan.kv));
-    report.environment = deltabit_switches(environ);
+    BenchReport report = new_report(args, kv_format_name(plan.kv));
     if (cpu) {
-        const CpuProbe probe = probe_cpu(args.threads);
-        progress(fmt::format("  {}: copy {:.1f} GB/s", probe.summary, probe.copy_gb_s));
-        report.gpu = fmt::format("cpu {} x{}", probe.name, probe.threads);
-        report.device_summary = probe.summary;
-        report.copy_gb_s = probe.copy_gb_s;
+        describe_cpu(args, report);
     } else {
 #if DELTABIT_HAVE_CUDA
         const GpuProbe probe = probe_gpu();
@@ -424,6 +524,8 @@ void run_serve_bench_command(const BenchArgs& args) {
 #endif
 
 void run_bench(const BenchArgs& args) {
+    check_common(args);
+    if (diffusion_target(args)) return run_diffusion_bench_command(args);
     if (args.serve) {
 #if DELTABIT_HAVE_SERVER
         return run_serve_bench_command(args);
@@ -449,15 +551,16 @@ void add_bench_command(CLI::App& app) {
     CLI::App* cmd = app.add_subcommand("bench", "Measure prefill, first-token and decode speed on the GPU (or the CPU: --backend cpu)");
     cmd->add_option("-m,--model", args->model, "GGUF file or Hugging Face folder");
     cmd->add_option("--geometry", args->geometry,
-                    "Random-bit model of a real shape: bonsai-27b, bonsai-8b, bonsai-4b, qwen35-0.8b "
-                    "(tiny-qwen35, tiny-qwen3 for smoke tests)");
+                    "Random-weight model of a real shape: bonsai-27b, bonsai-8b, bonsai-4b, qwen35-0.8b, "
+                    "diffusiongemma-26b-a4b (tiny-qwen35, tiny-qwen3, tiny-diffusiongemma for smoke tests)");
     cmd->add_option("--backend", args->backend, "What to measure: cuda (the GPU) or cpu (the CPU engine)")
         ->check(CLI::IsMember({"cuda", "cpu"}))
         ->capture_default_str();
     cmd->add_option("--threads", args->threads, "CPU bench: threads of the CPU engine (0: all hardware threads)")
         ->capture_default_str();
-    cmd->add_option("--type", args->type, "Matrix type of a --geometry model: q1_0, q2_0, q4_0, q8_0")
-        ->default_str("q1_0");
+    cmd->add_option("--type", args->type,
+                    "Matrix type of a --geometry model: q1_0, q2_0, q4_0, q8_0, bf16, f16, f32 (default q1_0; a "
+                    "diffusion geometry: its experts' type, the other matrices bf16, default bf16)");
     cmd->add_flag("--json", args->json, "Print one JSON object instead of the table");
     cmd->add_option("--depths", args->depths,
                     fmt::format("Context depths of the decode tests (0,4096 or 0 4096; default {} on cuda, {} on cpu)",
@@ -509,6 +612,9 @@ void add_bench_command(CLI::App& app) {
     cmd->add_option("--requests", args->requests,
                     fmt::format("--serve: requests each client sends in turn (default {} on cuda, {} on cpu)",
                                 kGpuServeDefaults.requests_per_stream, kCpuServeDefaults.requests_per_stream));
+    cmd->add_option("--steps", args->denoising_steps,
+                    "Block-diffusion model: the most denoising steps a block takes (default: the model's "
+                    "max_denoising_steps, 48)");
     cmd->add_flag("--no-history", args->no_history, "Do not append to the history file");
     cmd->add_option("--history", args->history, "History file to append to")->default_str("bench/history.tsv");
     cmd->add_option("--commit", args->commit, "Commit recorded in the history (default: git rev-parse --short HEAD)");

@@ -2,10 +2,6 @@
 
 #include "cli/progress.h"
 #include "core/error.h"
-#include "formats/gguf.h"
-#include "models/config_gguf.h"
-#include "models/config_loader.h"
-#include "models/hf_folder.h"
 
 #include <fmt/format.h>
 
@@ -44,16 +40,6 @@ constexpr InapplicableFlag kInapplicable[] = {
 };
 
 }  // namespace
-
-bool is_diffusion_model(const std::string& model) {
-    try {
-        if (is_hf_folder(model)) return load_hf_config(model).arch == Arch::diffusion_gemma;
-        const gguf::File file = gguf::File::open(model);
-        return model_config_from_gguf(file).arch == Arch::diffusion_gemma;
-    } catch (const Error&) {
-        return false;
-    }
-}
 
 void refuse_flags_for_diffusion(const CLI::App& command, std::string_view name) {
     for (const InapplicableFlag& f : kInapplicable) {

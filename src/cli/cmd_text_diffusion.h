@@ -19,10 +19,6 @@
 
 namespace deltabit::cli {
 
-// Whether MODEL is a block-diffusion model, from its config alone (no weights are read). False when the
-// config cannot be read, so that the usual load reports the problem in its usual words.
-bool is_diffusion_model(const std::string& model);
-
 // Error naming the first flag given on `command` that the block loop has no use for, and why (the
 // sampler chain, --stop, --kv, --ctx, --threads, a CUDA backend). `name` is the command.
 void refuse_flags_for_diffusion(const CLI::App& command, std::string_view name);

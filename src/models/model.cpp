@@ -6,6 +6,7 @@
 #include "formats/safetensors.h"
 #include "models/architectures.h"
 #include "models/config_gguf.h"
+#include "models/config_loader.h"
 #include "models/hf_folder.h"
 #include "ops/embedding.h"
 #include "ops/matmul.h"
@@ -22,6 +23,16 @@ void add_into(float* x, const float* y, int64_t n) {
 }
 
 }  // namespace
+
+bool is_diffusion_model(const std::filesystem::path& path) {
+    try {
+        if (is_hf_folder(path)) return load_hf_config(path).arch == Arch::diffusion_gemma;
+        const gguf::File file = gguf::File::open(path);
+        return model_config_from_gguf(file).arch == Arch::diffusion_gemma;
+    } catch (const Error&) {
+        return false;
+    }
+}
 
 Model Model::load(const std::filesystem::path& path, const LoadProgress& progress) {
     if (is_hf_folder(path)) {

@@ -109,6 +109,11 @@ bool cpu_reference_switch();
 // The threads Model::forward uses when not given a pool: hardware_threads(), made on first use.
 ThreadPool& shared_cpu_pool();
 
+// Whether the GGUF file or Hugging Face folder at `path` holds a block-diffusion model (models/diffusion_gemma.h),
+// from its config alone (no weights are read). False when the config cannot be read, so that the load that
+// follows reports the problem in its usual words.
+bool is_diffusion_model(const std::filesystem::path& path);
+
 class Model {
 public:
     // A GGUF file, or a Hugging Face folder (config.json + safetensors); `progress` (weights.h) hears

@@ -114,5 +114,59 @@ TEST(BenchCli, CpuBenchMeasuresAndAppendsRows) {
     std::filesystem::remove(history);
 }
 
+TEST(BenchCli, DiffusionArgumentsAreChecked) {
+    expect_refused("bench --geometry tiny-diffusiongemma --backend cpu --depths 0 --no-history",
+                   "--depths does not apply to a block-diffusion model");
+    expect_refused("bench --geometry tiny-diffusiongemma --backend cpu --kv f16 --no-history",
+                   "--kv does not apply to a block-diffusion model");
+    expect_refused("bench --geometry tiny-diffusiongemma --backend cpu --serve --no-history",
+                   "--serve does not apply to a block-diffusion model");
+    expect_refused("bench --geometry tiny-diffusiongemma --backend cpu --prompts 8,16 --no-history",
+                   "give one prompt length");
+    expect_refused("bench --geometry tiny-diffusiongemma --backend cpu --steps 0 --no-history", "--steps 0");
+    expect_refused("bench --geometry tiny-qwen3 --backend cpu --steps 3 --no-history", "--steps is a block-diffusion");
+    expect_refused("bench --geometry tiny-diffusiongemma --no-history", "give --backend cpu");
+}
+
+// A diffusion geometry on the CPU: the prompt's encoding and the block loop measured, every block at the
+// --steps given (random weights never reach the confidence threshold), each step read against its floor,
+// one history row per test.
+TEST(BenchCli, DiffusionBenchMeasuresTheBlockLoop) {
+    const std::filesystem::path history = std::filesystem::temp_directory_path() / "deltabit_test_diffusion_bench.tsv";
+    std::filesystem::remove(history);
+    const auto r = run_deltabit("bench --geometry tiny-diffusiongemma --backend cpu --prompts 12 --steps 3 --json "
+                                "--commit test --history " + history.string(),
+                                test::Stderr::discard);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const nlohmann::json report = nlohmann::json::parse(r.output);
+    ASSERT_EQ(report["measurements"].size(), 2u) << r.output;
+    const nlohmann::json& encode = report["measurements"][0];
+    const nlohmann::json& loop = report["measurements"][1];
+    EXPECT_EQ(encode["test"], "enc12");
+    EXPECT_GT(encode["tokens_per_s"].get<double>(), 0.0);
+    EXPECT_GT(encode["tflop_s"].get<double>(), 0.0);
+    EXPECT_EQ(loop["test"], "dg32");  // two blocks of the canvas, 16
+    EXPECT_EQ(loop["depth"], 12);
+    EXPECT_GT(loop["tokens_per_s"].get<double>(), 0.0);
+    EXPECT_GT(loop["unit_us"].get<double>(), 0.0);
+    const nlohmann::json& d = loop["diffusion"];
+    EXPECT_EQ(d["canvas"], 16);
+    EXPECT_EQ(d["max_steps"], 3);
+    EXPECT_EQ(d["steps_per_block"], nlohmann::json::array({3, 3})) << "a block stopped early on random weights";
+    EXPECT_GT(d["step_floor_us"].get<double>(), 0.0);
+    EXPECT_GT(d["pct_of_floor"].get<double>(), 0.0);
+    EXPECT_GT(d["tokens_per_s_at_max_steps"].get<double>(), 0.0);
+    EXPECT_NE(report["decode_path"].get<std::string>().find("block loop"), std::string::npos);
+
+    std::ifstream in(history);
+    std::stringstream text;
+    text << in.rdbuf();
+    const std::string rows = text.str();
+    EXPECT_NE(rows.find("\tenc12\t"), std::string::npos) << rows;
+    EXPECT_NE(rows.find("\tdg32\t"), std::string::npos) << rows;
+    EXPECT_NE(rows.find("steps per block 3,3 (max 3)"), std::string::npos) << rows;
+    std::filesystem::remove(history);
+}
+
 }  // namespace
 }  // namespace deltabit

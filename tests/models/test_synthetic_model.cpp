@@ -6,6 +6,7 @@
 #include "models/inference_cost.h"
 #include "models/model.h"
 #include "bench/synthetic_model.h"
+#include "tensor_specs.h"
 
 #include <gtest/gtest.h>
 
@@ -17,17 +18,13 @@
 namespace deltabit {
 namespace {
 
-std::map<std::string, TensorSpec> by_name(const std::vector<TensorSpec>& specs) {
-    std::map<std::string, TensorSpec> out;
-    for (const TensorSpec& s : specs) out.emplace(s.name, s);
-    return out;
-}
+using test::by_name;
 
 double parameters(const std::vector<TensorSpec>& specs, bool with_embeddings) {
     double n = 0;
     for (const TensorSpec& s : specs) {
         if (!with_embeddings && (s.name == "token_embd.weight" || s.name == "output.weight")) continue;
-        n += double(std::accumulate(s.shape.begin(), s.shape.end(), int64_t(1), std::multiplies<>()));
+        n += test::elements(s);
     }
     return n;
 }
@@ -86,7 +83,7 @@ TEST(SyntheticGeometry, RowsThatAreNotWholeBlocksAreRefusedByName) {
     } catch (const Error& e) {
         EXPECT_NE(std::string(e.what()).find("blk.0.ffn_down.weight"), std::string::npos) << e.what();
     }
-    EXPECT_THROW(synthetic_weights(find_geometry("tiny-qwen3").config, "t", {DType::F16}), Error);
+    EXPECT_THROW(synthetic_weights(find_geometry("tiny-qwen3").config, "t", {DType::Q2_0_G64}), Error);
 }
 
 // Every block's fp16 scale of every matrix.
