@@ -27,7 +27,12 @@
 // `length`, never change — the cache is read-only to the decoder, as transformers has it.
 //
 // Scratch: two DeviceArenas, one for encode() chunks and one for denoise() calls, rewound per layer, so that
-// steady-state calls allocate nothing (stats().arena_allocations counts every cudaMalloc they made).
+// steady-state calls allocate nothing (stats().arena_allocations counts every cudaMalloc they made). Summed
+// from the allocations below for the released geometry with its bf16 (plain) matrices, a canvas of 256:
+// the denoise arena holds 73.9 MiB (64.3 without self-conditioning: its input, soft embedding, output and
+// MLP hidden rows are 9.6), most of it one full layer's (61.5: q and the attention output 8 MiB each, the
+// grouped experts' rows 27.5); the logits [256][262144] (256 MiB) are the caller's. An encode chunk of 256
+// needs 64.3 MiB. Quantised matrices add their prompt-GEMM scratch (ops/matmul/gemm_cuda.h).
 #pragma once
 
 #if DELTABIT_HAVE_CUDA
@@ -93,9 +98,9 @@ public:
     // Every call is enqueued on this stream; device pointers given to denoise() must be ready on it.
     cudaStream_t stream() const { return stream_; }
 
-    // A cache for up to `capacity` encoded tokens. Canvases may be up to max_canvas tokens (0: the
-    // config's canvas_length); encode() runs longer inputs in chunks of that many, or of kEncodeChunk if
-    // larger. Error for a capacity below 1.
+    // A cache for up to `capacity` encoded tokens, with room behind each layer's kept rows for max_new =
+    // max(max_canvas (0: the config's canvas_length), kEncodeChunk) rows: denoise() takes canvases of up to
+    // max_new tokens, and encode() runs longer inputs in chunks of max_new. Error for a capacity below 1.
     static constexpr int64_t kEncodeChunk = 256;
     DiffusionCacheCuda new_cache(int64_t capacity, int64_t max_canvas = 0) const;
 

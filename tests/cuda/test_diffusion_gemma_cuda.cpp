@@ -17,7 +17,8 @@
 //    they add, in quadrature for independent roundings: ~5e-6 (fixture) and ~4e-5 (head geometry) —
 //    below 1e-4, the rung-2 bound the CPU is held to against transformers (DESIGN.md §6). The fixture
 //    itself shows what another fp32 order does: its "history in one call vs in pieces" self-check moved
-//    logits by 2.7e-5 = 1.7e-6 · max|logit|.
+//    logits by 2.7e-5 = 1.7e-6 · max|logit|; and the CPU reference (double sums) sits 9.6e-6 · max|logit|
+//    from transformers' fp32 logits (tests/models/test_diffusion_gemma.cpp's printed parity line).
 //  - Expert choice cannot flip on those roundings where the router's top-k margin is far wider: the
 //    fixture records its smallest, 2.1e-4 (~100× the router logits' rounding). The random models'
 //    margins are not known; a flip would show as a failure far past the bound, named by layer.
