@@ -10,6 +10,8 @@
 #
 # usage: tests/tools/cuda_emulation_diffusion_gemma.sh BUILD_CPU [gtest args...]
 #   BUILD_CPU  a build dir configured with -DDELTABIT_CUDA=OFF, with deltabit_models built
+#   MODEL_SOURCE=FILE in the environment builds FILE in place of src/models/diffusion_gemma_cuda.cpp (a copy
+#   with a planted bug, to see the tests catch it).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=$(cd "$1" && pwd)
@@ -45,7 +47,7 @@ EOF
 FLAGS=(-std=c++20 -O2 -pthread -Wno-unknown-pragmas -DFMT_SHARED -DDELTABIT_HAVE_CUDA=1 -DDELTABIT_HAVE_XXHASH=1
        "-DDELTABIT_SOURCE_DIR=\"$ROOT\"" -I"$OUT/include" -I"$ROOT/tools/cuda_emulation/include" -I"$ROOT/src"
        -I"$ROOT/tests")
-SOURCES=("$OUT"/*.cpp "$ROOT/src/models/diffusion_gemma_cuda.cpp" "$ROOT/src/models/weights_cuda.cpp"
+SOURCES=("$OUT"/*.cpp "${MODEL_SOURCE:-$ROOT/src/models/diffusion_gemma_cuda.cpp}" "$ROOT/src/models/weights_cuda.cpp"
          "$ROOT/src/models/device_arena.cpp" "$ROOT/tests/cuda/test_diffusion_gemma_cuda.cpp")
 OBJECTS=()
 for s in "${SOURCES[@]}"; do
