@@ -28,7 +28,7 @@
 //
 // Scratch: two DeviceArenas, one for encode() chunks and one for denoise() calls, rewound per layer, so that
 // steady-state calls allocate nothing (stats().arena_allocations counts every cudaMalloc they made). Summed
-// from the allocations below for the released geometry with its bf16 (plain) matrices, a canvas of 256:
+// from diffusion_gemma_cuda.cpp's allocations for the released geometry, bf16 (plain) matrices, a canvas of 256:
 // the denoise arena holds 73.9 MiB (64.3 without self-conditioning: its input, soft embedding, output and
 // MLP hidden rows are 9.6), most of it one full layer's (61.5: q and the attention output 8 MiB each, the
 // grouped experts' rows 27.5); the logits [256][262144] (256 MiB) are the caller's. An encode chunk of 256
