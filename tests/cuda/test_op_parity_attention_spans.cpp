@@ -203,6 +203,27 @@ TEST(OpParityAttentionSpans, RefusesUnsupportedShapes) {
                  Error);
 }
 
+// The spans themselves written on the device (cuda::diffusion_key_spans) equal the reference's exactly,
+// every rule, around the window's edges (a cache shorter than, equal to and past W − 1) and for a length
+// past one block of threads; the guard behind each array stays intact.
+TEST(OpParityAttentionSpans, DeviceSpansAreTheReferenceRule) {
+    DELTABIT_REQUIRE_GPU();
+    for (const int64_t n : {1, 63, 65, 257, 1500})
+        for (const int64_t cached : {0, 2, 3, 4, 1023})
+            for (const bool causal : {false, true})
+                for (const int64_t window : {0, 4, 1024}) {
+                    const size_t count = static_cast<size_t>(n);
+                    std::vector<int64_t> want_begin(count), want_end(count);
+                    cpu::diffusion_key_spans(n, cached, causal, window, want_begin.data(), want_end.data());
+                    GuardedDeviceArray<int64_t> begin(count), end(count);
+                    cuda::diffusion_key_spans(n, cached, causal, window, begin.get(), end.get(), nullptr);
+                    const std::string what = "n " + std::to_string(n) + " cached " + std::to_string(cached) +
+                                             (causal ? " causal" : " all") + " window " + std::to_string(window);
+                    EXPECT_EQ(begin.download(what), want_begin) << what;
+                    EXPECT_EQ(end.download(what), want_end) << what;
+                }
+}
+
 #else
 TEST(OpParityAttentionSpans, SkippedWithoutCuda) { GTEST_SKIP() << "built without CUDA"; }
 #endif

@@ -2,8 +2,8 @@
 // tools/fixtures/make_diffusion_fixture.py) replayed call by call — encoder KV caches and decoder logits at
 // every position — and, without the fixture, the config rules and the passes' own invariants on a random
 // model written as a Hugging Face folder.
+#include "diffusion_fixture.h"
 #include "diffusion_gemma_folder.h"
-#include "fixture.h"
 
 #include "convert/convert.h"
 #include "core/error.h"
@@ -31,145 +31,39 @@ namespace fs = std::filesystem;
 // DESIGN.md §6 rung 2 / issue 37: every logit within 1e-4 of the largest |logit| (fixed before the first run).
 constexpr double kRelativeTolerance = 1e-4;
 
-fs::path fixture_dir() { return test::fixtures_dir() / "diffusion_gemma"; }
-
-bool fixture_present() { return fs::exists(fixture_dir() / "diffusion.json") && fs::exists(fixture_dir() / "reference.safetensors"); }
+fs::path fixture_dir() { return test::diffusion_fixture_dir(); }
 
 #define SKIP_WITHOUT_FIXTURE()                                                                                    \
-    if (!fixture_present())                                                                                       \
+    if (!test::diffusion_fixture_present())                                                                       \
     GTEST_SKIP() << "no DiffusionGemma fixture in " << fixture_dir().string()                                     \
                  << ": run tools/fixtures/make_diffusion_fixture.py where torch and transformers 5.17 are installed"
 
-// The reference outputs of a fixture folder, read independently of the loader under test.
-class Reference {
-public:
-    explicit Reference(const fs::path& dir) : file_(safetensors::File::open(dir / "reference.safetensors")) {
-        std::ifstream in(dir / "diffusion.json");
-        meta_ = nlohmann::json::parse(in);
-    }
-    const nlohmann::json& meta() const { return meta_; }
+using Reference = test::DiffusionReference;
+using test::max_abs;
+using test::ScriptReplay;
 
-    std::vector<float> floats(const std::string& name) const {
-        const safetensors::TensorInfo& t = require(name, "F32");
-        std::vector<float> out(t.n_elements());
-        std::memcpy(out.data(), t.data, out.size() * 4);
-        return out;
+// The CPU model as test::replay_forward_script's backend.
+struct CpuBackend {
+    const DiffusionGemma& dg;
+    DiffusionCache new_cache() const { return dg.new_cache(); }
+    void encode(DiffusionCache& cache, std::span<const int32_t> ids) const { dg.encode(cache, ids); }
+    int64_t length(const DiffusionCache& cache) const { return cache.length; }
+    int64_t rows(const DiffusionCache& cache, int64_t l) const { return cache.layers[size_t(l)].rows; }
+    std::vector<float> k(const DiffusionCache& cache, int64_t l) const { return cache.layers[size_t(l)].k; }
+    std::vector<float> v(const DiffusionCache& cache, int64_t l) const { return cache.layers[size_t(l)].v; }
+    std::vector<float> denoise(const DiffusionCache& cache, std::span<const int32_t> canvas,
+                               std::span<const float> sc) const {
+        return dg.denoise(cache, canvas, sc);
     }
-    std::vector<int32_t> ints(const std::string& name) const {
-        const safetensors::TensorInfo& t = require(name, "I32");
-        std::vector<int32_t> out(t.n_elements());
-        std::memcpy(out.data(), t.data, out.size() * 4);
-        return out;
-    }
-
-private:
-    const safetensors::TensorInfo& require(const std::string& name, const std::string& dtype) const {
-        const safetensors::TensorInfo* t = file_.find(name);
-        if (!t) throw std::runtime_error("reference.safetensors: no tensor " + name);
-        if (t->dtype_name != dtype)
-            throw std::runtime_error("reference.safetensors: " + name + " is " + t->dtype_name + ", not " + dtype);
-        return *t;
-    }
-    safetensors::File file_;
-    nlohmann::json meta_;
 };
 
-double max_abs(const std::vector<float>& v) {
-    double m = 0.0;
-    for (float x : v) m = std::max(m, double(std::abs(x)));
-    return m;
-}
-
-int64_t argmax(const float* row, int64_t n) { return std::max_element(row, row + n) - row; }
-
-// The forward script of a fixture folder (tests/fixtures/README.md) replayed on the CPU model loaded from
-// the same folder: the worst differences, relative to the largest reference value (every logit; each
-// cached K or V tensor), and where they are.
-struct ScriptReplay {
-    int64_t encodes = 0, decodes = 0;
-    double worst_logit = 0.0;  // max |Δlogit| / max |logit|
-    double worst_kv = 0.0;     // max |ΔK or ΔV| / max |K or V| of that tensor
-    std::string worst_logit_at, worst_kv_at;
-    int64_t argmax_mismatches = 0;
-    std::vector<std::string> problems;  // structural: rows, sizes, positions
-};
-
+// The forward script of a fixture folder replayed on the CPU model loaded from the same folder, every
+// argmax compared.
 ScriptReplay replay_forward_script(const fs::path& dir) {
-    const Reference ref(dir);
     const Model model = Model::load(dir);
     const DiffusionGemma dg(model);
-    const ModelConfig& c = model.config();
-    const double max_logit = ref.meta().at("max_abs_logit").get<double>();
-    ScriptReplay r;
-    DiffusionCache cache = dg.new_cache();
-    for (const nlohmann::json& op : ref.meta().at("forward")) {
-        const std::string kind = op.at("op");
-        const std::string where = kind + " " + std::to_string(kind == "encode" ? r.encodes : r.decodes);
-        if (cache.length != op.at("position").get<int64_t>()) {
-            r.problems.push_back(where + ": cache at " + std::to_string(cache.length) + ", the fixture at " +
-                                 op.at("position").dump());
-            return r;
-        }
-        if (kind == "encode") {
-            dg.encode(cache, ref.ints(op.at("ids")));
-            const auto& kv = op.at("kv");
-            if (int64_t(kv.size()) != c.n_layer()) {
-                r.problems.push_back(where + ": " + std::to_string(kv.size()) + " cached layers in the fixture");
-                return r;
-            }
-            for (int64_t l = 0; l < c.n_layer(); ++l) {
-                const DiffusionCache::Layer& got = cache.layers[size_t(l)];
-                const std::string at = where + " layer " + std::to_string(l);
-                if (got.rows != kv[size_t(l)].at("rows").get<int64_t>()) {
-                    r.problems.push_back(at + ": " + std::to_string(got.rows) + " cached rows, the fixture " +
-                                         kv[size_t(l)].at("rows").dump());
-                    continue;
-                }
-                for (const char* part : {"k", "v"}) {
-                    const std::vector<float> want = ref.floats(kv[size_t(l)].at(part));
-                    const std::vector<float>& have = part[0] == 'k' ? got.k : got.v;
-                    if (have.size() != want.size()) {
-                        r.problems.push_back(at + " " + part + ": " + std::to_string(have.size()) + " values, the fixture " +
-                                             std::to_string(want.size()));
-                        continue;
-                    }
-                    const double scale = std::max(max_abs(want), 1e-30);
-                    for (size_t i = 0; i < want.size(); ++i) {
-                        const double d = std::abs(double(have[i]) - want[i]) / scale;
-                        if (d > r.worst_kv) {
-                            r.worst_kv = d;
-                            r.worst_kv_at = at + " " + part;
-                        }
-                    }
-                }
-            }
-            ++r.encodes;
-        } else {
-            const std::vector<int32_t> canvas = ref.ints(op.at("canvas"));
-            const std::vector<float> sc =
-                op.at("self_conditioning").is_null() ? std::vector<float>{} : ref.floats(op.at("self_conditioning"));
-            const std::vector<float> want = ref.floats(op.at("logits"));
-            const std::vector<float> got = dg.denoise(cache, canvas, sc);
-            if (got.size() != want.size()) {
-                r.problems.push_back(where + ": " + std::to_string(got.size()) + " logits, the fixture " +
-                                     std::to_string(want.size()));
-                return r;
-            }
-            const int64_t V = c.n_vocab;
-            for (size_t t = 0; t < canvas.size(); ++t) {
-                for (int64_t i = 0; i < V; ++i) {
-                    const double d = std::abs(double(got[t * V + i]) - want[t * V + i]) / max_logit;
-                    if (d > r.worst_logit) {
-                        r.worst_logit = d;
-                        r.worst_logit_at = where + " position " + std::to_string(t) + (sc.empty() ? " (step 1)" : " (self-conditioned)");
-                    }
-                }
-                r.argmax_mismatches += argmax(got.data() + t * V, V) != argmax(want.data() + t * V, V);
-            }
-            ++r.decodes;
-        }
-    }
-    return r;
+    CpuBackend backend{dg};
+    return test::replay_forward_script(dir, backend, model.config().n_layer(), model.config().n_vocab);
 }
 
 TEST(DiffusionGemmaFixture, ConfigReadsAsTransformersResolvedIt) {

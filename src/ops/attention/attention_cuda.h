@@ -193,4 +193,11 @@ void attention_spans(const float* q, const float* k, const float* v, const Atten
                      const int64_t* key_begin, const int64_t* key_end, float* out, cudaStream_t stream,
                      int64_t max_blocks = 0);
 
+// cpu::diffusion_key_spans (ops/attention_spans.h) written on the device (diffusion_key_spans_cuda.cu): a
+// DiffusionGemma call knows its key counts on the host, and this gives attention_spans its spans with no
+// copy from the host, so a denoising step can be enqueued without waiting for anything. Integers: equal to
+// the reference's exactly. key_begin, key_end [n_queries] on the device.
+void diffusion_key_spans(int64_t n_queries, int64_t n_cached, bool causal, int64_t window, int64_t* key_begin,
+                         int64_t* key_end, cudaStream_t stream);
+
 }  // namespace deltabit::cuda

@@ -596,12 +596,21 @@ inline cudaError_t cudaFree(void* p) {
     ::operator delete(p, std::align_val_t(256));
     return cudaSuccess;
 }
+// The device leaves a copy between overlapping ranges undefined: reported here, not quietly memmoved.
+inline void check_copy_ranges(void* d, const void* s, size_t n, const char* what) {
+    const auto* dst = static_cast<const char*>(d);
+    const auto* src = static_cast<const char*>(s);
+    if (n != 0 && dst < src + n && src < dst + n)
+        emu::fail(std::string(what) + " between overlapping ranges (undefined on the device)");
+}
 inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
-    std::memmove(d, s, n);
+    check_copy_ranges(d, s, n, "cudaMemcpy");
+    std::memcpy(d, s, n);
     return cudaSuccess;
 }
 inline cudaError_t cudaMemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind, cudaStream_t = nullptr) {
-    std::memmove(d, s, n);
+    check_copy_ranges(d, s, n, "cudaMemcpyAsync");
+    std::memcpy(d, s, n);
     return cudaSuccess;
 }
 inline cudaError_t cudaMemset(void* d, int v, size_t n) {
@@ -620,3 +629,8 @@ cudaError_t cudaMemcpyToSymbol(T& symbol, const void* s, size_t n, size_t offset
 }
 inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaStreamCreate(cudaStream_t* stream) {
+    *stream = nullptr;  // streams are ignored
+    return cudaSuccess;
+}
+inline cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
