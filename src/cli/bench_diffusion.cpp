@@ -18,6 +18,23 @@ namespace {
 
 using Clock = BenchClock;
 
+// The CPU's counterpart of the GPU rows' device memory: the process's peak resident memory (VmHWM), reset
+// when the bench starts (Linux ≥ 4.0: writing 5 to clear_refs), so the copy-bandwidth probe's buffers do not
+// count. Where the reset is refused the figure is the process's peak since it started.
+void reset_peak_resident() {
+    std::ofstream("/proc/self/clear_refs") << "5";
+}
+
+double peak_resident_gib() {
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    while (std::getline(status, line))
+        if (line.starts_with("VmHWM:")) return std::stod(line.substr(6)) / (1024.0 * 1024.0);  // kB
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    return double(usage.ru_maxrss) / (1024.0 * 1024.0);  // KiB on Linux
+}
+
 class CpuDiffusionTarget final : public DiffusionBenchTarget {
 public:
     explicit CpuDiffusionTarget(const Model& model) : model_(model) {}
@@ -39,30 +56,16 @@ public:
             return true;
         };
         SeededDiffusionRandomness random(seed);
+        const auto start = BenchClock::now();
         run.generation = generate_diffusion(model_, prompt, settings, random, {}, {}, on_step);
+        run.seconds = seconds_since(start);
         return run;
     }
+    double memory_gib() const override { return peak_resident_gib(); }
 
 private:
     DiffusionGemma model_;
 };
-
-// The CPU's counterpart of the GPU rows' device memory: the process's peak resident memory (VmHWM), reset
-// when the bench starts (Linux ≥ 4.0: writing 5 to clear_refs), so the copy-bandwidth probe's buffers do not
-// count. Where the reset is refused the figure is the process's peak since it started.
-void reset_peak_resident() {
-    std::ofstream("/proc/self/clear_refs") << "5";
-}
-
-double peak_resident_gib() {
-    std::ifstream status("/proc/self/status");
-    std::string line;
-    while (std::getline(status, line))
-        if (line.starts_with("VmHWM:")) return std::stod(line.substr(6)) / (1024.0 * 1024.0);  // kB
-    rusage usage{};
-    getrusage(RUSAGE_SELF, &usage);
-    return double(usage.ru_maxrss) / (1024.0 * 1024.0);  // KiB on Linux
-}
 
 double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -109,7 +112,7 @@ std::vector<BenchMeasurement> run_diffusion_bench(DiffusionBenchTarget& target, 
         if (floors.bf16_peak_tflop_s > 0) m.pct_of_bf16_peak = 100.0 * *m.tflop_s / floors.bf16_peak_tflop_s;
         m.gb_s = pass.bytes() / encode_seconds / 1e9;
         m.pct_of_copy_bandwidth = 100.0 * *m.gb_s / floors.copy_gb_s;
-        m.peak_memory_gib = peak_resident_gib();
+        m.peak_memory_gib = target.memory_gib();
         m.note = fmt::format("{}; median of {}; causal encoder, no LM head", path, times.size());
         bench_progress(fmt::format("  {:.1f} tok/s", *m.tokens_per_s));
         out.push_back(m);
@@ -122,9 +125,8 @@ std::vector<BenchMeasurement> run_diffusion_bench(DiffusionBenchTarget& target, 
     const int64_t n_blocks = (plan.new_tokens + L - 1) / L;
     bench_progress(fmt::format("dg{}: {} block(s) of {} after the prompt, at most {} denoising steps each",
                                n_blocks * L, n_blocks, L, settings.max_denoising_steps));
-    const auto start = Clock::now();
     const DiffusionBenchTarget::Run run = target.generate(prompt, settings, plan.seed);
-    const double loop_seconds = seconds_since(start);
+    const double loop_seconds = run.seconds;
     const DiffusionGeneration& generation = run.generation;
     const std::vector<double>& step_seconds = run.step_seconds;
     const int64_t committed = int64_t(generation.tokens.size());
@@ -136,7 +138,7 @@ std::vector<BenchMeasurement> run_diffusion_bench(DiffusionBenchTarget& target, 
     m.tokens = committed;
     m.seconds = generate_seconds;
     m.tokens_per_s = double(committed) / generate_seconds;
-    m.peak_memory_gib = peak_resident_gib();
+    m.peak_memory_gib = target.memory_gib();
     DiffusionFigures d;
     d.canvas = L;
     d.steps_per_block = generation.steps_per_block;

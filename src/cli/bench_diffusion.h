@@ -36,6 +36,7 @@ class DiffusionBenchTarget {
 public:
     struct Run {
         DiffusionGeneration generation;
+        double seconds = 0;                // the loop's, from the call to the last block committed
         std::vector<double> step_seconds;  // every step but each block's first, in order
     };
     virtual ~DiffusionBenchTarget() = default;
@@ -44,8 +45,11 @@ public:
     // Encodes `prompt` into a fresh cache; returns when the work is done (the caller times it).
     virtual void encode_fresh(std::span<const int32_t> prompt) = 0;
     // The block loop over `prompt` with deltabit's seeded draws, returning when it is done, with the time of
-    // each step but a block's first (the CPU: between two step callbacks; a GPU: between events).
+    // each step but a block's first (however the backend can see it).
     virtual Run generate(std::span<const int32_t> prompt, const DiffusionGenerationConfig& settings, uint64_t seed) = 0;
+    // The memory the rows report (GiB): the process's peak resident memory since the bench started on the CPU,
+    // the device's memory in use on a GPU.
+    virtual double memory_gib() const = 0;
 };
 
 // The CPU reference (models/diffusion_gemma.h); borrows `model`.
