@@ -54,6 +54,11 @@ public:
 
 // The CPU reference (models/diffusion_gemma.h); borrows `model`.
 std::unique_ptr<DiffusionBenchTarget> cpu_diffusion_target(const Model& model);
+#if DELTABIT_HAVE_CUDA
+// DiffusionGemmaCuda and the device block loop (cli/bench_diffusion_cuda.cpp); uploads `model`, which may be
+// dropped afterwards.
+std::unique_ptr<DiffusionBenchTarget> cuda_diffusion_target(const Model& model);
+#endif
 
 struct DiffusionBenchPlan {
     int64_t prompt_tokens = 1024;

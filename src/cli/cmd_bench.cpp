@@ -408,11 +408,10 @@ void run_cpu_bench_command(const BenchArgs& args, const BenchPlan& plan) {
 
 #if DELTABIT_HAVE_CUDA
 
-void run_gpu_bench_command(const BenchArgs& args, const BenchPlan& plan) {
+// The GPU as the report's device: its copy bandwidth, bf16 peak and decode floors.
+GpuProbe describe_gpu(BenchReport& report) {
     const GpuProbe gpu = probe_gpu();
     progress(fmt::format("  {}: {:.0f} GB/s", gpu.summary, gpu.copy_gb_s));
-
-    BenchReport report = new_report(args, kv_format_name(plan.kv));
     report.gpu = gpu.name;
     report.device_summary = gpu.summary;
     report.copy_gb_s = gpu.copy_gb_s;
@@ -420,6 +419,12 @@ void run_gpu_bench_command(const BenchArgs& args, const BenchPlan& plan) {
     report.stream_floor_bytes = double(gpu.stream_floor.bytes);
     report.stream_floor_us = gpu.stream_floor.microseconds;
     report.dependent_launch_us = gpu.dependent_launch_us;
+    return gpu;
+}
+
+void run_gpu_bench_command(const BenchArgs& args, const BenchPlan& plan) {
+    BenchReport report = new_report(args, kv_format_name(plan.kv));
+    const GpuProbe gpu = describe_gpu(report);
 
     std::unique_ptr<Model> model = build_model(args, report);
     const InferenceCost cost(model->weights(), plan.kv);
@@ -443,11 +448,21 @@ void run_diffusion_bench_command(const BenchArgs& args) {
     const bool cpu = args.backend == "cpu";
     const int64_t canvas = args.geometry.empty() ? 0 : find_geometry(args.geometry).config.canvas_length;
     DiffusionBenchPlan plan = diffusion_plan_from(args, canvas);  // a file's canvas is known once it is loaded
+#if !DELTABIT_HAVE_CUDA
     if (!cpu)
-        fail("bench: block-diffusion models run on the CPU reference only in this build (their CUDA path is not "
-             "there yet); give --backend cpu");
+        fail("bench: this build has no CUDA backend; give --backend cpu to measure the CPU reference, or rebuild "
+             "with nvcc present and -DDELTABIT_CUDA=ON");
+#endif
     BenchReport report = new_report(args, "f32");
-    const CpuProbe probe = describe_cpu(args, report);
+    DiffusionFloors floors;
+    if (cpu) {
+        floors.copy_gb_s = describe_cpu(args, report).copy_gb_s;
+    } else {
+#if DELTABIT_HAVE_CUDA
+        const GpuProbe gpu = describe_gpu(report);
+        floors = {.copy_gb_s = gpu.copy_gb_s, .bf16_peak_tflop_s = gpu.bf16_peak_tflop_s};
+#endif
+    }
 
     std::unique_ptr<Model> model = build_model(args, report);
     if (canvas == 0) plan = diffusion_plan_from(args, model->config().canvas_length);
@@ -457,9 +472,21 @@ void run_diffusion_bench_command(const BenchArgs& args) {
     const DiffusionCost cost(model->weights());
     report.parameters = cost.parameters();
     report.stored_bytes = cost.stored_weight_bytes();
-    const std::unique_ptr<DiffusionBenchTarget> target = cpu_diffusion_target(*model);
-    report.decode_path = target->description() + "; block loop of runtime/diffusion_generate.h";
-    report.measurements = run_diffusion_bench(*target, cost, plan, {.copy_gb_s = probe.copy_gb_s});
+    std::unique_ptr<DiffusionBenchTarget> target;
+    if (cpu) {
+        target = cpu_diffusion_target(*model);
+    } else {
+#if DELTABIT_HAVE_CUDA
+        progress(fmt::format("uploading {:.2f} GB to the GPU", double(report.stored_bytes) / 1e9));
+        const auto upload_start = std::chrono::steady_clock::now();
+        target = cuda_diffusion_target(*model);
+        report.upload_seconds = seconds_since(upload_start);
+        progress(fmt::format("  {:.1f} s", report.upload_seconds));
+#endif
+    }
+    report.decode_path = target->description() + (cpu ? "; block loop of runtime/diffusion_generate.h"
+                                                       : "; block loop of runtime/diffusion_generate_cuda.h");
+    report.measurements = run_diffusion_bench(*target, cost, plan, floors);
     finish(args, report);
 }
 
@@ -473,12 +500,7 @@ void run_serve_bench_command(const BenchArgs& args) {
         describe_cpu(args, report);
     } else {
 #if DELTABIT_HAVE_CUDA
-        const GpuProbe probe = probe_gpu();
-        progress(fmt::format("  {}: {:.0f} GB/s", probe.summary, probe.copy_gb_s));
-        report.gpu = probe.name;
-        report.device_summary = probe.summary;
-        report.copy_gb_s = probe.copy_gb_s;
-        report.bf16_peak_tflop_s = probe.bf16_peak_tflop_s;
+        describe_gpu(report);
         plan.memory_in_use_gib = [] {
             size_t free = 0, total = 0;
             return cudaMemGetInfo(&free, &total) == cudaSuccess ? double(total - free) / (1024.0 * 1024.0 * 1024.0) : 0.0;

@@ -16,6 +16,7 @@
 #include "ops/attention/attention_cuda.h"
 #include "ops/elementwise/elementwise_cuda.h"
 #include "ops/matmul/dense_cuda.h"
+#include "ops/matmul/dense_gemm_cuda.h"
 #include "ops/matmul/gemm_cuda.h"
 #include "ops/moe/moe_experts_cuda.h"
 
@@ -177,8 +178,9 @@ void DiffusionGemmaCuda::begin_call(DeviceArena& arena) {
 }
 
 void DiffusionGemmaCuda::matmul(const float* x, const CudaMatrix& w, int64_t T, float* y) {
-    if (!w.quantized) {
-        cuda::matmul_plain(x, w.plain_view, T, y, stream_);
+    if (!w.quantized) {  // a canvas or a prompt chunk on the tensor cores (ops/matmul/dense_gemm_cuda.h)
+        cuda::matmul_plain_any(x, w.plain_view, T, y, [&](size_t bytes) { return temp(int64_t((bytes + 3) / 4)); },
+                               stream_);
         return;
     }
     const cuda::GemvWeightView view = w.gemv.view();
@@ -401,7 +403,13 @@ void DiffusionGemmaCuda::denoise(const DiffusionCacheCuda& cache, const int32_t*
     if (self_conditioning != nullptr) {
         float* soft = temp(L * D);
         float* sig = temp(L * D);
-        cuda::soft_embedding(self_conditioning, token_embd_view_, L, soft, stream_);
+        if (cuda::plain_gemm_applies(token_embd_view_.dtype, L)) {  // p against the table on the tensor cores
+            const size_t bytes = cuda::soft_embedding_gemm_scratch_bytes(token_embd_view_, L);
+            cuda::soft_embedding_gemm(self_conditioning, token_embd_view_, L, soft, temp(int64_t((bytes + 3) / 4)),
+                                      stream_);
+        } else {
+            cuda::soft_embedding(self_conditioning, token_embd_view_, L, soft, stream_);
+        }
         cuda::add_scale(soft, nullptr, L * D, embedding_scale(D), soft, stream_);
         cuda::rms_norm(soft, sc_pre_norm_, L, D, c.rms_eps, cuda::NormWeight::plain, soft, stream_);
         gelu_mlp(sc_mlp_, soft, L, sig);

@@ -14,10 +14,12 @@
 // that same table when it is plain floats; a quantised table gets a second, GEMV-layout copy for the head.
 // The host Model may be dropped afterwards.
 //
-// Numerics: plain-float matrices run the fp32 kernel of ops/matmul/dense_cuda.h and every other op its
-// fp32 twin, so with plain weights (the fixtures) the logits differ from the CPU's (double sums) by fp32
-// rounding and summation order only. Quantised matrices take the engine's int8-activation products
-// (ops/matmul/gemm_cuda.h matmul_prompt), which round more.
+// Numerics: plain-float matrices run matmul_plain_any (ops/matmul/dense_gemm_cuda.h: from 8 tokens cuBLAS,
+// F32 in fp32 and BF16 on a two-part bf16 split of the activations, fp32-class either way; below, the naive
+// fp32 kernel), the soft embedding of a BF16 or F32 table the same way (soft_embedding_gemm), and every other
+// op its fp32 twin, so with plain weights (the fixtures) the logits differ from the CPU's (double sums) by
+// fp32-class rounding and summation order only. Quantised matrices take the engine's int8-activation
+// products (ops/matmul/gemm_cuda.h matmul_prompt), which round more.
 //
 // The cache (DiffusionCacheCuda): per layer, K and V as f32 rows [rows][n_kv_head][head_dim], oldest first,
 // as the CPU's DiffusionCache; behind the kept rows there is room for the rows one call adds, where each
@@ -28,10 +30,12 @@
 //
 // Scratch: two DeviceArenas, one for encode() chunks and one for denoise() calls, rewound per layer, so that
 // steady-state calls allocate nothing (stats().arena_allocations counts every cudaMalloc they made). Summed
-// from diffusion_gemma_cuda.cpp's allocations for the released geometry, bf16 (plain) matrices, a canvas of 256:
-// the denoise arena holds 73.9 MiB (64.3 without self-conditioning: its input, soft embedding, output and
-// MLP hidden rows are 9.6), most of it one full layer's (61.5: q and the attention output 8 MiB each, the
-// grouped experts' rows 27.5); the logits [256][262144] (256 MiB) are the caller's. An encode chunk of 256
+// from diffusion_gemma_cuda.cpp's allocations for the released geometry, bf16 (plain) matrices, a canvas of 256,
+// before the tensor-core products' own scratch: the denoise arena holds 73.9 MiB (64.3 without
+// self-conditioning: its input, soft embedding, output and MLP hidden rows are 9.6), most of it one full
+// layer's (61.5: q and the attention output 8 MiB each, the grouped experts' rows 27.5); the logits
+// [256][262144] (256 MiB) are the caller's. The tensor-core products add their split activations: most of it
+// the soft embedding's probabilities and their two bf16 parts, 512 MiB at L 256 and V 262,144. An encode chunk of 256
 // needs 64.3 MiB. Quantised matrices add their prompt-GEMM scratch (ops/matmul/gemm_cuda.h).
 #pragma once
 

@@ -70,5 +70,28 @@ TEST(BenchCliCuda, TinyGeometryReportsEveryTestFromTheFastPath) {
 #endif
 }
 
+// A diffusion geometry on the GPU: the device block loop, every block at the --steps given (random weights
+// never stop early), a step time from the two runs, and the floor read against the card's bf16 peak too.
+TEST(BenchCliCuda, TinyDiffusionGeometryRunsTheDeviceLoop) {
+#ifndef DELTABIT_HAVE_CUDA
+    GTEST_SKIP() << "built without CUDA";
+#else
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine";
+    const auto r = test::run_deltabit("bench --geometry tiny-diffusiongemma --prompts 12 --steps 3 --no-history --json",
+                                      test::Stderr::discard);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const nlohmann::json report = nlohmann::json::parse(r.output);
+    EXPECT_NE(report["decode_path"].get<std::string>().find("diffusion_generate_cuda"), std::string::npos)
+        << report["decode_path"];
+    ASSERT_EQ(report["measurements"].size(), 2u) << r.output;
+    const nlohmann::json& loop = report["measurements"][1];
+    EXPECT_EQ(loop["test"], "dg32");
+    EXPECT_EQ(loop["diffusion"]["steps_per_block"], nlohmann::json::array({3, 3}));
+    EXPECT_GT(loop["unit_us"].get<double>(), 0.0);
+    EXPECT_GT(loop["pct_of_bf16_peak"].get<double>(), 0.0);
+    EXPECT_GT(loop["diffusion"]["pct_of_floor"].get<double>(), 0.0);
+#endif
+}
+
 }  // namespace
 }  // namespace deltabit
