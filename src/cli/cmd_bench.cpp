@@ -18,8 +18,9 @@
 //
 // --geometry builds a random-bit model of a real shape in memory (bench/synthetic_model.h), so the
 // flagship shapes are measured without downloading them. A block-diffusion model (DiffusionGemma) has no
-// decode step: it is measured by its prompt encoding and its block loop instead (cli/bench_diffusion.h). Without a usable GPU a CUDA bench says so and
-// exits non-zero. Progress goes to stderr; the table (or JSON) to stdout.
+// decode step: it is measured by its prompt encoding and its block loop instead (cli/bench_diffusion.h).
+// Without a usable GPU a CUDA bench says so and exits non-zero. Progress goes to stderr; the table (or JSON)
+// to stdout.
 #include "cli/bench_cpu.h"
 #include "cli/bench_diffusion.h"
 #include "cli/bench_gpu.h"
@@ -178,7 +179,8 @@ DiffusionBenchPlan diffusion_plan_from(const BenchArgs& args, int64_t canvas) {
                                         std::pair{args.fill != "auto", "--fill"},
                                         std::pair{!args.kv.empty() && args.kv != "f32", "--kv"},
                                         std::pair{args.serve, "--serve"},
-                                        std::pair{!args.streams.empty() || args.requests.has_value(), "--streams/--requests"}})
+                                        std::pair{!args.streams.empty() || args.requests.has_value(),
+                                                  "--streams/--requests"}})
         if (given)
             fail("bench: {} does not apply to a block-diffusion model, which has no decode step (it is measured by its "
                  "prompt encoding, --prompts N, and its block loop, --decode-tokens N and --steps N; docs/bench.md)",
@@ -203,7 +205,8 @@ BenchPlan plan_from(const BenchArgs& args) {
     if (!args.streams.empty() || args.requests)
         fail("bench: --streams and --requests belong to --serve; add --serve to measure the server");
     if (args.denoising_steps)
-        fail("bench: --steps is a block-diffusion model's (denoising steps a block); this model decodes token by token");
+        fail("bench: --steps is a block-diffusion model's (denoising steps a block); this model decodes token by "
+             "token");
     const bool cpu = args.backend == "cpu";
     const PlanDefaults& defaults = cpu ? kCpuDefaults : kGpuDefaults;
     const auto or_default = [](const std::vector<std::string>& given, const char* fallback) {

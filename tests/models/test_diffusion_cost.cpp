@@ -91,7 +91,8 @@ TEST(DiffusionGeometry, TheTinyOneRunsThroughTheCpuPasses) {
 
 TEST(DiffusionGeometry, PlainFloatMatricesHaveUnitRmsProducts) {
     // bf16 values uniform in ±√3/√cols: a row's sum of squares is about 1.
-    const ModelWeights w = synthetic_weights(find_geometry("tiny-diffusiongemma").config, "tiny", {.matrix_dtype = DType::BF16});
+    const ModelWeights w =
+        synthetic_weights(find_geometry("tiny-diffusiongemma").config, "tiny", {.matrix_dtype = DType::BF16});
     const WeightTensor* q = w.find("blk.0.attn_q.weight");
     ASSERT_NE(q, nullptr);
     ASSERT_EQ(q->dtype, DType::BF16);
@@ -136,7 +137,8 @@ TEST(DiffusionCost, EncodingCountedByHand) {
     // 10 tokens after none. Sliding (W 8, nothing cached): queries see 1..8, 8, 8 keys = 36 + 16 = 52 pairs,
     // 4·4·32 = 512 FLOPs a pair; full: 1..10 = 55 pairs at 4·4·64 = 1024.
     const PassCost e = tiny_cost().encode(0, 10);
-    EXPECT_DOUBLE_EQ(e.flops, 2.0 * 10 * (kLayerMatrices + 2.0 / 8 * kOneExpertAllLayers) + 3 * 52 * 512.0 + 55 * 1024.0);
+    EXPECT_DOUBLE_EQ(e.flops,
+                     2.0 * 10 * (kLayerMatrices + 2.0 / 8 * kOneExpertAllLayers) + 3 * 52 * 512.0 + 55 * 1024.0);
     const double touched = 1.0 - std::pow(0.75, 10);
     EXPECT_DOUBLE_EQ(e.weight_bytes, kLayerBytes + touched * kExpertStacks + 512 + 10 * 256.0);
     // K and V rows written: sliding 2·2·32·4 = 512 bytes a token, full 2·1·64·4 = 512.
@@ -156,7 +158,8 @@ TEST(DiffusionCost, DenoisingStepCountedByHand) {
     // 20 + 16 = 36; the LM head 512·128 a token; self-conditioned, the soft embedding (another 512·128) and
     // the SC MLP (3·128·128).
     const double L = 16, table = 512 * 128.0, sc = 3 * 128 * 128.0;
-    const double layers = 2.0 * L * (kLayerMatrices + 2.0 / 8 * kOneExpertAllLayers) + 3 * L * 23 * 512.0 + L * 36 * 1024.0;
+    const double layers =
+        2.0 * L * (kLayerMatrices + 2.0 / 8 * kOneExpertAllLayers) + 3 * L * 23 * 512.0 + L * 36 * 1024.0;
     const PassCost first = tiny_cost().denoise(20, 16, false);
     EXPECT_DOUBLE_EQ(first.flops, layers + 2.0 * L * table);
     const PassCost later = tiny_cost().denoise(20, 16, true);
