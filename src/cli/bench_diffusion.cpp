@@ -67,11 +67,6 @@ private:
     DiffusionGemma model_;
 };
 
-double median(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 }  // namespace
 
@@ -159,7 +154,7 @@ std::vector<BenchMeasurement> run_diffusion_bench(DiffusionBenchTarget& target, 
         m.note = fmt::format("{}; steps per block {} (max {}): no block took two steps, so no step time", path,
                              steps_text, d.max_steps);
     } else {
-        const double step_s = median(step_seconds);
+        const double step_s = lower_median(step_seconds);
         m.unit_us = step_s * 1e6;
         m.tflop_s = d.step_flops / step_s / 1e12;
         if (floors.bf16_peak_tflop_s > 0) m.pct_of_bf16_peak = 100.0 * *m.tflop_s / floors.bf16_peak_tflop_s;
@@ -170,7 +165,7 @@ std::vector<BenchMeasurement> run_diffusion_bench(DiffusionBenchTarget& target, 
         const double encode_block_s = encode_seconds * double(L) / double(P);
         d.tokens_per_s_at_max_steps = double(L) / (double(d.max_steps) * step_s + encode_block_s);
         m.note = fmt::format(
-            "{}; steps per block {} (max {}); median step {:.3f} ms over {} steps, {:.1f}% of its floor {:.3f} ms "
+            "{}; steps per block {} (max {}); median step {:.3f} ms of {} steps, {:.1f}% of its floor {:.3f} ms "
             "({:.1f} MB at copy: {:.3f} ms; {:.2f} GFLOP{}); {:.1f} tok/s at {} steps a block",
             path, steps_text, d.max_steps, step_s * 1e3, step_seconds.size(), d.pct_of_floor, d.step_floor_us / 1e3,
             d.step_bytes / 1e6, bytes_us / 1e3, d.step_flops / 1e9,

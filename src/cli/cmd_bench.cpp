@@ -170,8 +170,9 @@ bool diffusion_target(const BenchArgs& args) {
                                  : find_geometry(args.geometry).config.arch == Arch::diffusion_gemma;
 }
 
-// The arguments of a block-diffusion bench, checked before the model is built. `canvas` is the model's.
-DiffusionBenchPlan diffusion_plan_from(const BenchArgs& args, int64_t canvas) {
+// The arguments of a block-diffusion bench, checked before the model is built. new_tokens is left 0 when not
+// given: two blocks of the model's canvas, known once it is built (run_diffusion_bench_command).
+DiffusionBenchPlan diffusion_plan_from(const BenchArgs& args) {
     check_common(args);
     for (const auto& [given, option] : {std::pair{!args.depths.empty(), "--depths"},
                                         std::pair{!args.first_tokens.empty(), "--first-tokens"},
@@ -191,8 +192,9 @@ DiffusionBenchPlan diffusion_plan_from(const BenchArgs& args, int64_t canvas) {
         fail("bench: --prompts with a block-diffusion model: give one prompt length, not {}", prompts.size());
     plan.prompt_tokens = prompts.empty() ? (args.backend == "cpu" ? kCpuDiffusionPrompt : kGpuDiffusionPrompt)
                                          : prompts.front();
-    plan.new_tokens = args.decode_tokens.value_or(kDiffusionBlocks * canvas);
-    if (plan.new_tokens < 1) fail("bench: --decode-tokens {}: expected 1 or more", plan.new_tokens);
+    if (args.decode_tokens && *args.decode_tokens < 1)
+        fail("bench: --decode-tokens {}: expected 1 or more", *args.decode_tokens);
+    plan.new_tokens = args.decode_tokens.value_or(0);
     if (args.denoising_steps && *args.denoising_steps < 1)
         fail("bench: --steps {}: expected 1 or more denoising steps a block", *args.denoising_steps);
     plan.seed = args.seed;
@@ -320,8 +322,15 @@ double available_memory_bytes() {
 
 // A geometry's weights are built in host memory first: refuse one that cannot fit before allocating it.
 void check_geometry_fits(const Geometry& g, DType type) {
+    std::vector<TensorSpec> specs;
+    try {
+        specs = geometry_tensors(g.config, type);
+    } catch (const Error& e) {
+        fail("bench: --type {} does not fit {}: {}; choose a type with smaller blocks (q4_0, q8_0, bf16)",
+             dtype_name(type), g.name, e.what());
+    }
     double bytes = 0;
-    for (const TensorSpec& spec : geometry_tensors(g.config, type)) {
+    for (const TensorSpec& spec : specs) {
         uint64_t n = 1;
         for (int64_t d : spec.shape) n *= uint64_t(d);
         bytes += double(dtype_bytes(spec.dtype, n));
@@ -449,8 +458,7 @@ void run_gpu_bench_command(const BenchArgs& args, const BenchPlan& plan) {
 // A block-diffusion model: its prompt encoding and block loop (cli/bench_diffusion.h).
 void run_diffusion_bench_command(const BenchArgs& args) {
     const bool cpu = args.backend == "cpu";
-    const int64_t canvas = args.geometry.empty() ? 0 : find_geometry(args.geometry).config.canvas_length;
-    DiffusionBenchPlan plan = diffusion_plan_from(args, canvas);  // a file's canvas is known once it is loaded
+    DiffusionBenchPlan plan = diffusion_plan_from(args);
 #if !DELTABIT_HAVE_CUDA
     if (!cpu)
         fail("bench: this build has no CUDA backend; give --backend cpu to measure the CPU reference, or rebuild "
@@ -468,7 +476,7 @@ void run_diffusion_bench_command(const BenchArgs& args) {
     }
 
     std::unique_ptr<Model> model = build_model(args, report);
-    if (canvas == 0) plan = diffusion_plan_from(args, model->config().canvas_length);
+    if (plan.new_tokens == 0) plan.new_tokens = kDiffusionBlocks * model->config().canvas_length;
     plan.settings = args.geometry.empty() ? load_diffusion_generation_config(args.model, model->config())
                                           : DiffusionGenerationConfig{};
     if (args.denoising_steps) plan.settings.max_denoising_steps = *args.denoising_steps;

@@ -2,6 +2,7 @@
 // GPU a CUDA bench says so and fails (pointing at --backend cpu), and the CPU bench runs and appends its
 // rows. The GPU run itself is tested in tests/cuda/test_cmd_bench_cuda.cpp.
 #include "cli_command.h"
+#include "fixture.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -126,6 +127,8 @@ TEST(BenchCli, DiffusionArgumentsAreChecked) {
     expect_refused("bench --geometry tiny-diffusiongemma --backend cpu --steps 0 --no-history", "--steps 0");
     expect_refused("bench --geometry tiny-qwen3 --backend cpu --steps 3 --no-history", "--steps is a block-diffusion");
     expect_refused("bench --geometry tiny-diffusiongemma --no-history", "give --backend cpu");
+    expect_refused("bench --geometry tiny-diffusiongemma --backend cpu --type q1_0 --no-history",
+                   "choose a type with smaller blocks");
 }
 
 // A diffusion geometry on the CPU: the prompt's encoding and the block loop measured, every block at the
@@ -166,6 +169,20 @@ TEST(BenchCli, DiffusionBenchMeasuresTheBlockLoop) {
     EXPECT_NE(rows.find("\tdg32\t"), std::string::npos) << rows;
     EXPECT_NE(rows.find("steps per block 3,3 (max 3)"), std::string::npos) << rows;
     std::filesystem::remove(history);
+}
+
+// A diffusion model from a folder (not a geometry): its canvas is known only once it is loaded, and the
+// default new tokens are two of its blocks.
+TEST(BenchCli, DiffusionModelFileTakesTwoOfItsBlocks) {
+    const std::filesystem::path folder = test::fixtures_dir() / "diffusion_gemma";
+    if (!std::filesystem::exists(folder / "config.json")) GTEST_SKIP() << "no DiffusionGemma fixture";
+    const auto r = run_deltabit("bench -m " + folder.string() + " --backend cpu --prompts 6 --steps 2 --json --no-history",
+                                test::Stderr::discard);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const nlohmann::json report = nlohmann::json::parse(r.output);
+    ASSERT_EQ(report["measurements"].size(), 2u) << r.output;
+    EXPECT_EQ(report["measurements"][1]["test"], "dg16");  // the fixture's canvas is 8
+    EXPECT_EQ(report["measurements"][1]["diffusion"]["steps_per_block"], nlohmann::json::array({2, 2}));
 }
 
 }  // namespace
