@@ -581,7 +581,8 @@ void run_bench(const BenchArgs& args) {
 
 void add_bench_command(CLI::App& app) {
     auto args = std::make_shared<BenchArgs>();
-    CLI::App* cmd = app.add_subcommand("bench", "Measure prefill, first-token and decode speed on the GPU (or the CPU: --backend cpu)");
+    CLI::App* cmd = app.add_subcommand("bench", "Measure prefill, first-token and decode speed on the GPU (or the CPU: --backend cpu); "
+                                                     "a block-diffusion model: its prompt encoding and block loop");
     cmd->add_option("-m,--model", args->model, "GGUF file or Hugging Face folder");
     cmd->add_option("--geometry", args->geometry,
                     "Random-weight model of a real shape: bonsai-27b, bonsai-8b, bonsai-4b, qwen35-0.8b, "
