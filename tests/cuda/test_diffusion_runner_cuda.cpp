@@ -231,6 +231,9 @@ TEST(DiffusionRunnerCudaFixture, RunsAreNotDecidedByRounding) {
 
 #if DELTABIT_HAVE_CUDA
 
+#include <cuda_runtime.h>
+
+#include "core/error.h"
 #include "runtime/diffusion_record.h"
 #include "runtime/diffusion_replay.h"
 #include "runtime/diffusion_runner.h"
