@@ -164,6 +164,11 @@ TEST(CmdRunDiffusion, BackendCudaRunsWhereThereIsOneAndSaysWhyNotElsewhere) {
 #endif
     EXPECT_EQ(chosen.at("backend"), "cpu");
     EXPECT_EQ(chosen.at("tokens"), run_json("--max-tokens 8 --seed 3").at("tokens"));
+    // chat loads the model through the same runner (as serve does, which a build without cpp-httplib lacks):
+    // the same line, before any input is read.
+    const CommandResult chat = deltabit("chat -m " + kFixture.string() + " --backend cuda -q");
+    EXPECT_EQ(chat.exit_code, 1) << chat.output;
+    EXPECT_NE(chat.output.find("backend cuda: "), std::string::npos) << chat.output;
 }
 
 class ReplayDiffusion : public ::testing::Test {
