@@ -35,7 +35,7 @@
 // self-conditioning: its input, soft embedding, output and MLP hidden rows are 9.6), most of it one full
 // layer's (61.5: q and the attention output 8 MiB each, the grouped experts' rows 27.5); the logits
 // [256][262144] (256 MiB) are the caller's. The tensor-core products add their split activations: most of it
-// the soft embedding's probabilities and their two bf16 parts, 512 MiB at L 256 and V 262,144. An encode chunk of 256
+// the soft embedding's probabilities and their three bf16 parts, 640 MiB at L 256 and V 262,144. An encode chunk of 256
 // needs 64.3 MiB. Quantised matrices add their prompt-GEMM scratch (ops/matmul/gemm_cuda.h).
 #pragma once
 

@@ -20,12 +20,12 @@ TEST(BenchCliCuda, TinyGeometryReportsEveryTestFromTheFastPath) {
     GTEST_SKIP() << "built without CUDA";
 #else
     if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine";
-    const InferenceCost cost(synthetic_weights(find_geometry("tiny-qwen35").config, "tiny-qwen35"));
+    const InferenceCost cost(synthetic_weights(find_geometry("tiny-qwen35").config, "tiny-qwen35"), KvFormat::f16);
     for (const char* fill : {"prefill", "synthetic"}) {
         // The synthetic run also names its own first-token lengths.
         const bool synthetic = std::string(fill) == "synthetic";
         const auto r = test::run_deltabit(std::string("bench --geometry tiny-qwen35 --prompts 16,64 --depths 0,300 "
-                                                      "--no-history --json --fill ") + fill +
+                                                      "--prompt-depths 300 --kv f16 --no-history --json --fill ") + fill +
                                               (synthetic ? " --first-tokens 1,3" : ""),
                                           test::Stderr::discard);
         ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -62,7 +62,10 @@ TEST(BenchCliCuda, TinyGeometryReportsEveryTestFromTheFastPath) {
         }
         const std::vector<std::string> first = synthetic ? std::vector<std::string>{"ttft1", "ttft3"}
                                                          : std::vector<std::string>{"ttft2", "ttft16", "ttft64"};
+        // The prompt at depth 300 after the pp rows; a depth reached by prefill reports that fill's rate too.
         std::vector<std::string> want{"pp16", "pp64"};
+        if (!synthetic) want.push_back("fill");
+        want.push_back("pp16");
         want.insert(want.end(), first.begin(), first.end());
         want.insert(want.end(), {"tg128", "tg128", "tg128b8", "tg128b32"});
         EXPECT_EQ(tests, want);

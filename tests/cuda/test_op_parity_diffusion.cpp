@@ -195,8 +195,9 @@ void check_soft_embedding(DType type, int64_t vocab, int64_t dim, int64_t n_toke
     cuda::DeviceBuffer scratch(cuda::soft_embedding_gemm_scratch_bytes(WeightView{dtable.get(), type, vocab, dim}, n_tokens));
     cuda::soft_embedding_gemm(dlogits.get(), WeightView{dtable.get(), type, vocab, dim}, n_tokens, dgemm.get(),
                               scratch.get(), nullptr);
-    const double gamma = double(vocab + 1) * kU / (1.0 - double(vocab + 1) * kU);
-    const double factor = type == DType::BF16 ? 0x1.0p-16 + (1.0 + 0x1.0p-7) * gamma + 2 * kU : gamma + 2 * kU;
+    const auto gamma = [](int64_t n) { return double(n) * kU / (1.0 - double(n) * kU); };
+    const double factor =
+        type == DType::BF16 ? 0x1.0p-24 + (1.0 + 0x1.0p-6) * gamma(vocab + 2) + 2 * kU : gamma(vocab) + 2 * kU;
     expect_within(dgemm.download(what + " gemm"), want_d,
                   [&](size_t i) { return factor * magnitude[i] + kU * std::fabs(want_d[i]); },
                   what + " gemm");

@@ -74,6 +74,7 @@ TEST(BenchCli, ListsMayBeSpaceSeparated) {
 TEST(BenchCli, WithoutAGpuItSaysSoAndFails) {
     if (gpu_present()) GTEST_SKIP() << "this machine has a GPU: the bench would run";
     expect_refused("bench --geometry tiny-qwen3 --no-history", "give --backend cpu");
+    expect_refused("bench --geometry tiny-diffusiongemma --no-history", "give --backend cpu");
 }
 
 TEST(BenchCli, CpuArgumentsAreChecked) {
@@ -126,7 +127,6 @@ TEST(BenchCli, DiffusionArgumentsAreChecked) {
                    "give one prompt length");
     expect_refused("bench --geometry tiny-diffusiongemma --backend cpu --steps 0 --no-history", "--steps 0");
     expect_refused("bench --geometry tiny-qwen3 --backend cpu --steps 3 --no-history", "--steps is a block-diffusion");
-    expect_refused("bench --geometry tiny-diffusiongemma --no-history", "give --backend cpu");
     expect_refused("bench --geometry tiny-diffusiongemma --backend cpu --type q1_0 --no-history",
                    "choose a type with smaller blocks");
 }

@@ -96,7 +96,7 @@ TEST_F(Server, StreamedChatEqualsTheWholeReply) {
         if (c["delta"].contains("content")) content += c["delta"]["content"].get<std::string>();
         if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
     }
-    EXPECT_EQ(content, whole["choices"][0]["message"]["content"]);
+    EXPECT_EQ(content, whole["choices"][0]["message"]["content"].get<std::string>());
     EXPECT_EQ(finish, "length");
     EXPECT_EQ(usage["completion_tokens"], kReplyTokens);
 }

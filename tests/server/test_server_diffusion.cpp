@@ -143,7 +143,7 @@ TEST_F(DiffusionServer, StreamedChatSendsOneChunkPerBlockAndEndsWithDone) {
         }
         if (!choice["finish_reason"].is_null()) finish = choice["finish_reason"];
     }
-    EXPECT_EQ(content, expected.at("text"));
+    EXPECT_EQ(content, expected.at("text").get<std::string>());
     EXPECT_EQ(content_chunks, 3);  // one per committed block (each block of this run has visible text)
     EXPECT_EQ(finish, "length");
     EXPECT_EQ(usage["completion_tokens"], 24);
@@ -179,7 +179,7 @@ TEST_F(DiffusionServer, CompletionIsRunsRawReplyAndStreamsByBlock) {
         text += piece;
         text_chunks += piece.empty() ? 0 : 1;
     }
-    EXPECT_EQ(text, expected.at("text"));
+    EXPECT_EQ(text, expected.at("text").get<std::string>());
     EXPECT_EQ(text_chunks, 2);
 }
 

@@ -84,7 +84,7 @@ void soft_embedding(const float* logits, const WeightView& table, int64_t n_toke
 // The fast path for BF16 and F32 tables from kPlainGemmMinTokens tokens (ops/matmul/dense_gemm_cuda.h
 // plain_gemm_applies; Error otherwise): p [T][n_vocab] written in fp32 by the same formula, then
 // out = p · table on the tensor cores (matmul_plain_gemm_by_rows), so |out − reference| ≤
-// (2⁻¹⁶ + (1 + 2⁻⁷)·γ(n_vocab + 1) + 2u)·Σ_v p|table[v][i]| for BF16, (γ(n_vocab) + 2u)·Σ for F32 (γ(n) =
+// (2⁻²⁴ + (1 + 2⁻⁶)·γ(n_vocab + 2) + 2u)·Σ_v p|table[v][i]| for BF16, (γ(n_vocab) + 2u)·Σ for F32 (γ(n) =
 // n·u/(1 − n·u), the worst case of an fp32 sum in cuBLAS's order; 2u: p's rounding after the double sums).
 // `scratch`: soft_embedding_gemm_scratch_bytes on the device, 256-byte aligned.
 size_t soft_embedding_gemm_scratch_bytes(const WeightView& table, int64_t n_tokens);

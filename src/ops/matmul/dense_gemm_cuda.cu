@@ -39,6 +39,22 @@ struct CublasContext {
     CublasContext& operator=(const CublasContext&) = delete;
 };
 
+// The first product on a stream may come inside a graph capture (a decode step captured before any eager
+// run on that stream). cudaMalloc is refused there in the global and thread-local capture modes although it
+// enqueues nothing and the buffer outlives the graph, so this one allocation runs in relaxed mode.
+DeviceBuffer workspace_for_new_stream(cudaStream_t stream) {
+    cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+    cuda_check(cudaStreamIsCapturing(stream, &capturing), "cudaStreamIsCapturing");
+    if (capturing != cudaStreamCaptureStatusActive) return DeviceBuffer(kWorkspaceBytes);
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    cuda_check(cudaThreadExchangeStreamCaptureMode(&mode), "cudaThreadExchangeStreamCaptureMode");
+    struct RestoreMode {
+        cudaStreamCaptureMode mode;
+        ~RestoreMode() { cudaThreadExchangeStreamCaptureMode(&mode); }
+    } restore{mode};
+    return DeviceBuffer(kWorkspaceBytes);
+}
+
 cublasHandle_t handle_on(cudaStream_t stream) {
     thread_local std::vector<std::unique_ptr<CublasContext>> contexts;
     int device = 0;
@@ -46,8 +62,9 @@ cublasHandle_t handle_on(cudaStream_t stream) {
     if (contexts.size() <= size_t(device)) contexts.resize(size_t(device) + 1);
     std::unique_ptr<CublasContext>& context = contexts[size_t(device)];
     if (!context) context = std::make_unique<CublasContext>();
-    auto [workspace, made] = context->workspaces.try_emplace(stream);
-    if (made) workspace->second = DeviceBuffer(kWorkspaceBytes);
+    auto workspace = context->workspaces.find(stream);
+    if (workspace == context->workspaces.end())
+        workspace = context->workspaces.emplace(stream, workspace_for_new_stream(stream)).first;
     cublas_check(cublasSetStream(context->handle, stream), "cublasSetStream");
     // cublasSetStream resets the workspace to cuBLAS's own pool, which it may allocate from during a graph
     // capture: set ours again.
@@ -56,13 +73,16 @@ cublasHandle_t handle_on(cudaStream_t stream) {
     return context->handle;
 }
 
-__global__ void split_bf16_kernel(const float* x, int64_t n, __nv_bfloat16* hi, __nv_bfloat16* lo) {
+__global__ void split_bf16_kernel(const float* x, int64_t n, __nv_bfloat16* hi, __nv_bfloat16* mid, __nv_bfloat16* lo) {
     const int64_t stride = int64_t(gridDim.x) * blockDim.x;
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
         const float v = x[i];
         const __nv_bfloat16 h = __float2bfloat16_rn(v);
+        const float rest = v - __bfloat162float(h);  // exact in fp32, as is the next difference
+        const __nv_bfloat16 m = __float2bfloat16_rn(rest);
         hi[i] = h;
-        lo[i] = __float2bfloat16_rn(v - __bfloat162float(h));  // v − h is exact in fp32
+        mid[i] = m;
+        lo[i] = __float2bfloat16_rn(rest - __bfloat162float(m));
     }
 }
 
@@ -114,11 +134,13 @@ void product(const float* x, const WeightView& w, int64_t n_tokens, int64_t widt
     }
     const int64_t count = n_tokens * width;
     auto* hi = static_cast<__nv_bfloat16*>(scratch);
-    __nv_bfloat16* lo = hi + part_elements(count);  // 256-byte aligned, as cuBLAS's fastest kernels want
+    __nv_bfloat16* mid = hi + part_elements(count);  // 256-byte aligned, as cuBLAS's fastest kernels want
+    __nv_bfloat16* lo = mid + part_elements(count);
     constexpr int kThreads = 256;
-    split_bf16_kernel<<<grid_blocks(count, kThreads), kThreads, 0, stream>>>(x, count, hi, lo);
+    split_bf16_kernel<<<grid_blocks(count, kThreads), kThreads, 0, stream>>>(x, count, hi, mid, lo);
     cuda_check_launch("split_bf16_kernel");
     gemm(stream, op_a, m, n, k, w, lda, hi, k, false, y, who);
+    gemm(stream, op_a, m, n, k, w, lda, mid, k, true, y, who);
     gemm(stream, op_a, m, n, k, w, lda, lo, k, true, y, who);
 }
 
@@ -130,7 +152,7 @@ bool plain_gemm_applies(DType dtype, int64_t n_tokens) {
 
 size_t plain_gemm_scratch_bytes(DType dtype, int64_t n_tokens, int64_t width) {
     if (dtype != DType::BF16) return 0;
-    return size_t(2) * sizeof(__nv_bfloat16) * size_t(part_elements(n_tokens * width));  // hi and lo
+    return size_t(3) * sizeof(__nv_bfloat16) * size_t(part_elements(n_tokens * width));  // hi, mid and lo
 }
 
 void matmul_plain_gemm(const float* x, const WeightView& w, int64_t n_tokens, float* y, void* scratch,

@@ -9,11 +9,13 @@
 // Numerics: matmul_plain's contract, y differs from the exact dot only by fp32-class rounding, whatever the
 // weights' type.
 //   F32 weights: one fp32 GEMM (CUBLAS_COMPUTE_32F_PEDANTIC: no TF32, even under NVIDIA_TF32_OVERRIDE=1).
-//   BF16 weights: the activations are split in two bf16 parts, hi = bf16(x), lo = bf16(x − hi) (x − hi is exact
-//     in fp32), so x = hi + lo + r with |r| ≤ 2⁻⁸·|x − hi| ≤ 2⁻¹⁶·|x| (round to nearest keeps 8 significant
-//     bits: relative error ≤ 2⁻⁸ each time); y = W·hi + W·lo, two bf16 GEMMs accumulating in fp32 (a product of
-//     two bf16 values is exact in fp32). So |y − Σ w·x| ≤ 2⁻¹⁶·Σ|w·x| plus the fp32 accumulation's error —
-//     matmul_plain's bound with a 2⁻¹⁶ term added — at twice one bf16 GEMM's cost.
+//   BF16 weights: the activations are split in three bf16 parts, hi = bf16(x), mid = bf16(x − hi),
+//     lo = bf16(x − hi − mid) (each difference is exact in fp32), so x = hi + mid + lo + r with |r| ≤ 2⁻²⁴·|x|
+//     (round to nearest keeps 8 significant bits: each remainder is at most 2⁻⁸ of the one before); y = W·hi +
+//     W·mid + W·lo, three bf16 GEMMs accumulating in fp32 (a product of two bf16 values is exact in fp32). So
+//     |y − Σ w·x| ≤ 2⁻²⁴·Σ|w·x| plus the fp32 accumulation's error, matmul_plain's fp32 class, at three times
+//     one bf16 GEMM's cost. (Two parts leave 2⁻¹⁶ of Σ|w·x|, 256 times fp32's unit: over DiffusionGemma's
+//     ~60 products in sequence that alone took its logits past the 1e-4 parity bound.)
 //   F16 weights are not taken (plain_gemm_applies is false): an f16 split overflows past ±65,504, which
 //     residual streams can reach; they stay on matmul_plain.
 // The sums' order is cuBLAS's and may change with the shape or the library version; tests bound, never pin,
