@@ -47,6 +47,11 @@ public:
 // (naming which: no CUDA in this build, or no device).
 std::unique_ptr<Backend> make_backend(std::string_view choice);
 
+// "cpu" or "cuda": where make_backend(choice) runs (auto: CUDA when this build has it and a GPU is
+// present), with make_backend's errors, for callers that run a model without a Backend object (the
+// block-diffusion runner).
+std::string resolve_backend(std::string_view choice);
+
 // True when make_backend("cuda") would succeed.
 bool cuda_backend_available();
 

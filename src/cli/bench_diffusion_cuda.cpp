@@ -13,6 +13,7 @@
 #include "backend/cuda_buffer.h"
 #include "backend/cuda_probe.h"
 #include "models/diffusion_gemma_cuda.h"
+#include "runtime/diffusion_gemma_denoiser_cuda.h"
 #include "runtime/diffusion_generate_cuda.h"
 
 #include <chrono>
@@ -21,30 +22,6 @@
 namespace deltabit::cli {
 
 namespace {
-
-// One sequence's cache on DiffusionGemmaCuda, as the device loop's denoiser.
-class CacheDenoiser final : public cuda::DiffusionDenoiserCuda {
-public:
-    CacheDenoiser(DiffusionGemmaCuda& model, int64_t capacity) : model_(model), cache_(model.new_cache(capacity)) {}
-    int64_t canvas_length() const override { return model_.config().canvas_length; }
-    int64_t n_vocab() const override { return model_.config().n_vocab; }
-    void encode(const int32_t* tokens, int64_t n, cudaStream_t stream) override {
-        // The model encodes host ids (checked against the vocabulary): one copy a block.
-        host_.resize(size_t(n));
-        cuda::cuda_check(cudaMemcpyAsync(host_.data(), tokens, size_t(n) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream),
-                         "diffusion bench: committed block");
-        cuda::cuda_check(cudaStreamSynchronize(stream), "diffusion bench: committed block");
-        model_.encode(cache_, host_);
-    }
-    void denoise(const int32_t* canvas, const float* self_conditioning, float* logits, cudaStream_t) override {
-        model_.denoise(cache_, canvas, canvas_length(), self_conditioning, logits);
-    }
-
-private:
-    DiffusionGemmaCuda& model_;
-    DiffusionCacheCuda cache_;
-    std::vector<int32_t> host_;
-};
 
 class CudaDiffusionTarget final : public DiffusionBenchTarget {
 public:
@@ -60,9 +37,12 @@ public:
     }
     Run generate(std::span<const int32_t> prompt, const DiffusionGenerationConfig& settings, uint64_t seed) override {
         const auto timed = [&](const DiffusionGenerationConfig& g, double& seconds) {
-            CacheDenoiser denoiser(model_, int64_t(prompt.size()) + g.max_new_tokens + config().canvas_length);
+            DiffusionGemmaDenoiserCuda denoiser(
+                model_, diffusion_encoded_tokens(int64_t(prompt.size()), g.max_new_tokens, config().canvas_length));
+            cuda::DiffusionCudaRunOptions options;
+            options.stream = model_.stream();
             const auto start = std::chrono::steady_clock::now();
-            DiffusionGeneration out = cuda::generate_diffusion_cuda(denoiser, prompt, g, seed, {}, {}, 4, model_.stream());
+            DiffusionGeneration out = cuda::generate_diffusion_cuda(denoiser, prompt, g, seed, options);
             cuda::cuda_check(cudaStreamSynchronize(model_.stream()), "diffusion bench: loop");
             seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
             return out;

@@ -1,8 +1,10 @@
 // `deltabit replay FILE [-m MODEL] [--json]`: re-runs a block-diffusion run recorded by
 // `deltabit run --record FILE` (runtime/diffusion_record.h, docs/replay.md) and says whether every step
 // came out the same, bit for bit — "identical: N steps" — or names the first step that differs.
-// MODEL defaults to the path the record was made with; the record's model fingerprint must match it.
+// MODEL defaults to the path the record was made with; the record's model fingerprint must match it. It
+// replays on the backend it was recorded on (cpu, or cuda: that needs a CUDA build and a GPU).
 // Exit status: 0 identical, 1 an error (a bad record, another model), 2 a difference.
+#include "backend/backend.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "models/diffusion_gemma.h"
@@ -37,12 +39,27 @@ void run_replay(const ReplayArgs& args) {
     const Model model = Model::load(model_path);
     if (model.config().arch != Arch::diffusion_gemma)
         fail("replay: {} is a {} model; records are of block-diffusion runs", model_path, model.config().arch_name);
-    const DiffusionGemma diffusion(model);
-    check_replayable(record, diffusion, model_fingerprint(model.weights()), "cpu", args.record);
+    // The backend the record was made on, when this build and machine have it: anything else is refused
+    // below as recorded elsewhere.
+    if (record.backend == "cuda" && !cuda_backend_available())
+        fail("replay: {} was recorded on cuda; a record replays on the backend it was made on, and {}", args.record,
+#if DELTABIT_HAVE_CUDA
+             "this machine has no CUDA device"
+#else
+             "this build has no CUDA"
+#endif
+        );
+    const std::string backend = record.backend == "cuda" ? "cuda" : "cpu";
+    check_replayable(record, model.config(), model_fingerprint(model.weights()), backend, args.record);
 
     DiffusionReplayResult result;
     try {
-        result = replay_diffusion(diffusion, record);
+        if (backend == "cuda") {
+            result = replay_diffusion_cuda(model, record);
+        } else {
+            const DiffusionGemma diffusion(model);
+            result = replay_diffusion(diffusion, record);
+        }
     } catch (const Error& e) {  // settings or tokens the loop refuses: the record's header was edited
         fail("replay: {}: {}", args.record, e.what());
     }
@@ -50,6 +67,7 @@ void run_replay(const ReplayArgs& args) {
         nlohmann::ordered_json out;
         out["record"] = args.record;
         out["model"] = model_path;
+        out["backend"] = backend;
         out["steps"] = record.steps.size();
         out["identical"] = !result.difference;
         out["steps_replayed"] = result.steps_replayed;
@@ -76,7 +94,7 @@ void run_replay(const ReplayArgs& args) {
 
 void add_replay_command(CLI::App& app) {
     auto args = std::make_shared<ReplayArgs>();
-    CLI::App* cmd = app.add_subcommand("replay", "Re-run a recorded block-diffusion run and find the first step that differs");
+    CLI::App* cmd = app.add_subcommand("replay", "Re-run a recorded block-diffusion run on the backend it ran on and find the first step that differs");
     cmd->add_option("record", args->record, "FILE written by `deltabit run --record FILE`")->required();
     cmd->add_option("-m,--model", args->model, "the model to replay on (default: the path in the record)");
     cmd->add_flag("--json", args->json, "print one JSON object");

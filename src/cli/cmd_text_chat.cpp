@@ -95,8 +95,9 @@ void read_messages(Loop& loop, bool interactive, bool json) {
 void run_diffusion_chat(const ChatArgs& args, const CLI::App& command) {
     refuse_flags_for_diffusion(command, "chat");
     const bool show_progress = !args.quiet && stderr_is_terminal();
-    const std::unique_ptr<const DiffusionRunner> loaded = load_diffusion_runner(args.model, args.max_tokens, show_progress);
-    const DiffusionRunner& runner = *loaded;
+    const std::unique_ptr<DiffusionRunner> loaded =
+        load_diffusion_runner(args.model, args.engine.backend, args.max_tokens, show_progress);
+    DiffusionRunner& runner = *loaded;
     const TextFrontEnd text = load_text_front_end(args.model, runner.config(), /*need_chat_template=*/true);
     DiffusionChatSettings settings;
     if (!args.thinking.empty()) settings.thinking = args.thinking == "on";
@@ -109,8 +110,8 @@ void run_diffusion_chat(const ChatArgs& args, const CLI::App& command) {
     const bool interactive = isatty(STDIN_FILENO) == 1;
     if (!args.quiet) {
         for (const std::string& line : text.notes) fmt::print(stderr, "chat: note: {}\n", line);
-        fmt::print(stderr, "chat: {} (block diffusion) on cpu; {} tokens per reply in blocks of {}, seed {}. {}/help lists commands.\n",
-                   args.model, runner.settings().max_new_tokens, runner.config().canvas_length, args.sampling.seed,
+        fmt::print(stderr, "chat: {} (block diffusion) on {}; {} tokens per reply in blocks of {}, seed {}. {}/help lists commands.\n",
+                   args.model, runner.backend(), runner.settings().max_new_tokens, runner.config().canvas_length, args.sampling.seed,
                    interactive ? "Type a message; Ctrl-D or /quit ends. " : "");
     }
     read_messages(loop, interactive, args.json);

@@ -13,7 +13,7 @@
 namespace deltabit::cli {
 
 
-DiffusionChat::DiffusionChat(const DiffusionRunner& runner, const TextFrontEnd& text, DiffusionChatSettings settings,
+DiffusionChat::DiffusionChat(DiffusionRunner& runner, const TextFrontEnd& text, DiffusionChatSettings settings,
                              const std::string& system_prompt)
     : runner_(runner), text_(text), settings_(settings), system_prompt_(system_prompt) {
     reset();

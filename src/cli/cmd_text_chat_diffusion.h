@@ -5,7 +5,8 @@
 // the denoising steps). Replies stream block by block; --json prints one object per reply with the
 // denoising steps per block. Reply i (0-based, counting the replies made) draws from seed + i, so a
 // scripted chat repeats exactly. Ctrl-C on a terminal stops a reply after the denoising step that is
-// running; the message and its partial reply are then not kept. Commands: /reset, /help, /quit (or /exit); the others, which act on the
+// running (on CUDA, at the device loop's next sync, a few steps on); the message and its partial reply
+// are then not kept. Commands: /reset, /help, /quit (or /exit); the others, which act on the
 // left-to-right session, are refused with a line saying so.
 #pragma once
 
@@ -31,7 +32,7 @@ struct DiffusionChatSettings {
 class DiffusionChat {
 public:
     // `system_prompt` (may be empty) is the first message and is kept by /reset.
-    DiffusionChat(const DiffusionRunner& runner, const TextFrontEnd& text, DiffusionChatSettings settings,
+    DiffusionChat(DiffusionRunner& runner, const TextFrontEnd& text, DiffusionChatSettings settings,
                   const std::string& system_prompt);
 
     // One line of input (without its newline). Returns false once the user asked to quit.
@@ -43,7 +44,7 @@ private:
     void send(std::string message);
     void reset();
 
-    const DiffusionRunner& runner_;
+    DiffusionRunner& runner_;
     const TextFrontEnd& text_;
     DiffusionChatSettings settings_;
     std::string system_prompt_;

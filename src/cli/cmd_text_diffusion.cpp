@@ -33,9 +33,9 @@ constexpr InapplicableFlag kInapplicable[] = {
     {"--dry-allowed-length", "dry"},
     {"--dry-window", "dry"},
     {"--stop", "stop"},
-    {"--kv", "", "its encoder cache is kept in f32 (the CPU reference)"},
+    {"--kv", "", "its encoder cache is kept in f32"},
     {"--ctx", "", "its cache grows with the prompt and the committed blocks"},
-    {"--threads", "", "it runs on the single-threaded CPU reference"},
+    {"--threads", "", "its CPU backend is the single-threaded reference"},
     {"--on-full", "", "each turn encodes the whole conversation afresh"},
 };
 
@@ -48,18 +48,14 @@ void refuse_flags_for_diffusion(const CLI::App& command, std::string_view name) 
             fail("{}: {} does not apply to a block-diffusion model: {}", name, f.flag,
                  f.why ? f.why : diffusion_inapplicable_reason(f.setting));
     }
-    const CLI::Option* backend = command.get_option_no_throw("--backend");
-    if (backend && backend->count() > 0 && backend->as<std::string>() == "cuda")
-        fail("{}: --backend cuda: block diffusion runs on the CPU reference only so far; use --backend cpu", name);
 }
 
-std::unique_ptr<const DiffusionRunner> load_diffusion_runner(const std::string& model, std::optional<int64_t> max_tokens,
-                                                             bool progress) {
-    ProgressLine line(fmt::format("loading {} (cpu)", std::filesystem::path(model).filename().string()), progress,
+std::unique_ptr<DiffusionRunner> load_diffusion_runner(const std::string& model, const std::string& backend,
+                                                       std::optional<int64_t> max_tokens, bool progress) {
+    ProgressLine line(fmt::format("loading {} ({})", std::filesystem::path(model).filename().string(), backend), progress,
                       std::chrono::milliseconds(250));
-    auto runner = std::make_unique<const DiffusionRunner>(model, max_tokens, [&line](uint64_t done, uint64_t total) {
-        line.set_fraction(total == 0 ? 1.0 : double(done) / double(total));
-    });
+    auto runner = std::make_unique<DiffusionRunner>(model, backend, max_tokens,
+                                                    [&line](double fraction) { line.set_fraction(fraction); });
     line.finish();
     return runner;
 }

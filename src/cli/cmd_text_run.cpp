@@ -13,8 +13,9 @@
 //
 // A block-diffusion model (DiffusionGemma) runs the block loop instead (cmd_text_diffusion.h): each
 // block is printed as it is committed, --json adds the denoising steps per block, --seed and --max-tokens
-// apply, the flags that only left-to-right decoding reads are refused, and --record FILE writes every
-// denoising step for `deltabit replay` (docs/replay.md).
+// apply, --backend picks the CPU reference or the GPU's device loop, the flags that only left-to-right
+// decoding reads are refused, and --record FILE writes every denoising step for `deltabit replay`
+// (docs/replay.md).
 //
 // The run is one turn of a fresh Session (runtime/session.h), the same path `deltabit chat` takes, so
 // the two commands cannot drift apart; its reuse figures are 0 and are reported to prove it.
@@ -97,8 +98,8 @@ void run_diffusion(const RunArgs& args, const CLI::App& command, const std::opti
     refuse_flags_for_diffusion(command, "run");
     if (!args.record.empty()) check_replaceable(args.record, "run: --record");
     const bool progress = !args.quiet && stderr_is_terminal();
-    const std::unique_ptr<const DiffusionRunner> loaded = load_diffusion_runner(args.model, args.max_tokens, progress);
-    const DiffusionRunner& runner = *loaded;
+    const std::unique_ptr<DiffusionRunner> loaded = load_diffusion_runner(args.model, args.engine.backend, args.max_tokens, progress);
+    DiffusionRunner& runner = *loaded;
     std::optional<TextFrontEnd> text;
     if (prompt_string) text = load_text_front_end(args.model, runner.config(), /*need_chat_template=*/!args.raw);
     const std::vector<int32_t> prompt = prompt_ids(args, prompt_string, given_ids, text);
@@ -141,8 +142,8 @@ void run_diffusion(const RunArgs& args, const CLI::App& command, const std::opti
         add_diffusion_json(out, run, runner.settings());
         out["timings"] = {{"generate_ms", run.generate_ms},
                           {"tokens_per_s", run.generate_ms > 0 ? 1000.0 * double(d.tokens.size()) / run.generate_ms : 0.0}};
-        out["backend"] = "cpu";
-        out["backend_description"] = "cpu: block-diffusion reference";
+        out["backend"] = runner.backend();
+        out["backend_description"] = runner.backend_description();
         out["seed"] = args.sampling.seed;
         out["record"] = args.record.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(args.record);
         fmt::print("{}\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
@@ -153,10 +154,10 @@ void run_diffusion(const RunArgs& args, const CLI::App& command, const std::opti
     if (!args.quiet)
         fmt::print(stderr,
                    "run: {} prompt tokens; {} blocks of {}, {} denoising steps ({}), {:.2f} tokens per forward, "
-                   "{:.1f} ms; finish: {}; cpu; seed {}{}\n",
+                   "{:.1f} ms; finish: {}; {}; seed {}{}\n",
                    prompt.size(), d.steps_per_block.size(), runner.config().canvas_length, steps,
                    fmt::join(d.steps_per_block, " "), d.tokens_per_forward(), run.generate_ms,
-                   d.finished ? "stop" : "length", args.sampling.seed,
+                   d.finished ? "stop" : "length", runner.backend(), args.sampling.seed,
                    args.record.empty() ? "" : fmt::format("; recorded to {}", args.record));
 }
 

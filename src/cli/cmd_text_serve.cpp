@@ -9,8 +9,8 @@
 // flight be written, and exits 0.
 //
 // A block-diffusion model (DiffusionGemma) is served through its DiffusionRunner (cmd_text_diffusion.h),
-// one request at a time (server/scheduler.h): --parallel, --prefill-chunk, --park-budget, --spill-*, --ctx, --kv
-// and --backend cuda have nothing to act on there and are refused, as run and chat refuse theirs.
+// one request at a time (server/scheduler.h), on --backend's choice: --parallel, --prefill-chunk, --park-budget,
+// --spill-*, --ctx and --kv have nothing to act on there and are refused, as run and chat refuse theirs.
 // (Files named cmd_text_*: built only with the text libraries; this one also needs cpp-httplib.)
 #include "cli/cmd_text_diffusion.h"
 #include "cli/cmd_text_prompt.h"
@@ -109,7 +109,7 @@ server::ModelText model_text(const std::string& model_path, const TextFrontEnd& 
 }
 
 void serve_diffusion(const ServeArgs& args, const CLI::App& command, const std::string& model_path, sigset_t signals) {
-    refuse_flags_for_diffusion(command, "serve");  // --kv, --ctx, --threads, --backend cuda, as run refuses them
+    refuse_flags_for_diffusion(command, "serve");  // --kv, --ctx, --threads, as run refuses them
     for (const char* flag : {"--parallel", "--prefill-chunk", "--park-budget", "--spill-dir", "--spill-budget"}) {
         const CLI::Option* option = command.get_option_no_throw(flag);
         if (option && option->count() > 0)
@@ -117,8 +117,8 @@ void serve_diffusion(const ServeArgs& args, const CLI::App& command, const std::
                  "sessions",
                  flag);
     }
-    const std::unique_ptr<const DiffusionRunner> runner =
-        load_diffusion_runner(model_path, std::nullopt, !args.quiet && stderr_is_terminal());
+    const std::unique_ptr<DiffusionRunner> runner =
+        load_diffusion_runner(model_path, args.engine.backend, std::nullopt, !args.quiet && stderr_is_terminal());
     const TextFrontEnd text = load_text_front_end(model_path, runner->config(), /*need_chat_template=*/true);
 
     server::SchedulerOptions scheduler_options;
@@ -130,9 +130,9 @@ void serve_diffusion(const ServeArgs& args, const CLI::App& command, const std::
     model.default_max_tokens = runner->settings().max_new_tokens;
     if (!args.quiet) {
         for (const std::string& line : text.notes) fmt::print(stderr, "serve: note: {}\n", line);
-        fmt::print(stderr, "serve: {} (block diffusion) on cpu; one request at a time, blocks of {} tokens, {} per reply "
+        fmt::print(stderr, "serve: {} (block diffusion) on {}; one request at a time, blocks of {} tokens, {} per reply "
                            "unless max_tokens says otherwise\n",
-                   model_path, model.block_tokens, model.default_max_tokens);
+                   model_path, runner->backend(), model.block_tokens, model.default_max_tokens);
     }
     serve_until_signal(args, signals, scheduler, model);
 }

@@ -63,6 +63,14 @@ std::vector<float> DiffusionCacheCuda::download_v(int64_t layer) const {
     return download_rows(L.v, L.rows * L.row_floats);
 }
 
+void DiffusionCacheCuda::clear() {
+    for (Layer& layer : layers) {
+        layer.rows = 0;
+        layer.first_position = 0;
+    }
+    length = 0;
+}
+
 DiffusionGemmaCuda::DiffusionGemmaCuda(const Model& model, const UploadProgress& progress) : config_(model.config()) {
     const DiffusionGemmaWeights& w = diffusion_weights(model);
     const ModelParts& parts = model.parts();

@@ -75,6 +75,9 @@ struct DiffusionCacheCuda {
     // Layer l's kept K or V rows, copied to the host ([rows][n_kv_head][head_dim]); synchronises.
     std::vector<float> download_k(int64_t layer) const;
     std::vector<float> download_v(int64_t layer) const;
+    // Forgets every encoded token (length 0, no rows kept): a new sequence's cache without allocating.
+    // The rows' bytes stay (nothing reads past `rows`); host fields only, so work already enqueued is unaffected.
+    void clear();
 };
 
 // What the calls did, so tests can see the steady state allocates nothing (STYLE habit 16).

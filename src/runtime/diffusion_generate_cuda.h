@@ -13,14 +13,15 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "runtime/diffusion_generate.h"
 
 namespace deltabit::cuda {
 
-// What the loop needs from a model on the device (DiffusionGemmaCuda is to be one): one sequence's cache
-// behind encode and denoise, all on `stream`, device memory in and out.
+// What the loop needs from a model on the device (DiffusionGemmaDenoiserCuda is one): one sequence's
+// cache behind encode and denoise, all on `stream`, device memory in and out.
 class DiffusionDenoiserCuda {
 public:
     virtual ~DiffusionDenoiserCuda() = default;
@@ -33,11 +34,27 @@ public:
     virtual void denoise(const int32_t* canvas, const float* self_conditioning, float* logits, cudaStream_t stream) = 0;
 };
 
+// How one run goes, past the model, the prompt, the settings and the seed.
+struct DiffusionCudaRunOptions {
+    std::span<const int32_t> first_canvas;  // block 0's initial canvas; empty: drawn
+    DiffusionBlockCallback on_block;        // each committed block, as the CPU loop's
+    // Polled at every host sync point (every steps_per_sync steps, or every step with on_step): true
+    // ends the run there, as a false from the CPU loop's step callback does — `stopped` set, the
+    // unfinished block's steps the last entry of steps_per_block, its tokens not committed. Steps
+    // enqueued since the last sync still run (at most steps_per_sync − 1 past the one that stopped).
+    std::function<bool()> stop;
+    // When set, the loop waits after every step and hands it the step as the CPU loop does
+    // (DiffusionStep: the input canvas, the logits, both draws, acceptance and argmax, downloaded); a
+    // false stops the run as `stop` does. For recording and replay: every step then costs a round trip
+    // and a download of the logits [L][V]. Without it no step is synchronised or copied.
+    DiffusionStepCallback on_step;
+    int64_t steps_per_sync = 4;  // ignored (1) with on_step
+    cudaStream_t stream = nullptr;
+};
+
 // Errors as generate_diffusion's, and for steps_per_sync < 1 or a canvas longer than kDiffusionMaxCanvas.
 DiffusionGeneration generate_diffusion_cuda(DiffusionDenoiserCuda& model, std::span<const int32_t> prompt,
                                             const DiffusionGenerationConfig& config, uint64_t seed,
-                                            std::span<const int32_t> first_canvas = {},
-                                            const DiffusionBlockCallback& on_block = {}, int64_t steps_per_sync = 4,
-                                            cudaStream_t stream = nullptr);
+                                            const DiffusionCudaRunOptions& options = {});
 
 }  // namespace deltabit::cuda

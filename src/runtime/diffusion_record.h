@@ -8,7 +8,7 @@
 //   8      version       u32      1
 //   12     header_bytes  u32      H, 2 ≤ H ≤ 1 MiB
 //   16     header        H bytes  JSON object: "fingerprint" (models/model_fingerprint.h), "model_path" (where
-//                                 the model was loaded from, absolute: replay's default), "backend" ("cpu"),
+//                                 the model was loaded from, absolute: replay's default), "backend" ("cpu" or "cuda"),
 //                                 "canvas_length" L, "n_vocab" V, "seed", "prompt" [ids], "settings" (every
 //                                 DiffusionGenerationConfig field by name), "steps" S, "tokens" [the committed
 //                                 ids], "steps_per_block" [...], "finished" (stopped on EOS), "model"

@@ -50,8 +50,9 @@ std::optional<std::string> first_difference(std::string_view what, std::span<con
     return std::nullopt;
 }
 
-// What differs between the record's step and the replay's, or nothing.
-std::optional<std::string> compare_step(const DiffusionRecordStep& r, const DiffusionStep& s) {
+// What differs between the record's step and the replay's, or nothing; in the order the step computes
+// them, so the first named is the cause of the rest.
+std::optional<std::string> compare_step(const DiffusionRecordStep& r, const DiffusionStep& s, bool compare_draws) {
     if (r.block != s.block || r.step != s.step)
         return fmt::format("the replay is at block {} step {} where the record has block {} step {} (a block "
                            "stopped early in one of them only)",
@@ -61,13 +62,17 @@ std::optional<std::string> compare_step(const DiffusionRecordStep& r, const Diff
     if (hash != r.logits_xxh3)
         return fmt::format("the decoder's logits differ (XXH3 recorded {:016x}, replayed {:016x})", r.logits_xxh3, hash);
     if (auto d = first_difference<int32_t>("the argmax", r.argmax, s.argmax)) return d;
+    if (compare_draws)
+        if (auto d = first_difference<int32_t>("the sample", r.sampled, s.sampled)) return d;
     if (auto d = first_difference<uint8_t>("acceptance", r.accepted, s.accepted)) return d;
+    if (compare_draws)
+        if (auto d = first_difference<int32_t>("the noise", r.noise, s.noise)) return d;
     return std::nullopt;
 }
 
 }  // namespace
 
-void check_replayable(const DiffusionRecord& record, const DiffusionGemma& model, const std::string& fingerprint,
+void check_replayable(const DiffusionRecord& record, const ModelConfig& c, const std::string& fingerprint,
                       const std::string& backend, const std::string& name) {
     if (record.fingerprint != fingerprint)
         fail("replay: {} was recorded with another model (fingerprint {}; this model is {})", name, record.fingerprint,
@@ -75,7 +80,6 @@ void check_replayable(const DiffusionRecord& record, const DiffusionGemma& model
     if (record.backend != backend)
         fail("replay: {} was recorded on {}; a record replays on the backend it was made on, and this is {}", name,
              record.backend, backend);
-    const ModelConfig& c = model.config();
     if (record.canvas_length != c.canvas_length || record.n_vocab != c.n_vocab)
         fail("replay: {}: canvas {} and vocabulary {}; the model has {} and {}", name, record.canvas_length,
              record.n_vocab, c.canvas_length, c.n_vocab);
@@ -83,39 +87,49 @@ void check_replayable(const DiffusionRecord& record, const DiffusionGemma& model
         if (id < 0 || id >= c.n_vocab) fail("replay: {}: prompt token {} is outside the vocabulary", name, id);
 }
 
+DiffusionReplayCheck::DiffusionReplayCheck(const DiffusionRecord& record, bool compare_draws)
+    : record_(record), compare_draws_(compare_draws) {}
+
+void DiffusionReplayCheck::differ(int64_t block, int64_t step, std::string what) {
+    result_.difference = DiffusionDifference{.index = int64_t(next_) + 1, .block = block, .step = step, .what = std::move(what)};
+}
+
+bool DiffusionReplayCheck::step(const DiffusionStep& s) {
+    if (next_ >= record_.steps.size()) {
+        differ(s.block, s.step, fmt::format("the replay runs past the record's last step ({})", record_.steps.size()));
+        return false;
+    }
+    if (std::optional<std::string> what = compare_step(record_.steps[next_], s, compare_draws_)) {
+        differ(s.block, s.step, std::move(*what));
+        return false;
+    }
+    ++next_;
+    ++result_.steps_replayed;
+    return true;
+}
+
+DiffusionReplayResult DiffusionReplayCheck::finish(const DiffusionGeneration& got) {
+    if (result_.difference) return result_;
+    if (next_ < record_.steps.size()) {
+        const DiffusionRecordStep& r = record_.steps[next_];
+        differ(r.block, r.step, fmt::format("the replay ended after {} steps; the record has {}", next_, record_.steps.size()));
+    } else if (got.tokens != record_.tokens || got.steps_per_block != record_.steps_per_block) {
+        const DiffusionRecordStep& r = record_.steps.back();
+        next_ = record_.steps.size() - 1;
+        differ(r.block, r.step, "every step matches, but the committed tokens differ (the record's header was edited?)");
+    }
+    return result_;
+}
+
 DiffusionReplayResult replay_diffusion(const DiffusionGemma& model, const DiffusionRecord& record) {
-    DiffusionReplayResult out;
     RecordedDraws draws(record.steps);
-    size_t next = 0;
-    auto differ = [&](int64_t block, int64_t step, std::string what) {
-        out.difference = DiffusionDifference{.index = int64_t(next) + 1, .block = block, .step = step, .what = std::move(what)};
-    };
+    DiffusionReplayCheck check(record, /*compare_draws=*/false);  // the draws are the record's own
     const DiffusionStepCallback on_step = [&](const DiffusionStep& s) {
-        if (next >= record.steps.size()) {
-            differ(s.block, s.step, fmt::format("the replay runs past the record's last step ({})", record.steps.size()));
-            return false;
-        }
-        if (std::optional<std::string> what = compare_step(record.steps[next], s)) {
-            differ(s.block, s.step, std::move(*what));
-            return false;
-        }
-        ++next;
-        ++out.steps_replayed;
+        if (!check.step(s)) return false;
         draws.advance();
         return true;
     };
-    const DiffusionGeneration got = generate_diffusion(model, record.prompt, record.settings, draws, {}, {}, on_step);
-    if (out.difference) return out;
-    if (next < record.steps.size()) {
-        const DiffusionRecordStep& r = record.steps[next];
-        differ(r.block, r.step,
-               fmt::format("the replay ended after {} steps; the record has {}", next, record.steps.size()));
-    } else if (got.tokens != record.tokens || got.steps_per_block != record.steps_per_block) {
-        const DiffusionRecordStep& r = record.steps.back();
-        next = record.steps.size() - 1;
-        differ(r.block, r.step, "every step matches, but the committed tokens differ (the record's header was edited?)");
-    }
-    return out;
+    return check.finish(generate_diffusion(model, record.prompt, record.settings, draws, {}, {}, on_step));
 }
 
 }  // namespace deltabit

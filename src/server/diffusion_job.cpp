@@ -4,7 +4,7 @@
 
 namespace deltabit::server {
 
-DiffusionJobResult run_diffusion_job(const DiffusionRunner& runner, const text::Tokenizer& tokenizer, Job& job,
+DiffusionJobResult run_diffusion_job(DiffusionRunner& runner, const text::Tokenizer& tokenizer, Job& job,
                                      std::chrono::steady_clock::time_point deadline,
                                      const std::function<bool()>& stopping) {
     DiffusionJobResult result;

@@ -2,7 +2,7 @@
 // thread: the block loop `deltabit run` uses, over the job's prompt with its seed and max_tokens (rounded
 // up to whole blocks, as run does), one token event per committed block — its text, as run prints it
 // (special tokens skipped, nothing after the first EOS); the done event is returned for the caller to
-// send. `stop`, polled after every denoising step, ends the run there (the unfinished block is not
+// send. `stop`, polled after every denoising step (on CUDA every few steps), ends the run there (the unfinished block is not
 // sent) when the client is gone, the deadline has passed or the server is stopping.
 //
 // usage.completion_tokens counts the tokens up to and including the first EOS, as a left-to-right reply
@@ -27,7 +27,7 @@ struct DiffusionJobResult {
 };
 
 // `stopping`: the server is shutting down (the job ends as "cancelled").
-DiffusionJobResult run_diffusion_job(const DiffusionRunner& runner, const text::Tokenizer& tokenizer, Job& job,
+DiffusionJobResult run_diffusion_job(DiffusionRunner& runner, const text::Tokenizer& tokenizer, Job& job,
                                      std::chrono::steady_clock::time_point deadline,
                                      const std::function<bool()>& stopping);
 

@@ -214,7 +214,7 @@ Scheduler::Scheduler(Engine& engine, const text::Tokenizer& tokenizer, Scheduler
     thread_ = std::thread([this] { run(); });
 }
 
-Scheduler::Scheduler(const DiffusionRunner& runner, const text::Tokenizer& tokenizer, SchedulerOptions options)
+Scheduler::Scheduler(DiffusionRunner& runner, const text::Tokenizer& tokenizer, SchedulerOptions options)
     : diffusion_(&runner), tokenizer_(tokenizer), options_(std::move(options)) {
     stats_.block_diffusion = true;
     thread_ = std::thread([this] { run_diffusion(); });

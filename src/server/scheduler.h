@@ -36,7 +36,8 @@
 //
 // A block-diffusion model (runtime/diffusion_runner.h) has no sessions and no left-to-right step: its
 // scheduler takes the queued jobs one at a time, oldest first, and runs each to its end
-// (diffusion_job.h); cancellation, the deadline and shutdown are checked after every denoising step.
+// (diffusion_job.h); cancellation, the deadline and shutdown are checked after every denoising step
+// (on CUDA at the device loop's sync points, every few steps).
 // Its decode rate is committed tokens per second of whole runs (prompt encoding included).
 #pragma once
 
@@ -91,7 +92,7 @@ class Scheduler {
 public:
     Scheduler(Engine& engine, const text::Tokenizer& tokenizer, SchedulerOptions options);
     // A block-diffusion model: one job at a time (see above); options.pool is not used.
-    Scheduler(const DiffusionRunner& runner, const text::Tokenizer& tokenizer, SchedulerOptions options);
+    Scheduler(DiffusionRunner& runner, const text::Tokenizer& tokenizer, SchedulerOptions options);
     ~Scheduler();  // stop()
 
     // False when the queue is full (the HTTP side answers 429) or the scheduler is stopping.
@@ -115,7 +116,7 @@ private:
     void account(const ActiveJob& job);
 
     Engine* engine_ = nullptr;                     // a left-to-right model, or
-    const DiffusionRunner* diffusion_ = nullptr;   // a block-diffusion one
+    DiffusionRunner* diffusion_ = nullptr;   // a block-diffusion one
     const text::Tokenizer& tokenizer_;
     SchedulerOptions options_;
     std::optional<SessionPool> pool_;  // left to right only

@@ -3,7 +3,9 @@
 // function: the same tokens, steps_per_block and EOS stop for steps_per_sync 1, 3 and past N (the whole
 // block enqueued before the first wait), with and without a first canvas. The toy's logits depend on the
 // canvas, the self-conditioning input and what was encoded, so a wrong canvas, a missing self-conditioning
-// step, a committed block not encoded or a draw out of order changes the tokens.
+// step, a committed block not encoded or a draw out of order changes the tokens. The run options' hooks:
+// the step callback sees the CPU loop's steps, and `stop` (or the step callback) ends a run as the CPU
+// loop's step callback does.
 #include <gtest/gtest.h>
 
 #include "runtime/diffusion_generate.h"
@@ -123,9 +125,12 @@ void check_against_cpu(const DiffusionGenerationConfig& g, std::span<const int32
         ToyDenoiserCuda gpu_model(L, V);
         Stream s;
         std::vector<int64_t> streamed;
-        const DiffusionGeneration got = cuda::generate_diffusion_cuda(
-            gpu_model, prompt, g, seed, first_canvas, [&](std::span<const int32_t>, int64_t steps) { streamed.push_back(steps); },
-            steps_per_sync, s.stream);
+        cuda::DiffusionCudaRunOptions options;
+        options.first_canvas = first_canvas;
+        options.on_block = [&](std::span<const int32_t>, int64_t steps) { streamed.push_back(steps); };
+        options.steps_per_sync = steps_per_sync;
+        options.stream = s.stream;
+        const DiffusionGeneration got = cuda::generate_diffusion_cuda(gpu_model, prompt, g, seed, options);
         EXPECT_EQ(got.tokens, want.tokens) << "steps_per_sync " << steps_per_sync;
         EXPECT_EQ(got.steps_per_block, want.steps_per_block) << "steps_per_sync " << steps_per_sync;
         EXPECT_EQ(got.finished, want.finished);
@@ -168,12 +173,125 @@ TEST(DiffusionGenerateCuda, MatchesTheCpuLoopWithAFirstCanvasAndEos) {
     check_against_cpu(g, first, "a first canvas, EOS in block 1");
 }
 
+// A step as the loops hand it over, copied out of the callback's spans.
+struct SeenStep {
+    int64_t block, step;
+    std::vector<int32_t> canvas, sampled, noise, argmax;
+    std::vector<uint8_t> accepted;
+    std::vector<float> logits;
+    bool operator==(const SeenStep&) const = default;
+};
+SeenStep seen(const DiffusionStep& s) {
+    return {s.block, s.step, {s.canvas.begin(), s.canvas.end()}, {s.sampled.begin(), s.sampled.end()},
+            {s.noise.begin(), s.noise.end()}, {s.argmax.begin(), s.argmax.end()}, {s.accepted.begin(), s.accepted.end()},
+            {s.logits.begin(), s.logits.end()}};
+}
+
+DiffusionGenerationConfig three_blocks() {
+    DiffusionGenerationConfig g;
+    g.max_new_tokens = 3 * 64;
+    g.max_denoising_steps = 12;
+    return g;
+}
+
+// The step callback (--record's path) sees every step as the CPU loop hands it over — the step's input
+// canvas (not the next one, which the device step writes in place), the toy's logits, both draws,
+// acceptance and argmax — with one forward per step (it waits after each), and the result unchanged.
+TEST(DiffusionGenerateCuda, StepCallbackSeesTheCpuLoopsSteps) {
+    REQUIRE_GPU();
+    const DiffusionGenerationConfig g = three_blocks();
+    const std::vector<int32_t> prompt = {5, 17, 99, 3};
+    ToyDenoiser cpu_model(64, 1000);
+    SeededDiffusionRandomness random(2024);
+    std::vector<SeenStep> want;
+    const DiffusionGeneration want_out = generate_diffusion(cpu_model, prompt, g, random, {}, {}, [&](const DiffusionStep& s) {
+        want.push_back(seen(s));
+        return true;
+    });
+    ToyDenoiserCuda gpu_model(64, 1000);
+    Stream stream;
+    std::vector<SeenStep> got;
+    cuda::DiffusionCudaRunOptions options;
+    options.on_step = [&](const DiffusionStep& s) {
+        got.push_back(seen(s));
+        return true;
+    };
+    options.steps_per_sync = 5;  // ignored with a step callback
+    options.stream = stream.stream;
+    const DiffusionGeneration got_out = cuda::generate_diffusion_cuda(gpu_model, prompt, g, 2024, options);
+    EXPECT_EQ(got_out.tokens, want_out.tokens);
+    EXPECT_EQ(got_out.steps_per_block, want_out.steps_per_block);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(got[i] == want[i]) << "step " << i + 1 << " differs";
+    EXPECT_EQ(gpu_model.passes, int64_t(want.size()));
+}
+
+// `stop`, polled at each sync, ends the run as a false from the CPU loop's step callback after the same
+// steps: `stopped`, the unfinished block's steps last, its tokens not committed nor streamed. So does a
+// false from the step callback.
+TEST(DiffusionGenerateCuda, StopEndsTheRunAtASyncPointAsTheCpuLoopStops) {
+    REQUIRE_GPU();
+    const DiffusionGenerationConfig g = three_blocks();
+    const std::vector<int32_t> prompt = {5, 17, 99, 3};
+    ToyDenoiser full_model(64, 1000);
+    SeededDiffusionRandomness full_random(2024);
+    const DiffusionGeneration full = generate_diffusion(full_model, prompt, g, full_random);
+    ASSERT_EQ(full.steps_per_block.size(), 3u);
+    ASSERT_GT(full.steps_per_block[1], 3);
+
+    for (const bool through_step_callback : {false, true}) {
+        SCOPED_TRACE(through_step_callback ? "the step callback" : "stop");
+        // Stop at block 1's third step: every sync is one step apart with steps_per_sync 1.
+        const int64_t stop_after = full.steps_per_block[0] + 3;
+        ToyDenoiser cpu_model(64, 1000);
+        SeededDiffusionRandomness random(2024);
+        int64_t cpu_steps = 0;
+        const DiffusionGeneration want = generate_diffusion(cpu_model, prompt, g, random, {}, {},
+                                                            [&](const DiffusionStep&) { return ++cpu_steps < stop_after; });
+        ASSERT_TRUE(want.stopped);
+        ToyDenoiserCuda gpu_model(64, 1000);
+        Stream stream;
+        int64_t polls = 0, blocks = 0;
+        cuda::DiffusionCudaRunOptions options;
+        options.on_block = [&](std::span<const int32_t>, int64_t) { ++blocks; };
+        if (through_step_callback) options.on_step = [&](const DiffusionStep&) { return ++polls < stop_after; };
+        else options.stop = [&] { return ++polls >= stop_after; };
+        options.steps_per_sync = 1;
+        options.stream = stream.stream;
+        const DiffusionGeneration got = cuda::generate_diffusion_cuda(gpu_model, prompt, g, 2024, options);
+        EXPECT_TRUE(got.stopped);
+        EXPECT_FALSE(got.finished);
+        EXPECT_EQ(got.steps_per_block, want.steps_per_block);
+        EXPECT_EQ(got.steps_per_block, (std::vector<int64_t>{full.steps_per_block[0], 3}));
+        EXPECT_EQ(got.tokens, want.tokens);
+        EXPECT_EQ(got.tokens.size(), 64u);
+        EXPECT_EQ(blocks, 1);
+        EXPECT_EQ(polls, stop_after);
+        EXPECT_EQ(gpu_model.passes, stop_after);  // nothing runs past the stop
+    }
+
+    // With steps_per_sync 5 the first poll comes after five steps: stopped there, five steps counted.
+    ToyDenoiserCuda gpu_model(64, 1000);
+    Stream stream;
+    cuda::DiffusionCudaRunOptions options;
+    options.stop = [] { return true; };
+    options.steps_per_sync = 5;
+    options.stream = stream.stream;
+    const DiffusionGeneration got = cuda::generate_diffusion_cuda(gpu_model, prompt, g, 2024, options);
+    EXPECT_TRUE(got.stopped);
+    EXPECT_TRUE(got.tokens.empty());
+    EXPECT_EQ(got.steps_per_block, std::vector<int64_t>{5});
+    EXPECT_EQ(gpu_model.passes, 5);
+}
+
 TEST(DiffusionGenerateCuda, RefusesBadSettingsBeforeRunning) {
     REQUIRE_GPU();
     ToyDenoiserCuda model(64, 1000);
     const std::vector<int32_t> prompt = {1};
     DiffusionGenerationConfig g;
-    EXPECT_THROW(cuda::generate_diffusion_cuda(model, prompt, g, 1, {}, {}, 0), Error);
+    cuda::DiffusionCudaRunOptions no_sync;
+    no_sync.steps_per_sync = 0;
+    EXPECT_THROW(cuda::generate_diffusion_cuda(model, prompt, g, 1, no_sync), Error);
     g.max_denoising_steps = 0;
     EXPECT_THROW(cuda::generate_diffusion_cuda(model, prompt, g, 1), Error);
     EXPECT_EQ(model.passes, 0);

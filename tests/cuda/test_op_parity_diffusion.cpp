@@ -19,13 +19,13 @@
 #include "ops/op_parity.h"
 #include "ops/rope_proportional.h"
 #include "ops/scale_columns.h"
-#include "ops/matmul/dense_gemm_cuda.h"
 #include "ops/soft_embedding.h"
 #include "ops/softcap.h"
 
 #ifdef DELTABIT_HAVE_CUDA
 #include "cuda/op_parity_cuda.h"
 #include "ops/elementwise/elementwise_cuda.h"
+#include "ops/matmul/dense_gemm_cuda.h"
 #endif
 
 namespace deltabit::test {

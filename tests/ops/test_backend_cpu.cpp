@@ -63,5 +63,36 @@ TEST(BackendChoice, AutoAndCudaFollowAvailability) {
     }
 }
 
+// resolve_backend names where make_backend would run, with its errors (the block-diffusion runner uses it
+// instead of a Backend object).
+TEST(BackendChoice, ResolveNamesWhereMakeBackendRuns) {
+    EXPECT_EQ(resolve_backend("cpu"), "cpu");
+    EXPECT_EQ(resolve_backend("auto"), make_backend("auto")->name());
+    EXPECT_EQ(resolve_backend("auto"), cuda_backend_available() ? "cuda" : "cpu");
+    if (cuda_backend_available()) {
+        EXPECT_EQ(resolve_backend("cuda"), "cuda");
+    } else {
+        std::string resolved, made;
+        try {
+            resolve_backend("cuda");
+        } catch (const Error& e) {
+            resolved = e.what();
+        }
+        try {
+            make_backend("cuda");
+        } catch (const Error& e) {
+            made = e.what();
+        }
+        EXPECT_NE(resolved.find("backend cuda: "), std::string::npos) << resolved;
+        EXPECT_EQ(resolved, made);
+    }
+    try {
+        resolve_backend("tpu");
+        FAIL() << "no error";
+    } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("unknown backend 'tpu'"), std::string::npos) << e.what();
+    }
+}
+
 }  // namespace
 }  // namespace deltabit

@@ -2,6 +2,7 @@
 // binary on the transformers fixture (tests/fixtures/diffusion_gemma): the tokens against the library's
 // seeded loop, steps per block in --json, seeded repeats, record → replay identical, a tampered record
 // caught at the step that was changed, and one-line errors for records that cannot be replayed.
+#include "backend/backend.h"
 #include "byte_tokenizer_model.h"
 #include "diffusion_chat_model.h"
 #include "cli_command.h"
@@ -37,8 +38,11 @@ CommandResult deltabit(const std::string& args, bool merge_stderr = true) {
     return test::run_deltabit(args, merge_stderr ? test::Stderr::merge : test::Stderr::discard);
 }
 
+// On the CPU reference, whatever this machine has: the tokens are compared with the library's CPU loop,
+// and the records replay on the CPU (a GPU build on a GPU machine would otherwise pick CUDA).
 nlohmann::json run_json(const std::string& extra) {
-    const CommandResult r = deltabit("run -m " + kFixture.string() + " --ids 5,61,200,7 " + extra + " --json", false);
+    const CommandResult r =
+        deltabit("run -m " + kFixture.string() + " --ids 5,61,200,7 --backend cpu " + extra + " --json", false);
     EXPECT_EQ(r.exit_code, 0) << r.output;
     return nlohmann::json::parse(r.output);
 }
@@ -80,6 +84,8 @@ TEST(CmdRunDiffusion, JsonHasStepsPerBlockAndTheLibrarysTokens) {
     EXPECT_EQ(out.at("finish_reason"), "length");
     EXPECT_EQ(out.at("seed"), 11);
     EXPECT_TRUE(out.at("text").is_null());
+    EXPECT_EQ(out.at("backend"), "cpu");
+    EXPECT_EQ(out.at("backend_description"), "cpu: block-diffusion reference");
 
     const Model model = Model::load(kFixture);
     const DiffusionGemma dg(model);
@@ -115,7 +121,7 @@ TEST(CmdRunDiffusion, SeededRunRepeatsAndAnotherSeedDiffers) {
 
 TEST(CmdRunDiffusion, RefusesFlagsThatDoNotApplyWithOneLine) {
     for (const std::string flag : {"--temperature 0.5", "--top-k 5", "--top-p 0.9", "--repeat-penalty 1.1", "--kv f16",
-                                   "--ctx 64", "--threads 2", "--backend cuda"}) {
+                                   "--ctx 64", "--threads 2"}) {
         const CommandResult r = deltabit("run -m " + kFixture.string() + " --ids 5,6 --max-tokens 8 " + flag);
         EXPECT_EQ(r.exit_code, 1) << flag;
         const std::string name = flag.substr(0, flag.find(' '));
@@ -131,6 +137,38 @@ TEST(CmdRunDiffusion, RefusesFlagsThatDoNotApplyWithOneLine) {
                                       " --ids 5,6 --max-tokens 2 --record /tmp/never_written.rec");
     EXPECT_EQ(ar.exit_code, 1);
     EXPECT_NE(ar.output.find("--record records the steps of a block-diffusion model"), std::string::npos) << ar.output;
+}
+
+// --backend as for any model: cpu always; cuda where this build has CUDA and the machine a GPU, else one
+// line saying which is missing; auto picks CUDA exactly when cuda would run.
+TEST(CmdRunDiffusion, BackendCudaRunsWhereThereIsOneAndSaysWhyNotElsewhere) {
+    const std::string run = "run -m " + kFixture.string() + " --ids 5,61,200,7 --max-tokens 8 --seed 3 --json";
+    const CommandResult cuda = deltabit(run + " --backend cuda");
+    const CommandResult automatic = deltabit(run + " --backend auto", false);
+    ASSERT_EQ(automatic.exit_code, 0) << automatic.output;
+    const nlohmann::json chosen = nlohmann::json::parse(automatic.output);
+    if (cuda_backend_available()) {
+        ASSERT_EQ(cuda.exit_code, 0) << cuda.output;
+        EXPECT_EQ(chosen.at("backend"), "cuda");
+        EXPECT_EQ(chosen.at("backend_description").get<std::string>().rfind("cuda: ", 0), 0u) << chosen;
+        EXPECT_EQ(chosen.at("steps_per_block").size(), 1u);
+        return;
+    }
+    EXPECT_EQ(cuda.exit_code, 1) << cuda.output;
+    EXPECT_EQ(std::count(cuda.output.begin(), cuda.output.end(), '\n'), 1) << cuda.output;
+#if DELTABIT_HAVE_CUDA
+    EXPECT_NE(cuda.output.find("backend cuda: no CUDA device on this machine; use --backend cpu"), std::string::npos)
+        << cuda.output;
+#else
+    EXPECT_NE(cuda.output.find("backend cuda: this build has no CUDA"), std::string::npos) << cuda.output;
+#endif
+    EXPECT_EQ(chosen.at("backend"), "cpu");
+    EXPECT_EQ(chosen.at("tokens"), run_json("--max-tokens 8 --seed 3").at("tokens"));
+    // chat loads the model through the same runner (as serve does, which a build without cpp-httplib lacks):
+    // the same line, before any input is read.
+    const CommandResult chat = deltabit("chat -m " + kFixture.string() + " --backend cuda -q");
+    EXPECT_EQ(chat.exit_code, 1) << chat.output;
+    EXPECT_NE(chat.output.find("backend cuda: "), std::string::npos) << chat.output;
 }
 
 class ReplayDiffusion : public ::testing::Test {
@@ -227,6 +265,28 @@ TEST_F(ReplayDiffusion, BadRecordsGetOneLineNamingTheProblem) {
     }
 }
 
+TEST_F(ReplayDiffusion, ACudaRecordIsRefusedWhereThereIsNoCuda) {
+    if (cuda_backend_available()) GTEST_SKIP() << "this machine replays CUDA records (tests/cuda/test_diffusion_runner_cuda.cpp)";
+    std::string record = read_bytes(record_);
+    const size_t backend = record.find("\"backend\":\"cpu\"");
+    ASSERT_NE(backend, std::string::npos);
+    record.replace(backend + 11, 3, "cuda");
+    uint32_t header_bytes = 0;  // the header grew by one byte: say so in its size field
+    std::memcpy(&header_bytes, record.data() + 12, 4);
+    ++header_bytes;
+    std::memcpy(record.data() + 12, &header_bytes, 4);
+    const CommandResult r = replay(write("cuda.rec", record));
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+#if DELTABIT_HAVE_CUDA
+    const std::string why = "this machine has no CUDA device";
+#else
+    const std::string why = "this build has no CUDA";
+#endif
+    EXPECT_NE(r.output.find("cuda.rec was recorded on cuda; a record replays on the backend it was made on, and " + why),
+              std::string::npos) << r.output;
+}
+
 TEST_F(ReplayDiffusion, AnotherModelIsRefusedByFingerprint) {
     // The same geometry with one byte of token_embd changed (the first tensor after the safetensors header:
     // the file ends with vision tensors the text model never reads, which the fingerprint rightly skips).
@@ -253,7 +313,7 @@ TEST(CmdChatDiffusion, RepliesBlockByBlockWithStepsAndRepeatsWithASeed) {
     const fs::path dir = test::test_scratch_dir("deltabit_chat_diffusion");
     const fs::path model = diffusion_chat_model(dir / "model");
     write_bytes(dir / "script.txt", "hello\n/stats\nagain\n");
-    const std::string args = "chat -m " + model.string() + " --max-tokens 8 --seed 9 --json -q";
+    const std::string args = "chat -m " + model.string() + " --backend cpu --max-tokens 8 --seed 9 --json -q";
     const CommandResult a = test::run_deltabit(args, test::Stderr::discard, (dir / "script.txt").string());
     const CommandResult b = test::run_deltabit(args, test::Stderr::discard, (dir / "script.txt").string());
     EXPECT_EQ(a.exit_code, 1);  // /stats acts on a left-to-right session: refused, and the script says so

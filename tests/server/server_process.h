@@ -55,6 +55,13 @@ inline std::filesystem::path server_model(const std::filesystem::path& dir, cons
     return folder;
 }
 
+// The backend the server tests run on: cpu, unless DELTABIT_TEST_SERVER_BACKEND names another. Tests that
+// compare a reply with `deltabit run` give run the same one.
+inline std::string server_test_backend() {
+    const char* backend = std::getenv("DELTABIT_TEST_SERVER_BACKEND");
+    return backend != nullptr && *backend != '\0' ? backend : "cpu";
+}
+
 class ServerProcess {
 public:
     // Starts `deltabit serve -m MODEL --port 0 --backend B -q EXTRA` and waits for its address. B is cpu,
@@ -63,9 +70,8 @@ public:
     ServerProcess(const std::filesystem::path& model, const std::vector<std::string>& extra = {}) {
         int out[2];
         if (pipe(out) != 0) throw std::runtime_error("pipe failed");
-        const char* backend = std::getenv("DELTABIT_TEST_SERVER_BACKEND");
         std::vector<std::string> args = {DELTABIT_BINARY, "serve", "-m", model.string(), "--port", "0", "--backend",
-                                         backend != nullptr && *backend != '\0' ? backend : "cpu", "-q"};
+                                         server_test_backend(), "-q"};
         args.insert(args.end(), extra.begin(), extra.end());
         pid_ = fork();
         if (pid_ == 0) {

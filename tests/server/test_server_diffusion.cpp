@@ -55,8 +55,9 @@ protected:
     }
     // `deltabit run ... --json` on the same model folder.
     static json run(const std::string& args) {
-        const test::CommandResult r = test::run_deltabit("run -m " + model_->string() + " " + args + " --json -q",
-                                                         test::Stderr::discard);
+        const test::CommandResult r = test::run_deltabit(
+            "run -m " + model_->string() + " " + args + " --backend " + test::server_test_backend() + " --json -q",
+            test::Stderr::discard);
         EXPECT_EQ(r.exit_code, 0) << r.output;
         return json::parse(r.output);
     }
@@ -267,8 +268,9 @@ TEST(DiffusionServerEos, StopsAtTheBlockWithTheEos) {
     fs::remove_all(dir);
     const fs::path model = test::diffusion_chat_model(dir / "model");
     const auto run = [&](const std::string& args) {
-        const test::CommandResult r = test::run_deltabit("run -m " + model.string() + " " + args + " --json -q",
-                                                         test::Stderr::discard);
+        const test::CommandResult r = test::run_deltabit(
+            "run -m " + model.string() + " " + args + " --backend " + test::server_test_backend() + " --json -q",
+            test::Stderr::discard);
         EXPECT_EQ(r.exit_code, 0) << r.output;
         return json::parse(r.output);
     };

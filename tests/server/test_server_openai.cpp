@@ -56,7 +56,9 @@ TEST(ServerOpenAiClient, PassesTheBlockDiffusionScript) {
     fs::remove_all(dir);
     const fs::path model = test::diffusion_chat_model(dir / "model");
     const test::CommandResult expected =
-        test::run_deltabit("run -m " + model.string() + " -p hello --max-tokens 20 --seed 11 --json -q", test::Stderr::discard);
+        test::run_deltabit("run -m " + model.string() + " -p hello --max-tokens 20 --seed 11 --backend " +
+                               test::server_test_backend() + " --json -q",
+                           test::Stderr::discard);
     ASSERT_EQ(expected.exit_code, 0) << expected.output;
     std::ofstream(dir / "expected.json") << expected.output;
     test::ServerProcess server(model);
