@@ -29,8 +29,9 @@
 // row (x, then act) are rounded to int8 per group of 128 by the decode GEMV's quantiser
 // (ops/cuda/activation_quant.cuh, codes bit for bit those of cuda::quantize_activations), and each output is
 // Σ d_w · scale_g · dot in fp32 over exact integer dots: on CUDA cores one dot per 16-byte unit (the GEMV's
-// terms) summed per lane then by a butterfly; on tensor cores one dot per weight-scale group (the GEMV's terms;
-// Q8_0: its two units' dots in one term, the prompt GEMM's) added by fmaf in k order. So against
+// terms) summed per lane then by a butterfly; on tensor cores one dot per weight-scale group (the prompt GEMM's
+// terms: the GEMV's, except that Q2_0 and Q8_0, whose GEMV units are half a scale group, have two units' dots in
+// one term) added by fmaf in k order. So against
 // cpu::matmul_int8_activations (the reference the model parity tests use) each product differs by fp32
 // summation only, and act and the combine by fp32 rounding. Plain weights: F32 and F16 (and BF16 on CUDA
 // cores) as fp32 products summed per lane in k order then by a butterfly, as cuda::matmul_plain; BF16 on tensor

@@ -18,8 +18,8 @@
 // Quantised weights. ops/matmul/gemm_codec.cuh gives a row's int8 levels of a k32 step for each GEMV-layout
 // dtype (the prompt GEMM's fragments). Per weight-scale group (Codec::kScaleGroup: 128, 64 or 32 k) the mma
 // steps of the group accumulate one exact int32 dot into a fresh accumulator, which becomes one term
-// float(dot) · (d_w · scale_x), added by fmaf in k order — the term of the GEMV (for Q8_0, whose GEMV units
-// are 16 weights, the sum of its two units' dots in one term: the prompt GEMM's term).
+// float(dot) · (d_w · scale_x), added by fmaf in k order — the prompt GEMM's term, which is the GEMV's (for
+// Q2_0 and Q8_0, whose GEMV units are half a scale group, the sum of two units' dots in one term).
 //
 // BF16 weights. The activations are split in three bf16 parts in registers, hi = bf16(x), mid = bf16(x − hi),
 // lo = bf16(x − hi − mid), x = hi + mid + lo + r with |r| ≤ 2⁻²⁴·|x| (ops/matmul/dense_gemm_cuda.h): every
