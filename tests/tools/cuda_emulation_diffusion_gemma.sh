@@ -22,7 +22,8 @@ trap 'rm -rf "$OUT"' EXIT
 KERNELS=(ops/matmul/dense_cuda.cu ops/elementwise/rms_norm_cuda.cu ops/elementwise/gelu_glu_cuda.cu
          ops/elementwise/add_scale_cuda.cu ops/elementwise/scale_columns_cuda.cu ops/elementwise/softcap_cuda.cu
          ops/elementwise/rope_cuda.cu ops/elementwise/embedding_cuda.cu ops/elementwise/soft_embedding_cuda.cu
-         ops/elementwise/moe_router_cuda.cu ops/moe/moe_experts_cuda.cu ops/attention/attention_spans_cuda.cu
+         ops/elementwise/moe_router_cuda.cu ops/moe/moe_experts_cuda.cu ops/moe/moe_experts_mma_cuda.cu
+         ops/attention/attention_spans_cuda.cu
          ops/attention/diffusion_key_spans_cuda.cu)
 for k in "${KERNELS[@]}"; do python3 "$ROOT/tools/cuda_emulation/transform.py" "$ROOT/src/$k" "$OUT" > /dev/null; done
 

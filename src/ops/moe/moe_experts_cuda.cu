@@ -24,11 +24,14 @@
 #include <type_traits>
 
 #include "backend/cuda_buffer.h"
+#include "core/env_switch.h"
 #include "ops/cuda/activation_quant.cuh"
 #include "ops/cuda/cuda_launch.h"
 #include "ops/cuda/cuda_math.cuh"
 #include "ops/matmul/gemv_device.cuh"
 #include "ops/moe/moe_experts_cuda.h"
+#include "ops/moe/moe_experts_mma.h"
+#include "ops/moe/moe_group.cuh"
 
 namespace deltabit::cuda {
 
@@ -36,6 +39,9 @@ namespace {
 
 using gemv_detail::Layout;
 using gemv_detail::unit_dot;
+using moe_detail::find_expert;
+using moe_detail::glu;
+using moe_detail::GroupArgs;
 
 constexpr int kWarps = 4;
 constexpr int kRowsPerWarp = 4;
@@ -119,41 +125,6 @@ __global__ void moe_sort_kernel(const int32_t* ids, int64_t n_pairs, int64_t n_e
     }
 }
 
-// The slot-th expert (ascending index) with at least one pair, or −1; the same in every thread. Called by every
-// thread of the block.
-__device__ int find_expert(const int32_t* counts, int64_t n_expert, int64_t slot) {
-    __shared__ int s_expert;
-    if (threadIdx.x < 32) {
-        const int lane = int(threadIdx.x);
-        int64_t seen = 0;
-        bool found = false;
-        for (int64_t base = 0; base < n_expert && !found; base += 32) {
-            const int64_t e = base + lane;
-            const bool has = e < n_expert && counts[e] > 0;
-            const unsigned m = __ballot_sync(kFullWarpMask, has);
-            const int n = __popc(m);
-            if (seen + n > slot) {
-                if (has && seen + __popc(m & ((1u << lane) - 1u)) == slot) s_expert = int(e);
-                found = true;
-            }
-            seen += n;
-        }
-        if (lane == 0 && !found) s_expert = -1;
-    }
-    __syncthreads();
-    const int e = s_expert;
-    __syncthreads();  // s_expert is rewritten by the next call
-    return e;
-}
-
-__device__ __forceinline__ float gelu_tanh_f(float x) {
-    constexpr float kSqrt2OverPi = 0.7978845608028654f;
-    return 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
-}
-__device__ __forceinline__ float glu(float g, float u, GluActivation act) {
-    return (act == GluActivation::silu ? silu_f(g) : gelu_tanh_f(g)) * u;
-}
-
 // Rows of x [rows][cols] to int8 groups of 128 (one warp per (row, group)): q [rows][groups·128] (zeros past
 // cols), meta [rows][groups]. quantize_group_by_warp: the codes of cuda::quantize_activations on each row.
 __global__ void quantize_rows_kernel(const float* x, int64_t rows, int64_t cols, int64_t groups, int8_t* q,
@@ -172,18 +143,6 @@ __global__ void quantize_rows_kernel(const float* x, int64_t rows, int64_t cols,
         if (lane == 0) meta[r * groups + g] = m;
     }
 }
-
-// What the expert GEMM kernels share: the routing, the grid's items and where the outputs go.
-struct GroupArgs {
-    const int32_t* counts;
-    const int32_t* offsets;
-    const int32_t* order;
-    int64_t n_expert, top_k;
-    int64_t slots, tiles;
-    int64_t rows;      // output rows of one expert (F for gate/up, D for down)
-    float* y;          // row p of the outputs at y + p·rows
-    GluActivation act;
-};
 
 struct QuantMatrices {
     const uint8_t* codes[2];  // [0] gate or down, [1] up
@@ -404,6 +363,24 @@ QuantMatrices quant_matrices(const GemvWeightView& w0, const GemvWeightView& w1,
             activation_groups(w0.cols)};
 }
 
+moe_detail::QuantMma quant_mma(const GemvWeightView& w0, const GemvWeightView& w1, const int8_t* xq,
+                              const ActivationGroupMeta* meta) {
+    return {{w0.codes, w1.codes},
+            {w0.scales, w1.scales},
+            int64_t(gemv_code_row_bytes(w0.dtype, w0.cols)),
+            w0.cols / dtype_info(w0.dtype).block_elems,
+            (w0.cols + 31) / 32,
+            xq,
+            meta,
+            activation_groups(w0.cols)};
+}
+
+// DELTABIT_MOE_MMA=0 keeps every expert product on the CUDA-core kernels (to measure the tensor-core ones).
+bool tensor_core_experts_enabled() {
+    static const bool enabled = env_switch("DELTABIT_MOE_MMA", true);
+    return enabled;
+}
+
 void quantize_rows(const float* x, int64_t rows, int64_t cols, int8_t* q, ActivationGroupMeta* meta, cudaStream_t stream) {
     const int64_t groups = activation_groups(cols);
     const unsigned blocks = grid_blocks(rows * groups, kRowWarps);
@@ -429,20 +406,39 @@ MoeLaunchReport moe_experts(const MoeExpertsArgs& a, void* scratch, cudaStream_t
     ++report.launches;
 
     const int64_t slots = std::min(E, N);
-    GroupArgs up_args{s.counts, s.offsets, s.order, E, a.top_k, slots, (F + kTileRows - 1) / kTileRows, F, s.act,
+    const bool mma_up = a.tensor_cores && tensor_core_experts_enabled() &&
+                        (a.gate.quantized ? moe_detail::quantized_mma_supports(a.gate.q.dtype)
+                                          : a.gate.plain.dtype == DType::BF16);
+    const bool mma_down = a.tensor_cores && tensor_core_experts_enabled() &&
+                          (a.down.quantized ? moe_detail::quantized_mma_supports(a.down.q.dtype)
+                                            : a.down.plain.dtype == DType::BF16);
+    const int64_t up_tile = mma_up ? moe_detail::kMmaTileRows : kTileRows;
+    const int64_t down_tile = mma_down ? moe_detail::kMmaTileRows : kTileRows;
+    GroupArgs up_args{s.counts, s.offsets, s.order, E, a.top_k, slots, (F + up_tile - 1) / up_tile, F, s.act,
                       a.activation};
     GroupArgs down_args = up_args;
-    down_args.tiles = (D + kTileRows - 1) / kTileRows;
+    down_args.tiles = (D + down_tile - 1) / down_tile;
     down_args.rows = D;
     down_args.y = s.down;
     const unsigned up_blocks = grid_blocks(slots * up_args.tiles), down_blocks = grid_blocks(slots * down_args.tiles);
     report.expert_tiles = slots * up_args.tiles;
+    report.mma_products = int(mma_up) + int(mma_down);
 
     if (a.gate.quantized) {
         quantize_rows(a.x, T, D, s.xq, s.x_meta, stream);
-        launch_quantized<true>(up_args, quant_matrices(a.gate.q, a.up.q, s.xq, s.x_meta), a.gate.q.dtype, up_blocks,
-                               stream);
+        if (mma_up)
+            moe_detail::launch_quantized_mma(up_args, quant_mma(a.gate.q, a.up.q, s.xq, s.x_meta), a.gate.q.dtype,
+                                             true, up_blocks, stream);
+        else
+            launch_quantized<true>(up_args, quant_matrices(a.gate.q, a.up.q, s.xq, s.x_meta), a.gate.q.dtype,
+                                   up_blocks, stream);
         report.launches += 2;
+    } else if (mma_up) {
+        const moe_detail::Bf16Mma gate_up{{static_cast<const uint16_t*>(a.gate.plain.data),
+                                           static_cast<const uint16_t*>(a.up.plain.data)},
+                                          D, a.x};
+        moe_detail::launch_bf16_mma(up_args, gate_up, true, up_blocks, stream);
+        report.launches += 1;
     } else {
         const PlainMatrices gate_up{{static_cast<const uint8_t*>(a.gate.plain.data), static_cast<const uint8_t*>(a.up.plain.data)},
                                     a.gate.plain.dtype, a.gate.plain.row_bytes(), D, a.x};
@@ -452,9 +448,18 @@ MoeLaunchReport moe_experts(const MoeExpertsArgs& a, void* scratch, cudaStream_t
     }
     if (a.down.quantized) {
         quantize_rows(s.act, N, F, s.aq, s.a_meta, stream);
-        launch_quantized<false>(down_args, quant_matrices(a.down.q, a.down.q, s.aq, s.a_meta), a.down.q.dtype,
-                                down_blocks, stream);
+        if (mma_down)
+            moe_detail::launch_quantized_mma(down_args, quant_mma(a.down.q, a.down.q, s.aq, s.a_meta), a.down.q.dtype,
+                                             false, down_blocks, stream);
+        else
+            launch_quantized<false>(down_args, quant_matrices(a.down.q, a.down.q, s.aq, s.a_meta), a.down.q.dtype,
+                                    down_blocks, stream);
         report.launches += 2;
+    } else if (mma_down) {
+        const auto* down_w = static_cast<const uint16_t*>(a.down.plain.data);
+        moe_detail::launch_bf16_mma(down_args, moe_detail::Bf16Mma{{down_w, down_w}, F, s.act}, false, down_blocks,
+                                    stream);
+        report.launches += 1;
     } else {
         const auto* down_w = static_cast<const uint8_t*>(a.down.plain.data);
         const PlainMatrices down{{down_w, down_w}, a.down.plain.dtype, a.down.plain.row_bytes(), F, s.act};

@@ -21,16 +21,25 @@
 // (no float atomics: bit for bit the same every run). Nothing depends on the counts on the host, so the
 // launches are the same for every routing and can live in a CUDA graph. Launches, whatever T and top_k: the
 // sort, gate+up+act, down, the combine, and one more before each quantised product (its input rows to int8):
-// 6 with quantised experts, 4 with plain ones.
+// 6 with quantised experts, 4 with plain ones. The products run on tensor cores (ops/moe/moe_experts_mma_cuda.cu:
+// weight rows as the mma's M side, the expert's pairs as N) for quantised and BF16 weights, on CUDA cores for
+// F32 and F16 weights, or for all when MoeExpertsArgs::tensor_cores is false or DELTABIT_MOE_MMA=0.
 //
 // Numerics. Quantised weights (Q1_0, Q2_0, Q2_0_G64, Q4_0, Q8_0 in the GEMV layout): the activations of each
 // row (x, then act) are rounded to int8 per group of 128 by the decode GEMV's quantiser
-// (ops/cuda/activation_quant.cuh, codes bit for bit those of cuda::quantize_activations), each 16-byte unit's
-// integer dot is exact and y = Σ_units d_w · scale_g · dot in fp32 — the GEMV's terms, summed in another
-// order: so against cpu::matmul_int8_activations (the reference the model parity tests use) each product
-// differs by fp32 summation only, and act and the combine by fp32 rounding. Plain weights (F32, F16, BF16):
-// fp32 products summed per lane in k order then by a butterfly, as cuda::matmul_plain. The bounds are derived
-// in tests/cuda/test_moe_experts_cuda.cpp.
+// (ops/cuda/activation_quant.cuh, codes bit for bit those of cuda::quantize_activations), and each output is
+// Σ d_w · scale_g · dot in fp32 over exact integer dots: on CUDA cores one dot per 16-byte unit (the GEMV's
+// terms) summed per lane then by a butterfly; on tensor cores one dot per weight-scale group (the prompt GEMM's
+// terms: the GEMV's, except that Q2_0 and Q8_0, whose GEMV units are half a scale group, have two units' dots in
+// one term) added by fmaf in k order. So against
+// cpu::matmul_int8_activations (the reference the model parity tests use) each product differs by fp32
+// summation only, and act and the combine by fp32 rounding. Plain weights: F32 and F16 (and BF16 on CUDA
+// cores) as fp32 products summed per lane in k order then by a butterfly, as cuda::matmul_plain; BF16 on tensor
+// cores with the input split in three bf16 parts (x = hi + mid + lo within 2⁻²⁴·|x|, as
+// ops/matmul/dense_gemm_cuda.h), each k16 step's exact products added by the tensor cores (aligned to the
+// largest and truncated) into a fresh accumulator, the steps' sums added in k order — fp32-class, with a bound
+// of its own. Either path gives the same bits on every run. The bounds are derived in
+// tests/cuda/test_moe_experts_cuda.cpp.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -70,12 +79,15 @@ struct MoeExpertsArgs {
     const float* shared = nullptr;
     const float* shared_gate = nullptr;
     float* out = nullptr;
+    // false: every product on the CUDA-core kernels (tests compare both paths; DELTABIT_MOE_MMA=0 does the same).
+    bool tensor_cores = true;
 };
 
 // What a call launched, so tests and callers can see the grouped path ran.
 struct MoeLaunchReport {
     int launches = 0;
     int64_t expert_tiles = 0;  // (expert slot, row tile) items of the gate+up launch
+    int mma_products = 0;      // of the two products (gate+up, down), those that ran on tensor cores
 };
 
 // Device scratch the call needs (256-byte aligned pieces); the same for every routing of T tokens.
