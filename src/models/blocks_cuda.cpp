@@ -360,16 +360,6 @@ void CudaModel::swiglu_ffn(const CudaFfnWeights& w, const float* x, const cuda::
     matmul(act, down, T, out);
 }
 
-namespace {
-cuda::ExpertMatrixView expert_view(const CudaMatrix& m) {
-    cuda::ExpertMatrixView v;
-    v.quantized = m.quantized;
-    if (m.quantized) v.q = m.gemv.view();
-    else v.plain = m.plain_view;
-    return v;
-}
-}  // namespace
-
 // Everything on the device, nothing read back (so a decode step with MoE layers is one graph): the router's
 // ids and weights feed the grouped experts (ops/moe/moe_experts_cuda.h), which also add the shared expert
 // under its sigmoid gate.

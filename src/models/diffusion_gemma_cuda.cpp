@@ -32,16 +32,6 @@ const DiffusionGemmaWeights& diffusion_weights(const Model& model) {
     return *model.parts().diffusion;
 }
 
-cuda::ExpertMatrixView expert_view(const CudaMatrix& m) {
-    cuda::ExpertMatrixView v;
-    v.quantized = m.quantized;
-    if (m.quantized)
-        v.q = m.gemv.view();
-    else
-        v.plain = m.plain_view;
-    return v;
-}
-
 // √H rounded to fp32, as transformers' float32 embed_scale buffer (and the CPU's scaled_embedding).
 float embedding_scale(int64_t n_embd) { return float(std::sqrt(double(n_embd))); }
 

@@ -41,6 +41,16 @@ CudaLayer upload_layer(const LayerWeights& src, const ModelConfig& c, int64_t in
         [&](const float* host, int64_t n) { return uploads.vector(host, n); });
 }
 
+cuda::ExpertMatrixView expert_view(const CudaMatrix& m) {
+    cuda::ExpertMatrixView v;
+    v.quantized = m.quantized;
+    if (m.quantized)
+        v.q = m.gemv.view();
+    else
+        v.plain = m.plain_view;
+    return v;
+}
+
 }  // namespace deltabit
 
 #endif  // DELTABIT_HAVE_CUDA

@@ -11,6 +11,7 @@
 #include "backend/cuda_buffer.h"
 #include "models/model.h"
 #include "ops/matmul/matmul_cuda.h"
+#include "ops/moe/moe_experts_cuda.h"
 
 namespace deltabit {
 
@@ -45,6 +46,9 @@ struct CudaUploads {
 
 // Layer `index` of the CPU model's bound weights, uploaded (map_layer's order).
 CudaLayer upload_layer(const LayerWeights& src, const ModelConfig& c, int64_t index, CudaUploads& uploads);
+
+// A stacked expert matrix (E slices, ops/moe/moe_experts_cuda.h) as the grouped experts take it.
+cuda::ExpertMatrixView expert_view(const CudaMatrix& m);
 
 }  // namespace deltabit
 

@@ -1,6 +1,7 @@
-// Test data and helpers shared by the quantised GEMV and GEMM tests (test_gemv_cuda.cpp, test_prefill_gemm.cpp,
-// test_prefill_gemm_half.cpp): random quantised weights, index samples that keep every tile edge near the
-// ends, and a parallel loop for the CPU references of large shapes.
+// Test data and helpers shared by the GPU tests of quantised products and tables (test_gemv_cuda.cpp,
+// test_prefill_gemm.cpp, test_prefill_gemm_half.cpp, test_op_parity_lookup.cpp, test_op_parity_diffusion.cpp):
+// random quantised weights and tables, index samples that keep every tile edge near the ends, and a parallel
+// loop for the CPU references of large shapes.
 #pragma once
 
 #include <algorithm>
@@ -36,6 +37,31 @@ inline std::vector<uint8_t> random_weights(DType t, int64_t rows, int64_t cols, 
         const uint16_t d = float_to_half(scale(rng));
         std::memcpy(&bytes[b], &d, sizeof d);
         for (size_t i = sizeof d; i < info.block_bytes; ++i) bytes[b + i] = uint8_t(byte(rng));
+    }
+    return bytes;
+}
+
+// An embedding-style table of `rows` × `cols` in `type`'s layout (the lookup and soft-embedding parity tests):
+// plain values in ±2, or blocks of a finite fp16 scale in ±0.1 and random bytes (a random fp16 scale can be
+// inf or NaN, and NaN ≠ NaN would fail an exact comparison for the wrong reason).
+inline std::vector<uint8_t> random_table(DType type, int64_t rows, int64_t cols, std::mt19937& rng) {
+    std::vector<uint8_t> bytes(size_t(rows) * dtype_bytes(type, uint64_t(cols)));
+    std::uniform_int_distribution<int> byte(0, 255);
+    std::uniform_real_distribution<float> value(-2.0f, 2.0f);
+    if (!is_quantized(type)) {
+        for (size_t i = 0; i < size_t(rows * cols); ++i) {
+            const float v = value(rng);
+            if (type == DType::F32) std::memcpy(&bytes[i * 4], &v, 4);
+            const uint16_t h = type == DType::F16 ? float_to_half(v) : float_to_bf16(v);
+            if (type != DType::F32) std::memcpy(&bytes[i * 2], &h, 2);
+        }
+        return bytes;
+    }
+    const size_t block_bytes = dtype_info(type).block_bytes;
+    for (size_t b = 0; b < bytes.size(); b += block_bytes) {
+        const uint16_t d = float_to_half(value(rng) * 0.05f);
+        std::memcpy(&bytes[b], &d, sizeof d);
+        for (size_t i = sizeof d; i < block_bytes; ++i) bytes[b + i] = uint8_t(byte(rng));
     }
     return bytes;
 }

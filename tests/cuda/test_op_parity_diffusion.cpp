@@ -24,6 +24,7 @@
 
 #ifdef DELTABIT_HAVE_CUDA
 #include "cuda/op_parity_cuda.h"
+#include "cuda/quantized_test_data.h"
 #include "ops/elementwise/elementwise_cuda.h"
 #include "ops/matmul/dense_gemm_cuda.h"
 #endif
@@ -131,29 +132,6 @@ TEST(OpParityDiffusion, RopeProportional) {
                         " d=" + std::to_string(c.head_dim) + " pairs=" + std::to_string(c.n_pairs));
     }
     EXPECT_THROW(cuda::rope_proportional(nullptr, nullptr, 1, 1, 16, 9, 1e4f, nullptr), Error);
-}
-
-// A table in `type`'s layout with finite scales, as the embedding parity test builds it.
-std::vector<uint8_t> random_table(DType type, int64_t rows, int64_t cols, std::mt19937& rng) {
-    std::vector<uint8_t> bytes(size_t(rows) * dtype_bytes(type, uint64_t(cols)));
-    std::uniform_int_distribution<int> byte(0, 255);
-    std::uniform_real_distribution<float> value(-2.0f, 2.0f);
-    if (!is_quantized(type)) {
-        for (size_t i = 0; i < size_t(rows * cols); ++i) {
-            const float v = value(rng);
-            if (type == DType::F32) std::memcpy(&bytes[i * 4], &v, 4);
-            const uint16_t h = type == DType::F16 ? float_to_half(v) : float_to_bf16(v);
-            if (type != DType::F32) std::memcpy(&bytes[i * 2], &h, 2);
-        }
-        return bytes;
-    }
-    const size_t block_bytes = dtype_info(type).block_bytes;
-    for (size_t b = 0; b < bytes.size(); b += block_bytes) {
-        const uint16_t d = float_to_half(value(rng) * 0.05f);
-        std::memcpy(&bytes[b], &d, sizeof d);
-        for (size_t i = sizeof d; i < block_bytes; ++i) bytes[b + i] = uint8_t(byte(rng));
-    }
-    return bytes;
 }
 
 // Bound (soft_embedding_cuda.cu): per chunk of 32 vocabulary rows an fp32 fmaf chain (≤ 32·u of the chunk's
