@@ -118,9 +118,6 @@ void run_diffusion_chat(const ChatArgs& args, const CLI::App& command) {
 }
 
 void run_chat(const ChatArgs& args, const CLI::App& command) {
-    if (args.model.empty())
-        fail("chat: no model given: use -m MODEL (a GGUF file or a Hugging Face folder), e.g. the default model "
-             "that ships with deltabit: -m models/bytelm-hybrid-14m.q1_0.gguf (models/README.md)");
     if (args.max_tokens && *args.max_tokens < 1) fail("chat: --max-tokens {}: must be at least 1", *args.max_tokens);
     if (is_diffusion_model(args.model)) {
         run_diffusion_chat(args, command);
@@ -166,7 +163,9 @@ void run_chat(const ChatArgs& args, const CLI::App& command) {
 void add_chat_command(CLI::App& app) {
     auto args = std::make_shared<ChatArgs>();
     CLI::App* cmd = app.add_subcommand("chat", "Chat with a model: multi-turn, streamed, with /commands (/help)");
-    cmd->add_option("-m,--model", args->model, "GGUF file or Hugging Face folder");
+    cmd->add_option("-m,--model", args->model,
+                    fmt::format("GGUF file or Hugging Face folder (default: {}, the model `make run` uses)",
+                                default_model_path()));
     cmd->add_option("--system", args->system, "system message, kept for the whole conversation (default: none)");
     cmd->add_option("--max-tokens", args->max_tokens,
                     "at most this many tokens per reply (default: until EOS or the end of the context; required for "
@@ -188,7 +187,10 @@ void add_chat_command(CLI::App& app) {
     add_sequence_options(*cmd, args->sequence);
     cmd->add_flag("--json", args->json, "replies and /stats as one JSON object per line on stdout (for scripts)");
     cmd->add_flag("-q,--quiet", args->quiet, "no banner, notes or progress line on stderr");
-    cmd->callback([args, cmd] { run_chat(*args, *cmd); });
+    cmd->callback([args, cmd] {
+        args->model = model_or_default(args->model, "chat");
+        run_chat(*args, *cmd);
+    });
 }
 
 }  // namespace deltabit::cli

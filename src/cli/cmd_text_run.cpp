@@ -267,7 +267,9 @@ void run_generation(const RunArgs& args, const CLI::App& command) {
 void add_run_command(CLI::App& app) {
     auto args = std::make_shared<RunArgs>();
     CLI::App* cmd = app.add_subcommand("run", "Generate from a prompt (text through the chat template, or token ids)");
-    cmd->add_option("-m,--model", args->model, "GGUF file or Hugging Face folder")->required();
+    cmd->add_option("-m,--model", args->model,
+                    fmt::format("GGUF file or Hugging Face folder (default: {}, the model `make run` uses)",
+                                default_model_path()));
     auto* prompt = cmd->add_option("-p,--prompt", args->prompt, "prompt text (a user message unless --raw)");
     auto* file = cmd->add_option("-f,--file", args->prompt_file, "read the prompt text from FILE (- = stdin)");
     auto* ids = cmd->add_option("--ids", args->ids, "prompt as token ids, comma-separated; no tokenizer needed");
@@ -287,7 +289,10 @@ void add_run_command(CLI::App& app) {
     cmd->add_flag("-q,--quiet", args->quiet, "no progress line, notes or timing summary on stderr");
     cmd->add_option("--record", args->record,
                     "block-diffusion models: write every denoising step to FILE, for `deltabit replay FILE`");
-    cmd->callback([args, cmd] { run_generation(*args, *cmd); });
+    cmd->callback([args, cmd] {
+        args->model = model_or_default(args->model, "run");
+        run_generation(*args, *cmd);
+    });
 }
 
 }  // namespace deltabit::cli

@@ -35,12 +35,6 @@
 namespace deltabit::cli {
 namespace {
 
-// The model `deltabit serve` runs without -m: the one the README's main command (`make run`) uses,
-// the trained default model that ships in models/ (models/README.md).
-std::string default_serve_model() {
-    return (std::filesystem::path(DELTABIT_SOURCE_DIR) / "models" / "bytelm-hybrid-14m.q1_0.gguf").string();
-}
-
 struct ServeArgs {
     std::string model;
     std::string host = "127.0.0.1";
@@ -138,7 +132,7 @@ void serve_diffusion(const ServeArgs& args, const CLI::App& command, const std::
 }
 
 void run_serve(const ServeArgs& args, const CLI::App& command) {
-    const std::string model_path = args.model.empty() ? default_serve_model() : args.model;
+    const std::string model_path = model_or_default(args.model, "serve");
     // Signals go to one thread that waits for them (below); every thread started from here on inherits the mask.
     sigset_t signals;
     sigemptyset(&signals);
@@ -182,7 +176,7 @@ void add_serve_command(CLI::App& app) {
     auto args = std::make_shared<ServeArgs>();
     CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server: chat, completions, a web page (docs/server.md)");
     cmd->add_option("-m,--model", args->model,
-                    fmt::format("GGUF file or Hugging Face folder (default: {}, the model `make run` uses)", default_serve_model()));
+                    fmt::format("GGUF file or Hugging Face folder (default: {}, the model `make run` uses)", default_model_path()));
     cmd->add_option("--host", args->host, "address to listen on; anything but loopback exposes the server")->capture_default_str();
     cmd->add_option("--port", args->port, "TCP port (0: any free port, printed at start)")
         ->check(CLI::Range(0, 65535))->capture_default_str();

@@ -42,6 +42,21 @@ const std::string& model_argument(const ModelArgument& model, std::string_view c
     fail("{}: no model given: deltabit {} MODEL, or -m MODEL", command, command);
 }
 
+std::string default_model_path() {
+    return (std::filesystem::path(DELTABIT_SOURCE_DIR) / "models" / "bytelm-hybrid-14m.q1_0.gguf").string();
+}
+
+std::string model_or_default(const std::string& given, std::string_view command) {
+    if (!given.empty()) return given;
+    std::string path = default_model_path();
+    std::error_code error;
+    if (!std::filesystem::is_regular_file(path, error))
+        fail("{}: no model given, and the default model {} is not there (the source tree this deltabit was "
+             "built from has moved or lacks models/): give one with -m MODEL",
+             command, path);
+    return path;
+}
+
 int cpu_threads(const EngineArgs& args) {
     if (args.threads > 0) return args.threads;
     return std::max(1, int(std::thread::hardware_concurrency()));

@@ -58,6 +58,14 @@ void add_model_argument(CLI::App& command, ModelArgument& model, const std::stri
 const std::string& model_argument(const ModelArgument& model, std::string_view command);
 void add_sequence_options(CLI::App& command, SequenceArgs& args);
 
+// The model run, chat and serve use when no -m is given: the trained default model that ships in models/
+// (models/README.md), the one the README's main command (`make run`) talks to. A path in this build's
+// source tree, so an installed binary still finds it while the tree is there.
+std::string default_model_path();
+// `given`, or the default model when it is empty. Error for `command` when the default is needed and is
+// not there (a moved or partial checkout), naming the path and what to do.
+std::string model_or_default(const std::string& given, std::string_view command);
+
 int64_t default_context(const ModelConfig& config);
 // --kv and --ctx resolved against the model (Error naming the option for a bad value).
 SequenceOptions sequence_options(const SequenceArgs& args, const ModelConfig& config, std::string_view command);

@@ -5,6 +5,7 @@
 #include "cli_command.h"
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <algorithm>
@@ -43,6 +44,29 @@ TEST(DefaultModel, WritesEnglishFarBetterThanChanceAndThanShuffledBytes) {
     EXPECT_GT(shuffled_bpb - english_bpb, 3.0);
     fs::remove_all(dir);
 }
+
+#ifdef DELTABIT_HAVE_TEXT
+// run and chat without -m talk to the shipped model, as serve does: the same greedy reply as naming it.
+TEST(DefaultModel, RunAndChatUseItWhenNoModelIsGiven) {
+    const std::string args = " -p 'Tell me about the sea.' --max-tokens 12 --temperature 0 --json -q";
+    const test::CommandResult named = test::run_deltabit("run -m '" + kDefaultModel.string() + "'" + args);
+    const test::CommandResult unnamed = test::run_deltabit("run" + args);
+    ASSERT_EQ(named.exit_code, 0) << named.output;
+    ASSERT_EQ(unnamed.exit_code, 0) << unnamed.output;
+    const nlohmann::json a = nlohmann::json::parse(named.output), b = nlohmann::json::parse(unnamed.output);
+    EXPECT_EQ(b.at("tokens"), a.at("tokens"));
+    EXPECT_EQ(b.at("tokens").size(), 12u);
+
+    const fs::path dir = fs::temp_directory_path() / ("deltabit_test_default_chat_" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    std::ofstream(dir / "messages.txt") << "Hello\n";
+    const test::CommandResult chat =
+        test::run_deltabit("chat --max-tokens 8 --temperature 0 --json -q", test::Stderr::merge, (dir / "messages.txt").string());
+    EXPECT_EQ(chat.exit_code, 0) << chat.output;
+    EXPECT_NE(chat.output.find("\"reply\""), std::string::npos) << chat.output;
+    fs::remove_all(dir);
+}
+#endif
 
 }  // namespace
 }  // namespace deltabit
