@@ -344,9 +344,10 @@ private:
     // The running forward_batch call's states, row by row (empty otherwise): run_layers then takes the
     // batched blocks.
     std::span<CudaSequenceState* const> batch_;
-    // Batched steps as CUDA graphs (batch_step_cuda.cpp). A graph bakes in its rows' state buffers, so it
-    // serves one batch — the same states in the same order, each at the same DeltaNet parity — and reads the
-    // step's ids and positions from batch_inputs_. Captured when a batch repeats the previous call's states
+    // Batched steps as CUDA graphs (batch_step_cuda.cpp). A graph bakes in its rows' KV caches, so it
+    // serves one batch — the same states in the same order, each at the same DeltaNet parity (the key, kept
+    // while attention has no row table) — and reads the step's ids and positions from batch_inputs_ and its
+    // rows' DeltaNet buffers from batch_deltanet_rows_. Captured when a batch repeats the previous call's states
     // (a server's steady batch), the first time eagerly: a batch that changes every step never pays a capture.
     struct BatchGraph {
         std::vector<std::pair<uint64_t, int>> rows;  // (state id, parity) of each row
