@@ -24,11 +24,14 @@
 // head, 192 blocks.
 //
 // The rows forms (a batched step's B sequences) launch the same two kernels once for all rows: the row is
-// the grid's y index (the recurrent kernel's clusters stay along x), and the first lines of each kernel
-// (prepare_row, recurrent_row) move its arguments to that row — its slice of each [B][...] activation
-// array, its window and state from the device table. The single calls are one row with no table, so they
-// read nothing more before their first load than before, and a row of the rows form is a single call bit
-// for bit.
+// the grid's y index (the recurrent kernel's clusters stay along x), and the first line of each kernel
+// (prepare_row, recurrent_row) moves its arguments to that row — its slice of each [B][...] activation
+// array, its window and state from the device table — so a row of the rows form is the single call bit for
+// bit. The single calls read no table, so nothing more comes before their first load. The prepare kernel
+// is one instance for both (row 0, no table: ptxas gave it 40 registers against 48 before the rows). The
+// recurrent kernel takes the move only in its kRowsForm instances: done at run time, it took the 2- and
+// 4-lane kernels from 123 and 122 registers to 128, the most 512 threads allow, so the single step keeps
+// its own code; the two instances' PTX has the same float operations in the same order.
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -156,9 +159,10 @@ __global__ void __launch_bounds__(kPrepareThreads) gdn_prepare_kernel(PrepareArg
 }
 
 struct RecurrentArgs {
-    // nullptr: one row, state_in and state_out below; else a device table of the rows' states.
+    // The rows form's (kRowsForm): the device table of the rows' states, and the row of grid row 0 (a
+    // launch covers at most kMaxGridRows rows). The single call's state is state_in and state_out below.
     const GdnDecodeRow* rows;
-    int64_t first_row;  // the row of grid row 0 (a launch covers at most kMaxGridRows rows)
+    int64_t first_row;
     const float* q;
     const float* k;
     const float* v;
@@ -177,7 +181,8 @@ struct RecurrentArgs {
     float q_scale, norm_eps;
 };
 
-// As prepare_row: row `row`'s activations and, from the table, its state; out_q stays (one row only).
+// As prepare_row: row `row`'s activations and, from the table, its state; out_q stays (the rows forms
+// have none).
 __device__ __forceinline__ RecurrentArgs recurrent_row(RecurrentArgs a, int64_t row) {
     if (a.rows != nullptr) {
         a.state_in = a.rows[row].state_in;
@@ -194,9 +199,9 @@ __device__ __forceinline__ RecurrentArgs recurrent_row(RecurrentArgs a, int64_t 
     return a;
 }
 
-template <int L>
+template <int L, bool kRowsForm>
 __global__ void __launch_bounds__(kRecurrentThreads) gdn_recurrent_kernel(RecurrentArgs args) {
-    const RecurrentArgs a = recurrent_row(args, args.first_row + blockIdx.y);
+    const RecurrentArgs a = kRowsForm ? recurrent_row(args, args.first_row + blockIdx.y) : args;
     constexpr int kRows = kRowsPerThread * L;  // >= key_dim
     __shared__ float q_s[kRows], k_s[kRows];
     __shared__ float o_s[kMaxBlockColumns];  // this block's outputs before the norm
@@ -393,15 +398,16 @@ struct RecurrentLaunch {
     RecurrentSplit split;
 };
 
+template <bool kRowsForm>
 RecurrentLaunch recurrent_launch(const float* q, const float* k, const float* v, const float* beta, const float* g,
                                  const float* z, const float* norm_w, float norm_eps, const GdnDecodeDims& dims,
                                  float* out) {
     const int64_t lanes = (dims.key_dim + kRowsPerThread - 1) / kRowsPerThread;
     const int L = lanes <= 1 ? 1 : lanes <= 2 ? 2 : lanes <= 4 ? 4 : 8;
-    const auto kernel = L == 1   ? gdn_recurrent_kernel<1>
-                        : L == 2 ? gdn_recurrent_kernel<2>
-                        : L == 4 ? gdn_recurrent_kernel<4>
-                                 : gdn_recurrent_kernel<8>;
+    const auto kernel = L == 1   ? gdn_recurrent_kernel<1, kRowsForm>
+                        : L == 2 ? gdn_recurrent_kernel<2, kRowsForm>
+                        : L == 4 ? gdn_recurrent_kernel<4, kRowsForm>
+                                 : gdn_recurrent_kernel<8, kRowsForm>;
     const RecurrentSplit split = recurrent_split(dims.value_dim, L);
     const int64_t blocks = dims.n_value_heads * split.cluster_blocks;
     if (split.block_columns > kMaxBlockColumns || blocks > int64_t(INT32_MAX))
@@ -481,7 +487,7 @@ void gdn_decode_recurrent(const float* q, const float* k, const float* v, const 
         fail_message("gdn_decode_recurrent (cuda): a quantised output needs value_dim a multiple of " +
                      std::to_string(kActivationGroup) + " and a view of " +
                      std::to_string(dims.n_value_heads * dims.value_dim) + " inputs; " + dims_text(dims));
-    RecurrentLaunch launch = recurrent_launch(q, k, v, beta, g, z, norm_w, norm_eps, dims, out);
+    RecurrentLaunch launch = recurrent_launch<false>(q, k, v, beta, g, z, norm_w, norm_eps, dims, out);
     launch.args.state_in = state_in;
     launch.args.state_out = state_out;
     if (out_quantized != nullptr) {
@@ -496,7 +502,7 @@ void gdn_decode_recurrent_rows(const float* q, const float* k, const float* v, c
                                const GdnDecodeRow* rows, int64_t n_rows, float* out, cudaStream_t stream) {
     check_dims(dims, "gdn_decode_recurrent_rows");
     check_rows(n_rows, rows, "gdn_decode_recurrent_rows");
-    RecurrentLaunch launch = recurrent_launch(q, k, v, beta, g, z, norm_w, norm_eps, dims, out);
+    RecurrentLaunch launch = recurrent_launch<true>(q, k, v, beta, g, z, norm_w, norm_eps, dims, out);
     launch.args.rows = rows;
     launch_recurrent(launch, n_rows, stream);
 }
