@@ -223,7 +223,8 @@ void CudaModel::upload_deltanet_rows(std::span<CudaSequenceState* const> states)
 }
 
 const cuda::GdnDecodeRow* CudaModel::deltanet_rows_table(int64_t layer) const {
-    const int64_t slot = std::count(config_.layers.begin(), config_.layers.begin() + layer, LayerKind::linear_attention);
+    const auto& kinds = config_.layers;
+    const int64_t slot = std::count(kinds.begin(), kinds.begin() + layer, LayerKind::linear_attention);
     return batch_deltanet_rows_.get<cuda::GdnDecodeRow>() + slot * int64_t(batch_.size());
 }
 

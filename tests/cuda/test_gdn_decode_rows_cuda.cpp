@@ -36,7 +36,8 @@ using Floats = GuardedDeviceArray<float>;
 
 // got's bytes are want's; want all finite, so that two unwritten (NaN-poisoned) arrays cannot agree.
 ::testing::AssertionResult same_bytes(const std::vector<float>& got, const std::vector<float>& want) {
-    if (got.size() != want.size()) return ::testing::AssertionFailure() << got.size() << " values, want " << want.size();
+    if (got.size() != want.size())
+        return ::testing::AssertionFailure() << got.size() << " values, want " << want.size();
     for (size_t i = 0; i < want.size(); ++i)
         if (!std::isfinite(want[i])) return ::testing::AssertionFailure() << "reference [" << i << "] is " << want[i];
     if (std::memcmp(got.data(), want.data(), want.size() * sizeof(float)) == 0) return ::testing::AssertionSuccess();
@@ -75,7 +76,9 @@ struct RowBuffers {
     float* conv_out() const { return conv_other ? conv_other->get() : conv_in->get(); }
     float* state_out() const { return state_other ? state_other->get() : state_in->get(); }
     cuda::GdnDecodeRow row() const { return {conv_in->get(), conv_out(), state_in->get(), state_out()}; }
-    std::vector<float> written_conv(const std::string& what) const { return (conv_other ? *conv_other : *conv_in).download(what); }
+    std::vector<float> written_conv(const std::string& what) const {
+        return (conv_other ? *conv_other : *conv_in).download(what);
+    }
     std::vector<float> written_state(const std::string& what) const {
         return (state_other ? *state_other : *state_in).download(what);
     }
@@ -109,8 +112,9 @@ void check_rows_match_single_calls(const cuda::GdnDecodeDims& d, int64_t B, int 
         windows.push_back(uniform(size_t(n.window), rng, -2.0f, 2.0f));
         states.push_back(uniform(size_t(n.state), rng, -0.5f, 0.5f));
     }
-    const auto conv_in_place = [&](int64_t i) { const int kind = int((i + kind_offset) % 4); return kind == 0 || kind == 2; };
-    const auto state_in_place = [&](int64_t i) { const int kind = int((i + kind_offset) % 4); return kind == 0 || kind == 3; };
+    const auto kind = [&](int64_t i) { return int((i + kind_offset) % 4); };
+    const auto conv_in_place = [&](int64_t i) { return kind(i) == 0 || kind(i) == 2; };
+    const auto state_in_place = [&](int64_t i) { return kind(i) == 0 || kind(i) == 3; };
     const Floats dconv_w(conv_w), dssm_a(ssm_a), ddt(dt_bias), dnorm(norm_w), dmixed(mixed), db(b), da(a), dz(z);
 
     // The rows forms, on one set of buffers per row.
@@ -128,8 +132,8 @@ void check_rows_match_single_calls(const cuda::GdnDecodeDims& d, int64_t B, int 
                                   l2_eps, q.get(), k.get(), v.get(), beta.get(), g.get(), nullptr);
     cuda::gdn_decode_recurrent_rows(q.get(), k.get(), v.get(), beta.get(), g.get(), dz.get(), dnorm.get(), norm_eps, d,
                                     rows, B, out.get(), nullptr);
-    const std::string shape = "H=" + std::to_string(d.n_key_heads) + "/" + std::to_string(d.n_value_heads) + " dk=" +
-                              std::to_string(d.key_dim) + " dv=" + std::to_string(d.value_dim) +
+    const std::string shape = "H=" + std::to_string(d.n_key_heads) + "/" + std::to_string(d.n_value_heads) +
+                              " dk=" + std::to_string(d.key_dim) + " dv=" + std::to_string(d.value_dim) +
                               " K=" + std::to_string(d.conv_kernel) +
                               (d.key_head_map == cpu::KeyHeadMap::tiled ? " tiled" : " grouped") + ", " +
                               std::to_string(B) + " rows";
@@ -139,16 +143,18 @@ void check_rows_match_single_calls(const cuda::GdnDecodeDims& d, int64_t B, int 
 
     // Each row alone, on its own copies of the same inputs and states.
     for (int64_t i = 0; i < B; ++i) {
-        const std::string what = shape + ", row " + std::to_string(i) + (conv_in_place(i) ? ", conv in place" : ", conv elsewhere") +
+        const std::string what = shape + ", row " + std::to_string(i) +
+                                 (conv_in_place(i) ? ", conv in place" : ", conv elsewhere") +
                                  (state_in_place(i) ? ", state in place" : ", state elsewhere");
         const RowBuffers alone(windows[size_t(i)], states[size_t(i)], conv_in_place(i), state_in_place(i));
         const Floats rq(size_t(n.qk)), rk(size_t(n.qk)), rv(size_t(n.value)), rbeta(size_t(n.heads)),
             rg(size_t(n.heads)), rout(size_t(n.value));
         cuda::gdn_decode_prepare(dmixed.get() + i * n.channels, db.get() + i * n.heads, da.get() + i * n.heads,
-                                 dconv_w.get(), alone.conv_in->get(), alone.conv_out(), dssm_a.get(), ddt.get(), d, l2_eps,
-                                 rq.get(), rk.get(), rv.get(), rbeta.get(), rg.get(), nullptr);
+                                 dconv_w.get(), alone.conv_in->get(), alone.conv_out(), dssm_a.get(), ddt.get(), d,
+                                 l2_eps, rq.get(), rk.get(), rv.get(), rbeta.get(), rg.get(), nullptr);
         cuda::gdn_decode_recurrent(rq.get(), rk.get(), rv.get(), rbeta.get(), rg.get(), dz.get() + i * n.value,
-                                   dnorm.get(), norm_eps, d, alone.state_in->get(), alone.state_out(), rout.get(), nullptr);
+                                   dnorm.get(), norm_eps, d, alone.state_in->get(), alone.state_out(), rout.get(),
+                                   nullptr);
         EXPECT_TRUE(same_bytes(slice(got_q, i, n.qk), rq.download(what + " q"))) << what << ": q";
         EXPECT_TRUE(same_bytes(slice(got_k, i, n.qk), rk.download(what + " k"))) << what << ": k";
         EXPECT_TRUE(same_bytes(slice(got_v, i, n.value), rv.download(what + " v"))) << what << ": v";
@@ -224,7 +230,8 @@ TEST(GdnDecodeRows, MoreRowsThanOneGridHoldsAreAllStepped) {
     const std::vector<float> dt_bias = uniform(size_t(n.heads), rng, -1.0f, 1.0f);
     const std::vector<float> norm_w = uniform(size_t(d.value_dim), rng, 0.5f, 1.5f);
     const std::vector<float> mixed = uniform(size_t(n.channels), rng, -2.0f, 2.0f);
-    const std::vector<float> b = uniform(size_t(n.heads), rng, -4.0f, 4.0f), a = uniform(size_t(n.heads), rng, -4.0f, 4.0f);
+    const std::vector<float> b = uniform(size_t(n.heads), rng, -4.0f, 4.0f);
+    const std::vector<float> a = uniform(size_t(n.heads), rng, -4.0f, 4.0f);
     const std::vector<float> z = uniform(size_t(n.value), rng, -4.0f, 4.0f);
     const std::vector<float> window = uniform(size_t(n.window), rng, -2.0f, 2.0f);
     const std::vector<float> state = uniform(size_t(n.state), rng, -0.5f, 0.5f);
@@ -255,14 +262,15 @@ TEST(GdnDecodeRows, MoreRowsThanOneGridHoldsAreAllStepped) {
     const Floats dmixed(mixed), db(b), da(a), dz(z), rq(size_t(n.qk)), rk(size_t(n.qk)), rv(size_t(n.value)),
         rbeta(size_t(n.heads)), rg(size_t(n.heads)), rout(size_t(n.value));
     cuda::gdn_decode_prepare(dmixed.get(), db.get(), da.get(), dconv_w.get(), alone.conv_in->get(), alone.conv_out(),
-                             dssm_a.get(), ddt.get(), d, 1e-6f, rq.get(), rk.get(), rv.get(), rbeta.get(), rg.get(), nullptr);
+                             dssm_a.get(), ddt.get(), d, 1e-6f, rq.get(), rk.get(), rv.get(), rbeta.get(), rg.get(),
+                             nullptr);
     cuda::gdn_decode_recurrent(rq.get(), rk.get(), rv.get(), rbeta.get(), rg.get(), dz.get(), dnorm.get(), 1e-6f, d,
                                alone.state_in->get(), alone.state_out(), rout.get(), nullptr);
     const std::vector<float> want_out = rout.download("out (alone)"), want_q = rq.download("q (alone)"),
                              want_state = alone.written_state("state (alone)"),
                              want_window = alone.written_conv("window (alone)");
-    const std::vector<float> got_out = out.download("out"), got_q = q.download("q"), got_next = all_next.download("states"),
-                             got_windows = all_windows.download("windows");
+    const std::vector<float> got_out = out.download("out"), got_q = q.download("q"),
+                             got_next = all_next.download("states"), got_windows = all_windows.download("windows");
     ASSERT_FALSE(HasFailure());  // guard bands
     for (int64_t i = 0; i < B; ++i) {
         ASSERT_TRUE(same_bytes(slice(got_out, i, n.value), want_out)) << "row " << i << ": out";

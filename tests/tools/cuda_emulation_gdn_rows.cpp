@@ -118,8 +118,9 @@ void run(const cuda::GdnDecodeDims& d, int64_t B, bool recurrent, uint32_t seed)
 
     char name[160];
     std::snprintf(name, sizeof name, "H %lld/%lld dk %lld dv %lld K %lld %s, %lld rows%s", (long long)Hk, (long long)Hv,
-                  (long long)dk, (long long)dv, (long long)K, d.key_head_map == cpu::KeyHeadMap::tiled ? "tiled" : "grouped",
-                  (long long)B, recurrent ? "" : " (prepare only)");
+                  (long long)dk, (long long)dv, (long long)K,
+                  d.key_head_map == cpu::KeyHeadMap::tiled ? "tiled" : "grouped", (long long)B,
+                  recurrent ? "" : " (prepare only)");
     const int before = failures;
     for (int64_t i = 0; i < B; ++i) {
         const std::string what = std::string(name) + ", row " + std::to_string(i);
@@ -128,8 +129,8 @@ void run(const cuda::GdnDecodeDims& d, int64_t B, bool recurrent, uint32_t seed)
         float* sin = dev(states[size_t(i)]);
         float* sout = state_in_place(i) ? sin : dev(S);
         float *rq = dev(QK), *rk = dev(QK), *rv = dev(V), *rbeta = dev(Hv), *rg = dev(Hv), *rout = dev(V);
-        cuda::gdn_decode_prepare(dmixed + i * C, db + i * Hv, da + i * Hv, dw, cin, cout, dssm, ddt, d, 1e-6f, rq, rk, rv,
-                                 rbeta, rg, nullptr);
+        cuda::gdn_decode_prepare(dmixed + i * C, db + i * Hv, da + i * Hv, dw, cin, cout, dssm, ddt, d, 1e-6f, rq, rk,
+                                 rv, rbeta, rg, nullptr);
         if (recurrent)
             cuda::gdn_decode_recurrent(rq, rk, rv, rbeta, rg, dz + i * V, dnorm, 1e-6f, d, sin, sout, rout, nullptr);
         same(q + i * QK, rq, QK, what + " q");
@@ -145,7 +146,8 @@ void run(const cuda::GdnDecodeDims& d, int64_t B, bool recurrent, uint32_t seed)
         if (recurrent) {
             same(out + i * V, rout, V, what + " out");
             same(state_written[size_t(i)], sout, S, what + " state");
-            if (!state_in_place(i) && std::memcmp(table[size_t(i)].state_in, states[size_t(i)].data(), size_t(S) * 4) != 0) {
+            if (!state_in_place(i) &&
+                std::memcmp(table[size_t(i)].state_in, states[size_t(i)].data(), size_t(S) * 4) != 0) {
                 std::printf("FAIL %s: old state changed\n", what.c_str());
                 ++failures;
             }
@@ -154,11 +156,13 @@ void run(const cuda::GdnDecodeDims& d, int64_t B, bool recurrent, uint32_t seed)
         if (i == 0) {
             std::vector<float> conv_out(static_cast<size_t>(C)), window = windows[0], state = states[0];
             cpu::conv1d_causal_silu(mixed.data(), conv_w.data(), window.data(), 1, C, K, conv_out.data());
-            std::vector<float> cq(conv_out.begin(), conv_out.begin() + QK), ck(conv_out.begin() + QK, conv_out.begin() + 2 * QK);
+            std::vector<float> cq(conv_out.begin(), conv_out.begin() + QK),
+                ck(conv_out.begin() + QK, conv_out.begin() + 2 * QK);
             const std::vector<float> cv(conv_out.begin() + 2 * QK, conv_out.end());
             cpu::l2_norm(cq.data(), Hk, dk, 1e-6f, cq.data());
             cpu::l2_norm(ck.data(), Hk, dk, 1e-6f, ck.data());
-            std::vector<float> cbeta(static_cast<size_t>(Hv)), cg(static_cast<size_t>(Hv)), o(static_cast<size_t>(V)), y(static_cast<size_t>(V));
+            std::vector<float> cbeta(static_cast<size_t>(Hv)), cg(static_cast<size_t>(Hv)), o(static_cast<size_t>(V)),
+                y(static_cast<size_t>(V));
             cpu::gdn_gates(b.data(), a.data(), ssm_a.data(), dt.data(), 1, Hv, cbeta.data(), cg.data());
             near_reference(rq, cq, 1e-4, what + " q");
             near_reference(rk, ck, 1e-4, what + " k");
@@ -171,7 +175,8 @@ void run(const cuda::GdnDecodeDims& d, int64_t B, bool recurrent, uint32_t seed)
             }
             if (recurrent) {
                 const cpu::DeltaRuleDims rd{1, Hk, Hv, dk, dv, d.key_head_map};
-                cpu::gated_delta_rule_recurrent(cq.data(), ck.data(), cv.data(), cg.data(), cbeta.data(), rd, state.data(), o.data());
+                cpu::gated_delta_rule_recurrent(cq.data(), ck.data(), cv.data(), cg.data(), cbeta.data(), rd,
+                                                state.data(), o.data());
                 cpu::gated_rms_norm(o.data(), z.data(), norm_w.data(), Hv, dv, 1e-6f, y.data());
                 near_reference(sout, state, 1e-4, what + " state");
                 near_reference(rout, y, 1e-3, what + " out");

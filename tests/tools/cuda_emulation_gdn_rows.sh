@@ -48,7 +48,9 @@ inline cluster_group this_cluster() { return {}; }
 HEADER
 
 REFERENCES=()
-for r in conv1d delta_rule gated_rms_norm gdn_gates l2_norm; do REFERENCES+=("$ROOT/src/ops/reference/${r}_cpu.cpp"); done
+for r in conv1d delta_rule gated_rms_norm gdn_gates l2_norm; do
+    REFERENCES+=("$ROOT/src/ops/reference/${r}_cpu.cpp")
+done
 g++ -std=c++20 -O1 -pthread -Wno-unknown-pragmas -DFMT_HEADER_ONLY -I"$OUT/include" \
     -I"$ROOT/tools/cuda_emulation/include" -I"$ROOT/src" "$ROOT/tests/tools/cuda_emulation_gdn_rows.cpp" \
     "$OUT/gdn_decode_cuda.cpp" "${REFERENCES[@]}" -o "$OUT/run"

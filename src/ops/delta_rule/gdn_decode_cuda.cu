@@ -446,9 +446,9 @@ void launch_recurrent(RecurrentLaunch launch, int64_t n_rows, cudaStream_t strea
     for (int64_t first = 0; first < n_rows; first += kMaxGridRows) {
         launch.args.first_row = first;
         const int64_t rows = std::min(kMaxGridRows, n_rows - first);
-        launch_programmatic_cluster(launch.kernel, dim3(unsigned(blocks), unsigned(rows)), dim3(unsigned(split.threads)),
-                                    dim3(unsigned(split.cluster_blocks)), 0, stream, "gdn_decode_recurrent",
-                                    launch.args);
+        launch_programmatic_cluster(launch.kernel, dim3(unsigned(blocks), unsigned(rows)),
+                                    dim3(unsigned(split.threads)), dim3(unsigned(split.cluster_blocks)), 0, stream,
+                                    "gdn_decode_recurrent", launch.args);
         cuda_check_launch("gdn_decode_recurrent");
     }
 }
