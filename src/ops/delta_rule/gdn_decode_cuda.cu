@@ -358,10 +358,6 @@ void check_dims(const GdnDecodeDims& d, const char* op) {
     }
 }
 
-}  // namespace
-
-namespace {
-
 // The grid's row dimension (y) holds at most this many rows; more take further launches.
 constexpr int64_t kMaxGridRows = kMaxGridBlocks;
 
@@ -390,8 +386,8 @@ PrepareArgs prepare_args(const float* mixed, const float* b, const float* a, con
                        dims.n_key_heads, dims.n_value_heads, dims.key_dim, dims.value_dim, dims.conv_kernel, l2_eps};
 }
 
-// The arguments of gdn_decode_recurrent (dims checked) without its state and quantised output, and the
-// launch's kernel and split.
+// The arguments of gdn_decode_recurrent (its caller has checked dims) without its state and quantised
+// output, and the launch's kernel and split.
 struct RecurrentLaunch {
     RecurrentArgs args;
     void (*kernel)(RecurrentArgs);
