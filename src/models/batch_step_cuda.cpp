@@ -3,11 +3,14 @@
 // own attention and DeltaNet state. Host code only (the kernels are in ops/): a .cpp so that fmt's
 // compile-time checks work, compiled to nothing in builds without CUDA.
 //
-// The stateful middle of a block runs the decode step's kernels once per row, on that row's state: correct
-// first, and every kernel the single-sequence step has proven. It costs a few launches per row and layer;
-// a batch that repeats (a server's steady batch) replays the whole step as a CUDA graph, so those launches
-// cost the host nothing. Kernels that take every row in one launch (a table of the rows' states on the
-// device) would let one graph serve every batch of a size.
+// The stateful middle of a block: the DeltaNet step runs its two decode kernels once for all B rows (the
+// rows forms of ops/delta_rule/delta_rule_cuda.h, the same kernels as a single step's, so each row is bit
+// for bit that row's single call), each row's conv window and state found through a device table of
+// pointers (upload_deltanet_rows: built on the host every step, the DeltaNet parity resolved there, one
+// copy before the step). Attention still runs the decode step's kernels once per row. A batch that repeats
+// (a server's steady batch) replays the whole step as a CUDA graph, so the per-row launches cost the host
+// nothing; the graphs are keyed by their rows' states and parities (BatchGraph), though the DeltaNet kernels
+// would already serve any batch of a size through the table.
 #include "models/model_cuda.h"
 
 #if DELTABIT_HAVE_CUDA
@@ -64,6 +67,7 @@ const float* CudaModel::forward_batch(std::span<CudaSequenceState* const> states
     check(cudaMemcpyAsync(d_ids, host_ids, size_t(B) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_), "upload ids");
     check(cudaMemcpyAsync(d_positions, host_positions, size_t(B) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
           "upload positions");
+    upload_deltanet_rows(states);
     check(cudaEventRecord(prompt_uploaded_, stream_), "record prompt inputs");
 
     batch_ = states;
@@ -190,19 +194,38 @@ void CudaModel::deltanet_rows(const CudaDeltaNetWeights& w, const float* x, int6
     float* normed = temp(B * value_dim);
     const cuda::GdnDecodeDims dims{c.ssm_n_key_heads, H_v, c.ssm_key_dim, c.ssm_value_dim, c.ssm_conv_kernel,
                                    key_head_map};
-    for (int64_t i = 0; i < B; ++i) {
-        CudaSequenceState& sequence = *batch_[size_t(i)];
-        CudaLayerState& state = sequence.layer(layer);
-        // Reads copy `parity`, writes the other: the row's step stays undoable, as a single step's.
-        const int p = sequence.parity();
-        cuda::gdn_decode_prepare(mixed + i * channels, b + i * H_v, a + i * H_v, w.conv, state.conv[p].get<float>(),
-                                 state.conv[p ^ 1].get<float>(), w.ssm_a, w.dt_bias, dims, kL2NormEps, q + i * key_dim,
-                                 k + i * key_dim, v + i * value_dim, beta + i * H_v, g + i * H_v, stream_);
-        cuda::gdn_decode_recurrent(q + i * key_dim, k + i * key_dim, v + i * value_dim, beta + i * H_v, g + i * H_v,
-                                   z + i * value_dim, w.norm, c.rms_eps, dims, state.recurrent[p].get<float>(),
-                                   state.recurrent[p ^ 1].get<float>(), normed + i * value_dim, stream_);
-    }
+    // Every row in one launch of each kernel, each row's state found through the row table.
+    const cuda::GdnDecodeRow* rows = deltanet_rows_table(layer);
+    cuda::gdn_decode_prepare_rows(mixed, b, a, w.conv, rows, B, w.ssm_a, w.dt_bias, dims, kL2NormEps, q, k, v, beta, g,
+                                  stream_);
+    cuda::gdn_decode_recurrent_rows(q, k, v, beta, g, z, w.norm, c.rms_eps, dims, rows, B, normed, stream_);
     batch_matmul(normed, B, {{&w.output, out}});
+}
+
+void CudaModel::upload_deltanet_rows(std::span<CudaSequenceState* const> states) {
+    const int64_t B = int64_t(states.size());
+    cuda::GdnDecodeRow* host = batch_deltanet_rows_host_;
+    int64_t n = 0;
+    for (int64_t l = 0; l < config_.n_layer(); ++l) {
+        if (config_.layers[size_t(l)] != LayerKind::linear_attention) continue;
+        for (int64_t i = 0; i < B; ++i) {
+            // Reads copy `parity`, writes the other: the row's step stays undoable, as a single step's.
+            const int p = states[size_t(i)]->parity();
+            CudaLayerState& state = states[size_t(i)]->layer(l);
+            host[n++] = {state.conv[p].get<float>(), state.conv[p ^ 1].get<float>(), state.recurrent[p].get<float>(),
+                         state.recurrent[p ^ 1].get<float>()};
+        }
+    }
+    if (n != 0)
+        check(cudaMemcpyAsync(batch_deltanet_rows_.get(), host, size_t(n) * sizeof(cuda::GdnDecodeRow),
+                              cudaMemcpyHostToDevice, stream_),
+              "upload DeltaNet row table");
+}
+
+const cuda::GdnDecodeRow* CudaModel::deltanet_rows_table(int64_t layer) const {
+    const auto& kinds = config_.layers;
+    const int64_t slot = std::count(kinds.begin(), kinds.begin() + layer, LayerKind::linear_attention);
+    return batch_deltanet_rows_.get<cuda::GdnDecodeRow>() + slot * int64_t(batch_.size());
 }
 
 void CudaModel::batch_matmul(const float* x, int64_t B,

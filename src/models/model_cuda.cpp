@@ -66,6 +66,11 @@ CudaModel::CudaModel(const Model& model, const UploadProgress& progress) : confi
     check(cudaEventCreateWithFlags(&prompt_uploaded_, cudaEventDisableTiming), "prompt input event");
     argmax_scratch_ = cuda::DeviceBuffer(argmax_result_offset(c.n_vocab) + sizeof(int32_t));
     batch_inputs_ = cuda::DeviceBuffer(2 * size_t(kPromptChunk) * sizeof(int32_t));
+    const int64_t n_deltanet = std::count(c.layers.begin(), c.layers.end(), LayerKind::linear_attention);
+    const size_t deltanet_row_bytes = size_t(n_deltanet * kPromptChunk) * sizeof(cuda::GdnDecodeRow);
+    batch_deltanet_rows_ = cuda::DeviceBuffer(deltanet_row_bytes);
+    if (deltanet_row_bytes != 0)
+        check(cudaMallocHost(&batch_deltanet_rows_host_, deltanet_row_bytes), "pinned DeltaNet row table");
 }
 
 CudaModel::~CudaModel() {
@@ -82,6 +87,7 @@ CudaModel::~CudaModel() {
     if (token_host_ != nullptr) cudaFreeHost(token_host_);
     if (prompt_uploaded_ != nullptr) cudaEventDestroy(prompt_uploaded_);
     if (prompt_host_ != nullptr) cudaFreeHost(prompt_host_);
+    if (batch_deltanet_rows_host_ != nullptr) cudaFreeHost(batch_deltanet_rows_host_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 

@@ -63,6 +63,7 @@
 #include "models/weights_cuda.h"
 #include "ops/elementwise/elementwise_cuda.h"
 #include "ops/attention/attention_cuda.h"
+#include "ops/delta_rule/delta_rule_cuda.h"
 #include "ops/matmul/matmul_cuda.h"
 
 namespace deltabit {
@@ -241,6 +242,11 @@ private:
     void attention_rows(const CudaAttentionWeights& w, const float* x, int64_t layer, const int32_t* d_positions,
                         float* out);
     void deltanet_rows(const CudaDeltaNetWeights& w, const float* x, int64_t layer, float* out);
+    // The DeltaNet row table of a batched step (batch_deltanet_rows_) for `states`, uploaded on stream_.
+    // Only between forward_batch's wait for prompt_uploaded_ and its record of it.
+    void upload_deltanet_rows(std::span<CudaSequenceState* const> states);
+    // Layer `layer`'s entries of that table, one per row of the running batch.
+    const cuda::GdnDecodeRow* deltanet_rows_table(int64_t layer) const;
     // The batched step's matmuls: the B rows of x through every matrix of `outputs` (all reading x) — Q1_0
     // ones by the few-token tensor-core GEMM (ops/matmul/gemm_cuda.h gemm_q1_0_small) on the rows
     // quantised once, as each decode GEMV quantises its token; the others (and B = 1 or past
@@ -338,9 +344,10 @@ private:
     // The running forward_batch call's states, row by row (empty otherwise): run_layers then takes the
     // batched blocks.
     std::span<CudaSequenceState* const> batch_;
-    // Batched steps as CUDA graphs (batch_step_cuda.cpp). A graph bakes in its rows' state buffers, so it
-    // serves one batch — the same states in the same order, each at the same DeltaNet parity — and reads the
-    // step's ids and positions from batch_inputs_. Captured when a batch repeats the previous call's states
+    // Batched steps as CUDA graphs (batch_step_cuda.cpp). A graph bakes in its rows' KV caches, so it
+    // serves one batch — the same states in the same order, each at the same DeltaNet parity (the key, kept
+    // while attention has no row table) — and reads the step's ids and positions from batch_inputs_ and its
+    // rows' DeltaNet buffers from batch_deltanet_rows_. Captured when a batch repeats the previous call's states
     // (a server's steady batch), the first time eagerly: a batch that changes every step never pays a capture.
     struct BatchGraph {
         std::vector<std::pair<uint64_t, int>> rows;  // (state id, parity) of each row
@@ -352,6 +359,13 @@ private:
     std::vector<uint64_t> last_batch_;  // the state ids of the previous forward_batch call
     DeviceArena batch_arena_;
     cuda::DeviceBuffer batch_inputs_;   // kPromptChunk ids, then kPromptChunk positions
+    // Each row's DeltaNet buffers for the batched step's rows kernels (cuda::GdnDecodeRow, [DeltaNet layer][row]
+    // for the step's B rows, room for kPromptChunk): read copy `parity`, write the other, resolved on the
+    // host. Rewritten before every batched step, replays included — the table is where a captured graph
+    // finds its rows' states, and another batch may have overwritten it since — from a pinned host copy
+    // (one cudaMemcpyAsync), guarded like prompt_host_ by prompt_uploaded_.
+    cuda::DeviceBuffer batch_deltanet_rows_;
+    cuda::GdnDecodeRow* batch_deltanet_rows_host_ = nullptr;
     const float* enqueue_batch_step(int64_t B);
     void release_batch_graphs();
     // The running forward call's observer (forward), or nullptr; the layer its names are of.

@@ -7,7 +7,7 @@
 //  - Q1_0 matrices, 5 rows (the per-token int8 GEMV) and 9 (the tensor-core GEMM): a batch's rows bit for bit
 //    those of the same sequences' twins batched in another order — nothing a row computes may depend on its
 //    neighbours or its place.
-//  - a repeated batch replayed from a CUDA graph, bit for bit the eager steps;
+//  - a repeated batch replayed from a CUDA graph, bit for bit the eager steps, also after another batch ran;
 //  - a batch with one bad row (past its capacity, a state twice) refused whole, every state unchanged.
 #include "models/fixture.h"
 
@@ -194,7 +194,9 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, BatchStepQ1,
 
 // A batch that repeats is replayed from a CUDA graph (from its third step: the first eager, then one capture
 // per DeltaNet parity), bit for bit the eager steps of a model with graphs off; a batch of other states,
-// or of the same states in another order, is not served by those graphs.
+// or of the same states in another order, is not served by those graphs. Going back to the first order
+// replays its graphs after the other order's steps rewrote the DeltaNet row table the graphs read
+// (batch_step_cuda.cpp): each step must upload its own table, replays included.
 TEST(BatchStep, RepeatedBatchReplaysAGraphBitForBitTheEagerSteps) {
     DELTABIT_REQUIRE_GPU();
     const Model cpu = test::load_fixture_model("qwen3_5_binary", /*q1_matrices=*/true);
@@ -205,9 +207,10 @@ TEST(BatchStep, RepeatedBatchReplaysAGraphBitForBitTheEagerSteps) {
     const std::vector<std::vector<int32_t>> prompts = row_prompts(B, V, rng);
     std::vector<CudaSequenceState> a = prefilled(graphs, prompts), b = prefilled(eager, prompts);
     std::vector<CudaSequenceState*> rows_a = pointers(a), rows_b = pointers(b);
-    for (int step = 0; step < 10; ++step) {
-        // Steps 6 and 7 swap the first two rows: another batch, stepped eagerly, then captured.
-        if (step == 6) {
+    for (int step = 0; step < 12; ++step) {
+        // Steps 6–9 swap the first two rows: another batch, stepped eagerly, then captured; 10 and 11 swap
+        // them back.
+        if (step == 6 || step == 10) {
             std::swap(rows_a[0], rows_a[1]);
             std::swap(rows_b[0], rows_b[1]);
         }
@@ -217,9 +220,10 @@ TEST(BatchStep, RepeatedBatchReplaysAGraphBitForBitTheEagerSteps) {
         ASSERT_EQ(std::memcmp(ga.data(), gb.data(), ga.size() * sizeof(float)), 0) << "step " << step;
     }
     const CudaDecodeStats s = graphs.decode_stats();
-    // Steps 0–5: eager, capture, capture, replay ×3; 6–9: eager, capture, capture, replay.
+    // Steps 0–5: eager, capture, capture, replay ×3; 6–9: eager, capture, capture, replay; 10, 11: replays
+    // of the first order's graphs (their rows at the parities of steps 2 and 1).
     EXPECT_EQ(s.batch_graph_captures, 4);
-    EXPECT_EQ(s.batch_graph_replays, 4);
+    EXPECT_EQ(s.batch_graph_replays, 6);
     EXPECT_EQ(eager.decode_stats().batch_graph_captures + eager.decode_stats().batch_graph_replays, 0);
 }
 

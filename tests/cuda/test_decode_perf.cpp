@@ -6,6 +6,8 @@
 //     Several caches are cycled so the KV comes from HBM, not L2 (50 MB), as in a real 16-layer step.
 //   - the gated DeltaNet decode step (2 launches) against the op chain it replaces (7 launches + 3
 //     copies), Bonsai-27B heads.
+//   - the batched step's DeltaNet middle, Bonsai-27B heads, B = 8 and 64 rows: the rows forms (2 launches
+//     for all rows, each row's state through a device table) against B single calls' 2·B launches.
 //   - a whole decode step of the qwen3_5_binary fixture as Q1_0 (tiny: launch-bound), graph replay vs
 //     eager launches, µs per token including the argmax round trip.
 //
@@ -250,6 +252,80 @@ TEST(DecodePerf, AttentionAndDeltaNetKernels) {
         },
         200);
     row("gdn decode step, op chain (7 launches + 3 copies)", chain, state_bytes);
+}
+
+// The batched step's DeltaNet middle (models/batch_step_cuda.cpp deltanet_rows): B rows of Bonsai-27B's
+// heads, each with its own state, read from one copy and written to the other as the model does; the
+// rows forms against the per-row loop they replaced. GB/s on the B states' read + write.
+TEST(DecodePerf, DeltaNetRows) {
+    if (!perf_requested()) GTEST_SKIP() << "set DELTABIT_OPS_PERF=1 to time the decode kernels";
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device on this machine";
+    const double copy = copy_bandwidth_gbs();
+    constexpr int64_t Hk = 16, Hv = 48, dk = 128, dv = 128, K = 4, C = 2 * Hk * dk + Hv * dv;
+    constexpr int64_t kMaxRows = 64, W = (K - 1) * C, S = Hv * dk * dv;
+    const cuda::GdnDecodeDims gd{Hk, Hv, dk, dv, K, cuda::KeyHeadMap::tiled};
+    DeviceBuffer conv_w = random_floats(C * K, -1, 1, 60), ssm_a = random_floats(Hv, -8, -0.1f, 61),
+                 dt = random_floats(Hv, -1, 1, 62), norm_w = random_floats(dv, 0.5f, 1.5f, 63);
+    DeviceBuffer mixed = random_floats(kMaxRows * C, -2, 2, 64), b = random_floats(kMaxRows * Hv, -4, 4, 65),
+                 a = random_floats(kMaxRows * Hv, -4, 4, 66), z = random_floats(kMaxRows * Hv * dv, -4, 4, 67);
+    DeviceBuffer q(kMaxRows * Hk * dk * 4), k(kMaxRows * Hk * dk * 4), v(kMaxRows * Hv * dv * 4),
+        beta(kMaxRows * Hv * 4), g(kMaxRows * Hv * 4), out(kMaxRows * Hv * dv * 4);
+    // Two copies of each row's window and state; step i reads copy i % 2 and writes the other.
+    std::vector<DeviceBuffer> windows, states;
+    for (int64_t r = 0; r < 2 * kMaxRows; ++r) {
+        windows.push_back(random_floats(W, -1, 1, uint32_t(100 + r)));
+        states.push_back(random_floats(S, -0.5f, 0.5f, uint32_t(300 + r)));
+    }
+    std::vector<cuda::GdnDecodeRow> host_tables[2];
+    for (int p = 0; p < 2; ++p)
+        for (int64_t r = 0; r < kMaxRows; ++r) {
+            const size_t read = size_t(2 * r + p), written = size_t(2 * r + (p ^ 1));
+            host_tables[p].push_back({windows[read].get<float>(), windows[written].get<float>(),
+                                      states[read].get<float>(), states[written].get<float>()});
+        }
+    DeviceBuffer tables[2] = {DeviceBuffer(kMaxRows * sizeof(cuda::GdnDecodeRow)),
+                              DeviceBuffer(kMaxRows * sizeof(cuda::GdnDecodeRow))};
+    for (int p = 0; p < 2; ++p) tables[p].upload(host_tables[p].data(), tables[p].bytes());
+    for (const int64_t B : {int64_t(8), kMaxRows}) {
+        const double bytes = 2.0 * double(B * S) * 4;
+        const auto report = [&](const char* what, double us) {
+            const double gbs = bytes / (us * 1e3);
+            std::printf("[perf] gdn decode %2lld rows of 16/48 x 128, %-30s %9.2f us %8.1f GB/s %5.1f%%\n",
+                        (long long)B, what, us, gbs, 100.0 * gbs / copy);
+        };
+        const double rows = time_us(
+            [&](int i) {
+                const auto* table = tables[i % 2].get<cuda::GdnDecodeRow>();
+                cuda::gdn_decode_prepare_rows(mixed.get<float>(), b.get<float>(), a.get<float>(), conv_w.get<float>(),
+                                              table, B, ssm_a.get<float>(), dt.get<float>(), gd, 1e-6f, q.get<float>(),
+                                              k.get<float>(), v.get<float>(), beta.get<float>(), g.get<float>(),
+                                              nullptr);
+                cuda::gdn_decode_recurrent_rows(q.get<float>(), k.get<float>(), v.get<float>(), beta.get<float>(),
+                                                g.get<float>(), z.get<float>(), norm_w.get<float>(), 1e-6f, gd, table,
+                                                B, out.get<float>(), nullptr);
+            },
+            20);
+        report("rows forms (2 launches)", rows);
+        const double single = time_us(
+            [&](int i) {
+                for (int64_t r = 0; r < B; ++r) {
+                    const cuda::GdnDecodeRow& t = host_tables[i % 2][size_t(r)];
+                    cuda::gdn_decode_prepare(mixed.get<float>() + r * C, b.get<float>() + r * Hv,
+                                             a.get<float>() + r * Hv, conv_w.get<float>(), t.conv_in, t.conv_out,
+                                             ssm_a.get<float>(), dt.get<float>(), gd, 1e-6f,
+                                             q.get<float>() + r * Hk * dk, k.get<float>() + r * Hk * dk,
+                                             v.get<float>() + r * Hv * dv,
+                                             beta.get<float>() + r * Hv, g.get<float>() + r * Hv, nullptr);
+                    cuda::gdn_decode_recurrent(q.get<float>() + r * Hk * dk, k.get<float>() + r * Hk * dk,
+                                               v.get<float>() + r * Hv * dv, beta.get<float>() + r * Hv,
+                                               g.get<float>() + r * Hv, z.get<float>() + r * Hv * dv,
+                                               norm_w.get<float>(), 1e-6f, gd, t.state_in, t.state_out,
+                                               out.get<float>() + r * Hv * dv, nullptr);
+                }
+            },
+            20);
+        report("single calls (2 launches a row)", single);
+    }
 }
 
 TEST(DecodePerf, FixtureTokenStep) {

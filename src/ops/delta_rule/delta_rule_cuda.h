@@ -81,6 +81,30 @@ void gdn_decode_recurrent(const float* q, const float* k, const float* v, const 
                           const float* state_in, float* state_out, float* out, cudaStream_t stream,
                           const QuantizedActivationsView* out_quantized = nullptr);
 
+// The decode step of B rows (sequences), each with its own conv window and state, in one launch of each
+// kernel: the same kernels as the calls above, the row the grid's y index, so row i is bit for bit the
+// single call on row i's slices and buffers. The activations are the single call's arrays stacked by row
+// ([B][...] of the shapes above: mixed [B][C], b, a, beta, g [B][H_v], q, k [B][H_k·d_k], v, z, out
+// [B][H_v·d_v]); row i's window and state are read and written where rows[i] says, a table of B entries
+// on the device (a captured graph reads what is there when it runs). The kernels read the table before
+// they wait for the kernel launched just before them (ops/cuda/programmatic_launch.cuh), so that kernel
+// must not write it: a copy before the step does. Each row may read and write one buffer (in place) or
+// two; no two rows may write the same buffer, nor one row read what another writes. No quantised output.
+// More rows than a grid's y dimension holds take several launches.
+struct GdnDecodeRow {
+    const float* conv_in;  // [K−1][C]
+    float* conv_out;
+    const float* state_in;  // [H_v][d_k][d_v]
+    float* state_out;
+};
+void gdn_decode_prepare_rows(const float* mixed, const float* b, const float* a, const float* conv_w,
+                             const GdnDecodeRow* rows, int64_t n_rows, const float* ssm_a, const float* dt_bias,
+                             const GdnDecodeDims& dims, float l2_eps, float* q, float* k, float* v, float* beta,
+                             float* g, cudaStream_t stream);
+void gdn_decode_recurrent_rows(const float* q, const float* k, const float* v, const float* beta, const float* g,
+                               const float* z, const float* norm_w, float norm_eps, const GdnDecodeDims& dims,
+                               const GdnDecodeRow* rows, int64_t n_rows, float* out, cudaStream_t stream);
+
 // ---- chunked gated delta rule (delta_rule_chunked_cuda.cu) ----
 //
 // Same contract as cpu::gated_delta_rule_chunked with chunk 64 (layouts in ops/delta_rule.h).

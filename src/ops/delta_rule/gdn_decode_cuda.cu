@@ -22,6 +22,16 @@
 // none; a block has L × its columns threads, rounded up to a warp and at most 512 (then it makes several
 // passes). Bonsai-27B (48 heads of value_dim 128, key_dim 128): 4 blocks of 32 columns and 128 threads per
 // head, 192 blocks.
+//
+// The rows forms (a batched step's B sequences) launch the same two kernels once for all rows: the row is
+// the grid's y index (the recurrent kernel's clusters stay along x), and the first line of each kernel
+// (prepare_row, recurrent_row) moves its arguments to that row — its slice of each [B][...] activation
+// array, its window and state from the device table — so a row of the rows form is the single call bit for
+// bit. The single calls read no table, so nothing more comes before their first load. The prepare kernel
+// is one instance for both (row 0, no table: ptxas gave it 40 registers against 48 before the rows). The
+// recurrent kernel takes the move only in its kRowsForm instances: done at run time, it took the 2- and
+// 4-lane kernels from 123 and 122 registers to 128, the most 512 threads allow, so the single step keeps
+// its own code; the two instances' PTX has the same float operations in the same order.
 #include <cooperative_groups.h>
 
 #include <algorithm>
@@ -30,6 +40,7 @@
 #include <string>
 
 #include "backend/cuda_buffer.h"
+#include "ops/cuda/cuda_launch.h"
 #include "ops/cuda/activation_quant.cuh"
 #include "ops/cuda/cuda_math.cuh"
 #include "ops/elementwise/elementwise_cuda.h"
@@ -57,6 +68,9 @@ constexpr int64_t kMaxBlockColumns = 128;
 static_assert(kMaxBlockColumns * kMaxClusterBlocks >= kGdnDecodeMaxValueDim && kMaxBlockColumns % kColumnAlign == 0);
 
 struct PrepareArgs {
+    // nullptr: one row, conv_in and conv_out below; else a device table of the rows' windows.
+    const GdnDecodeRow* rows;
+    int64_t first_row;  // the row of grid row 0 (a launch covers at most kMaxGridRows rows)
     const float* mixed;
     const float* b;
     const float* a;
@@ -74,7 +88,27 @@ struct PrepareArgs {
     float l2_eps;
 };
 
-__global__ void __launch_bounds__(kPrepareThreads) gdn_prepare_kernel(PrepareArgs a) {
+// The arguments of row `row`: its slice of every [B][...] activation array and, from the table, its conv
+// window. The rest of the kernel is the one-row kernel on these (so a row is bit for bit a single call).
+__device__ __forceinline__ PrepareArgs prepare_row(PrepareArgs a, int64_t row) {
+    if (a.rows != nullptr) {
+        a.conv_in = a.rows[row].conv_in;
+        a.conv_out = a.rows[row].conv_out;
+    }
+    const int64_t qk = a.n_key_heads * a.key_dim, v = a.n_value_heads * a.value_dim, hv = a.n_value_heads;
+    a.mixed += row * (2 * qk + v);
+    a.b += row * hv;
+    a.a += row * hv;
+    a.q += row * qk;
+    a.k += row * qk;
+    a.v += row * v;
+    a.beta += row * hv;
+    a.g += row * hv;
+    return a;
+}
+
+__global__ void __launch_bounds__(kPrepareThreads) gdn_prepare_kernel(PrepareArgs args) {
+    const PrepareArgs a = prepare_row(args, args.first_row + blockIdx.y);
     __shared__ float scratch[32];
     const int64_t seg = blockIdx.x, hk = a.n_key_heads, dk = a.key_dim, dv = a.value_dim, K = a.kernel;
     const int64_t channels = 2 * hk * dk + a.n_value_heads * dv;
@@ -125,6 +159,10 @@ __global__ void __launch_bounds__(kPrepareThreads) gdn_prepare_kernel(PrepareArg
 }
 
 struct RecurrentArgs {
+    // The rows form's (kRowsForm): the device table of the rows' states, and the row of grid row 0 (a
+    // launch covers at most kMaxGridRows rows). The single call's state is state_in and state_out below.
+    const GdnDecodeRow* rows;
+    int64_t first_row;
     const float* q;
     const float* k;
     const float* v;
@@ -143,8 +181,27 @@ struct RecurrentArgs {
     float q_scale, norm_eps;
 };
 
-template <int L>
-__global__ void __launch_bounds__(kRecurrentThreads) gdn_recurrent_kernel(RecurrentArgs a) {
+// As prepare_row: row `row`'s activations and, from the table, its state; out_q stays (the rows forms
+// have none).
+__device__ __forceinline__ RecurrentArgs recurrent_row(RecurrentArgs a, int64_t row) {
+    if (a.rows != nullptr) {
+        a.state_in = a.rows[row].state_in;
+        a.state_out = a.rows[row].state_out;
+    }
+    const int64_t qk = a.n_key_heads * a.key_dim, v = a.n_value_heads * a.value_dim, hv = a.n_value_heads;
+    a.q += row * qk;
+    a.k += row * qk;
+    a.v += row * v;
+    a.beta += row * hv;
+    a.g += row * hv;
+    a.z += row * v;
+    a.out += row * v;
+    return a;
+}
+
+template <int L, bool kRowsForm>
+__global__ void __launch_bounds__(kRecurrentThreads) gdn_recurrent_kernel(RecurrentArgs args) {
+    const RecurrentArgs a = kRowsForm ? recurrent_row(args, args.first_row + blockIdx.y) : args;
     constexpr int kRows = kRowsPerThread * L;  // >= key_dim
     __shared__ float q_s[kRows], k_s[kRows];
     __shared__ float o_s[kMaxBlockColumns];  // this block's outputs before the norm
@@ -155,7 +212,7 @@ __global__ void __launch_bounds__(kRecurrentThreads) gdn_recurrent_kernel(Recurr
     const int n_ranks = int(cluster.num_blocks()), rank = int(cluster.block_rank());
     const int threads = int(blockDim.x), cols_per_pass = threads / L;
     const int tid = int(threadIdx.x), in_group = tid % L, col_in_pass = tid / L;
-    // A 1-D grid of 1-D clusters: the cluster is the head, its blocks consecutive.
+    // Clusters along x: the cluster is the head, its blocks consecutive; the row is blockIdx.y.
     const int64_t h = blockIdx.x / unsigned(n_ranks), dk = a.key_dim, dv = a.value_dim, hv = a.n_value_heads;
     const int64_t j_begin = min(dv, rank * a.block_columns), n_cols = min(dv, j_begin + a.block_columns) - j_begin;
     const int64_t kh = a.tiled ? h % a.n_key_heads : h / (hv / a.n_key_heads);
@@ -301,18 +358,118 @@ void check_dims(const GdnDecodeDims& d, const char* op) {
     }
 }
 
+// The grid's row dimension (y) holds at most this many rows; more take further launches.
+constexpr int64_t kMaxGridRows = kMaxGridBlocks;
+
+void check_rows(int64_t n_rows, const GdnDecodeRow* rows, const char* op) {
+    if (n_rows < 0 || (n_rows > 0 && rows == nullptr))
+        fail_message(std::string(op) + " (cuda): " + std::to_string(n_rows) + " rows with " +
+                     (rows == nullptr ? "no" : "a") + " row table");
+}
+
+// Rows [0, n_rows) of `args`, kMaxGridRows a launch. The single call is one row with no table.
+void launch_prepare(PrepareArgs args, int64_t n_rows, cudaStream_t stream) {
+    const int64_t segments = 2 * args.n_key_heads + args.n_value_heads;
+    for (int64_t first = 0; first < n_rows; first += kMaxGridRows) {
+        args.first_row = first;
+        const int64_t rows = std::min(kMaxGridRows, n_rows - first);
+        launch_programmatic(gdn_prepare_kernel, dim3(unsigned(segments), unsigned(rows)), dim3(kPrepareThreads), 0,
+                            stream, "gdn_decode_prepare", args);
+        cuda_check_launch("gdn_decode_prepare");
+    }
+}
+
+PrepareArgs prepare_args(const float* mixed, const float* b, const float* a, const float* conv_w, const float* ssm_a,
+                         const float* dt_bias, const GdnDecodeDims& dims, float l2_eps, float* q, float* k, float* v,
+                         float* beta, float* g) {
+    return PrepareArgs{nullptr, 0,       mixed, b, a, conv_w, nullptr, nullptr, ssm_a, dt_bias, q, k, v, beta, g,
+                       dims.n_key_heads, dims.n_value_heads, dims.key_dim, dims.value_dim, dims.conv_kernel, l2_eps};
+}
+
+// The arguments of gdn_decode_recurrent (its caller has checked dims) without its state and quantised
+// output, and the launch's kernel and split.
+struct RecurrentLaunch {
+    RecurrentArgs args;
+    void (*kernel)(RecurrentArgs);
+    RecurrentSplit split;
+};
+
+template <bool kRowsForm>
+RecurrentLaunch recurrent_launch(const float* q, const float* k, const float* v, const float* beta, const float* g,
+                                 const float* z, const float* norm_w, float norm_eps, const GdnDecodeDims& dims,
+                                 float* out) {
+    const int64_t lanes = (dims.key_dim + kRowsPerThread - 1) / kRowsPerThread;
+    const int L = lanes <= 1 ? 1 : lanes <= 2 ? 2 : lanes <= 4 ? 4 : 8;
+    const auto kernel = L == 1   ? gdn_recurrent_kernel<1, kRowsForm>
+                        : L == 2 ? gdn_recurrent_kernel<2, kRowsForm>
+                        : L == 4 ? gdn_recurrent_kernel<4, kRowsForm>
+                                 : gdn_recurrent_kernel<8, kRowsForm>;
+    const RecurrentSplit split = recurrent_split(dims.value_dim, L);
+    const int64_t blocks = dims.n_value_heads * split.cluster_blocks;
+    if (split.block_columns > kMaxBlockColumns || blocks > int64_t(INT32_MAX))
+        fail_message("gdn_decode_recurrent (cuda): " + std::to_string(dims.n_value_heads) + " value heads of " +
+                     std::to_string(split.cluster_blocks) + " blocks with " + std::to_string(split.block_columns) +
+                     " columns each exceed the grid or the shared memory; " + dims_text(dims));
+    const RecurrentArgs args{nullptr,
+                             0,
+                             q,
+                             k,
+                             v,
+                             beta,
+                             g,
+                             z,
+                             norm_w,
+                             nullptr,
+                             nullptr,
+                             out,
+                             nullptr,
+                             nullptr,
+                             dims.n_key_heads,
+                             dims.n_value_heads,
+                             dims.key_dim,
+                             dims.value_dim,
+                             split.block_columns,
+                             dims.key_head_map == cpu::KeyHeadMap::tiled,
+                             float(1.0 / std::sqrt(double(dims.key_dim))),
+                             norm_eps};
+    return {args, kernel, split};
+}
+
+// Rows [0, n_rows), kMaxGridRows a launch: the heads' clusters along x, the rows along y.
+void launch_recurrent(RecurrentLaunch launch, int64_t n_rows, cudaStream_t stream) {
+    const RecurrentSplit& split = launch.split;
+    const int64_t blocks = launch.args.n_value_heads * split.cluster_blocks;
+    for (int64_t first = 0; first < n_rows; first += kMaxGridRows) {
+        launch.args.first_row = first;
+        const int64_t rows = std::min(kMaxGridRows, n_rows - first);
+        launch_programmatic_cluster(launch.kernel, dim3(unsigned(blocks), unsigned(rows)),
+                                    dim3(unsigned(split.threads)), dim3(unsigned(split.cluster_blocks)), 0, stream,
+                                    "gdn_decode_recurrent", launch.args);
+        cuda_check_launch("gdn_decode_recurrent");
+    }
+}
+
 }  // namespace
 
 void gdn_decode_prepare(const float* mixed, const float* b, const float* a, const float* conv_w, const float* conv_in,
                         float* conv_out, const float* ssm_a, const float* dt_bias, const GdnDecodeDims& dims,
                         float l2_eps, float* q, float* k, float* v, float* beta, float* g, cudaStream_t stream) {
     check_dims(dims, "gdn_decode_prepare");
-    const PrepareArgs args{mixed,   b, a, conv_w, conv_in, conv_out, ssm_a, dt_bias, q, k, v, beta, g,
-                           dims.n_key_heads, dims.n_value_heads, dims.key_dim, dims.value_dim, dims.conv_kernel, l2_eps};
-    const int64_t segments = 2 * dims.n_key_heads + dims.n_value_heads;
-    launch_programmatic(gdn_prepare_kernel, dim3(unsigned(segments)), dim3(kPrepareThreads), 0, stream,
-                        "gdn_decode_prepare", args);
-    cuda_check_launch("gdn_decode_prepare");
+    PrepareArgs args = prepare_args(mixed, b, a, conv_w, ssm_a, dt_bias, dims, l2_eps, q, k, v, beta, g);
+    args.conv_in = conv_in;
+    args.conv_out = conv_out;
+    launch_prepare(args, 1, stream);
+}
+
+void gdn_decode_prepare_rows(const float* mixed, const float* b, const float* a, const float* conv_w,
+                             const GdnDecodeRow* rows, int64_t n_rows, const float* ssm_a, const float* dt_bias,
+                             const GdnDecodeDims& dims, float l2_eps, float* q, float* k, float* v, float* beta,
+                             float* g, cudaStream_t stream) {
+    check_dims(dims, "gdn_decode_prepare_rows");
+    check_rows(n_rows, rows, "gdn_decode_prepare_rows");
+    PrepareArgs args = prepare_args(mixed, b, a, conv_w, ssm_a, dt_bias, dims, l2_eps, q, k, v, beta, g);
+    args.rows = rows;
+    launch_prepare(args, n_rows, stream);
 }
 
 void gdn_decode_recurrent(const float* q, const float* k, const float* v, const float* beta, const float* g,
@@ -326,41 +483,24 @@ void gdn_decode_recurrent(const float* q, const float* k, const float* v, const 
         fail_message("gdn_decode_recurrent (cuda): a quantised output needs value_dim a multiple of " +
                      std::to_string(kActivationGroup) + " and a view of " +
                      std::to_string(dims.n_value_heads * dims.value_dim) + " inputs; " + dims_text(dims));
-    const int64_t lanes = (dims.key_dim + kRowsPerThread - 1) / kRowsPerThread;
-    const int L = lanes <= 1 ? 1 : lanes <= 2 ? 2 : lanes <= 4 ? 4 : 8;
-    const auto kernel = L == 1   ? gdn_recurrent_kernel<1>
-                        : L == 2 ? gdn_recurrent_kernel<2>
-                        : L == 4 ? gdn_recurrent_kernel<4>
-                                 : gdn_recurrent_kernel<8>;
-    const RecurrentSplit split = recurrent_split(dims.value_dim, L);
-    const int64_t blocks = dims.n_value_heads * split.cluster_blocks;
-    if (split.block_columns > kMaxBlockColumns || blocks > int64_t(INT32_MAX))
-        fail_message("gdn_decode_recurrent (cuda): " + std::to_string(dims.n_value_heads) + " value heads of " +
-                     std::to_string(split.cluster_blocks) + " blocks with " + std::to_string(split.block_columns) +
-                     " columns each exceed the grid or the shared memory; " + dims_text(dims));
-    const RecurrentArgs args{q,
-                             k,
-                             v,
-                             beta,
-                             g,
-                             z,
-                             norm_w,
-                             state_in,
-                             state_out,
-                             out,
-                             out_quantized != nullptr ? out_quantized->q : nullptr,
-                             out_quantized != nullptr ? out_quantized->meta : nullptr,
-                             dims.n_key_heads,
-                             dims.n_value_heads,
-                             dims.key_dim,
-                             dims.value_dim,
-                             split.block_columns,
-                             dims.key_head_map == cpu::KeyHeadMap::tiled,
-                             float(1.0 / std::sqrt(double(dims.key_dim))),
-                             norm_eps};
-    launch_programmatic_cluster(kernel, dim3(unsigned(blocks)), dim3(unsigned(split.threads)),
-                                dim3(unsigned(split.cluster_blocks)), 0, stream, "gdn_decode_recurrent", args);
-    cuda_check_launch("gdn_decode_recurrent");
+    RecurrentLaunch launch = recurrent_launch<false>(q, k, v, beta, g, z, norm_w, norm_eps, dims, out);
+    launch.args.state_in = state_in;
+    launch.args.state_out = state_out;
+    if (out_quantized != nullptr) {
+        launch.args.out_q = out_quantized->q;
+        launch.args.out_meta = out_quantized->meta;
+    }
+    launch_recurrent(launch, 1, stream);
+}
+
+void gdn_decode_recurrent_rows(const float* q, const float* k, const float* v, const float* beta, const float* g,
+                               const float* z, const float* norm_w, float norm_eps, const GdnDecodeDims& dims,
+                               const GdnDecodeRow* rows, int64_t n_rows, float* out, cudaStream_t stream) {
+    check_dims(dims, "gdn_decode_recurrent_rows");
+    check_rows(n_rows, rows, "gdn_decode_recurrent_rows");
+    RecurrentLaunch launch = recurrent_launch<true>(q, k, v, beta, g, z, norm_w, norm_eps, dims, out);
+    launch.args.rows = rows;
+    launch_recurrent(launch, n_rows, stream);
 }
 
 }  // namespace deltabit::cuda
