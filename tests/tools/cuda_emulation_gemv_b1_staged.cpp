@@ -46,7 +46,7 @@ struct Config {
     std::string text() const {
         return "warps " + std::to_string(c.warps_per_block) + " splits " + std::to_string(c.splits) + " stages " +
                std::to_string(c.stages) + " groups " + std::to_string(c.stage_groups) + " grid cap " +
-               std::to_string(c.max_grid);
+               std::to_string(c.max_grid) + (c.balanced_grid ? " balanced" : "");
     }
 };
 
@@ -195,9 +195,11 @@ int run_case(int64_t n, int64_t units, int64_t first, const std::vector<Config>&
 
 int main() {
     // Configs: K slices 1 to 8; rings of 2 to 8 stages of 1 to 8 groups; grids capped so that blocks walk
-    // several rounds (the ring running across tiles and the round barrier's two buffers); one warp alone.
-    auto config = [](int warps, int splits, int stages, int groups, int max_grid) {
+    // several rounds (the ring running across tiles and the round barrier's two buffers), one of them balanced
+    // (9 tiles on a cap of 4 blocks: 3 blocks of 3 rounds); one warp alone.
+    auto config = [](int warps, int splits, int stages, int groups, int max_grid, bool balanced = false) {
         cuda::GemvB1StagedConfig c;
+        c.balanced_grid = balanced;
         c.warps_per_block = warps;
         c.splits = splits;
         c.stages = stages;
@@ -207,7 +209,7 @@ int main() {
     };
     const std::vector<Config> configs = {config(8, 4, 4, 2, 0), config(8, 8, 2, 1, 2), config(4, 1, 3, 8, 1),
                                          config(6, 3, 6, 2, 0), config(1, 1, 2, 1, 1), config(8, 2, 8, 2, 3),
-                                         config(4, 4, 4, 4, 0)};
+                                         config(4, 4, 4, 4, 0), config(8, 8, 2, 1, 4, true)};
     struct Case {
         int64_t n, units, first;
     };

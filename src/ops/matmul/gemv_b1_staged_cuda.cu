@@ -276,7 +276,8 @@ Plan plan_launch(int64_t rows, int64_t cols, const GemvB1StagedConfig& c) {
     if (smem > size_t(limit))
         fail_message(what + std::to_string(smem) + " bytes of shared memory a block (ring " + std::to_string(ring) +
                      ", K = " + std::to_string(cols) + "'s planes) exceed the device's " + std::to_string(limit));
-    cuda_check(cudaFuncSetAttribute(p.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+    // The device's limit, not this launch's need: a graph may hold launches of the same kernel with more.
+    cuda_check(cudaFuncSetAttribute(p.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, limit),
                "b1 staged gemv shared memory");
     // All shared memory: the SM's split between L1 and shared memory is fixed while blocks run, so the next
     // kernel's block fits beside this one only if this one's launch asked for the largest carve-out.
@@ -289,9 +290,13 @@ Plan plan_launch(int64_t rows, int64_t cols, const GemvB1StagedConfig& c) {
     if (per_sm < 1) fail_message(what + "a block of this shape does not fit an SM");
     const int sms = device_attribute(cudaDevAttrMultiProcessorCount, "SM count");
     const int64_t tiles = (rows + kTileRows - 1) / kTileRows, tiles_per_block = c.warps_per_block / c.splits;
-    int64_t grid = std::min<int64_t>((tiles + tiles_per_block - 1) / tiles_per_block,
-                                     int64_t(std::min(c.blocks_per_sm, per_sm)) * sms);
+    const int64_t blocks = (tiles + tiles_per_block - 1) / tiles_per_block;  // one round of tiles each
+    int64_t grid = std::min<int64_t>(blocks, int64_t(std::min(c.blocks_per_sm, per_sm)) * sms);
     if (c.max_grid > 0) grid = std::min<int64_t>(grid, c.max_grid);
+    if (c.balanced_grid && grid > 0) {
+        const int64_t rounds = (blocks + grid - 1) / grid;
+        grid = (blocks + rounds - 1) / rounds;
+    }
     p.launch = {grid, smem, per_sm, int64_t(ring)};
     return p;
 }

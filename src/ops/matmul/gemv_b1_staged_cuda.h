@@ -43,6 +43,10 @@ struct GemvB1StagedConfig {
     int stage_groups = 2;     // unit groups a stage holds (1 KB of codes each): 1, 2, 4 or 8
     int blocks_per_sm = 1;    // blocks the grid puts on an SM at most; the rest of the SM is the next kernel's
     int max_grid = 0;         // at most this many blocks (0: no cap) — for tests, so blocks walk many rounds
+    // As few blocks as take the same number of rounds (e.g. 320 tiles of 2 a block: 80 blocks of two rounds, not
+    // 132 blocks of which 28 run a second): the same makespan in rounds, and the SMs left free take the next
+    // kernel's blocks, which stream their weights meanwhile.
+    bool balanced_grid = false;
 };
 
 // What a launch used: for the bench's lines and the tests.
