@@ -161,8 +161,9 @@ class CudaEmulationTest(unittest.TestCase):
 
     def test_gemv_b1_staged_scale_word_offset_bug_is_caught(self):
         # A run of scales starting mid-word read as if it started at the word.
-        status, out = self.emulate_gemv_b1_staged("const int lead1 = int((scales + 2 * uintptr_t(row1 * a.units + u0)) & 2);",
-                                                  "const int lead1 = 0;")
+        status, out = self.emulate_gemv_b1_staged(
+            "const int byte1 = int((scales + 2 * uintptr_t((row0 + 8) * a.units + u0)) & 2) + 2 * t;",
+            "const int byte1 = 2 * t;")
         self.assertEqual(status, 1, out)
         self.assertIn("gemv_q1_0_b1's order gives", out)
 

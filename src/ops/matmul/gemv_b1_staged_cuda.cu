@@ -43,69 +43,98 @@ struct StagedArgs {
     int plane_words;      // 16-byte words of x's planes, the zero word included
 };
 
-// One warp's copies of a stage: unit groups [g0, g1) of the tile's 16 rows. Codes chunk by chunk, lanes along a
-// row (a copy instruction reads whole runs of 4 · stage_groups units of 32 / (4 · stage_groups) rows), into
-// the compute layout above; then each row's scale words, scale_word of row scale_row0 + k · scale_row_step.
-// Rows past the matrix and units past the row are not copied: the compute masks them.
-__device__ __forceinline__ void issue_stage(const StagedArgs& a, uint8_t* stage, int64_t tile, int g0, int g1, int lane,
-                                            int scale_row0, int scale_row_step, int scale_word) {
+// What a lane copies of every stage: codes unit `unit` of the stage's rows first_row, first_row + row_step, ...
+// (lanes along a row, so one copy instruction reads whole runs of 4 · stage_groups units of 32 / (4 ·
+// stage_groups) rows), landing at byte `to` of the stage and every 64 · row_step bytes after (the compute layout
+// above puts row r's unit u at (u / 4) · kGroupCodeBytes + 64 r + (u % 4) · 16); and scale word `scale_word` of
+// rows scale_row, scale_row + scale_row_step, ... (scale_row past the tile: no scales for this lane).
+struct LaneCopy {
+    int unit, first_row, row_step, to;
+    int scale_word, scale_row, scale_row_step;
+};
+
+__device__ __forceinline__ LaneCopy lane_copy(const StagedArgs& a, int lane) {
+    LaneCopy c;
+    c.unit = lane & ((1 << a.row_units_shift) - 1);
+    c.first_row = lane >> a.row_units_shift;
+    c.row_step = 32 >> a.row_units_shift;
+    c.to = (c.unit >> 2) * kGroupCodeBytes + 64 * c.first_row + (c.unit & 3) * 16;
+    c.scale_row_step = 32 / a.scale_words;
+    c.scale_row = lane / a.scale_words < c.scale_row_step ? lane / a.scale_words : kTileRows;
+    c.scale_word = lane % a.scale_words;
+    return c;
+}
+
+// One lane's copies of a warp's stage: unit groups [g0, g1) of the tile's 16 rows. Units past the row (a partial
+// last group) are zero-filled, as gemv_q1_0_b1 has zeros there; rows past the matrix are not copied (their sums
+// are never stored, and rows do not mix in the mma or the quad's shuffles).
+__device__ __forceinline__ void issue_stage(const StagedArgs& a, const LaneCopy& lc, uint8_t* stage, int64_t tile,
+                                            int g0, int g1) {
     const int u0 = g0 * kUnitsPerGroup;
-    const int n_units = (g1 * kUnitsPerGroup < a.units ? g1 * kUnitsPerGroup : a.units) - u0;
-    const int row_units = 1 << a.row_units_shift;
-    for (int q = lane; q < kTileRows * row_units; q += 32) {
-        const int r = q >> a.row_units_shift, u = q & (row_units - 1);
-        const int64_t row = tile * kTileRows + r;
-        if (row < a.rows && u < n_units) {
-            uint8_t* to = stage + (u >> 2) * kGroupCodeBytes + (r >> 3) * 512 + ((r & 7) * 4 + (u & 3)) * 16;
-            cp_async16(to, a.codes + row * a.units + u0 + u);
+    if (lc.unit < (g1 - g0) * kUnitsPerGroup) {
+        const bool past_row = u0 + lc.unit >= a.units;  // nothing read: the row's start stands in as the address
+        int64_t row = tile * kTileRows + lc.first_row;
+        const uint4* from = a.codes + row * a.units + (past_row ? 0 : u0 + lc.unit);
+        const int64_t from_step = int64_t(lc.row_step) * a.units;
+        uint8_t* to = stage + lc.to;
+        for (int r = lc.first_row; r < kTileRows && row < a.rows; r += lc.row_step, row += lc.row_step) {
+            cp_async16(to, from, past_row);
+            to += 64 * lc.row_step;
+            from += from_step;
         }
     }
-    uint32_t* words = reinterpret_cast<uint32_t*>(stage + a.stage_groups * kGroupCodeBytes);
-    for (int r = scale_row0; r < kTileRows; r += scale_row_step) {
-        const int64_t row = tile * kTileRows + r;
-        if (row >= a.rows) break;
-        const uint16_t* first = a.scales + row * a.units + u0;
-        const uintptr_t first_word = reinterpret_cast<uintptr_t>(first) & ~uintptr_t(3);
-        const uintptr_t last_word = reinterpret_cast<uintptr_t>(first + n_units - 1) & ~uintptr_t(3);
-        const uintptr_t mine = first_word + 4 * uintptr_t(scale_word);
-        if (mine <= last_word) cp_async4(words + r * a.scale_words + scale_word, reinterpret_cast<const void*>(mine));
+    // The words holding each row's scales of the stage's units that exist.
+    const int n_units = ((g1 * kUnitsPerGroup < a.units) ? g1 * kUnitsPerGroup : a.units) - u0;
+    uint32_t* to = reinterpret_cast<uint32_t*>(stage + a.stage_groups * kGroupCodeBytes) + lc.scale_row * a.scale_words +
+                   lc.scale_word;
+    int64_t row = tile * kTileRows + lc.scale_row;
+    uintptr_t first = reinterpret_cast<uintptr_t>(a.scales + row * a.units + u0);
+    const uintptr_t first_step = 2 * uintptr_t(lc.scale_row_step) * uintptr_t(a.units);
+    for (int r = lc.scale_row; r < kTileRows && row < a.rows; r += lc.scale_row_step, row += lc.scale_row_step) {
+        const uintptr_t mine = (first & ~uintptr_t(3)) + 4 * uintptr_t(lc.scale_word);
+        if (mine <= ((first + 2 * uintptr_t(n_units - 1)) & ~uintptr_t(3)))
+            cp_async4(to, reinterpret_cast<const void*>(mine));
+        to += lc.scale_row_step * a.scale_words;
+        first += first_step;
     }
 }
 
 // A warp's dot of a landed stage: groups [g0, g1) of `tile`, lane (g, t) taking unit 4i + t of rows g and g + 8
 // (its codes, its scale out of the row's words) and the planes and group sums from shared memory — the terms
-// and the order of gemv_b1_kernel (ops/matmul/gemv_b1_cuda.cu), zeros where that kernel has zeros.
+// and the order of gemv_b1_kernel (ops/matmul/gemv_b1_cuda.cu). `meta` is padded with zeros to whole unit groups.
 __device__ __forceinline__ void compute_stage(const StagedArgs& a, const uint8_t* stage, const uint4* planes,
-                                              const ActivationGroupMeta* meta, int64_t tile, int g0, int g1, int g,
-                                              int lane, bool feeds_b, int parity, float& acc0, float& acc1) {
-    const int t = lane & 3;
+                                              const ActivationGroupMeta* meta, int64_t tile, int g0, int g1, int lane,
+                                              bool feeds_b, int parity, float& acc0, float& acc1) {
+    const int t = lane & 3, g = lane >> 2;
     const int u0 = g0 * kUnitsPerGroup;
-    const int64_t row0 = tile * kTileRows + g, row1 = row0 + 8;
-    const bool live0 = row0 < a.rows, live1 = row1 < a.rows;
-    // Where the row's first scale of the stage sits in its first word (byte 0 or 2): its words were copied from there.
+    const int64_t row0 = tile * kTileRows + g;
+    // A row's words start at the word holding its first scale of the stage, `lead` bytes (0 or 2) into it; this
+    // lane's scale of group i is then at byte lead + 2t + 8i: word (lead + 2t) / 4 + 2i, half (lead + 2t) & 2.
     const uintptr_t scales = reinterpret_cast<uintptr_t>(a.scales);
-    const int lead0 = int((scales + 2 * uintptr_t(row0 * a.units + u0)) & 2);
-    const int lead1 = int((scales + 2 * uintptr_t(row1 * a.units + u0)) & 2);
+    const int byte0 = int((scales + 2 * uintptr_t(row0 * a.units + u0)) & 2) + 2 * t;
+    const int byte1 = int((scales + 2 * uintptr_t((row0 + 8) * a.units + u0)) & 2) + 2 * t;
     const uint32_t* words = reinterpret_cast<const uint32_t*>(stage + a.stage_groups * kGroupCodeBytes);
-    const uint32_t* words0 = words + g * a.scale_words;
-    const uint32_t* words1 = words + (g + 8) * a.scale_words;
+    const uint32_t* words0 = words + g * a.scale_words + (byte0 >> 2);
+    const uint32_t* words1 = words + (g + 8) * a.scale_words + (byte1 >> 2);
+    const int shift0 = 8 * (byte0 & 2), shift1 = 8 * (byte1 & 2);
+    const uint4* codes = reinterpret_cast<const uint4*>(stage) + lane;
+    int64_t unit = int64_t(u0) + t;
+    // B: the unit's planes where this lane feeds B, else the zero word for every j.
+    const uint4* b = planes + (feeds_b ? plane_index(unit, 0, parity) : 0);
+    const int b_step = feeds_b ? 4 * 8 : 0, b_word = feeds_b ? 2 : 0;
+    const ActivationGroupMeta* m = meta + unit;
     for (int i = 0; i < g1 - g0; ++i) {
-        const int u = i * kUnitsPerGroup + t;  // within the stage
-        const int64_t unit = int64_t(u0) + u;
         const bool in_row = unit < a.units;
-        const bool take0 = live0 && in_row, take1 = live1 && in_row;
-        const uint4* codes = reinterpret_cast<const uint4*>(stage + i * kGroupCodeBytes);
-        const uint4 zero = make_uint4(0, 0, 0, 0);
-        const uint4 w0 = take0 ? codes[lane] : zero;
-        const uint4 w1 = take1 ? codes[32 + lane] : zero;
-        const int byte0 = lead0 + 2 * u, byte1 = lead1 + 2 * u;
-        const uint16_t d0 = take0 ? uint16_t(words0[byte0 >> 2] >> (8 * (byte0 & 2))) : uint16_t(0);
-        const uint16_t d1 = take1 ? uint16_t(words1[byte1 >> 2] >> (8 * (byte1 & 2))) : uint16_t(0);
+        const uint16_t d0 = in_row ? uint16_t(words0[2 * i] >> shift0) : uint16_t(0);
+        const uint16_t d1 = in_row ? uint16_t(words1[2 * i] >> shift1) : uint16_t(0);
         uint4 bq[4];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) bq[j] = planes[feeds_b ? plane_index(unit, j, parity) : 0];
-        const ActivationGroupMeta m = in_row ? meta[unit] : ActivationGroupMeta{0.0f, 0};
-        b1_detail::accumulate_unit(bq, m, w0, w1, d0, d1, acc0, acc1);
+        for (int j = 0; j < 4; ++j) bq[j] = b[j * b_word];
+        b1_detail::accumulate_unit(bq, *m, codes[0], codes[32], d0, d1, acc0, acc1);
+        codes += kGroupCodeBytes / 16;
+        b += b_step;
+        m += kUnitsPerGroup;
+        unit += kUnitsPerGroup;
     }
 }
 
@@ -129,9 +158,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 2) gemv_b1_staged_kernel(Stage
     uint8_t* ring = staged_smem + size_t(warp) * kStages * a.stage_bytes;
     uint4* s_planes = reinterpret_cast<uint4*>(staged_smem + size_t(warps) * kStages * a.stage_bytes);
     ActivationGroupMeta* s_meta = reinterpret_cast<ActivationGroupMeta*>(s_planes + a.plane_words);
-    const int scale_row_step = 32 / a.scale_words;
-    const int scale_row0 = lane / a.scale_words < scale_row_step ? lane / a.scale_words : kTileRows;  // else idle
-    const int scale_word = lane % a.scale_words;
+    const LaneCopy copy = lane_copy(a, lane);
 
     // The warp's stream: (its tile of each round, its slice) in stages of stage_groups groups; `issue_next`
     // walks it `kStages` stages ahead of the compute, one commit group a stage (empty past the end, so the
@@ -141,8 +168,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 2) gemv_b1_staged_kernel(Stage
     auto issue_next = [&](int slot) {
         if (begin < end && issue_tile < tiles) {
             const int last = issue_group + a.stage_groups < end ? issue_group + a.stage_groups : end;
-            issue_stage(a, ring + slot * a.stage_bytes, issue_tile, issue_group, last, lane, scale_row0, scale_row_step,
-                        scale_word);
+            issue_stage(a, copy, ring + slot * a.stage_bytes, issue_tile, issue_group, last);
             issue_group = last;
             if (issue_group == end) {
                 issue_group = begin;
@@ -167,7 +193,8 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 2) gemv_b1_staged_kernel(Stage
         for (int k = 0; k < 4; ++k)
             if (i0 + k * threads < a.plane_words) s_planes[i0 + k * threads] = v[k];
     }
-    for (int i = int(threadIdx.x); i < a.units; i += threads) s_meta[i] = a.x_meta[i];
+    for (int i = int(threadIdx.x); i < a.unit_groups * kUnitsPerGroup; i += threads)
+        s_meta[i] = i < a.units ? a.x_meta[i] : ActivationGroupMeta{0.0f, 0};
     __syncthreads();
 
     int slot = 0, buffer = 0;
@@ -180,7 +207,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 2) gemv_b1_staged_kernel(Stage
                 cp_async_wait_group<kStages - 1>();  // this lane's copies of the stage
                 __syncwarp();                        // and the other lanes'
                 const int g1 = g0 + a.stage_groups < end ? g0 + a.stage_groups : end;
-                compute_stage(a, ring + slot * a.stage_bytes, s_planes, s_meta, tile, g0, g1, g, lane, feeds_b, parity,
+                compute_stage(a, ring + slot * a.stage_bytes, s_planes, s_meta, tile, g0, g1, lane, feeds_b, parity,
                               acc0, acc1);
                 __syncwarp();  // every lane has read the slot before any refills it
                 issue_next(slot);
@@ -271,7 +298,8 @@ Plan plan_launch(int64_t rows, int64_t cols, const GemvB1StagedConfig& c) {
     a.stage_bytes = c.stage_groups * kGroupCodeBytes + kTileRows * a.scale_words * 4;
     a.plane_words = int(b1_detail::plane_bytes(cols) / 16);
     const size_t ring = size_t(c.warps_per_block) * size_t(c.stages) * size_t(a.stage_bytes);
-    const size_t smem = ring + size_t(a.plane_words) * 16 + size_t(a.units) * sizeof(ActivationGroupMeta);
+    const size_t smem =
+        ring + size_t(a.plane_words) * 16 + size_t(a.unit_groups) * kUnitsPerGroup * sizeof(ActivationGroupMeta);
     const int limit = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, "shared memory limit");
     if (smem > size_t(limit))
         fail_message(what + std::to_string(smem) + " bytes of shared memory a block (ring " + std::to_string(ring) +
