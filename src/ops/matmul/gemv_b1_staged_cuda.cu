@@ -25,6 +25,9 @@ constexpr int kTileRows = 16;
 // A unit group's codes in a stage: [half h: row g or g + 8][lane 4g + t] 16 bytes, lane (g, t) holding unit 4i + t
 // of its row — what that lane multiplies, so each quarter-warp reads 128 contiguous bytes (no bank conflict).
 constexpr int kGroupCodeBytes = 2 * 32 * 16;
+// A block's static shared memory: two rounds' K-slice sums (see the kernel).
+using SlicePartials = float[2][kMaxWarps][kTileRows];
+constexpr int kStaticSmem = int(sizeof(SlicePartials));
 
 struct StagedArgs {
     const uint4* codes;
@@ -142,7 +145,7 @@ __device__ __forceinline__ void compute_stage(const StagedArgs& a, const uint8_t
 template <int kStages>
 __global__ void __launch_bounds__(32 * kMaxWarps, 2) gemv_b1_staged_kernel(StagedArgs a) {
     extern __shared__ __align__(16) uint8_t staged_smem[];
-    __shared__ float s_part[2][kMaxWarps][kTileRows];  // two rounds' slices: one barrier a round
+    __shared__ SlicePartials s_part;  // two rounds' slices: one barrier a round
     const int lane = int(threadIdx.x) & 31, g = lane >> 2, t = lane & 3;
     const int warp = int(threadIdx.x) / 32, warps = int(blockDim.x) / 32;
     const int tiles_per_block = warps / a.splits;
@@ -300,7 +303,8 @@ Plan plan_launch(int64_t rows, int64_t cols, const GemvB1StagedConfig& c) {
     const size_t ring = size_t(c.warps_per_block) * size_t(c.stages) * size_t(a.stage_bytes);
     const size_t smem =
         ring + size_t(a.plane_words) * 16 + size_t(a.unit_groups) * kUnitsPerGroup * sizeof(ActivationGroupMeta);
-    const int limit = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, "shared memory limit");
+    // A block's dynamic and static shared memory together within the opt-in limit.
+    const int limit = device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, "shared memory limit") - kStaticSmem;
     if (smem > size_t(limit))
         fail_message(what + std::to_string(smem) + " bytes of shared memory a block (ring " + std::to_string(ring) +
                      ", K = " + std::to_string(cols) + "'s planes) exceed the device's " + std::to_string(limit));
