@@ -2,12 +2,16 @@
 // against the card's measured device-to-device copy bandwidth.
 //
 //   bench_gemv_cuda [--tsv FILE] [--type q1_0|q2_0|q4_0|q8_0] [--shape NAME] [--planned-only]
-//                   [--l2-resident] [--b1]
+//                   [--l2-resident] [--b1] [--b1-staged] [--chain-only]
 //   FILE gets every launch shape tried, one row each; --type measures one weight type only, --shape one
 //   shape (e.g. ffn_down); --planned-only skips the sweep of launch shapes; --l2-resident reuses one copy
 //   of the weights, so a matrix that fits in L2 is read from it (the time a GEMV would take if something
 //   had already brought its weights there); --b1 also times the binary tensor-core GEMV of
-//   ops/matmul/gemv_b1_cuda.h on the Q1_0 shapes, one line per launch shape.
+//   ops/matmul/gemv_b1_cuda.h on the Q1_0 shapes, one line per launch shape; --b1-staged also (with --b1)
+//   sweeps the ring-fed b1 GEMV of ops/matmul/gemv_b1_staged_cuda.h on them (every config to the TSV, the
+//   best per shape printed), then times a Bonsai-27B DeltaNet layer's GEMVs as a chain in layer order
+//   (classic with its epilogues, and classic, b1 and b1 staged as plain GEMVs, with and without the bit
+//   planes rebuilt between); --chain-only (with --b1-staged) skips the per-shape part.
 //
 // Bytes counted per GEMV: the weights in their ORIGINAL GGUF size (Q1_0 1.125 bits per weight, ...)
 // plus x (K f32) and y (N f32). Time: a CUDA graph of many back-to-back GEMVs, each reading a
@@ -49,6 +53,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -60,6 +65,7 @@
 #include "backend/cuda_probe.h"
 #include "core/half.h"
 #include "ops/matmul/gemv_b1_cuda.h"
+#include "ops/matmul/gemv_b1_staged_cuda.h"
 #include "ops/matmul/matmul_cuda.h"
 #endif
 
@@ -81,7 +87,7 @@ struct Shape {
 };
 constexpr Shape kShapes[] = {
     {"attn_qkv", 10240, 5120}, {"attn_gate", 6144, 5120}, {"ffn_gate/up", 17408, 5120}, {"attn_q", 12288, 5120},
-    {"ffn_down", 5120, 17408}, {"k6144", 5120, 6144},     {"lm_head", 248320, 5120},
+    {"ffn_down", 5120, 17408}, {"k6144", 5120, 6144},     {"lm_head", 248320, 5120},  {"ssm_in", 16480, 5120},
 };
 
 uint64_t next_random(uint64_t& s) {  // xorshift64*: fast enough for gigabytes of random blocks
@@ -176,18 +182,226 @@ std::string config_text(const GemvLaunchConfig& c) {
            std::to_string(c.warps_per_block) + "/loads" + std::to_string(c.loads_in_flight);
 }
 
+std::string b1_text(const GemvB1Config& c) {
+    return "warps" + std::to_string(c.warps_per_block) + "/batch" + std::to_string(c.batch) + "/splits" +
+           std::to_string(c.splits);
+}
+
+std::string staged_text(const GemvB1StagedConfig& c) {
+    return "warps" + std::to_string(c.warps_per_block) + "/splits" + std::to_string(c.splits) + "/stages" +
+           std::to_string(c.stages) + "/groups" + std::to_string(c.stage_groups) + "/bps" +
+           std::to_string(c.blocks_per_sm) + (c.balanced_grid ? "/balanced" : "");
+}
+
+// The b1 staged sweep: 4 or 8 warps, 1 to 8 K splits, rings of 2, 4 or 8 stages of 1, 2 or 4 unit groups, one
+// or two blocks an SM. A shape keeps only the configs whose blocks leave room for as many of the next
+// kernel's beside them (resident_per_sm ≥ 2 · blocks_per_sm): the point of the ring is to stream across the
+// kernel boundary.
+std::vector<GemvB1StagedConfig> staged_sweep() {
+    std::vector<GemvB1StagedConfig> sweep;
+    for (int warps : {4, 8})
+        for (int splits : {1, 2, 4, 8})
+            for (int stages : {2, 4, 8})
+                for (int groups : {1, 2, 4})
+                    for (int bps : {1, 2}) {
+                        if (splits > warps) continue;
+                        GemvB1StagedConfig c;
+                        c.warps_per_block = warps;
+                        c.splits = splits;
+                        c.stages = stages;
+                        c.stage_groups = groups;
+                        c.blocks_per_sm = bps;
+                        sweep.push_back(c);
+                    }
+    return sweep;
+}
+
+bool leaves_room_for_the_next(int64_t n, int64_t k, const GemvB1StagedConfig& c) {
+    try {
+        return gemv_b1_staged_shape(n, k, c).resident_per_sm >= 2 * c.blocks_per_sm;
+    } catch (const std::exception&) {
+        return false;  // more shared memory than a block may have
+    }
+}
+
+// The launch configs of a chain's matrices, by the bench's shape names (defaults where a shape was not swept).
+struct ChainConfigs {
+    std::map<std::string, GemvB1Config> b1;
+    std::map<std::string, GemvB1StagedConfig> staged;
+    GemvB1Config b1_for(const std::string& shape) const {
+        const auto it = b1.find(shape);
+        return it != b1.end() ? it->second : GemvB1Config{8, 2, 4};
+    }
+    GemvB1StagedConfig staged_for(const std::string& shape) const {
+        const auto it = staged.find(shape);
+        return it != staged.end() ? it->second : GemvB1StagedConfig{};
+    }
+};
+
+// One Bonsai-27B DeltaNet layer's GEMVs (K = 5120 hidden, 6144 DeltaNet values, 17408 FFN) in layer order,
+// each layer its own weights (layers together > 3× the L2); µs a layer, as graphs of programmatic launches:
+//   - classic with its epilogues: output projection add-norm → SwiGLU with its quantised output → ffn_down
+//     add-norm → the next layer's in-projection as a group of four (qkv, z, β, α): the planned calls of a step;
+//   - as plain GEMVs (no epilogues, y = W·x only), five launches: in-projection (16480 rows), output
+//     projection, gate, up, down — classic, b1 and b1 staged; for b1 and b1 staged also with the bit planes
+//     rebuilt before each new input (four planes launches a layer), which the model would fold into the kernel
+//     that quantises the activations.
+void time_layer_chains(cudaStream_t stream, Timer& timer, double copy_gbs, size_t l2_bytes, const ChainConfigs& best) {
+    const int64_t hidden = 5120, value = 6144, ffn = 17408, in_rows = 10240 + 6144 + 48 + 48;
+    struct Layer {
+        GemvWeights in_proj, out_proj, gate, up, down;
+    };
+    auto weights = [](int64_t rows, int64_t cols, uint64_t seed) {
+        const std::vector<uint8_t> host = random_weights(DType::Q1_0, rows, cols, seed);
+        return upload_gemv_weights(WeightView{host.data(), DType::Q1_0, rows, cols}, "chain");
+    };
+    const double layer_bytes = double(dtype_bytes(DType::Q1_0, uint64_t(in_rows * hidden))) +
+                               double(dtype_bytes(DType::Q1_0, uint64_t(hidden * value))) +
+                               3.0 * double(dtype_bytes(DType::Q1_0, uint64_t(ffn * hidden)));
+    const int n_layers = int(std::max<double>(2.0, std::ceil(3.0 * double(l2_bytes) / layer_bytes)));
+    std::vector<Layer> layers;
+    for (int l = 0; l < n_layers; ++l) {
+        const uint64_t seed = uint64_t(l) * 977 + 1;
+        layers.push_back(Layer{weights(in_rows, hidden, seed), weights(hidden, value, seed + 1),
+                               weights(ffn, hidden, seed + 2), weights(ffn, hidden, seed + 3),
+                               weights(hidden, ffn, seed + 4)});
+    }
+    auto random_x = [](int64_t n, uint64_t seed) {
+        std::vector<float> x(static_cast<size_t>(n));
+        for (float& v : x) v = float(int64_t(next_random(seed) % 2001) - 1000) * 1e-3f;
+        DeviceBuffer d(x.size() * sizeof(float));
+        d.upload(x.data(), d.bytes());
+        return d;
+    };
+    const DeviceBuffer x_h = random_x(hidden, 11), x_v = random_x(value, 12), x_f = random_x(ffn, 13);
+    const ActivationScratch s_h(hidden), s_v(value), s_f(ffn);
+    const QuantizedActivationsView q_h = s_h.view(hidden), q_v = s_v.view(value), q_f = s_f.view(ffn);
+    quantize_activations(x_h.get<float>(), q_h, stream);
+    quantize_activations(x_v.get<float>(), q_v, stream);
+    quantize_activations(x_f.get<float>(), q_f, stream);
+    const ActivationBitPlanes p_h(hidden), p_v(value), p_f(ffn);
+    build_activation_bit_planes(q_h, p_h, stream);
+    build_activation_bit_planes(q_v, p_v, stream);
+    build_activation_bit_planes(q_f, p_f, stream);
+    DeviceBuffer y_in(size_t(in_rows) * sizeof(float)), y_out(size_t(hidden) * sizeof(float)),
+        y_gate(size_t(ffn) * sizeof(float)), y_up(size_t(ffn) * sizeof(float)), y_down(size_t(hidden) * sizeof(float));
+
+    // The epilogue chain's state (as the decode step's): residual, norm weights, the deferred-norm views.
+    std::vector<float> ones(static_cast<size_t>(hidden), 1.0f);
+    DeviceBuffer residual(size_t(hidden) * sizeof(float)), norm_w(ones.size() * sizeof(float)),
+        ffn_y(size_t(ffn) * sizeof(float));
+    norm_w.upload(ones.data(), norm_w.bytes());
+    cuda_check(cudaMemset(residual.get(), 0, residual.bytes()), "residual");
+    const ActivationScratch after_attn(hidden), ffn_q(ffn), after_ffn(hidden);
+    const QuantizedActivationsView a = after_attn.deferred_norm_view(hidden, 1e-6f), q = ffn_q.view(ffn),
+                                   f = after_ffn.deferred_norm_view(hidden, 1e-6f);
+    const int64_t group_rows[4] = {10240, 6144, 48, 48};
+    auto group_outputs = [&](const Layer& l) {
+        std::vector<GemvOutput> out;
+        int64_t first = 0;
+        for (int64_t rows : group_rows) {
+            out.push_back({l.in_proj.view().slice_rows(first, rows), y_in.get<float>() + first});
+            first += rows;
+        }
+        return out;
+    };
+    float* r = residual.get<float>();
+    const int steps = 4 * n_layers;
+    auto report = [&](const char* what, double us) {
+        std::printf("chain %-58s %7.2f us a layer %5.1f%% of copy\n", what, us,
+                    100.0 * layer_bytes / us / 1e3 / copy_gbs);
+    };
+    std::printf("\nBonsai-27B DeltaNet layer chain: %d layers of %.1f MB of Q1_0 weights, %d layers a graph\n", n_layers,
+                layer_bytes / 1e6, steps);
+    report("classic, planned calls with their epilogues", graph_us(stream, timer, steps, [&](int i) {
+               const Layer& l = layers[size_t(i % n_layers)];
+               gemv_quantized_add_norm(q_v, l.out_proj.view(), r, norm_w.get<float>(), a, stream);
+               gemv_quantized_swiglu(a, l.gate.view(), l.up.view(), ffn_y.get<float>(), stream, &q);
+               gemv_quantized_add_norm(q, l.down.view(), r, norm_w.get<float>(), f, stream);
+               gemv_quantized_group(f, group_outputs(l), stream);
+           }));
+    report("classic, plain GEMVs (planned launch shapes)", graph_us(stream, timer, steps, [&](int i) {
+               const Layer& l = layers[size_t(i % n_layers)];
+               gemv_quantized(q_h, l.in_proj.view(), y_in.get<float>(), stream);
+               gemv_quantized(q_v, l.out_proj.view(), y_out.get<float>(), stream);
+               gemv_quantized(q_h, l.gate.view(), y_gate.get<float>(), stream);
+               gemv_quantized(q_h, l.up.view(), y_up.get<float>(), stream);
+               gemv_quantized(q_f, l.down.view(), y_down.get<float>(), stream);
+           }));
+    for (const bool rebuild : {false, true}) {
+        auto planes = [&](const QuantizedActivationsView& xq, const ActivationBitPlanes& p) {
+            if (rebuild) build_activation_bit_planes(xq, p, stream);
+        };
+        const std::string tail = rebuild ? ", planes rebuilt" : ", planes prebuilt";
+        report(("b1, best per shape" + tail).c_str(), graph_us(stream, timer, steps, [&](int i) {
+                   const Layer& l = layers[size_t(i % n_layers)];
+                   planes(q_h, p_h);
+                   gemv_q1_0_b1(q_h, p_h, l.in_proj.view(), y_in.get<float>(), stream, best.b1_for("ssm_in"));
+                   planes(q_v, p_v);
+                   gemv_q1_0_b1(q_v, p_v, l.out_proj.view(), y_out.get<float>(), stream, best.b1_for("k6144"));
+                   planes(q_h, p_h);
+                   gemv_q1_0_b1(q_h, p_h, l.gate.view(), y_gate.get<float>(), stream, best.b1_for("ffn_gate/up"));
+                   gemv_q1_0_b1(q_h, p_h, l.up.view(), y_up.get<float>(), stream, best.b1_for("ffn_gate/up"));
+                   planes(q_f, p_f);
+                   gemv_q1_0_b1(q_f, p_f, l.down.view(), y_down.get<float>(), stream, best.b1_for("ffn_down"));
+               }));
+        // The per-shape best configs, then a few uniform ones (the same config for every matrix).
+        std::vector<std::pair<std::string, std::map<std::string, GemvB1StagedConfig>>> variants;
+        variants.push_back({"best per shape", best.staged});
+        for (const GemvB1StagedConfig& c :
+             {GemvB1StagedConfig{8, 4, 4, 2, 1, 0}, GemvB1StagedConfig{8, 8, 4, 1, 1, 0},
+              GemvB1StagedConfig{8, 2, 4, 2, 1, 0}, GemvB1StagedConfig{4, 4, 4, 2, 2, 0},
+              GemvB1StagedConfig{4, 2, 8, 1, 2, 0}, GemvB1StagedConfig{8, 4, 2, 4, 1, 0},
+              GemvB1StagedConfig{8, 4, 4, 2, 1, 0, true}, GemvB1StagedConfig{8, 8, 4, 1, 1, 0, true}}) {
+            std::map<std::string, GemvB1StagedConfig> uniform;
+            for (const char* shape : {"ssm_in", "k6144", "ffn_gate/up", "ffn_down"}) uniform[shape] = c;
+            variants.push_back({staged_text(c), uniform});
+        }
+        for (const auto& [name, configs] : variants) {
+            const ChainConfigs use{{}, configs};
+            try {
+                report(("b1 staged, " + name + tail).c_str(), graph_us(stream, timer, steps, [&](int i) {
+                           const Layer& l = layers[size_t(i % n_layers)];
+                           planes(q_h, p_h);
+                           gemv_q1_0_b1_staged(q_h, p_h, l.in_proj.view(), y_in.get<float>(), stream,
+                                               use.staged_for("ssm_in"));
+                           planes(q_v, p_v);
+                           gemv_q1_0_b1_staged(q_v, p_v, l.out_proj.view(), y_out.get<float>(), stream,
+                                               use.staged_for("k6144"));
+                           planes(q_h, p_h);
+                           gemv_q1_0_b1_staged(q_h, p_h, l.gate.view(), y_gate.get<float>(), stream,
+                                               use.staged_for("ffn_gate/up"));
+                           gemv_q1_0_b1_staged(q_h, p_h, l.up.view(), y_up.get<float>(), stream,
+                                               use.staged_for("ffn_gate/up"));
+                           planes(q_f, p_f);
+                           gemv_q1_0_b1_staged(q_f, p_f, l.down.view(), y_down.get<float>(), stream,
+                                               use.staged_for("ffn_down"));
+                       }));
+            } catch (const std::exception& e) {
+                // A capture that failed part-way leaves the stream capturing: end it before going on.
+                cudaGraph_t broken{};
+                cudaStreamEndCapture(stream, &broken);
+                if (broken != nullptr) cudaGraphDestroy(broken);
+                std::printf("chain b1 staged, %s%s: %s\n", name.c_str(), tail.c_str(), e.what());
+            }
+        }
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     const char* tsv_path = nullptr;
     const char* only_type = nullptr;
     const char* only_shape = nullptr;
-    bool l2_resident = false, planned_only = false, b1 = false;
+    bool l2_resident = false, planned_only = false, b1 = false, b1_staged = false, chain_only = false;
     for (int i = 1; i < argc; ++i) {
         if (i + 1 < argc && std::strcmp(argv[i], "--tsv") == 0) tsv_path = argv[i + 1];
         if (i + 1 < argc && std::strcmp(argv[i], "--type") == 0) only_type = argv[i + 1];
         if (i + 1 < argc && std::strcmp(argv[i], "--shape") == 0) only_shape = argv[i + 1];
         if (std::strcmp(argv[i], "--b1") == 0) b1 = true;
+        if (std::strcmp(argv[i], "--b1-staged") == 0) b1 = b1_staged = true;
+        if (std::strcmp(argv[i], "--chain-only") == 0) chain_only = true;
         if (std::strcmp(argv[i], "--l2-resident") == 0) l2_resident = true;
         if (std::strcmp(argv[i], "--planned-only") == 0) planned_only = true;
     }
@@ -214,7 +428,19 @@ int main(int argc, char** argv) {
             double bytes, plan_us, best_us, matmul_us, quantize_us;
         };
         std::vector<Row> rows;
+        // --b1 / --b1-staged: per shape the best of each b1 kernel beside the classic planned launch.
+        struct StagedRow {
+            std::string shape;
+            double bytes, classic_us, b1_us;
+            GemvB1Config b1;
+            double staged_us;
+            GemvB1StagedConfig staged;
+            int tried, skipped;
+        };
+        std::vector<StagedRow> staged_rows;
+        ChainConfigs chain_configs;
         for (DType t : {DType::Q1_0, DType::Q2_0, DType::Q4_0, DType::Q8_0}) {
+            if (chain_only) break;
             if (only_type != nullptr && dtype_name(t) != std::string_view(only_type)) continue;
             std::vector<GemvLaunchConfig> sweep;
             for (int lanes : {8, 16, 32}) {
@@ -289,16 +515,63 @@ int main(int argc, char** argv) {
                 if (b1 && t == DType::Q1_0 && gemv_b1_supported()) {
                     const ActivationBitPlanes planes(s.k);
                     build_activation_bit_planes(xq, planes, stream);
+                    StagedRow staged_row{s.name, bytes, row.plan_us, 1e30, {}, 1e30, {}, 0, 0};
                     for (const GemvB1Config& c : {GemvB1Config{4, 4, 1}, GemvB1Config{8, 4, 2}, GemvB1Config{8, 4, 4},
                                                   GemvB1Config{8, 4, 8}, GemvB1Config{8, 2, 4}, GemvB1Config{8, 2, 8},
                                                   GemvB1Config{4, 4, 4}, GemvB1Config{4, 2, 2}}) {
                         const double us = graph_us(stream, timer, launches, [&](int i) {
                             gemv_q1_0_b1(xq, planes, view(i), y.get<float>(), stream, c);
                         });
-                        std::printf("b1    %-12s warps %d batch %d splits %d: %8.2f us %7.0f GB/s %5.1f%% (classic planned "
-                                    "%.2f us)\n",
-                                    s.name, c.warps_per_block, c.batch, c.splits, us, bytes / us / 1e3,
-                                    100 * bytes / us / 1e3 / copy_gbs, row.plan_us);
+                        if (us < staged_row.b1_us) {
+                            staged_row.b1_us = us;
+                            staged_row.b1 = c;
+                        }
+                        if (!b1_staged)
+                            std::printf("b1    %-12s warps %d batch %d splits %d: %8.2f us %7.0f GB/s %5.1f%% (classic "
+                                        "planned %.2f us)\n",
+                                        s.name, c.warps_per_block, c.batch, c.splits, us, bytes / us / 1e3,
+                                        100 * bytes / us / 1e3 / copy_gbs, row.plan_us);
+                        if (tsv != nullptr)
+                            std::fprintf(tsv, "b1\t%s\t%lld\t%lld\t%s\t%.3f\t%.1f\t%.1f\n", s.name, (long long)s.n,
+                                         (long long)s.k, b1_text(c).c_str(), us, bytes / us / 1e3,
+                                         100.0 * bytes / us / 1e3 / copy_gbs);
+                    }
+                    chain_configs.b1[s.name] = staged_row.b1;
+                    if (b1_staged) {
+                        std::vector<std::pair<double, GemvB1StagedConfig>> timed;
+                        auto time_staged = [&](const GemvB1StagedConfig& c) {
+                            const double us = graph_us(stream, timer, launches, [&](int i) {
+                                gemv_q1_0_b1_staged(xq, planes, view(i), y.get<float>(), stream, c);
+                            });
+                            timed.push_back({us, c});
+                            if (us < staged_row.staged_us) {
+                                staged_row.staged_us = us;
+                                staged_row.staged = c;
+                            }
+                            if (tsv != nullptr)
+                                std::fprintf(tsv, "b1_staged\t%s\t%lld\t%lld\t%s\t%.3f\t%.1f\t%.1f\n", s.name,
+                                             (long long)s.n, (long long)s.k, staged_text(c).c_str(), us,
+                                             bytes / us / 1e3, 100.0 * bytes / us / 1e3 / copy_gbs);
+                        };
+                        for (const GemvB1StagedConfig& c : staged_sweep()) {
+                            if (!leaves_room_for_the_next(s.n, s.k, c)) {
+                                ++staged_row.skipped;
+                                continue;
+                            }
+                            ++staged_row.tried;
+                            time_staged(c);
+                        }
+                        // The three best again on a balanced grid (as few blocks as take the same rounds).
+                        std::sort(timed.begin(), timed.end(),
+                                  [](const auto& a, const auto& b) { return a.first < b.first; });
+                        timed.resize(std::min<size_t>(timed.size(), 3));
+                        for (const auto& best : std::vector<std::pair<double, GemvB1StagedConfig>>(timed)) {
+                            GemvB1StagedConfig c = best.second;
+                            c.balanced_grid = true;
+                            time_staged(c);
+                        }
+                        chain_configs.staged[s.name] = staged_row.staged;
+                        staged_rows.push_back(staged_row);
                     }
                 }
                 row.quantize_us = graph_us(stream, timer, launches, [&](int) { quantize_activations(x.get<float>(), xq, stream); });
@@ -321,6 +594,19 @@ int main(int argc, char** argv) {
                         gbs(r.plan_us), 100 * gbs(r.plan_us) / copy_gbs, r.best_config.c_str(), r.best_us,
                         gbs(r.best_us), 100 * gbs(r.best_us) / copy_gbs, r.quantize_us, r.matmul_us);
         }
+        if (!staged_rows.empty()) {
+            std::printf("\nQ1_0 chains of one GEMV, best of each kernel (b1 staged: only configs leaving room for as many "
+                        "of the next kernel's blocks)\n");
+            std::printf("%-12s | %8s %5s | %8s %5s %-22s | %8s %5s %-36s | %s\n", "shape", "classic", "%", "b1", "%",
+                        "config", "staged", "%", "config", "tried/skipped");
+            for (const StagedRow& r : staged_rows) {
+                auto pct = [&](double us) { return 100.0 * r.bytes / us / 1e3 / copy_gbs; };
+                std::printf("%-12s | %8.2f %5.1f | %8.2f %5.1f %-22s | %8.2f %5.1f %-36s | %d/%d\n", r.shape.c_str(),
+                            r.classic_us, pct(r.classic_us), r.b1_us, pct(r.b1_us), b1_text(r.b1).c_str(),
+                            r.staged_us, pct(r.staged_us), staged_text(r.staged).c_str(), r.tried, r.skipped);
+            }
+        }
+        if (b1_staged && gemv_b1_supported()) time_layer_chains(stream, timer, copy_gbs, size_t(prop.l2CacheSize), chain_configs);
         cudaStreamDestroy(stream);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "bench_gemv_cuda: %s\n", e.what());

@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -37,6 +38,7 @@
 #include "cuda/gemv_test_data.h"
 #include "cuda/quantized_test_data.h"
 #include "ops/matmul/gemv_b1_cuda.h"
+#include "ops/matmul/gemv_b1_staged_cuda.h"
 #include "ops/matmul/matmul_cuda.h"
 #endif
 
@@ -306,6 +308,155 @@ TEST(GemvB1Cuda, RefusesWhatItCannotRun) {
     EXPECT_THROW(cuda::gemv_q1_0_b1(scratch.view(256), planes, w1.view(), y.get<float>(), nullptr, {4, 3}), Error);
     EXPECT_THROW(cuda::gemv_q1_0_b1(scratch.view(256), planes, w1.view(), y.get<float>(), nullptr, {4, 4, 3}), Error);
     EXPECT_THROW(cuda::build_activation_bit_planes(scratch.view(512), planes, nullptr), Error);  // planes too small
+}
+
+// The b1 GEMV fed from a shared-memory ring (ops/matmul/gemv_b1_staged_cuda.h): the terms and their order are
+// gemv_q1_0_b1's with the same K splits, so its bound (above) holds unchanged and y equals gemv_q1_0_b1's bit
+// for bit. Rings of 2 to 8 stages of 1 to 8 unit groups, 1 to 8 warps, grids capped so that blocks walk many
+// rounds; ragged tiles, partial unit groups (K = 128·n, n = 1, 3, 5), empty slices, the Bonsai-27B shapes.
+cuda::GemvB1StagedConfig staged_config(int warps, int splits, int stages, int groups, int blocks_per_sm, int max_grid,
+                                       bool balanced = false) {
+    cuda::GemvB1StagedConfig c;
+    c.balanced_grid = balanced;
+    c.warps_per_block = warps;
+    c.splits = splits;
+    c.stages = stages;
+    c.stage_groups = groups;
+    c.blocks_per_sm = blocks_per_sm;
+    c.max_grid = max_grid;
+    return c;
+}
+std::string staged_text(const cuda::GemvB1StagedConfig& c) {
+    return "warps " + std::to_string(c.warps_per_block) + " splits " + std::to_string(c.splits) + " stages " +
+           std::to_string(c.stages) + " groups " + std::to_string(c.stage_groups) + " blocks/SM " +
+           std::to_string(c.blocks_per_sm) + " grid cap " + std::to_string(c.max_grid) +
+           (c.balanced_grid ? " balanced" : "");
+}
+
+TEST(GemvB1StagedCuda, MatchesCpuReferenceAndB1BitForBit) {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device on this machine";
+    if (!cuda::gemv_b1_supported()) GTEST_SKIP() << "the binary mma needs compute capability 8.0";
+    const std::vector<cuda::GemvB1StagedConfig> configs = {
+        staged_config(8, 4, 4, 2, 1, 0), staged_config(8, 8, 2, 1, 1, 0), staged_config(4, 1, 3, 8, 2, 0),
+        staged_config(6, 3, 6, 2, 1, 3),  staged_config(1, 1, 2, 1, 1, 1), staged_config(8, 2, 8, 2, 1, 2),
+        staged_config(4, 4, 4, 4, 2, 0), staged_config(8, 8, 4, 1, 1, 0), staged_config(8, 2, 4, 2, 1, 0, true),
+        staged_config(4, 2, 2, 4, 1, 7, true)};
+    std::vector<std::pair<int64_t, int64_t>> shapes;  // (N, K)
+    for (int64_t k : {128, 384, 640, 5120, 17408})
+        for (int64_t n : {1, 15, 16, 17, 63, 129, 1000, 5120}) shapes.push_back({n, k});
+    // Bonsai-27B: attn_qkv, attn_gate, ffn_gate/up, the DeltaNet in-projection, the output projection (K 6144).
+    for (const auto& nk : {std::pair<int64_t, int64_t>{10240, 5120}, {6144, 5120}, {17408, 5120}, {16480, 5120},
+                           {5120, 6144}})
+        shapes.push_back(nk);
+    Check check;
+    uint32_t seed = 700;
+    for (const auto& [n, k] : shapes) {
+        const Fixture f = make_fixture(DType::Q1_0, n, k, seed++);
+        const std::string shape = "b1 staged N=" + std::to_string(n) + " K=" + std::to_string(k);
+        const cuda::GemvWeights w = cuda::upload_gemv_weights(WeightView{f.weights.data(), DType::Q1_0, n, k}, "test");
+        cuda::DeviceBuffer x(size_t(k) * sizeof(float));
+        x.upload(f.x.data(), x.bytes());
+        const cuda::ActivationScratch scratch(k);
+        const cuda::QuantizedActivationsView xq = scratch.view(k);
+        cuda::quantize_activations(x.get<float>(), xq, nullptr);
+        const cuda::ActivationBitPlanes planes(k);
+        cuda::build_activation_bit_planes(xq, planes, nullptr);
+        for (const cuda::GemvB1StagedConfig& c : configs) {
+            const std::string what = shape + " " + staged_text(c);
+            const DeviceRun run = run_guarded(n, [&](float* y) {
+                cuda::gemv_q1_0_b1_staged(xq, planes, w.view(), y, nullptr, c);
+                return cuda::GemvLaunchReport{};
+            });
+            const int64_t groups = (k / 128 + 3) / 4;
+            const int64_t depth = (groups + c.splits - 1) / c.splits + 2 + (c.splits - 1) + 3;
+            expect_matches(f, run, depth, what, check);
+            if (HasFatalFailure()) return;
+            const DeviceRun b1 = run_guarded(n, [&](float* y) {
+                cuda::gemv_q1_0_b1(xq, planes, w.view(), y, nullptr, {c.splits, 4, c.splits});
+                return cuda::GemvLaunchReport{};
+            });
+            ASSERT_EQ(0, std::memcmp(run.y.data(), b1.y.data(), run.y.size() * sizeof(float)))
+                << what << ": differs from gemv_q1_0_b1 with " << c.splits << " splits";
+        }
+    }
+    std::printf("[ gemv b1 staged ] max |y − f32 reference| / max|reference| = %.3g\n", check.max_error_vs_f32);
+}
+
+// Back to back on one stream under programmatic launch, the planes rebuilt between into the same buffer: each
+// kernel requests its weights before its wait but reads the planes after it, so every y equals the same launch
+// made alone (a kernel reading the planes early would see the ones built for the launch before).
+TEST(GemvB1StagedCuda, ChainWithPlanesRebuiltBetweenEqualsLaunchesAlone) {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device on this machine";
+    if (!cuda::gemv_b1_supported()) GTEST_SKIP() << "the binary mma needs compute capability 8.0";
+    struct Step {
+        int64_t n, k;
+    };
+    // A layer's order: in-projection, output projection (K 6144), gate, up, down (K 17408), next in-projection.
+    const std::vector<Step> steps = {{16480, 5120}, {5120, 6144}, {17408, 5120}, {17408, 5120}, {5120, 17408}, {16480, 5120}};
+    std::mt19937 rng(77);
+    std::vector<cuda::GemvWeights> weights;
+    std::vector<std::unique_ptr<cuda::ActivationScratch>> scratches;
+    std::vector<cuda::DeviceBuffer> xs, ys;
+    for (const Step& s : steps) {
+        const std::vector<uint8_t> bytes = random_weights(DType::Q1_0, s.n, s.k, rng);
+        weights.push_back(cuda::upload_gemv_weights(WeightView{bytes.data(), DType::Q1_0, s.n, s.k}, "chain"));
+        const std::vector<float> x = random_activations(s.k, rng);
+        xs.emplace_back(size_t(s.k) * sizeof(float));
+        xs.back().upload(x.data(), xs.back().bytes());
+        scratches.push_back(std::make_unique<cuda::ActivationScratch>(s.k));
+        cuda::quantize_activations(xs.back().get<float>(), scratches.back()->view(s.k), nullptr);
+        ys.emplace_back(size_t(s.n) * sizeof(float));
+    }
+    const cuda::ActivationBitPlanes planes(17408);
+    const cuda::GemvB1StagedConfig config = staged_config(8, 4, 4, 2, 1, 0);
+    std::vector<std::vector<float>> alone;
+    for (size_t i = 0; i < steps.size(); ++i) {
+        const cuda::QuantizedActivationsView xq = scratches[i]->view(steps[i].k);
+        cuda::build_activation_bit_planes(xq, planes, nullptr);
+        cuda::gemv_q1_0_b1_staged(xq, planes, weights[i].view(), ys[i].get<float>(), nullptr, config);
+        cuda::cuda_check(cudaDeviceSynchronize(), "alone");
+        alone.emplace_back(static_cast<size_t>(steps[i].n));
+        ys[i].download(alone.back().data(), ys[i].bytes());
+        cuda::cuda_check(cudaMemset(ys[i].get(), 0xFF, ys[i].bytes()), "poison y");
+    }
+    cudaStream_t stream{};
+    cuda::cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "stream");
+    for (size_t i = 0; i < steps.size(); ++i) {
+        const cuda::QuantizedActivationsView xq = scratches[i]->view(steps[i].k);
+        cuda::build_activation_bit_planes(xq, planes, stream);
+        cuda::gemv_q1_0_b1_staged(xq, planes, weights[i].view(), ys[i].get<float>(), stream, config);
+    }
+    cuda::cuda_check(cudaStreamSynchronize(stream), "chain");
+    cudaStreamDestroy(stream);
+    for (size_t i = 0; i < steps.size(); ++i) {
+        std::vector<float> y(static_cast<size_t>(steps[i].n));
+        ys[i].download(y.data(), ys[i].bytes());
+        ASSERT_EQ(0, std::memcmp(y.data(), alone[i].data(), ys[i].bytes())) << "step " << i << " of the chain";
+    }
+}
+
+TEST(GemvB1StagedCuda, RefusesWhatItCannotRun) {
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device on this machine";
+    std::mt19937 rng(4);
+    const std::vector<uint8_t> q4 = random_weights(DType::Q4_0, 16, 256, rng);
+    const cuda::GemvWeights w4 = cuda::upload_gemv_weights(WeightView{q4.data(), DType::Q4_0, 16, 256}, "q4");
+    const std::vector<uint8_t> q1 = random_weights(DType::Q1_0, 16, 256, rng);
+    const cuda::GemvWeights w1 = cuda::upload_gemv_weights(WeightView{q1.data(), DType::Q1_0, 16, 256}, "q1");
+    const cuda::ActivationScratch scratch(512);
+    const cuda::ActivationBitPlanes planes(256);
+    cuda::DeviceBuffer y(16 * sizeof(float));
+    float* out = y.get<float>();
+    EXPECT_THROW(cuda::gemv_q1_0_b1_staged(scratch.view(256), planes, w4.view(), out, nullptr), Error);
+    EXPECT_THROW(cuda::gemv_q1_0_b1_staged(scratch.view(384), planes, w1.view(), out, nullptr), Error);  // K differs
+    EXPECT_THROW(cuda::gemv_q1_0_b1_staged(scratch.deferred_norm_view(256, 1e-6f), planes, w1.view(), out, nullptr),
+                 Error);
+    for (const cuda::GemvB1StagedConfig& bad :
+         {staged_config(9, 1, 4, 2, 1, 0), staged_config(4, 3, 4, 2, 1, 0), staged_config(0, 1, 4, 2, 1, 0),
+          staged_config(8, 4, 5, 2, 1, 0), staged_config(8, 4, 4, 3, 1, 0), staged_config(8, 4, 4, 2, 0, 0),
+          staged_config(8, 4, 4, 2, 1, -1), staged_config(8, 4, 8, 8, 1, 0)}) {  // the last: 594 KB of ring
+        EXPECT_THROW(cuda::gemv_q1_0_b1_staged(scratch.view(256), planes, w1.view(), out, nullptr, bad), Error)
+            << staged_text(bad);
+    }
 }
 
 TEST(GemvCudaLaunch, LargeNIsSplitAcrossLaunchesAndCoversEveryRow) {

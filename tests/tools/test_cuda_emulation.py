@@ -2,7 +2,8 @@
 """tools/cuda_emulation on real code, emulated on the host against naive references: gemm_q1_0_small
 (src/ops/matmul/gemm_small_cuda.cu: u8·s8 mma fragments, a cp.async ring, static and dynamic shared memory) and
 the staged split-K decode attention (attention_split_staged_cuda.cu: ldmatrix, ldmatrix .trans and f16 mma
-fragments, a swizzled ring, programmatic launch) agree, and so does the block-diffusion step
+fragments, a swizzled ring, programmatic launch) and the binary GEMV fed from a ring (gemv_b1_staged_cuda.cu:
+b1 mma fragments, a cp.async ring per warp, scales copied as 4-byte words) agree, and so does the block-diffusion step
 (runtime/diffusion_step_cuda.cu) with the CPU step; copies with a planted bug — fragment indices off by one,
 a row mask off by one, a cp.async wait one group short, barriers in divergent code, ties ranked out of order,
 a prefix sum one chunk late — are caught; the thread
@@ -21,6 +22,7 @@ TOOL = os.path.join(ROOT, "tools", "cuda_emulation")
 GEMM = os.path.join(ROOT, "src", "ops", "matmul", "gemm_small_cuda.cu")
 ATTENTION = os.path.join(ROOT, "src", "ops", "attention", "attention_split_staged_cuda.cu")
 DIFFUSION_STEP = os.path.join(ROOT, "src", "runtime", "diffusion_step_cuda.cu")
+GEMV_B1_STAGED = os.path.join(ROOT, "src", "ops", "matmul", "gemv_b1_staged_cuda.cu")
 CXX = shutil.which("g++")
 FLAGS = ["-std=c++20", "-O1", "-pthread", "-Wno-unknown-pragmas", "-DFMT_HEADER_ONLY"]
 # Wrappers of the real headers with no stand-in, and why.
@@ -49,6 +51,9 @@ class CudaEmulationTest(unittest.TestCase):
         cls.gemm_driver = [cls.compile_object(os.path.join(HERE, "cuda_emulation_gemm_small.cpp"), []),
                            cls.compile_object(os.path.join(ROOT, "src", "core", "dtype.cpp"), [])]
         cls.attention_driver = [cls.compile_object(os.path.join(HERE, "cuda_emulation_attention_staged.cpp"), [])]
+        cls.gemv_b1_staged_driver = [
+            cls.compile_object(os.path.join(HERE, "cuda_emulation_gemv_b1_staged.cpp"), []),
+            cls.compile_object(os.path.join(ROOT, "src", "core", "dtype.cpp"), [])]
         cls.diffusion_driver = [cls.compile_object(os.path.join(HERE, "cuda_emulation_diffusion_step.cpp"), []),
                                 cls.compile_object(os.path.join(ROOT, "src", "runtime", "diffusion_step.cpp"), [])]
 
@@ -133,6 +138,34 @@ class CudaEmulationTest(unittest.TestCase):
         status, out = self.emulate_attention("v_dim = ((lane >> 3) & 1) * 8;", "v_dim = ((lane >> 4) & 1) * 8;")
         self.assertEqual(status, 1, out)
         self.assertEqual(out.count("f16 d="), out.count("DISAGREES"), out)
+
+    def emulate_gemv_b1_staged(self, old=None, new=None):
+        return self.emulate_kernel(GEMV_B1_STAGED, self.gemv_b1_staged_driver, old, new)
+
+    def test_gemv_b1_staged_agrees_with_the_reference_and_the_b1_order(self):
+        status, out = self.emulate_gemv_b1_staged()
+        self.assertEqual(status, 0, out)
+        self.assertEqual(out.count("agrees"), 48, out)
+
+    def test_gemv_b1_staged_stage_read_before_its_copies_land_is_caught(self):
+        status, out = self.emulate_gemv_b1_staged("cp_async_wait_group<kStages - 1>();", "cp_async_wait_group<kStages>();")
+        self.assertEqual(status, 1, out)
+        self.assertIn("= nan", out.replace("-nan", "nan"))
+
+    def test_gemv_b1_staged_lanes_reading_before_the_warp_barrier_is_caught(self):
+        # The lanes read each other's copies: without the barrier after the wait one reads a copy not yet landed.
+        status, out = self.emulate_gemv_b1_staged("                __syncwarp();                        // and the other",
+                                                  "                // and the other")
+        self.assertEqual(status, 1, out)
+        self.assertIn("DISAGREES", out)
+
+    def test_gemv_b1_staged_scale_word_offset_bug_is_caught(self):
+        # A run of scales starting mid-word read as if it started at the word.
+        status, out = self.emulate_gemv_b1_staged(
+            "const int byte1 = int((scales + 2 * uintptr_t((row0 + 8) * a.units + u0)) & 2) + 2 * t;",
+            "const int byte1 = 2 * t;")
+        self.assertEqual(status, 1, out)
+        self.assertIn("gemv_q1_0_b1's order gives", out)
 
     def emulate_diffusion_step(self, old=None, new=None):
         return self.emulate_kernel(DIFFUSION_STEP, self.diffusion_driver, old, new)

@@ -1,6 +1,6 @@
 // Warp-level tensor-core primitives (sm_80+): ldmatrix loads of 8×8 b16 tiles from shared memory into the
-// fragment layout mma.sync expects, the f16 · f16 → f32 mma and the s8 · s8 → s32 one. Fragment layouts
-// (PTX ISA, "Matrix fragments for mma.m16n8k16"), with g = lane / 4 and t = lane % 4:
+// fragment layout mma.sync expects, the f16 · f16 → f32 mma, the s8 · s8 → s32 one and the binary AND-popc
+// one. Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16"), with g = lane / 4 and t = lane % 4:
 //   A (16×16, row major) a[0]: (g, 2t..2t+1)  a[1]: (g+8, 2t..)  a[2]: (g, 2t+8..)  a[3]: (g+8, 2t+8..)
 //   B (16×8, column major) b[0]: rows 2t..2t+1 of column g   b[1]: rows 2t+8..2t+9 of column g
 //   C (16×8) c[0], c[1]: (g, 2t), (g, 2t+1)   c[2], c[3]: (g+8, 2t), (g+8, 2t+1)
@@ -66,6 +66,17 @@ __device__ __forceinline__ void mma_u8_s8_s32(int (&d)[4], const uint32_t (&a)[4
         "{%0, %1, %2, %3};\n"
         : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// c += popc(a AND b), 1-bit inputs, s32 accumulators, exact (m16n8k128: a0 = row g, a1 = row g + 8, each the
+// 32 k-bits [32t, 32t + 32); b = the same k-bits of column g; C as above). Bits pair position for position,
+// so any bit order works as long as a and b share it (ops/matmul/gemv_b1_cuda.h).
+__device__ __forceinline__ void mma_b1_and_popc(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t b) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k128.row.col.s32.b1.b1.s32.and.popc {%0, %1, %2, %3}, {%4, %5}, {%6}, "
+        "{%0, %1, %2, %3};\n"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a0), "r"(a1), "r"(b));
 }
 
 }  // namespace deltabit::cuda

@@ -8,28 +8,22 @@
 
 #include "backend/cuda_probe.h"
 #include "core/error.h"
-#include "ops/matmul/gemv_device.cuh"
 #include "ops/cuda/programmatic_launch.cuh"
+#include "ops/matmul/gemv_b1_device.cuh"
+#include "ops/matmul/gemv_device.cuh"
 #include "ops/matmul/weight_repack.h"
 
 namespace deltabit::cuda {
 
 namespace {
 
+using b1_detail::kUnitsPerGroup;
+using b1_detail::padded_units;
+using b1_detail::plane_bytes;
+using b1_detail::plane_index;
 using gemv_detail::kFullMask;
 using gemv_detail::load_streaming;
-constexpr int kUnitsPerGroup = 4;  // one per thread of a lane quad
 constexpr int kMaxWarps = 8;
-
-int64_t padded_units(int64_t cols) {
-    const int64_t units = cols / kActivationGroup;
-    return (units + kUnitsPerGroup - 1) / kUnitsPerGroup * kUnitsPerGroup;
-}
-
-// planes[0] is the zero word; unit u, word j, parity p is planes[1 + (u·4 + j)·2 + p].
-__device__ __forceinline__ int64_t plane_index(int64_t unit, int word, int parity) {
-    return 1 + (unit * 4 + word) * 2 + parity;
-}
 
 // One warp per (unit, word): lane L takes input 32j + 4·(L % 8) + L / 8, so bit L of a ballot is the bit
 // that pairs with bit L of the repacked weight word (bit 8B + s ↔ input 32j + 4s + B).
@@ -61,24 +55,6 @@ struct B1Args {
     int units;        // per row
     int unit_groups;  // ceil(units / 4)
 };
-
-__device__ __forceinline__ void mma_b1(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t b) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k128.row.col.s32.b1.b1.s32.and.popc {%0, %1, %2, %3}, {%4, %5}, {%6}, "
-        "{%0, %1, %2, %3};\n"
-        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-        : "r"(a0), "r"(a1), "r"(b));
-}
-
-__device__ __forceinline__ uint32_t word_of(const uint4& v, int j) {
-    return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
-}
-
-// Σ_p w_p · popc_p for one row from the four plane-pair accumulators: c[q][half] holds plane 2q + half.
-__device__ __forceinline__ int weighted_planes(const int (&c)[4][4], int first) {
-    return c[0][first] + 2 * c[0][first + 1] + 4 * c[1][first] + 8 * c[1][first + 1] + 16 * c[2][first] +
-           32 * c[2][first + 1] + 64 * c[3][first] - 128 * c[3][first + 1];
-}
 
 // The two rows' codes and scales of kBatch unit groups from group i0, up to (not including) group `end`
 // (zeros and scale 0 past it or past the row).
@@ -150,22 +126,12 @@ __global__ void __launch_bounds__(32 * kMaxWarps) gemv_b1_kernel(B1Args a, int s
                 for (int b = 0; b < kBatch; ++b) {
                     if (i0 + b >= end) break;  // the same for the whole warp
                     const int64_t unit = int64_t(i0 + b) * kUnitsPerGroup + t;
-                    int c[4][4] = {};
+                    uint4 bq[4];
 #pragma unroll
-                    for (int j = 0; j < 4; ++j) {
-                        const uint4 bq = __ldg(a.planes + (feeds_b ? plane_index(unit, j, parity) : 0));
-                        const uint32_t a0 = word_of(c0[b], j), a1 = word_of(c1[b], j);
-                        mma_b1(c[0], a0, a1, bq.x);
-                        mma_b1(c[1], a0, a1, bq.y);
-                        mma_b1(c[2], a0, a1, bq.z);
-                        mma_b1(c[3], a0, a1, bq.w);
-                    }
+                    for (int j = 0; j < 4; ++j) bq[j] = __ldg(a.planes + (feeds_b ? plane_index(unit, j, parity) : 0));
                     const ActivationGroupMeta meta =
                         unit < a.units ? a.x_meta[unit] : ActivationGroupMeta{0.0f, 0};
-                    const int dot0 = 2 * weighted_planes(c, 0) - meta.sum;
-                    const int dot1 = 2 * weighted_planes(c, 2) - meta.sum;
-                    acc0 = fmaf(float(dot0), __half2float(__ushort_as_half(d0[b])) * meta.scale, acc0);
-                    acc1 = fmaf(float(dot1), __half2float(__ushort_as_half(d1[b])) * meta.scale, acc1);
+                    b1_detail::accumulate_unit(bq, meta, c0[b], c1[b], d0[b], d1[b], acc0, acc1);
                 }
             }
             if (tile + step < tiles) first_batch(tile + step, c0, c1, d0, d1);
@@ -218,7 +184,7 @@ bool gemv_b1_supported() {
 }
 
 ActivationBitPlanes::ActivationBitPlanes(int64_t cols)
-    : buffer(size_t(1 + padded_units(cols) * 8) * 16), max_cols(cols) {
+    : buffer(size_t(plane_bytes(cols))), max_cols(cols) {
     cuda_check(cudaMemset(buffer.get(), 0, buffer.bytes()), "zero the bit planes");
 }
 

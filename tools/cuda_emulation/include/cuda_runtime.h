@@ -499,6 +499,12 @@ enum cudaDeviceAttr {
     cudaDevAttrL2CacheSize,
 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize, cudaFuncAttributePreferredSharedMemoryCarveout };
+// The carve-out preference's values (a percentage of the SM's shared-memory capacity); accepted, not modelled.
+enum cudaSharedCarveout {
+    cudaSharedmemCarveoutDefault = -1,
+    cudaSharedmemCarveoutMaxL1 = 0,
+    cudaSharedmemCarveoutMaxShared = 100
+};
 
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline cudaError_t cudaPeekAtLastError() { return cudaSuccess; }

@@ -3,6 +3,8 @@
 // "Matrix fragments for mma.m16n8k16 / m16n8k32"; g = lane / 4, t = lane % 4). Every lane of the warp must
 // take part, as on the device.
 //
+// The binary mma (m16n8k128 .b1 AND-popc) is exact, as on the device.
+//
 // Precision: f16/bf16 products are summed with c in double and rounded once to f32 — not the tensor cores'
 // truncating block accumulation — so results check indexing, not the device's last bits. Integer mmas are
 // exact, as on the device.
@@ -71,6 +73,30 @@ void mma(Acc (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, int per,
     for (int j = 0; j < 4; ++j) c[j] = out[j];
 }
 
+// m16n8k128 .b1 AND-popc: a0 row g, a1 row g + 8, each the k-bits [32t, 32t + 32); b column g, the same
+// k-bits; c[j] (row g + 8(j / 2), column 2t + j % 2) += Σ_t' popc(A-word of t' AND B-word of t').
+inline void mma_b1(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t b, const emu::Site& site) {
+    const int lane = emu::lane();
+    uint64_t* mine = emu::lane_slot(lane);
+    mine[0] = a0;
+    mine[1] = a1;
+    mine[2] = b;
+    emu::warp_barrier(site);
+    int out[4];
+    for (int j = 0; j < 4; ++j) {
+        const int row = lane / 4 + 8 * (j / 2), column = 2 * (lane % 4) + j % 2;
+        int sum = c[j];
+        for (int t = 0; t < 4; ++t) {
+            const uint32_t ra = uint32_t(emu::lane_slot(4 * (row % 8) + t)[row / 8]);
+            const uint32_t rb = uint32_t(emu::lane_slot(4 * column + t)[2]);
+            sum += __popc(ra & rb);
+        }
+        out[j] = sum;
+    }
+    emu::warp_barrier(site);
+    for (int j = 0; j < 4; ++j) c[j] = out[j];
+}
+
 }  // namespace emu_tc
 
 inline void ldmatrix_x4(const void* smem, uint32_t (&r)[4], emu::Site site = emu::Site::current()) {
@@ -94,6 +120,10 @@ inline void mma_s8_s32(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_
 inline void mma_u8_s8_s32(int (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1,
                           emu::Site site = emu::Site::current()) {
     emu_tc::mma(d, a, b0, b1, 4, emu_tc::u8, emu_tc::s8, site);
+}
+
+inline void mma_b1_and_popc(int (&c)[4], uint32_t a0, uint32_t a1, uint32_t b, emu::Site site = emu::Site::current()) {
+    emu_tc::mma_b1(c, a0, a1, b, site);
 }
 
 }  // namespace deltabit::cuda
