@@ -142,7 +142,7 @@ void CudaModel::upload_attention_rows(std::span<CudaSequenceState* const> states
     const int64_t B = int64_t(states.size());
     const auto attends = [](const CudaLayer& L) { return L.kind != LayerKind::linear_attention; };
     const int64_t n_attention = std::count_if(layers_.begin(), layers_.end(), attends);
-    attention_rows_plan_ = {};
+    attention_rows_plans_.assign(size_t(n_attention), {});
     if (n_attention == 0) return;
     if (attention_rows_host_ == nullptr) {  // once, for the most rows a step takes: graphs point into it
         const size_t bytes = size_t(n_attention * kPromptChunk) * sizeof(cuda::AttentionRow);
@@ -152,21 +152,16 @@ void CudaModel::upload_attention_rows(std::span<CudaSequenceState* const> states
     const int64_t per_head = c.attn_output_gate ? 2 * c.head_dim : c.head_dim;
     for (int64_t i = 0; i < B; ++i) {
         CudaSequenceState& sequence = *states[size_t(i)];
-        // The split count its own decode step plans (attention_block: the grid for its capacity).
+        // The grid its own decode step plans (attention_block: for its capacity), per cache format — a
+        // sequence's layers may differ in format (layer_kv_format), and the split count with it.
         const cuda::CachedAttentionDims dims{1, c.n_head, c.n_head_kv, c.head_dim, sequence.max_positions(), per_head};
         int64_t a = 0;
         for (int64_t l = 0; l < int64_t(layers_.size()); ++l) {
             if (!attends(layers_[size_t(l)])) continue;
             const CudaLayerState& state = sequence.layer(l);
             cuda::AttentionRow& row = attention_rows_host_[a * B + i];
-            if (a == 0) {
-                row = cuda::attention_row(state.k.view, state.v.view, sequence.position(), dims);
-                attention_rows_plan_.add(row);
-            } else {  // every layer of a sequence has its format and capacity
-                row = attention_rows_host_[i];
-                row.k = state.k.view;
-                row.v = state.v.view;
-            }
+            row = cuda::attention_row(state.k.view, state.v.view, sequence.position(), dims);
+            attention_rows_plans_[size_t(a)].add(row);
             ++a;
         }
     }
@@ -192,7 +187,7 @@ void CudaModel::attention_rows(const CudaAttentionWeights& w, const float* x, in
         return L.kind != LayerKind::linear_attention;
     });
     const cuda::AttentionRow* rows = attention_rows_.get<cuda::AttentionRow>() + attention_layer * B;
-    const cuda::AttentionRowsPlan& plan = attention_rows_plan_;
+    const cuda::AttentionRowsPlan& plan = attention_rows_plans_[size_t(attention_layer)];
     const cuda::AttentionPrologueDims prologue{H, H_kv, dh, per_head, c.rope_dim, c.rope_theta, c.rms_eps};
     // max_keys: unused by the rows form (each row's splits are in the table).
     const cuda::CachedAttentionDims dims{1, H, H_kv, dh, 1, per_head};

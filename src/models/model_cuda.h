@@ -361,7 +361,7 @@ private:
     void upload_attention_rows(std::span<CudaSequenceState* const> states);
     cuda::AttentionRow* attention_rows_host_ = nullptr;  // pinned, kPromptChunk rows of every attention layer
     cuda::DeviceBuffer attention_rows_;                  // its device copy, allocated once (graphs point into it)
-    cuda::AttentionRowsPlan attention_rows_plan_;        // the running step's rows: splits and formats
+    std::vector<cuda::AttentionRowsPlan> attention_rows_plans_;  // the running step's, per attention layer
     // The running forward call's observer (forward), or nullptr; the layer its names are of.
     const ActivationObserver* observer_ = nullptr;
     int64_t observed_layer_ = 0;
