@@ -50,22 +50,17 @@ struct CombineArgs {
 // The arguments block (·, ·, r) of a rows launch combines with: row r's as a single call over it has them
 // (its scratch region, split count and position; its gate and output rows); a single call's own otherwise.
 // The table is written by no kernel, so it may be read before the wait.
-template <bool kRows>
 __device__ __forceinline__ CombineArgs combine_row_args(const CombineArgs& a) {
-    if constexpr (!kRows) {
-        return a;
-    } else {
-        const int64_t r = blockIdx.z;
-        const AttentionRow& row = a.rows[r];
-        CombineArgs out = a;
-        out.part_acc = a.part_acc + r * a.row_scratch;
-        out.splits = row.splits;
-        out.part_ml = out.part_acc + out.splits * a.n_head * a.head_dim;
-        out.n_past = &row.position;
-        out.gate = a.gate != nullptr ? a.gate + r * a.n_head * a.gate_head_stride : nullptr;
-        out.out = a.out + r * a.n_head * a.head_dim;
-        return out;
-    }
+    const int64_t r = blockIdx.z;
+    const AttentionRow& row = a.rows[r];
+    CombineArgs out = a;
+    out.part_acc = a.part_acc + r * a.row_scratch;
+    out.splits = row.splits;
+    out.part_ml = out.part_acc + out.splits * a.n_head * a.head_dim;
+    out.n_past = &row.position;
+    out.gate = a.gate != nullptr ? a.gate + r * a.n_head * a.gate_head_stride : nullptr;
+    out.out = a.out + r * a.n_head * a.head_dim;
+    return out;
 }
 
 // Block (query head, 32 dims, token): lane = dim, warp w sums splits w, w + 8, ... (loads of several
@@ -74,10 +69,7 @@ __device__ __forceinline__ CombineArgs combine_row_args(const CombineArgs& a) {
 constexpr int kCombineWarps = 8;
 constexpr int kCombineThreads = 32 * kCombineWarps;
 
-// kRows: the rows form, the same body on the block's row.
-template <bool kRows>
-__global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(CombineArgs args) {
-    const CombineArgs a = combine_row_args<kRows>(args);  // the rows form: its table row, before the wait
+__device__ __forceinline__ void combine(const CombineArgs& a) {
     wait_for_predecessor();  // ops/cuda/programmatic_launch.cuh: nothing of the step is read before this
     allow_dependents();
     __shared__ float s_weight[kMaxSplits];
@@ -130,6 +122,14 @@ __global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(Comb
     }
 }
 
+// kRows: the rows form, the body on the block's row's arguments (its table row read before the body's wait);
+// a single call's launch hands the body its own arguments in place.
+template <bool kRows>
+__global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(CombineArgs a) {
+    if constexpr (kRows) combine(combine_row_args(a));
+    else combine(a);
+}
+
 // ---- prologue and cache stores ----
 
 constexpr int kPrologueThreads = 256;  // >= kAttentionDecodeMaxHeadDim: one thread per dim
@@ -153,23 +153,18 @@ struct PrologueArgs {
 // The arguments block (·, r) of a rows launch works with: row r's, as a single call over that row has them
 // (its q_full, k_raw, v_raw and q_out rows, its caches and position); a single call's own otherwise. The
 // table is written by no kernel, so it may be read before the wait.
-template <bool kRows>
 __device__ __forceinline__ PrologueArgs prologue_row_args(const PrologueArgs& a) {
-    if constexpr (!kRows) {
-        return a;
-    } else {
-        const int64_t r = blockIdx.y;
-        const AttentionRow& row = a.rows[r];
-        PrologueArgs out = a;
-        out.q_full = a.q_full + r * a.n_head * a.q_head_stride;
-        out.k_raw = a.k_raw + r * a.n_kv_head * a.head_dim;
-        out.v_raw = a.v_raw + r * a.n_kv_head * a.head_dim;
-        out.q_out = a.q_out + r * a.n_head * a.head_dim;
-        out.position = &row.position;
-        out.k_cache = row.k;
-        out.v_cache = row.v;
-        return out;
-    }
+    const int64_t r = blockIdx.y;
+    const AttentionRow& row = a.rows[r];
+    PrologueArgs out = a;
+    out.q_full = a.q_full + r * a.n_head * a.q_head_stride;
+    out.k_raw = a.k_raw + r * a.n_kv_head * a.head_dim;
+    out.v_raw = a.v_raw + r * a.n_kv_head * a.head_dim;
+    out.q_out = a.q_out + r * a.n_head * a.head_dim;
+    out.position = &row.position;
+    out.k_cache = row.k;
+    out.v_cache = row.v;
+    return out;
 }
 
 // Element `index` of position p's row (kivi4: its exact row; quantisation comes later, kivi_compress).
@@ -181,11 +176,9 @@ __device__ __forceinline__ void store_kv(const KvCacheView& cache, int64_t p, in
 }
 
 // Block b: query head b (b < H), key head b − H, or value head b − H − H_kv. kTable: the angles' cos and sin
-// come from a.rope_table (rope_decode_table), else each thread forms its own. kRows: the rows form, the same
-// body on the block's row (its table row read here, before the wait).
-template <bool kTable, bool kRows>
-__global__ void __launch_bounds__(kPrologueThreads) attention_prologue_kernel(PrologueArgs args) {
-    const PrologueArgs a = prologue_row_args<kRows>(args);
+// come from a.rope_table (rope_decode_table), else each thread forms its own.
+template <bool kTable>
+__device__ __forceinline__ void prologue(const PrologueArgs& a) {
     const int64_t b = blockIdx.x, d = a.head_dim, i = threadIdx.x;
     const bool is_q = b < a.n_head, is_k = !is_q && b < a.n_head + a.n_kv_head;
     // The norm weight is the model's, written by no kernel of the step: requested before the wait, so the
@@ -230,6 +223,14 @@ __global__ void __launch_bounds__(kPrologueThreads) attention_prologue_kernel(Pr
     if (i >= d) return;
     if (is_q) a.q_out[b * d + i] = out;
     else store_kv(a.k_cache, position, a.n_kv_head * d, (b - a.n_head) * d + i, out);
+}
+
+// kRows: the rows form, the body on the block's row's arguments (its table row read before the body's wait);
+// a single call's launch hands the body its own arguments in place.
+template <bool kTable, bool kRows>
+__global__ void __launch_bounds__(kPrologueThreads) attention_prologue_kernel(PrologueArgs a) {
+    if constexpr (kRows) prologue<kTable>(prologue_row_args(a));
+    else prologue<kTable>(a);
 }
 
 __global__ void kv_store_kernel(const float* rows, int64_t n, int64_t row_elems, const int32_t* n_past,

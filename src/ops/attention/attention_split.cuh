@@ -60,27 +60,23 @@ struct SplitArgs {
     int64_t row_scratch = 0;             // the rows form: floats of scratch per row
 };
 
-// The arguments block (·, blockIdx.y, ·) works with: the launch's own (kRows false: a single call), or in the
-// rows form those of its row as a single call over that row would have them. Rows of another format than the
-// launch's get splits = 0 (their blocks exit). Reads the table, which no kernel writes (AttentionRow), so a
-// rows kernel may call it before its wait for the kernel before (ops/cuda/programmatic_launch.cuh).
-template <bool kRows>
+// The arguments block (·, blockIdx.y, ·) of a rows launch works with: those of its row, as a single call over
+// that row has them; a row of another format than the launch's gets splits = 0 (its blocks exit). A single
+// call's kernel hands the body its own arguments in place, not a copy, so its code is what it was before the
+// rows form. Reads the table, which no kernel writes (AttentionRow), so a rows kernel calls it before its wait
+// for the kernel before (ops/cuda/programmatic_launch.cuh).
 __device__ __forceinline__ SplitArgs split_row_args(const SplitArgs& a) {
-    if constexpr (!kRows) {
-        return a;
-    } else {
-        const int64_t r = int64_t(blockIdx.y) / a.n_kv_head;
-        const AttentionRow& row = a.rows[r];
-        SplitArgs out = a;
-        out.q = a.q + r * a.n_head * a.head_dim;
-        out.k = row.k;
-        out.v = row.v;
-        out.n_past = &row.position;
-        out.splits = row.k.element == a.k.element ? row.splits : 0;
-        out.part_acc = a.part_acc + r * a.row_scratch;
-        out.part_ml = out.part_acc + out.splits * a.n_head * a.head_dim;
-        return out;
-    }
+    const int64_t r = int64_t(blockIdx.y) / a.n_kv_head;
+    const AttentionRow& row = a.rows[r];
+    SplitArgs out = a;
+    out.q = a.q + r * a.n_head * a.head_dim;
+    out.k = row.k;
+    out.v = row.v;
+    out.n_past = &row.position;
+    out.splits = row.k.element == a.k.element ? row.splits : 0;
+    out.part_acc = a.part_acc + r * a.row_scratch;
+    out.part_ml = out.part_acc + out.splits * a.n_head * a.head_dim;
+    return out;
 }
 // The kv head of block (·, blockIdx.y, ·) (the rows form: within its row).
 template <bool kRows>

@@ -15,6 +15,9 @@
 // kernel (attention_decode_cuda.cu) merges the splits in a fixed order (deterministic). Both read rows
 // through an accessor, the kernels' Rows parameter: PlainRows for an f32 or f16 cache, KiviRows for kivi4
 // (ops/attention/kv_cuda.h: sinks and window rows exact, the middle dequantised as it is read).
+// keys_across_lanes also has the rows form (attention_split.cuh, SplitArgs): one launch over a table of
+// rows, each block running the same body on its row's arguments; dims_across_lanes has none (a measurement
+// variant, attention_cached_rows refuses it).
 #pragma once
 
 #include <cuda_fp16.h>
@@ -371,11 +374,9 @@ struct KiviRows {
 // head of the group (q from shared memory, a sequential fp32 sum over the dims), the warp updates one
 // online softmax per head (a max butterfly per head per tile; the denominators stay per lane until the
 // end), then lanes go back to owning dims [lane·P, lane·P + P) for the weighted sum of the tile's V rows.
-// kRows: the rows form (SplitArgs), the same body on the block's row.
+// kRows: the rows form (SplitArgs; `a` is the block's row's, split_row_args).
 template <typename Rows, int P, int G, bool kRows>
-__global__ void __launch_bounds__(kThreads) attention_split_keys_kernel(SplitArgs args) {
-    // The rows form reads its row of the table here, before the wait: no kernel writes the table.
-    const SplitArgs a = split_row_args<kRows>(args);
+__device__ __forceinline__ void split_keys(const SplitArgs& a) {
     wait_for_predecessor();  // ops/cuda/programmatic_launch.cuh: nothing of the step is read before this
     allow_dependents();
     constexpr int kDims = 32 * P;
@@ -482,6 +483,14 @@ __global__ void __launch_bounds__(kThreads) attention_split_keys_kernel(SplitArg
         merge_warp_partials<P, G>(a, s_m, s_l, s_acc, t, kh, group, split, d);
         __syncthreads();  // s_q and the shared partials are rewritten for the next token
     }
+}
+
+// A single call's launch runs the body on its own arguments, as they are; the rows form's on its row's, read
+// from the table before the body's wait (no kernel writes the table).
+template <typename Rows, int P, int G, bool kRows>
+__global__ void __launch_bounds__(kThreads) attention_split_keys_kernel(SplitArgs a) {
+    if constexpr (kRows) split_keys<Rows, P, G, true>(split_row_args(a));
+    else split_keys<Rows, P, G, false>(a);
 }
 
 // ---- launches: the kernel for (Rows, P = dims per lane, G = query heads per kv head, rounded up) ----

@@ -25,6 +25,9 @@
 // f32 rows in shared memory are padded by 16 bytes so that the rows a warp reads at once sit in different
 // banks (the score phase); f16 rows are swizzled instead (TileRing), for ldmatrix, which reads 8 rows at
 // one column: unpadded rows start on 128-byte lines, so a warp's copy of a row is 4 whole lines.
+// Both kernels have the rows form (attention_split.cuh, SplitArgs): the same body on the block's row's
+// arguments, which differ from a single call's only in where the pointers, position and split count come
+// from (its table row, read at the top).
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -283,10 +286,12 @@ __device__ __forceinline__ void split_f32(const SplitArgs& a) {
     }
 }
 
-// The rows form reads its row of the table before the wait (in split_f32): no kernel writes the table.
+// A single call's launch runs the body on its own arguments, as they are; the rows form's on its row's, read
+// from the table before the body's wait (no kernel writes the table).
 template <int G, bool kRows>
 __global__ void __launch_bounds__(kStagedThreads) attention_split_f32_kernel(SplitArgs a) {
-    split_f32<G, kRows>(split_row_args<kRows>(a));
+    if constexpr (kRows) split_f32<G, true>(split_row_args(a));
+    else split_f32<G, false>(a);
 }
 // ---- f16 rows on tensor cores ----
 // The same pipeline, tile and softmax as above with the two products on mma.m16n8k16 (f16 · f16 → f32;
@@ -531,7 +536,8 @@ __device__ __forceinline__ void split_mma(const SplitArgs& a) {
 // Two blocks an SM (__launch_bounds__: at most 128 registers a thread), as the shared memory allows.
 template <int G, bool kRows>
 __global__ void __launch_bounds__(kStagedThreads, 2) attention_split_mma_kernel(SplitArgs a) {
-    split_mma<G, kRows>(split_row_args<kRows>(a));
+    if constexpr (kRows) split_mma<G, true>(split_row_args(a));
+    else split_mma<G, false>(a);
 }
 
 // f(std::integral_constant<int, G>) with G the kernels' head count for `group` query heads per kv head.

@@ -25,17 +25,12 @@ struct CompressArgs {
 
 // What block (·, ·, r) of a rows launch compresses: row r's side `cache.keys` at its position, as a call
 // with that row alone would; the single call's own arguments otherwise.
-template <bool kRows>
 __device__ __forceinline__ CompressArgs compress_row(const CompressArgs& a) {
-    if constexpr (!kRows) {
-        return a;
-    } else {
-        const AttentionRow& row = a.rows[blockIdx.z];
-        CompressArgs r = a;
-        r.cache = a.cache.keys ? row.k : row.v;
-        r.n_past = &row.position;
-        return r;
-    }
+    const AttentionRow& row = a.rows[blockIdx.z];
+    CompressArgs r = a;
+    r.cache = a.cache.keys ? row.k : row.v;
+    r.n_past = &row.position;
+    return r;
 }
 
 __device__ __forceinline__ uint16_t to_half_bits(float x) { return __half_as_ushort(__float2half_rn(x)); }
@@ -64,10 +59,7 @@ __device__ __forceinline__ const float* exact_row(const CompressArgs& a, int64_t
 
 // Keys, per channel: thread = two adjacent channels (one code byte per position), over the block's
 // positions.
-template <bool kRows>
-__global__ void __launch_bounds__(kThreads) kivi_compress_keys_kernel(CompressArgs args) {
-    const CompressArgs a = compress_row<kRows>(args);
-    if (kRows && a.cache.element != KvElement::kivi4) return;  // a row of another format
+__device__ __forceinline__ void compress_keys(const CompressArgs& a) {
     const int64_t b = block_to_quantise(a);
     const int64_t c0 = 2 * (int64_t(blockIdx.y) * kThreads + threadIdx.x);
     if (b < 0 || c0 >= a.row) return;
@@ -95,10 +87,7 @@ __global__ void __launch_bounds__(kThreads) kivi_compress_keys_kernel(CompressAr
 }
 
 // Values, per position: thread = one group of value_group channels of one position of the block.
-template <bool kRows>
-__global__ void __launch_bounds__(kThreads) kivi_compress_values_kernel(CompressArgs args) {
-    const CompressArgs a = compress_row<kRows>(args);
-    if (kRows && a.cache.element != KvElement::kivi4) return;  // a row of another format
+__device__ __forceinline__ void compress_values(const CompressArgs& a) {
     const int64_t b = block_to_quantise(a);
     const int64_t VG = a.cache.kivi.value_group, groups = a.row / VG;
     const int64_t item = int64_t(blockIdx.y) * kThreads + threadIdx.x;
@@ -118,9 +107,26 @@ __global__ void __launch_bounds__(kThreads) kivi_compress_values_kernel(Compress
     for (int64_t i = 0; i < VG; i += 2) out[i / 2] = uint8_t(code_of(x[i], m, s) | (code_of(x[i + 1], m, s) << 4));
 }
 
-}  // namespace
-
-namespace {
+// kRows: the rows form, the body on the block's row's arguments (rows of another format left alone); a single
+// call's launch hands the body its own arguments in place.
+template <bool kRows>
+__global__ void __launch_bounds__(kThreads) kivi_compress_keys_kernel(CompressArgs a) {
+    if constexpr (kRows) {
+        const CompressArgs r = compress_row(a);
+        if (r.cache.element == KvElement::kivi4) compress_keys(r);
+    } else {
+        compress_keys(a);
+    }
+}
+template <bool kRows>
+__global__ void __launch_bounds__(kThreads) kivi_compress_values_kernel(CompressArgs a) {
+    if constexpr (kRows) {
+        const CompressArgs r = compress_row(a);
+        if (r.cache.element == KvElement::kivi4) compress_values(r);
+    } else {
+        compress_values(a);
+    }
+}
 
 // The grid and launch of both forms: blockIdx.x the blocks one call may quantise, y the channels (keys) or
 // items (values), z the rows (one for a single call).
