@@ -300,14 +300,15 @@ TEST(AttentionRows, SixtyFourRowsAreSixtyFourSingleCalls) {
     }
 }
 
-// Small heads and shallow rows, every format in one batch: the case tools/cuda_emulation runs
+// Small heads and shallow rows, every format in one batch: the case tools/cuda_emulation runs by default
 // (tests/tools/cuda_emulation_attention_rows.sh).
 TEST(AttentionRows, SmallHeadsMixedFormats) {
     DELTABIT_REQUIRE_GPU();
-    const std::vector<RowSpec> specs = {{cuda::KvElement::f16, 70, 71},
-                                        {cuda::KvElement::kivi4, 167, 400},
-                                        {cuda::KvElement::f32, 0, 40},
-                                        {cuda::KvElement::f16, 33, 300}};
+    // Split counts 1 to 16 (capacities 40 to 1000): the f32 row at 129 has 3 splits with keys of its 16, the
+    // kivi4 rows quantise a block in the step (from 167 and 199).
+    const std::vector<RowSpec> specs = {{cuda::KvElement::f16, 70, 71},    {cuda::KvElement::kivi4, 167, 400},
+                                        {cuda::KvElement::f32, 0, 40},     {cuda::KvElement::f16, 33, 300},
+                                        {cuda::KvElement::f32, 129, 1000}, {cuda::KvElement::kivi4, 199, 200}};
     check_rows(kSmall, specs, kDefault, 7);
     check_rows(kSmall, specs, cuda::AttentionDecodeVariant::keys_across_lanes, 8);
 }
