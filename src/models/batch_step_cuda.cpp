@@ -17,7 +17,6 @@
 #if DELTABIT_HAVE_CUDA
 
 #include <algorithm>
-#include <limits>
 #include <utility>
 #include <vector>
 
