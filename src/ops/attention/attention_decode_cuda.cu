@@ -47,9 +47,9 @@ struct CombineArgs {
     int64_t row_scratch;       // the rows form: floats of scratch per row
 };
 
-// The arguments block (·, ·, r) of a rows launch combines with: row r's as a single call over it has them
-// (its scratch region, split count and position; its gate and output rows); a single call's own otherwise.
-// The table is written by no kernel, so it may be read before the wait.
+// The arguments block (·, ·, r) of a rows launch combines with: row r's, as a single call over that row has
+// them (its scratch region, split count and position; its gate and output rows). The table is written by no
+// kernel, so it may be read before the wait.
 __device__ __forceinline__ CombineArgs combine_row_args(const CombineArgs& a) {
     const int64_t r = blockIdx.z;
     const AttentionRow& row = a.rows[r];
@@ -151,8 +151,8 @@ struct PrologueArgs {
 };
 
 // The arguments block (·, r) of a rows launch works with: row r's, as a single call over that row has them
-// (its q_full, k_raw, v_raw and q_out rows, its caches and position); a single call's own otherwise. The
-// table is written by no kernel, so it may be read before the wait.
+// (its q_full, k_raw, v_raw and q_out rows, its caches and position). The table is written by no kernel, so
+// it may be read before the wait.
 __device__ __forceinline__ PrologueArgs prologue_row_args(const PrologueArgs& a) {
     const int64_t r = blockIdx.y;
     const AttentionRow& row = a.rows[r];
@@ -389,9 +389,10 @@ size_t attention_decode_rows_scratch_floats(const CachedAttentionDims& dims, con
 void attention_cached_rows(const float* q, const AttentionRow* rows, const AttentionRowsPlan& plan, const float* gate,
                            const CachedAttentionDims& dims, float* scratch, float* out, cudaStream_t stream) {
     check_dims(dims);
-    if (dims.n_tokens != 1 || dims.variant == AttentionDecodeVariant::dims_across_lanes)
-        fail_message("attention_cached_rows (cuda): one token a row, by staged_tiles or keys_across_lanes (" +
-                     std::to_string(dims.n_tokens) + " tokens asked)");
+    if (dims.n_tokens != 1)
+        fail_message("attention_cached_rows (cuda): one token a row, not " + std::to_string(dims.n_tokens));
+    if (dims.variant == AttentionDecodeVariant::dims_across_lanes)
+        fail_message("attention_cached_rows (cuda): dims_across_lanes has no rows form (staged_tiles or keys_across_lanes)");
     if (plan.n_rows == 0) return;
     if (plan.n_rows * dims.n_kv_head > kMaxGridZ || plan.max_splits <= 0 || plan.max_splits > kMaxSplits)
         fail_message("attention_cached_rows (cuda): " + std::to_string(plan.n_rows) + " rows of " +
