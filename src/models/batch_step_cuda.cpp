@@ -3,20 +3,21 @@
 // own attention and DeltaNet state. Host code only (the kernels are in ops/): a .cpp so that fmt's
 // compile-time checks work, compiled to nothing in builds without CUDA.
 //
-// The stateful middle of a block: the DeltaNet step runs its two decode kernels once for all B rows (the
-// rows forms of ops/delta_rule/delta_rule_cuda.h, the same kernels as a single step's, so each row is bit
-// for bit that row's single call), each row's conv window and state found through a device table of
-// pointers (upload_deltanet_rows: built on the host every step, the DeltaNet parity resolved there, one
-// copy before the step). Attention still runs the decode step's kernels once per row. A batch that repeats
-// (a server's steady batch) replays the whole step as a CUDA graph, so the per-row launches cost the host
-// nothing; the graphs are keyed by their rows' states and parities (BatchGraph), though the DeltaNet kernels
-// would already serve any batch of a size through the table.
+// The stateful middle of a block runs once for all B rows, whatever B: each row's conv window, DeltaNet
+// state, KV caches, position and split count are found through device tables (upload_deltanet_rows,
+// upload_attention_rows: built on the host every step, the DeltaNet parity and each row's attention plan
+// resolved there, one copy each before the step). The DeltaNet step is its two decode kernels in their rows
+// forms (ops/delta_rule/delta_rule_cuda.h); an attention layer is a fixed handful of launches: the prologue,
+// the split-K attention (one launch per cache format among the rows), its combine, and for kivi4 caches the
+// two compress launches (ops/attention/attention_cuda.h). Each rows form runs the single-sequence kernel's
+// body on row r's arguments, so a row is bit for bit what its own decode step computes. A batch that repeats
+// (a server's steady batch) replays the whole step as a CUDA graph, which reads the tables the step uploaded.
+
 #include "models/model_cuda.h"
 
 #if DELTABIT_HAVE_CUDA
 
 #include <algorithm>
-#include <limits>
 #include <utility>
 #include <vector>
 
@@ -68,6 +69,7 @@ const float* CudaModel::forward_batch(std::span<CudaSequenceState* const> states
     check(cudaMemcpyAsync(d_positions, host_positions, size_t(B) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_),
           "upload positions");
     upload_deltanet_rows(states);
+    upload_attention_rows(states);
     check(cudaEventRecord(prompt_uploaded_, stream_), "record prompt inputs");
 
     batch_ = states;
@@ -136,8 +138,40 @@ void CudaModel::release_batch_graphs() {
     batch_graphs_.clear();
 }
 
-void CudaModel::attention_rows(const CudaAttentionWeights& w, const float* x, int64_t layer, const int32_t* d_positions,
-                               float* out) {
+void CudaModel::upload_attention_rows(std::span<CudaSequenceState* const> states) {
+    const ModelConfig& c = config_;
+    const int64_t B = int64_t(states.size());
+    const auto attends = [](const CudaLayer& L) { return L.kind != LayerKind::linear_attention; };
+    const int64_t n_attention = std::count_if(layers_.begin(), layers_.end(), attends);
+    attention_rows_plans_.assign(size_t(n_attention), {});
+    if (n_attention == 0) return;
+    if (attention_rows_host_ == nullptr) {  // once, for the most rows a step takes: graphs point into it
+        const size_t bytes = size_t(n_attention * kPromptChunk) * sizeof(cuda::AttentionRow);
+        check(cudaMallocHost(&attention_rows_host_, bytes), "pinned attention rows");
+        attention_rows_ = cuda::DeviceBuffer(bytes);
+    }
+    const int64_t per_head = c.attn_output_gate ? 2 * c.head_dim : c.head_dim;
+    for (int64_t i = 0; i < B; ++i) {
+        CudaSequenceState& sequence = *states[size_t(i)];
+        // The grid its own decode step plans (attention_block: for its capacity), per cache format — a
+        // sequence's layers may differ in format (layer_kv_format), and the split count with it.
+        const cuda::CachedAttentionDims dims{1, c.n_head, c.n_head_kv, c.head_dim, sequence.max_positions(), per_head};
+        int64_t a = 0;
+        for (int64_t l = 0; l < int64_t(layers_.size()); ++l) {
+            if (!attends(layers_[size_t(l)])) continue;
+            const CudaLayerState& state = sequence.layer(l);
+            cuda::AttentionRow& row = attention_rows_host_[a * B + i];
+            row = cuda::attention_row(state.k.view, state.v.view, sequence.position(), dims);
+            attention_rows_plans_[size_t(a)].add(row);
+            ++a;
+        }
+    }
+    check(cudaMemcpyAsync(attention_rows_.get(), attention_rows_host_, size_t(n_attention * B) * sizeof(cuda::AttentionRow),
+                          cudaMemcpyHostToDevice, stream_),
+          "upload attention rows");
+}
+
+void CudaModel::attention_rows(const CudaAttentionWeights& w, const float* x, int64_t layer, float* out) {
     const ModelConfig& c = config_;
     const int64_t B = int64_t(batch_.size());
     const int64_t H = c.n_head, H_kv = c.n_head_kv, dh = c.head_dim;
@@ -149,24 +183,28 @@ void CudaModel::attention_rows(const CudaAttentionWeights& w, const float* x, in
     float* v_raw = temp(B * H_kv * dh);
     batch_matmul(x, B, {{&w.q, q_full}, {&w.k, k_raw}, {&w.v, v_raw}});
 
+    // This layer's rows in the step's table ([attention layer][row], upload_attention_rows).
+    const int64_t attention_layer = std::count_if(layers_.begin(), layers_.begin() + layer, [](const CudaLayer& L) {
+        return L.kind != LayerKind::linear_attention;
+    });
+    const cuda::AttentionRow* rows = attention_rows_.get<cuda::AttentionRow>() + attention_layer * B;
+    const cuda::AttentionRowsPlan& plan = attention_rows_plans_[size_t(attention_layer)];
     const cuda::AttentionPrologueDims prologue{H, H_kv, dh, per_head, c.rope_dim, c.rope_theta, c.rms_eps};
-    // One scratch for every row (the rows run one after another on the stream), sized for any capacity.
-    cuda::CachedAttentionDims largest{1, H, H_kv, dh, std::numeric_limits<int32_t>::max(), per_head};
-    float* scratch = temp(int64_t(cuda::attention_decode_scratch_floats(largest)));
+    // max_keys: unused by the rows form (each row's splits are in the table).
+    const cuda::CachedAttentionDims dims{1, H, H_kv, dh, 1, per_head};
+    float* scratch = temp(int64_t(cuda::attention_decode_rows_scratch_floats(dims, plan)));
     float* q = temp(B * H * dh);
     float* attended = temp(B * H * dh);
-    for (int64_t i = 0; i < B; ++i) {
-        CudaSequenceState& sequence = *batch_[size_t(i)];
-        CudaLayerState& state = sequence.layer(layer);
-        const float* row_q_full = q_full + i * H * per_head;
-        float* row_q = q + i * H * dh;
-        const int32_t* position = d_positions + i;
-        cuda::attention_decode_prologue(row_q_full, k_raw + i * H_kv * dh, v_raw + i * H_kv * dh, w.q_norm, w.k_norm,
-                                        position, prologue, state.k.view, state.v.view, row_q, stream_);
-        const cuda::CachedAttentionDims dims{1, H, H_kv, dh, sequence.max_positions(), per_head};
-        cuda::attention_cached(row_q, state.k.view, state.v.view, gated ? row_q_full + dh : nullptr, position, dims,
-                               scratch, attended + i * H * dh, stream_);
-        compress_kv(state, position, 1);
+    cuda::attention_decode_prologue_rows(q_full, k_raw, v_raw, w.q_norm, w.k_norm, rows, B, prologue, q, stream_);
+    cuda::attention_cached_rows(q, rows, plan, gated ? q_full + dh : nullptr, dims, scratch, attended, stream_);
+    if (plan.formats[size_t(cuda::KvElement::kivi4)]) {
+        // What every kivi4 row's single step compresses (compress_kv), the rows of other formats left alone.
+        const auto kivi = std::find_if(batch_.begin(), batch_.end(), [&](CudaSequenceState* s) {
+            return s->layer(layer).k.view.element == cuda::KvElement::kivi4;
+        });
+        const cuda::KiviLayout& layout = (*kivi)->layer(layer).k.view.kivi;
+        cuda::kivi_compress_rows(rows, B, layout, H_kv * dh, /*keys=*/true, stream_);
+        cuda::kivi_compress_rows(rows, B, layout, H_kv * dh, /*keys=*/false, stream_);
     }
     batch_matmul(attended, B, {{&w.output, out}});
 }

@@ -88,6 +88,7 @@ CudaModel::~CudaModel() {
     if (prompt_uploaded_ != nullptr) cudaEventDestroy(prompt_uploaded_);
     if (prompt_host_ != nullptr) cudaFreeHost(prompt_host_);
     if (batch_deltanet_rows_host_ != nullptr) cudaFreeHost(batch_deltanet_rows_host_);
+    if (attention_rows_host_ != nullptr) cudaFreeHost(attention_rows_host_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
@@ -181,7 +182,7 @@ void CudaModel::run_layers(CudaSequenceState& state, const int32_t* d_ids, const
             if (L.kind == LayerKind::linear_attention)
                 deltanet_rows(L.deltanet, s.h, l, m);
             else
-                attention_rows(L.attention, s.h, l, d_positions, m);
+                attention_rows(L.attention, s.h, l, m);
         } else if (L.kind == LayerKind::linear_attention) {
             deltanet_block(L.deltanet, s.h, in, T, state.parity(), state.layer(l), m, fold);
         } else {

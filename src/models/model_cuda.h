@@ -237,10 +237,10 @@ private:
     // a seam quantised alike with K = n_embd where it reads one (run_layers).
     bool seams_foldable() const;
     void moe_ffn(const CudaMoeWeights& w, const float* x, int64_t T, float* out);
-    // The blocks of a batched step (forward_batch): B = batch_.size() rows, row i at position
-    // d_positions[i] of batch_[i]'s layer `layer`; projections shared, the stateful middle per row.
-    void attention_rows(const CudaAttentionWeights& w, const float* x, int64_t layer, const int32_t* d_positions,
-                        float* out);
+    // The blocks of a batched step (forward_batch): B = batch_.size() rows, row i on batch_[i]'s layer
+    // `layer`; projections shared. The attention middle takes every row in each launch (the rows forms of
+    // ops/attention/attention_cuda.h, reading the step's table of rows, upload_attention_rows).
+    void attention_rows(const CudaAttentionWeights& w, const float* x, int64_t layer, float* out);
     void deltanet_rows(const CudaDeltaNetWeights& w, const float* x, int64_t layer, float* out);
     // The DeltaNet row table of a batched step (batch_deltanet_rows_) for `states`, uploaded on stream_.
     // Only between forward_batch's wait for prompt_uploaded_ and its record of it.
@@ -368,6 +368,14 @@ private:
     cuda::GdnDecodeRow* batch_deltanet_rows_host_ = nullptr;
     const float* enqueue_batch_step(int64_t B);
     void release_batch_graphs();
+    // The batched step's table of attention rows (cuda::AttentionRow, [attention layer][row]: every row's
+    // caches of that layer, its position and its split count), built in pinned memory and uploaded with one
+    // copy before the step, into the device buffer the step's rows launches (and graphs of it) read. The
+    // pinned copy is rewritten only after prompt_uploaded_ (recorded after this copy) has passed.
+    void upload_attention_rows(std::span<CudaSequenceState* const> states);
+    cuda::AttentionRow* attention_rows_host_ = nullptr;  // pinned, kPromptChunk rows of every attention layer
+    cuda::DeviceBuffer attention_rows_;                  // its device copy, allocated once (graphs point into it)
+    std::vector<cuda::AttentionRowsPlan> attention_rows_plans_;  // the running step's, per attention layer
     // The running forward call's observer (forward), or nullptr; the layer its names are of.
     const ActivationObserver* observer_ = nullptr;
     int64_t observed_layer_ = 0;

@@ -111,6 +111,39 @@ void attention_cached(const float* q, const void* k_cache, const void* v_cache, 
                       const int32_t* n_past, const CachedAttentionDims& dims, float* scratch, float* out,
                       cudaStream_t stream);
 
+// ---- the rows forms: one decode token of each of several sequences (CudaModel::forward_batch) ----
+//
+// Row r of a launch over n_rows rows is one sequence at its own position, capacity and cache: its caches,
+// position and split count come from rows[r], a device table of AttentionRow (ops/attention/kv_cuda.h)
+// written by a copy from the host before the step, and its q, gate and output are row r of [n_rows][…]
+// arrays. Each kernel is the single call's kernel body instantiated for a table (the block's row taken from
+// a grid dimension the single call leaves at 1), so row r's outputs, cache rows and partials are exactly
+// those of the single call over that row with the same split count — bit for bit (tests/cuda/
+// test_attention_rows_cuda.cpp). The kernels may read the table before their wait for the kernel before
+// (ops/cuda/programmatic_launch.cuh): no kernel writes it.
+//
+// A row as a single call plans it: dims.max_keys the row's capacity, the splits attention_decode_splits_run's.
+AttentionRow attention_row(const KvCacheView& k_cache, const KvCacheView& v_cache, int64_t position,
+                           const CachedAttentionDims& dims);
+// What a rows launch needs to know of its rows on the host: how many, the most splits any row takes (the
+// split grid's x, and the scratch region of every row), and the cache formats among them (one split launch
+// each; the prologue and the combine take every row at once).
+struct AttentionRowsPlan {
+    int64_t n_rows = 0;
+    int64_t max_splits = 0;
+    bool formats[3] = {};  // by KvElement
+    void add(const AttentionRow& row);
+};
+// Scratch (floats) of attention_cached_rows: a region per row of a single call's layout for max_splits.
+size_t attention_decode_rows_scratch_floats(const CachedAttentionDims& dims, const AttentionRowsPlan& plan);
+// attention_cached for one token of each of plan.n_rows rows: q, gate and out as a T = plan.n_rows call lays
+// them out, dims.n_tokens = 1 (a row's token), dims.max_keys unused (each row's splits are in the table).
+// staged_tiles (falling back to keys_across_lanes as attention_cached does) or keys_across_lanes;
+// dims_across_lanes is refused. Launches: one split launch per format in plan.formats, one combine.
+// attention_decode_prologue_rows (after attention_decode_prologue below) is the prologue's rows form.
+void attention_cached_rows(const float* q, const AttentionRow* rows, const AttentionRowsPlan& plan, const float* gate,
+                           const CachedAttentionDims& dims, float* scratch, float* out, cudaStream_t stream);
+
 // The decode step's attention prologue, one launch for what the prompt path does with a split, two
 // rms_norms, two ropes and the cache stores: for the one new token at position *position,
 //   q_out[h]            = rope(rms_norm(q_full[h·q_head_stride ..][0 .. head_dim), q_norm))
@@ -136,6 +169,12 @@ void attention_decode_prologue(const float* q_full, const float* k_raw, const fl
                                const float* k_norm, const int32_t* position, const AttentionPrologueDims& dims,
                                KvElement kv, void* k_cache, void* v_cache, float* q_out, cudaStream_t stream,
                                const double* rope_table = nullptr);
+
+// The rows form (above) of attention_decode_prologue, one launch for n_rows rows: q_full, k_raw, v_raw and
+// q_out as a call over row r has them, at row r of [n_rows][…]; no rope table (the rows' positions differ).
+void attention_decode_prologue_rows(const float* q_full, const float* k_raw, const float* v_raw, const float* q_norm,
+                                    const float* k_norm, const AttentionRow* rows, int64_t n_rows,
+                                    const AttentionPrologueDims& dims, float* q_out, cudaStream_t stream);
 
 // The decode step's rotation, once for all its attention layers: for each dim pair j < rope_dim / 2,
 // table[2j] = cos and table[2j + 1] = sin of the angle attention_decode_prologue forms for *position (its fp32

@@ -43,7 +43,25 @@ struct CombineArgs {
     const int32_t* n_past;
     float* out;
     int64_t n_tokens, n_head, head_dim, splits, gate_head_stride;
+    const AttentionRow* rows;  // the rows form (attention_cached_rows): row blockIdx.z from this table
+    int64_t row_scratch;       // the rows form: floats of scratch per row
 };
+
+// The arguments block (·, ·, r) of a rows launch combines with: row r's, as a single call over that row has
+// them (its scratch region, split count and position; its gate and output rows). The table is written by no
+// kernel, so it may be read before the wait.
+__device__ __forceinline__ CombineArgs combine_row_args(const CombineArgs& a) {
+    const int64_t r = blockIdx.z;
+    const AttentionRow& row = a.rows[r];
+    CombineArgs out = a;
+    out.part_acc = a.part_acc + r * a.row_scratch;
+    out.splits = row.splits;
+    out.part_ml = out.part_acc + out.splits * a.n_head * a.head_dim;
+    out.n_past = &row.position;
+    out.gate = a.gate != nullptr ? a.gate + r * a.n_head * a.gate_head_stride : nullptr;
+    out.out = a.out + r * a.n_head * a.head_dim;
+    return out;
+}
 
 // Block (query head, 32 dims, token): lane = dim, warp w sums splits w, w + 8, ... (loads of several
 // splits in flight per thread), then warp 0 adds the 8 warp sums in order — deterministic. One thread
@@ -51,7 +69,7 @@ struct CombineArgs {
 constexpr int kCombineWarps = 8;
 constexpr int kCombineThreads = 32 * kCombineWarps;
 
-__global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(CombineArgs a) {
+__device__ __forceinline__ void combine(const CombineArgs& a) {
     wait_for_predecessor();  // ops/cuda/programmatic_launch.cuh: nothing of the step is read before this
     allow_dependents();
     __shared__ float s_weight[kMaxSplits];
@@ -104,6 +122,14 @@ __global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(Comb
     }
 }
 
+// kRows: the rows form, the body on the block's row's arguments (its table row read before the body's wait);
+// a single call's launch hands the body its own arguments in place.
+template <bool kRows>
+__global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(CombineArgs a) {
+    if constexpr (kRows) combine(combine_row_args(a));
+    else combine(a);
+}
+
 // ---- prologue and cache stores ----
 
 constexpr int kPrologueThreads = 256;  // >= kAttentionDecodeMaxHeadDim: one thread per dim
@@ -121,7 +147,25 @@ struct PrologueArgs {
     int64_t n_head, n_kv_head, head_dim, q_head_stride, rope_dim;
     float rope_theta, rms_eps;
     const double* rope_table;  // rope_decode_table's for *position, or nullptr
+    const AttentionRow* rows;  // the rows form (attention_decode_prologue_rows): row blockIdx.y from this table
 };
+
+// The arguments block (·, r) of a rows launch works with: row r's, as a single call over that row has them
+// (its q_full, k_raw, v_raw and q_out rows, its caches and position). The table is written by no kernel, so
+// it may be read before the wait.
+__device__ __forceinline__ PrologueArgs prologue_row_args(const PrologueArgs& a) {
+    const int64_t r = blockIdx.y;
+    const AttentionRow& row = a.rows[r];
+    PrologueArgs out = a;
+    out.q_full = a.q_full + r * a.n_head * a.q_head_stride;
+    out.k_raw = a.k_raw + r * a.n_kv_head * a.head_dim;
+    out.v_raw = a.v_raw + r * a.n_kv_head * a.head_dim;
+    out.q_out = a.q_out + r * a.n_head * a.head_dim;
+    out.position = &row.position;
+    out.k_cache = row.k;
+    out.v_cache = row.v;
+    return out;
+}
 
 // Element `index` of position p's row (kivi4: its exact row; quantisation comes later, kivi_compress).
 __device__ __forceinline__ void store_kv(const KvCacheView& cache, int64_t p, int64_t row_elems, int64_t index,
@@ -134,7 +178,7 @@ __device__ __forceinline__ void store_kv(const KvCacheView& cache, int64_t p, in
 // Block b: query head b (b < H), key head b − H, or value head b − H − H_kv. kTable: the angles' cos and sin
 // come from a.rope_table (rope_decode_table), else each thread forms its own.
 template <bool kTable>
-__global__ void __launch_bounds__(kPrologueThreads) attention_prologue_kernel(PrologueArgs a) {
+__device__ __forceinline__ void prologue(const PrologueArgs& a) {
     const int64_t b = blockIdx.x, d = a.head_dim, i = threadIdx.x;
     const bool is_q = b < a.n_head, is_k = !is_q && b < a.n_head + a.n_kv_head;
     // The norm weight is the model's, written by no kernel of the step: requested before the wait, so the
@@ -181,6 +225,14 @@ __global__ void __launch_bounds__(kPrologueThreads) attention_prologue_kernel(Pr
     else store_kv(a.k_cache, position, a.n_kv_head * d, (b - a.n_head) * d + i, out);
 }
 
+// kRows: the rows form, the body on the block's row's arguments (its table row read before the body's wait);
+// a single call's launch hands the body its own arguments in place.
+template <bool kTable, bool kRows>
+__global__ void __launch_bounds__(kPrologueThreads) attention_prologue_kernel(PrologueArgs a) {
+    if constexpr (kRows) prologue<kTable>(prologue_row_args(a));
+    else prologue<kTable>(a);
+}
+
 __global__ void kv_store_kernel(const float* rows, int64_t n, int64_t row_elems, const int32_t* n_past,
                                 KvCacheView cache) {
     const int64_t first = *n_past;
@@ -209,6 +261,14 @@ void check_dims(const CachedAttentionDims& d) {
                      std::to_string(d.n_kv_head) + " (at most " + std::to_string(kAttentionDecodeMaxGroup) +
                      " per kv head), " + std::to_string(d.n_tokens) + " tokens, max_keys " +
                      std::to_string(d.max_keys) + " is not a supported shape");
+    }
+}
+
+void check_prologue_dims(const AttentionPrologueDims& dims) {
+    if (dims.head_dim <= 0 || dims.head_dim > kAttentionDecodeMaxHeadDim || dims.rope_dim % 2 != 0 ||
+        dims.rope_dim > dims.head_dim || dims.rope_dim < 0) {
+        fail_message("attention_decode_prologue (cuda): head_dim " + std::to_string(dims.head_dim) + ", rope_dim " +
+                     std::to_string(dims.rope_dim) + " is not a supported shape");
     }
 }
 
@@ -290,12 +350,12 @@ void attention_cached(const float* q, const KvCacheView& k_cache, const KvCacheV
     }
     cuda_check_launch("attention_split");
 
-    const CombineArgs combine{args.part_acc, args.part_ml, gate,           n_past, out, dims.n_tokens,
-                              dims.n_head,   dims.head_dim, splits, dims.gate_head_stride};
+    const CombineArgs combine{args.part_acc, args.part_ml, gate,   n_past, out, dims.n_tokens, dims.n_head,
+                              dims.head_dim, splits,        dims.gate_head_stride, nullptr, 0};
     const dim3 combine_grid(unsigned(dims.n_head * ((dims.head_dim + 31) / 32)),
                             unsigned(std::min(dims.n_tokens, kMaxGridZ)));
-    launch_programmatic(attention_combine_kernel, combine_grid, dim3(kCombineThreads), 0, stream, "attention_combine",
-                        combine);
+    launch_programmatic(attention_combine_kernel<false>, combine_grid, dim3(kCombineThreads), 0, stream,
+                        "attention_combine", combine);
 }
 
 void attention_cached(const float* q, const void* k_cache, const void* v_cache, KvElement kv, const float* gate,
@@ -304,6 +364,67 @@ void attention_cached(const float* q, const void* k_cache, const void* v_cache, 
     if (kv == KvElement::kivi4) fail_message("attention_cached (cuda): a kivi4 cache needs a KvCacheView");
     attention_cached(q, plain_kv_view(kv, const_cast<void*>(k_cache)), plain_kv_view(kv, const_cast<void*>(v_cache)),
                      gate, n_past, dims, scratch, out, stream);
+}
+
+AttentionRow attention_row(const KvCacheView& k_cache, const KvCacheView& v_cache, int64_t position,
+                           const CachedAttentionDims& dims) {
+    AttentionRow row;
+    row.k = k_cache;
+    row.v = v_cache;
+    row.position = int32_t(position);
+    row.splits = int32_t(attention_decode_splits_run(dims, k_cache.element));
+    return row;
+}
+
+void AttentionRowsPlan::add(const AttentionRow& row) {
+    ++n_rows;
+    max_splits = std::max<int64_t>(max_splits, row.splits);
+    formats[size_t(row.k.element)] = true;
+}
+
+size_t attention_decode_rows_scratch_floats(const CachedAttentionDims& dims, const AttentionRowsPlan& plan) {
+    return size_t(plan.n_rows * dims.n_head * plan.max_splits * (dims.head_dim + 2));
+}
+
+void attention_cached_rows(const float* q, const AttentionRow* rows, const AttentionRowsPlan& plan, const float* gate,
+                           const CachedAttentionDims& dims, float* scratch, float* out, cudaStream_t stream) {
+    check_dims(dims);
+    if (dims.n_tokens != 1)
+        fail_message("attention_cached_rows (cuda): one token a row, not " + std::to_string(dims.n_tokens));
+    if (dims.variant == AttentionDecodeVariant::dims_across_lanes)
+        fail_message("attention_cached_rows (cuda): dims_across_lanes has no rows form (staged_tiles or keys_across_lanes)");
+    if (plan.n_rows == 0) return;
+    if (plan.n_rows * dims.n_kv_head > kMaxGridZ || plan.max_splits <= 0 || plan.max_splits > kMaxSplits)
+        fail_message("attention_cached_rows (cuda): " + std::to_string(plan.n_rows) + " rows of " +
+                     std::to_string(dims.n_kv_head) + " kv heads and at most " + std::to_string(plan.max_splits) +
+                     " splits is not a supported plan");
+    if (plan.formats[size_t(KvElement::kivi4)] && dims.head_dim % 8 != 0)
+        fail_message("attention_cached_rows (cuda): a kivi4 cache needs head_dim a multiple of 8");
+    const int64_t row_scratch = dims.n_head * plan.max_splits * (dims.head_dim + 2);
+    const int64_t group = dims.n_head / dims.n_kv_head;
+    const dim3 grid(unsigned(plan.max_splits), unsigned(plan.n_rows * dims.n_kv_head), 1);
+    // One split launch per cache format among the rows (its blocks of other rows exit), each the kernel a
+    // single call over such a row runs (attention_cached).
+    for (const KvElement element : {KvElement::f32, KvElement::f16, KvElement::kivi4}) {
+        if (!plan.formats[size_t(element)]) continue;
+        const KvCacheView launch_view = plain_kv_view(element, nullptr);
+        SplitArgs args = split_args(q, launch_view, launch_view, nullptr, dims, plan.max_splits, scratch);
+        args.rows = rows;
+        args.row_scratch = row_scratch;
+        const bool staged = dims.variant == AttentionDecodeVariant::staged_tiles &&
+                            launch_attention_split_staged(grid, args, element, stream);
+        if (!staged) switch (element) {
+            case KvElement::f32: launch_register_split_f32(grid, args, group, true, stream); break;
+            case KvElement::f16: launch_register_split_f16(grid, args, group, true, stream); break;
+            case KvElement::kivi4: launch_register_split_kivi4(grid, args, group, true, stream); break;
+        }
+        cuda_check_launch("attention_split_rows");
+    }
+    const CombineArgs combine{scratch,       nullptr,          gate,  nullptr, out, 1, dims.n_head,
+                              dims.head_dim, plan.max_splits, dims.gate_head_stride, rows, row_scratch};
+    const dim3 combine_grid(unsigned(dims.n_head * ((dims.head_dim + 31) / 32)), 1, unsigned(plan.n_rows));
+    launch_programmatic(attention_combine_kernel<true>, combine_grid, dim3(kCombineThreads), 0, stream,
+                        "attention_combine_rows", combine);
 }
 
 void attention_decode_prologue(const float* q_full, const float* k_raw, const float* v_raw, const float* q_norm,
@@ -319,20 +440,35 @@ void attention_decode_prologue(const float* q_full, const float* k_raw, const fl
                                const float* k_norm, const int32_t* position, const AttentionPrologueDims& dims,
                                const KvCacheView& k_cache, const KvCacheView& v_cache, float* q_out,
                                cudaStream_t stream, const double* rope_table) {
-    if (dims.head_dim <= 0 || dims.head_dim > kAttentionDecodeMaxHeadDim || dims.rope_dim % 2 != 0 ||
-        dims.rope_dim > dims.head_dim || dims.rope_dim < 0) {
-        fail_message("attention_decode_prologue (cuda): head_dim " + std::to_string(dims.head_dim) + ", rope_dim " +
-                     std::to_string(dims.rope_dim) + " is not a supported shape");
-    }
+    check_prologue_dims(dims);
     const PrologueArgs args{q_full,       k_raw,          v_raw,          q_norm,         k_norm,
                             position,     k_cache,        v_cache,        q_out,          dims.n_head,
                             dims.n_kv_head, dims.head_dim, dims.q_head_stride, dims.rope_dim, dims.rope_theta,
-                            dims.rms_eps,   rope_table};
+                            dims.rms_eps,   rope_table,     nullptr};
     const int64_t blocks = dims.n_head + 2 * dims.n_kv_head;
     if (blocks <= 0) return;
-    launch_programmatic(rope_table != nullptr ? attention_prologue_kernel<true> : attention_prologue_kernel<false>,
+    launch_programmatic(rope_table != nullptr ? attention_prologue_kernel<true, false>
+                                              : attention_prologue_kernel<false, false>,
                         dim3(unsigned(blocks)), dim3(kPrologueThreads), 0, stream, "attention_prologue", args);
     cuda_check_launch("attention_decode_prologue");
+}
+
+void attention_decode_prologue_rows(const float* q_full, const float* k_raw, const float* v_raw, const float* q_norm,
+                                    const float* k_norm, const AttentionRow* rows, int64_t n_rows,
+                                    const AttentionPrologueDims& dims, float* q_out, cudaStream_t stream) {
+    check_prologue_dims(dims);
+    if (n_rows > kMaxGridZ)
+        fail_message("attention_decode_prologue_rows (cuda): " + std::to_string(n_rows) + " rows, at most " +
+                     std::to_string(kMaxGridZ));
+    const PrologueArgs args{q_full,       k_raw,          v_raw,          q_norm,         k_norm,
+                            nullptr,      KvCacheView{},  KvCacheView{},  q_out,          dims.n_head,
+                            dims.n_kv_head, dims.head_dim, dims.q_head_stride, dims.rope_dim, dims.rope_theta,
+                            dims.rms_eps,   nullptr,        rows};
+    const int64_t blocks = dims.n_head + 2 * dims.n_kv_head;
+    if (blocks <= 0 || n_rows <= 0) return;
+    launch_programmatic(attention_prologue_kernel<false, true>, dim3(unsigned(blocks), unsigned(n_rows)),
+                        dim3(kPrologueThreads), 0, stream, "attention_prologue_rows", args);
+    cuda_check_launch("attention_decode_prologue_rows");
 }
 
 void rope_decode_table(const int32_t* position, int64_t rope_dim, float rope_theta, double* table, cudaStream_t stream) {

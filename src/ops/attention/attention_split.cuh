@@ -41,16 +41,49 @@ __device__ __forceinline__ float fma8(const float* q, const float (&k)[8], float
 
 // Grid (split, kv head, token): block (s, h, t) writes one partial (m, l, acc[d]) per query head of kv
 // head h for token t over split s's keys; the combine kernel merges the splits.
+//
+// The rows form (attention_cached_rows): one launch for one token of each of several sequences. Grid
+// (split, row · n_kv_head + kv head, 1): block (s, r·H_kv + h) reads row r's caches, position and split count
+// from rows[r] and works exactly as block (s, h) of a launch over that row alone, on row r's q (q + r·H·d)
+// and its own region of the scratch (part_acc + r·row_scratch, laid out as a single call's with the row's
+// split count). The grid is planned for the largest row; a block past its row's splits exits at once.
 struct SplitArgs {
     const float* q;
-    KvCacheView k;
+    KvCacheView k;  // the rows form: the launch's element only (rows of other formats are left alone)
     KvCacheView v;
     const int32_t* n_past;
     float* part_acc;  // [T][H][S][d]
     float* part_ml;   // [T][H][S][2]: running max (base 2) and denominator
     int64_t n_tokens, n_head, n_kv_head, head_dim, splits;
     float score_scale;  // log2(e) / sqrt(d)
+    const AttentionRow* rows = nullptr;  // the rows form's table, else nullptr
+    int64_t row_scratch = 0;             // the rows form: floats of scratch per row
 };
+
+// The arguments block (·, blockIdx.y, ·) of a rows launch works with: those of its row, as a single call over
+// that row has them; a row of another format than the launch's gets splits = 0 (its blocks exit). A single
+// call's kernel hands the body its own arguments in place, not a copy, so its code is what it was before the
+// rows form. Reads the table, which no kernel writes (AttentionRow), so a rows kernel calls it before its wait
+// for the kernel before (ops/cuda/programmatic_launch.cuh).
+__device__ __forceinline__ SplitArgs split_row_args(const SplitArgs& a) {
+    const int64_t r = int64_t(blockIdx.y) / a.n_kv_head;
+    const AttentionRow& row = a.rows[r];
+    SplitArgs out = a;
+    out.q = a.q + r * a.n_head * a.head_dim;
+    out.k = row.k;
+    out.v = row.v;
+    out.n_past = &row.position;
+    out.splits = row.k.element == a.k.element ? row.splits : 0;
+    out.part_acc = a.part_acc + r * a.row_scratch;
+    out.part_ml = out.part_acc + out.splits * a.n_head * a.head_dim;
+    return out;
+}
+// The kv head of block (·, blockIdx.y, ·) (the rows form: within its row).
+template <bool kRows>
+__device__ __forceinline__ int64_t split_kv_head(const SplitArgs& a) {
+    if constexpr (kRows) return int64_t(blockIdx.y) % a.n_kv_head;
+    else return blockIdx.y;
+}
 
 // The keys split `split` covers, [begin, begin + per_split), before each token's causal limit; n_past is
 // read on the device (a graph replays the launch at every position).

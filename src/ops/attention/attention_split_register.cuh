@@ -15,6 +15,9 @@
 // kernel (attention_decode_cuda.cu) merges the splits in a fixed order (deterministic). Both read rows
 // through an accessor, the kernels' Rows parameter: PlainRows for an f32 or f16 cache, KiviRows for kivi4
 // (ops/attention/kv_cuda.h: sinks and window rows exact, the middle dequantised as it is read).
+// keys_across_lanes also has the rows form (attention_split.cuh, SplitArgs): one launch over a table of
+// rows, each block running the same body on its row's arguments; dims_across_lanes has none (a measurement
+// variant, attention_cached_rows refuses it).
 #pragma once
 
 #include <cuda_fp16.h>
@@ -371,8 +374,9 @@ struct KiviRows {
 // head of the group (q from shared memory, a sequential fp32 sum over the dims), the warp updates one
 // online softmax per head (a max butterfly per head per tile; the denominators stay per lane until the
 // end), then lanes go back to owning dims [lane·P, lane·P + P) for the weighted sum of the tile's V rows.
-template <typename Rows, int P, int G>
-__global__ void __launch_bounds__(kThreads) attention_split_keys_kernel(SplitArgs a) {
+// kRows: the rows form (SplitArgs; `a` is the block's row's, split_row_args).
+template <typename Rows, int P, int G, bool kRows>
+__device__ __forceinline__ void split_keys(const SplitArgs& a) {
     wait_for_predecessor();  // ops/cuda/programmatic_launch.cuh: nothing of the step is read before this
     allow_dependents();
     constexpr int kDims = 32 * P;
@@ -380,7 +384,8 @@ __global__ void __launch_bounds__(kThreads) attention_split_keys_kernel(SplitArg
     __shared__ float s_m[kWarps][G], s_l[kWarps][G];
     __shared__ float s_acc[kWarps][G][kDims];
     const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
-    const int64_t split = blockIdx.x, kh = blockIdx.y;
+    const int64_t split = blockIdx.x, kh = split_kv_head<kRows>(a);
+    if (kRows && split >= a.splits) return;  // past its row's splits (the grid is planned for the largest row)
     const int64_t d = a.head_dim, group = a.n_head / a.n_kv_head, row_stride = a.n_kv_head * d;
     const bool full = d == 32 * P;
     const bool vector_rows = d % 8 == 0;  // every row then starts 16-byte aligned (f16) or 32-byte (f32)
@@ -480,12 +485,24 @@ __global__ void __launch_bounds__(kThreads) attention_split_keys_kernel(SplitArg
     }
 }
 
+// A single call's launch runs the body on its own arguments, as they are; the rows form's on its row's, read
+// from the table before the body's wait (no kernel writes the table).
+template <typename Rows, int P, int G, bool kRows>
+__global__ void __launch_bounds__(kThreads) attention_split_keys_kernel(SplitArgs a) {
+    if constexpr (kRows) split_keys<Rows, P, G, true>(split_row_args(a));
+    else split_keys<Rows, P, G, false>(a);
+}
+
 // ---- launches: the kernel for (Rows, P = dims per lane, G = query heads per kv head, rounded up) ----
 
 template <typename Rows, int P, int G>
 void launch_split(dim3 grid, const SplitArgs& args, bool keys_across_lanes, cudaStream_t stream) {
-    if (keys_across_lanes)
-        launch_programmatic(attention_split_keys_kernel<Rows, P, G>, grid, dim3(kThreads), 0, stream, "attention_split", args);
+    if (args.rows != nullptr)  // the rows form runs keys_across_lanes only (attention_cached_rows)
+        launch_programmatic(attention_split_keys_kernel<Rows, P, G, true>, grid, dim3(kThreads), 0, stream,
+                            "attention_split_rows", args);
+    else if (keys_across_lanes)
+        launch_programmatic(attention_split_keys_kernel<Rows, P, G, false>, grid, dim3(kThreads), 0, stream,
+                            "attention_split", args);
     else
         launch_programmatic(attention_split_kernel<Rows, P, G>, grid, dim3(kThreads), 0, stream, "attention_split", args);
 }

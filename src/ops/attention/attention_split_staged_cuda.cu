@@ -25,6 +25,9 @@
 // f32 rows in shared memory are padded by 16 bytes so that the rows a warp reads at once sit in different
 // banks (the score phase); f16 rows are swizzled instead (TileRing), for ldmatrix, which reads 8 rows at
 // one column: unpadded rows start on 128-byte lines, so a warp's copy of a row is 4 whole lines.
+// Both kernels have the rows form (attention_split.cuh, SplitArgs): the same body on the block's row's
+// arguments, which differ from a single call's only in where the pointers, position and split count come
+// from (its table row, read at the top).
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -157,8 +160,9 @@ __device__ __forceinline__ float online_softmax_step(float score, bool past_end,
     return weight;
 }
 
-// f32 rows. G >= query heads per kv head; head_dim 128 or 256 (staged_attention_supports).
-template <int G>
+// f32 rows. G >= query heads per kv head; head_dim 128 or 256 (staged_attention_supports). kRows: the rows
+// form (SplitArgs; `a` is the block's row's, split_row_args).
+template <int G, bool kRows>
 __device__ __forceinline__ void split_f32(const SplitArgs& a) {
     constexpr int kKeys = kF32Keys, kParts = kF32Parts;
     static_assert(G * kKeys <= kStagedThreads, "one softmax thread per (head, key) of a tile");
@@ -166,7 +170,8 @@ __device__ __forceinline__ void split_f32(const SplitArgs& a) {
     wait_for_predecessor();  // ops/cuda/programmatic_launch.cuh: nothing of the step is read before this
     allow_dependents();
     const int tid = int(threadIdx.x);
-    const int64_t split = blockIdx.x, kh = blockIdx.y;
+    const int64_t split = blockIdx.x, kh = split_kv_head<kRows>(a);
+    if (kRows && split >= a.splits) return;  // past its row's splits (the grid is planned for the largest row)
     const int d = int(a.head_dim);
     const int64_t group = a.n_head / a.n_kv_head;
     const SplitSpan span = split_span(a, split);
@@ -281,9 +286,12 @@ __device__ __forceinline__ void split_f32(const SplitArgs& a) {
     }
 }
 
-template <int G>
+// A single call's launch runs the body on its own arguments, as they are; the rows form's on its row's, read
+// from the table before the body's wait (no kernel writes the table).
+template <int G, bool kRows>
 __global__ void __launch_bounds__(kStagedThreads) attention_split_f32_kernel(SplitArgs a) {
-    split_f32<G>(a);
+    if constexpr (kRows) split_f32<G, true>(split_row_args(a));
+    else split_f32<G, false>(a);
 }
 // ---- f16 rows on tensor cores ----
 // The same pipeline, tile and softmax as above with the two products on mma.m16n8k16 (f16 · f16 → f32;
@@ -361,15 +369,16 @@ __device__ __forceinline__ void for_each_value_output(int warp, int row, int col
     }
 }
 
-// G >= query heads per kv head (<= 8); head_dim 64, 128 or 256.
-template <int G>
+// G >= query heads per kv head (<= 8); head_dim 64, 128 or 256. kRows: as split_f32's.
+template <int G, bool kRows>
 __device__ __forceinline__ void split_mma(const SplitArgs& a) {
     static_assert(G <= kMmaHeads && G * kMmaKeys <= kStagedThreads, "a warp per head for the softmax");
     extern __shared__ __align__(16) unsigned char smem[];
     wait_for_predecessor();  // ops/cuda/programmatic_launch.cuh: nothing of the step is read before this
     allow_dependents();
     const int tid = int(threadIdx.x), warp = tid >> 5, lane = tid & 31, row = lane >> 2, col = lane & 3;
-    const int64_t split = blockIdx.x, kh = blockIdx.y;
+    const int64_t split = blockIdx.x, kh = split_kv_head<kRows>(a);
+    if (kRows && split >= a.splits) return;  // past its row's splits (the grid is planned for the largest row)
     const int d = int(a.head_dim);
     const int64_t group = a.n_head / a.n_kv_head;
     const SplitSpan span = split_span(a, split);
@@ -525,9 +534,10 @@ __device__ __forceinline__ void split_mma(const SplitArgs& a) {
 }
 
 // Two blocks an SM (__launch_bounds__: at most 128 registers a thread), as the shared memory allows.
-template <int G>
+template <int G, bool kRows>
 __global__ void __launch_bounds__(kStagedThreads, 2) attention_split_mma_kernel(SplitArgs a) {
-    split_mma<G>(a);
+    if constexpr (kRows) split_mma<G, true>(split_row_args(a));
+    else split_mma<G, false>(a);
 }
 
 // f(std::integral_constant<int, G>) with G the kernels' head count for `group` query heads per kv head.
@@ -546,12 +556,16 @@ struct StagedKernel {
     void (*kernel)(SplitArgs) = nullptr;
     size_t smem = 0;
 };
-StagedKernel staged_kernel(KvElement element, int d, int64_t group) {
+// rows: the rows form's instantiation (SplitArgs).
+StagedKernel staged_kernel(KvElement element, int d, int64_t group, bool rows) {
     StagedKernel k;
     with_heads(group, [&](auto heads) {
         constexpr int G = decltype(heads)::value;
-        if (element == KvElement::f16) k = {attention_split_mma_kernel<G>, MmaLayout(d).total};
-        else k = {attention_split_f32_kernel<G>, StagedLayout(d, G).total};
+        if (element == KvElement::f16)
+            k = {rows ? attention_split_mma_kernel<G, true> : attention_split_mma_kernel<G, false>, MmaLayout(d).total};
+        else
+            k = {rows ? attention_split_f32_kernel<G, true> : attention_split_f32_kernel<G, false>,
+                 StagedLayout(d, G).total};
     });
     cuda_check(cudaFuncSetAttribute(k.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(k.smem)),
                "attention_split_staged shared memory");
@@ -584,7 +598,7 @@ int64_t staged_attention_resident_blocks(KvElement element, int64_t head_dim, in
     const auto key = std::make_tuple(device, element, head_dim, group);
     if (const auto at = known.find(key); at != known.end()) return at->second;
     int per_sm = 0;
-    const StagedKernel k = staged_kernel(element, int(head_dim), group);
+    const StagedKernel k = staged_kernel(element, int(head_dim), group, /*rows=*/false);
     cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k.kernel, kStagedThreads, k.smem),
                "attention_split_staged occupancy");
     const int64_t resident = int64_t(per_sm) * device_attribute(cudaDevAttrMultiProcessorCount, "SM count");
@@ -595,8 +609,10 @@ int64_t staged_attention_resident_blocks(KvElement element, int64_t head_dim, in
 bool launch_attention_split_staged(dim3 grid, const SplitArgs& args, KvElement element, cudaStream_t stream) {
     const int64_t group = args.n_head / args.n_kv_head;
     if (!staged_attention_supports(element, args.head_dim, group)) return false;
-    const StagedKernel k = staged_kernel(element, int(args.head_dim), group);
-    launch_programmatic(k.kernel, grid, dim3(kStagedThreads), k.smem, stream, "attention_split_staged", args);
+    const bool rows = args.rows != nullptr;
+    const StagedKernel k = staged_kernel(element, int(args.head_dim), group, rows);
+    launch_programmatic(k.kernel, grid, dim3(kStagedThreads), k.smem, stream,
+                        rows ? "attention_split_staged_rows" : "attention_split_staged", args);
     return true;
 }
 

@@ -73,6 +73,17 @@ __host__ __device__ inline int64_t kv_data_row(const KvCacheView& v, int64_t p) 
     return v.kivi.sinks + (p - v.kivi.sinks) % v.kivi.ring_rows;
 }
 
+// One row of a batched decode step's launch (the rows forms: attention_decode_prologue_rows and
+// attention_cached_rows of ops/attention/attention_cuda.h, kivi_compress_rows below): one sequence's caches of
+// one attention layer, the position its new token is stored at, and the splits its attention takes
+// (attention_decode_splits_run for the sequence's capacity, planned on the host). A launch reads row r from
+// a device table of these; the table is written by a copy from the host before the step, never by a kernel.
+struct AttentionRow {
+    KvCacheView k, v;
+    int32_t position = 0;
+    int32_t splits = 0;
+};
+
 // Rows [n_tokens][row_elems] of f32 keys or values stored at positions *n_past .. *n_past + n_tokens − 1
 // (f16: rounded to nearest even; kivi4: exact rows, quantised later by kivi_compress).
 void kv_store(const float* rows, int64_t n_tokens, int64_t row_elems, const int32_t* n_past, const KvCacheView& cache,
@@ -84,5 +95,11 @@ void kv_store(const float* rows, int64_t n_tokens, int64_t row_elems, const int3
 // the device, so a captured graph serves every position; blocks past the real work exit at once.
 void kivi_compress(const KvCacheView& cache, int64_t row_elems, const int32_t* n_past, int64_t n_tokens,
                    cudaStream_t stream);
+// The same for one new token of each of n_rows rows (rows: a device table), every row in one launch per
+// side: row r as kivi_compress(keys ? rows[r].k : rows[r].v, row_elems, &rows[r].position, 1) computes it,
+// bit for bit (one kernel body). Rows whose caches are not kivi4 are left alone. `layout` is the rows' KIVI
+// layout as the host knows it (every sequence's but for ring_rows), which sizes the grid.
+void kivi_compress_rows(const AttentionRow* rows, int64_t n_rows, const KiviLayout& layout, int64_t row_elems,
+                        bool keys, cudaStream_t stream);
 
 }  // namespace deltabit::cuda
