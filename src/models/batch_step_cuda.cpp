@@ -77,17 +77,20 @@ const float* CudaModel::forward_batch(std::span<CudaSequenceState* const> states
         std::span<CudaSequenceState* const>& batch;
         ~Unbatch() { batch = {}; }
     } unbatch{batch_};
-    std::vector<std::pair<uint64_t, int>> rows;
-    std::vector<uint64_t> ids_of_states;
-    for (const CudaSequenceState* st : states) {
-        rows.emplace_back(st->id(), st->parity());
-        ids_of_states.push_back(st->id());
+    // What a captured step bakes in: B (the arena's layout, the tables' strides) and each attention layer's
+    // plan (its split grid, the formats it launches for, its scratch). Which states fill the rows, and at
+    // which position and DeltaNet parity, is in the tables uploaded above, so one graph serves every batch
+    // of this shape: a server's batch keeps its graph when one conversation ends and another takes its row.
+    std::vector<int64_t> shape{B};
+    for (const cuda::AttentionRowsPlan& plan : attention_rows_plans_) {
+        shape.push_back(plan.max_splits);
+        for (const bool format : plan.formats) shape.push_back(format);
     }
-    const bool repeated = ids_of_states == last_batch_;
-    last_batch_ = std::move(ids_of_states);
+    const bool repeated = shape == last_shape_;
+    last_shape_ = shape;
 
     const float* logits = nullptr;
-    auto found = std::find_if(batch_graphs_.begin(), batch_graphs_.end(), [&](const BatchGraph& g) { return g.rows == rows; });
+    auto found = std::find_if(batch_graphs_.begin(), batch_graphs_.end(), [&](const BatchGraph& g) { return g.shape == shape; });
     if (found != batch_graphs_.end()) {
         std::rotate(batch_graphs_.begin(), found, found + 1);  // most recently used first
         check(cudaGraphLaunch(batch_graphs_.front().exec, stream_), "replay batched step");
@@ -111,7 +114,7 @@ const float* CudaModel::forward_batch(std::span<CudaSequenceState* const> states
                 cudaGraphExecDestroy(batch_graphs_.back().exec);
                 batch_graphs_.pop_back();
             }
-            batch_graphs_.insert(batch_graphs_.begin(), BatchGraph{rows, exec, logits});
+            batch_graphs_.insert(batch_graphs_.begin(), BatchGraph{std::move(shape), exec, logits});
             check(cudaGraphLaunch(exec, stream_), "run batched step");
             ++stats_.batch_graph_captures;
         }

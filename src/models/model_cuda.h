@@ -344,19 +344,20 @@ private:
     // The running forward_batch call's states, row by row (empty otherwise): run_layers then takes the
     // batched blocks.
     std::span<CudaSequenceState* const> batch_;
-    // Batched steps as CUDA graphs (batch_step_cuda.cpp). A graph bakes in its rows' KV caches, so it
-    // serves one batch — the same states in the same order, each at the same DeltaNet parity (the key, kept
-    // while attention has no row table) — and reads the step's ids and positions from batch_inputs_ and its
-    // rows' DeltaNet buffers from batch_deltanet_rows_. Captured when a batch repeats the previous call's states
-    // (a server's steady batch), the first time eagerly: a batch that changes every step never pays a capture.
+    // Batched steps as CUDA graphs (batch_step_cuda.cpp), keyed by the step's shape: B and each attention
+    // layer's plan (split grid and cache formats). Every row's state, position and DeltaNet parity is read
+    // from the tables the step uploads (batch_inputs_, batch_deltanet_rows_, attention_rows_), so a graph
+    // serves any batch of its shape, whichever conversations fill the rows. Captured when a step has the
+    // previous call's shape (a server's steady batch), the first time eagerly: a shape that changes every
+    // step never pays a capture.
     struct BatchGraph {
-        std::vector<std::pair<uint64_t, int>> rows;  // (state id, parity) of each row
+        std::vector<int64_t> shape;  // B, then per attention layer: max splits, formats present (f32, f16, kivi4)
         cudaGraphExec_t exec = nullptr;
         const float* logits = nullptr;  // where the graph leaves them (batch_arena_)
     };
     static constexpr size_t kBatchGraphs = 4;  // kept, the least recently used dropped
     std::vector<BatchGraph> batch_graphs_;
-    std::vector<uint64_t> last_batch_;  // the state ids of the previous forward_batch call
+    std::vector<int64_t> last_shape_;  // the previous forward_batch call's
     DeviceArena batch_arena_;
     cuda::DeviceBuffer batch_inputs_;   // kPromptChunk ids, then kPromptChunk positions
     // Each row's DeltaNet buffers for the batched step's rows kernels (cuda::GdnDecodeRow, [DeltaNet layer][row]
