@@ -24,7 +24,12 @@ std::string gemm_detail(const char* what, int64_t n, int64_t in, int64_t out) {
 
 double delta_rule_forward_flops(int64_t B, int64_t T, int64_t Hv, int64_t dk, int64_t dv) {
     const double L = d(kDeltaChunk), chunks = d((T + kDeltaChunk - 1) / kDeltaChunk);
-    return d(B) * d(Hv) * chunks * (6.0 * L * d(dk) * d(dv) + 2.0 * L * L * d(dk) + 2.0 * L * L * d(dv) + L * L * L / 3.0);
+    return d(B) * d(Hv) * chunks * (4 * L * L * d(dk) + 6 * L * d(dk) * d(dv) + 2 * L * L * d(dv));
+}
+
+double delta_rule_backward_flops(int64_t B, int64_t T, int64_t Hv, int64_t dk, int64_t dv) {
+    const double L = d(kDeltaChunk), chunks = d((T + kDeltaChunk - 1) / kDeltaChunk);
+    return d(B) * d(Hv) * chunks * (18 * L * d(dk) * d(dv) + 6 * L * L * d(dv) + 12 * L * L * d(dk));
 }
 
 double attention_forward_flops(int64_t B, int64_t T, int64_t Hq, int64_t dh) {
@@ -204,11 +209,11 @@ void ProfiledOps::delta_rule_backward(const float* q, const float* k, const floa
                                       float* dv_out, float* dg, float* dbeta, float* scratch) {
     const double N = d(B) * d(T);
     // Inputs and dout read, the saved buffer read, the scratch written and read, the five gradients
-    // read and written. FLOPs: twice the forward's (each product's two transposed products).
+    // read and written.
     const double inputs = N * (2 * d(Hk) * d(dk) + d(Hv) * d(dv) + 2 * d(Hv));
     const double bytes = kF * (inputs + N * d(Hv) * d(dv) + d(delta_rule_saved_floats(B, T, Hv, dk, dv)) +
                                2 * d(delta_rule_scratch_floats(B, T, Hv, dk, dv)) + 2 * inputs);
-    timed(Kind::delta_rule_backward, 2 * delta_rule_forward_flops(B, T, Hv, dk, dv), bytes, [&] {
+    timed(Kind::delta_rule_backward, delta_rule_backward_flops(B, T, Hv, dk, dv), bytes, [&] {
         cuda::delta_rule_backward(q, k, v, g, beta, dout, saved, B, T, Hk, Hv, dk, dv, dq, dk_out, dv_out, dg, dbeta,
                                   scratch);
     });

@@ -17,10 +17,12 @@
 
 namespace deltabit::train::cuda {
 
-// Algorithmic FLOPs of the chunked delta rule's forward (kernels.h) over B sequences of T tokens: per
-// chunk of L tokens and value head, the state products K·S, Q·S and Kᵀ·V' (2·L·dk·dv each), the
-// lower-triangular K·Kᵀ and Q·Kᵀ (L²·dk each), T·X and M·V' (L²·dv each), and T's inverse (L³/3).
+// FLOPs of the products the chunked delta rule's kernels compute (kernels.h), counted as
+// bench/train_delta_rule_cuda.cpp counts them, per value head and chunk of L tokens:
+//   forward  4L²dk (K Kᵀ, Q Kᵀ) + 6L·dk·dv (K S, Q S, Kᵀ V') + 2L²dv (T x, M V'; triangles)
+//   backward 6L·dk·dv + 2L²dv (the carry) + 12L·dk·dv + 4L²dv + 12L²dk (the gradients)
 double delta_rule_forward_flops(int64_t B, int64_t T, int64_t Hv, int64_t dk, int64_t dv);
+double delta_rule_backward_flops(int64_t B, int64_t T, int64_t Hv, int64_t dk, int64_t dv);
 // Causal attention forward: Q·Kᵀ and P·V over the T(T+1)/2 visible pairs (2 FLOPs a multiply-add).
 double attention_forward_flops(int64_t B, int64_t T, int64_t Hq, int64_t dh);
 
