@@ -102,8 +102,8 @@ std::string StepProfile::report(std::string_view title, const ProfileCeilings& c
     for (const size_t k : order) {
         const ProfileTotals& t = kinds_[k];
         if (kKindInfo[k].host && !host_rule) {
-            out += fmt::format("{:<24}{:>10.2f}{:>8.1f}   (Σ of the kinds above; the host's rows overlap it)\n",
-                               "device total", device, wall > 0 ? 100.0 * device / wall : 0.0);
+            out += fmt::format("{:<24}{:>10.2f}{:>8.1f}   (Σ of the kinds above; the host rows below overlap it)\n",
+                               "timed total", device, wall > 0 ? 100.0 * device / wall : 0.0);
             host_rule = true;
         }
         const double ms = t.ms / n, flops = t.flops / n, bytes = t.bytes / n;
@@ -119,7 +119,7 @@ std::string StepProfile::report(std::string_view title, const ProfileCeilings& c
                            fmt::format("{:.0f}", double(t.spans) / n));
     }
     if (!host_rule)
-        out += fmt::format("{:<24}{:>10.2f}{:>8.1f}   (Σ of the kinds above)\n", "device total", device,
+        out += fmt::format("{:<24}{:>10.2f}{:>8.1f}   (Σ of the kinds above)\n", "timed total", device,
                            wall > 0 ? 100.0 * device / wall : 0.0);
     out += std::string(header.size() - 1, '-') + "\n";
     double all_flops = 0.0;

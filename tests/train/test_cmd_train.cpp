@@ -291,7 +291,7 @@ TEST(CmdTrain, ProfilePrintsItsTableAndStops) {
                               "reference; timed by the wall clock"),
               std::string::npos)
         << run.output;
-    for (const char* row : {"\ncpu reference fwd+bwd ", "\noptimizer ", "\ndevice total ", "\nhost: data ",
+    for (const char* row : {"\ncpu reference fwd+bwd ", "\noptimizer ", "\ntimed total ", "\nhost: data ",
                             "\nstep wall time (host) ", "\nnot in any span "})
         EXPECT_NE(run.output.find(row), std::string::npos) << row << " in\n" << run.output;
     EXPECT_NE(run.output.find("done at step 3:"), std::string::npos) << run.output;

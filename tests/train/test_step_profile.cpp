@@ -59,12 +59,12 @@ TEST(StepProfile, ReportReadsEachKindAgainstItsCeiling) {
     EXPECT_EQ(row(report, "norms"),
               "norms                        10.00    10.0         -        -      -     24.0   2400.0   50.0        1")
         << report;
-    EXPECT_NE(row(report, "device total").find("40.00    40.0"), std::string::npos) << report;
+    EXPECT_NE(row(report, "timed total").find("40.00    40.0"), std::string::npos) << report;
     EXPECT_NE(row(report, "host: waits at syncs").find("50.00    50.0"), std::string::npos) << report;
     // Device kinds by time, then the device's total, then the host's rows.
     EXPECT_LT(report.find("gemm forward"), report.find("norms"));
-    EXPECT_LT(report.find("norms"), report.find("device total"));
-    EXPECT_LT(report.find("device total"), report.find("host: waits"));
+    EXPECT_LT(report.find("norms"), report.find("timed total"));
+    EXPECT_LT(report.find("timed total"), report.find("host: waits"));
     EXPECT_NE(report.find("device span                  45.00 ms from the step's first span to its last; idle "
                           "between spans 5.00 ms (11.1%)"),
               std::string::npos)
