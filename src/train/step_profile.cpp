@@ -63,6 +63,17 @@ void StepProfile::add(ProfileKind kind, ProfilePass pass, double ms, double flop
     it->second.add(ms, flops, bytes);
 }
 
+void StepProfile::add_kernel(std::string_view kernel, double ms) {
+    auto it = kernels_.find(kernel);
+    if (it == kernels_.end()) it = kernels_.emplace(std::string(kernel), ProfileTotals{}).first;
+    it->second.add(ms, 0.0, 0.0);
+}
+
+const ProfileTotals* StepProfile::kernel(std::string_view name) const {
+    const auto it = kernels_.find(name);
+    return it == kernels_.end() ? nullptr : &it->second;
+}
+
 void StepProfile::end_step(double wall_ms, double device_span_ms) {
     ++steps_;
     wall_ms_ += wall_ms;
@@ -164,6 +175,17 @@ std::string StepProfile::report(std::string_view title, const ProfileCeilings& c
                                wall > 0 ? 100.0 * ms / wall : 0.0, amount(flops, 1e9), rate(flops, ms, 1e12),
                                peak_share, fmt::format("{:.0f}", double(t.spans) / n));
         }
+    }
+    if (!kernels_.empty()) {
+        std::vector<const std::pair<const std::string, ProfileTotals>*> rows;
+        for (const auto& entry : kernels_) rows.push_back(&entry);
+        std::stable_sort(rows.begin(), rows.end(), [](auto* a, auto* b) { return a->second.ms > b->second.ms; });
+        out += "\nKernels of the multi-kernel ops (inside their kinds' rows above):\n";
+        out += fmt::format("{:<44}{:>10}{:>8}{:>9}\n", "kernel", "ms/step", "% step", "calls");
+        for (const auto* r : rows)
+            out += fmt::format("{:<44}{:>10.2f}{:>8.1f}{:>9}\n", r->first, r->second.ms / n,
+                               wall > 0 ? 100.0 * r->second.ms / n / wall : 0.0,
+                               fmt::format("{:.0f}", double(r->second.spans) / n));
     }
     return out;
 }

@@ -74,6 +74,9 @@ class StepProfile {
 public:
     // One timed span; `detail` (may be empty) groups spans of one shape for the GEMM table.
     void add(ProfileKind kind, ProfilePass pass, double ms, double flops, double bytes, std::string_view detail = {});
+    // One kernel of a multi-kernel op (the delta rule, flash attention's backward, …): its share of
+    // the op's span, reported in a table of its own (the span's kind already counts it).
+    void add_kernel(std::string_view kernel, double ms);
     // Closes a step: its wall time on the host, and on the device the time from its first span's
     // start to its last span's end (0 where there is no device).
     void end_step(double wall_ms, double device_span_ms);
@@ -81,6 +84,7 @@ public:
     int64_t steps() const { return steps_; }
     const ProfileTotals& kind(ProfileKind k) const { return kinds_[size_t(k)]; }
     const ProfileTotals& pass(ProfilePass p) const { return passes_[size_t(p)]; }
+    const ProfileTotals* kernel(std::string_view name) const;  // null: never marked
     double wall_ms() const { return wall_ms_; }
     double device_span_ms() const { return device_span_ms_; }
     double device_ms() const;  // Σ of the non-host kinds' time
@@ -91,7 +95,7 @@ public:
 private:
     std::array<ProfileTotals, kProfileKinds> kinds_{};
     std::array<ProfileTotals, kProfilePasses> passes_{};
-    std::map<std::string, ProfileTotals, std::less<>> details_;
+    std::map<std::string, ProfileTotals, std::less<>> details_, kernels_;
     int64_t steps_ = 0;
     double wall_ms_ = 0.0, device_span_ms_ = 0.0;
 };

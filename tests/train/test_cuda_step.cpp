@@ -630,6 +630,23 @@ TEST(CudaTrainer, ProfiledStepChangesNothingAndTimesEveryKind) {
         EXPECT_EQ(profile.kind(kind).spans, steps * spans) << profile_kind_name(kind);
     for (const ProfileKind kind : {ProfileKind::norm, ProfileKind::pointwise, ProfileKind::zero_and_copy})
         EXPECT_GT(profile.kind(kind).spans, 0) << profile_kind_name(kind);
+    // The delta rule's kernels, split out of its spans by their marks (kernel_marks.h): two forward
+    // kernels per forward call, three backward ones per backward call, every one with a time.
+    const std::vector<std::pair<const char*, int64_t>> delta_kernels = {
+        {"delta: chunk_factors_kernel", 2 * micro}, {"delta: forward_walk_kernel", 2 * micro},
+        {"delta: backward_carry_kernel", micro},    {"delta: backward_gradients_kernel", micro},
+        {"delta: delta_rule_reduce_kernel", micro}};
+    for (const auto& [name, calls] : delta_kernels) {
+        const ProfileTotals* k = profile.kernel(name);
+        ASSERT_NE(k, nullptr) << name;
+        EXPECT_EQ(k->spans, steps * calls) << name;
+        EXPECT_GT(k->ms, 0.0) << name;
+    }
+    // A kernel's share lies inside its op's span.
+    double delta_kernels_ms = 0.0;
+    for (const auto& [name, calls] : delta_kernels) delta_kernels_ms += profile.kernel(name)->ms;
+    EXPECT_LE(delta_kernels_ms, (profile.kind(ProfileKind::delta_rule_forward).ms +
+                                 profile.kind(ProfileKind::delta_rule_backward).ms) * (1.0 + 1e-6));
     for (size_t k = 0; k < kProfileKinds; ++k) {
         if (profile.kind(ProfileKind(k)).spans == 0) continue;
         EXPECT_GT(profile.kind(ProfileKind(k)).ms, 0.0) << profile_kind_name(ProfileKind(k));

@@ -81,6 +81,32 @@ TEST(StepProfile, ReportReadsEachKindAgainstItsCeiling) {
     EXPECT_LT(slow, fast);
 }
 
+// A multi-kernel op's kernels: their own table, by time, per step; not added to any kind again.
+TEST(StepProfile, KernelsOfMultiKernelOpsHaveTheirOwnTable) {
+    StepProfile p = two_steps();
+    for (int s = 0; s < 2; ++s) {
+        p.add_kernel("delta: forward_walk_kernel", 6.0);
+        p.add_kernel("delta: chunk_factors_kernel", 1.0);
+        p.add_kernel("delta: chunk_factors_kernel", 1.0);
+    }
+    ASSERT_NE(p.kernel("delta: chunk_factors_kernel"), nullptr);
+    EXPECT_EQ(p.kernel("delta: chunk_factors_kernel")->spans, 4);
+    EXPECT_EQ(p.kernel("nothing"), nullptr);
+    EXPECT_DOUBLE_EQ(p.device_ms(), 80.0);
+    const std::string report = p.report("t", {});
+    const size_t table = report.find("\nKernels of the multi-kernel ops");
+    ASSERT_NE(table, std::string::npos) << report;
+    const size_t walk = report.find("\ndelta: forward_walk_kernel", table),
+                 factors = report.find("\ndelta: chunk_factors_kernel", table);
+    ASSERT_NE(walk, std::string::npos) << report;
+    ASSERT_NE(factors, std::string::npos) << report;
+    EXPECT_LT(walk, factors);
+    EXPECT_EQ(report.substr(walk + 1, report.find('\n', walk + 1) - walk - 1),
+              "delta: forward_walk_kernel                        6.00     6.0        1");
+    EXPECT_EQ(report.substr(factors + 1, report.find('\n', factors + 1) - factors - 1),
+              "delta: chunk_factors_kernel                       2.00     2.0        2");
+}
+
 TEST(StepProfile, UnknownCeilingsPrintNoShares) {
     const std::string report = two_steps().report("t", {});
     EXPECT_NE(report.find("ceilings: unknown bf16, unknown memory"), std::string::npos) << report;

@@ -22,6 +22,9 @@ public:
     ProfileEvents(const ProfileEvents&) = delete;
     ProfileEvents& operator=(const ProfileEvents&) = delete;
 
+    // Opens a step: from here to end_step the multi-kernel ops' kernel marks (kernel_marks.h) record
+    // too, splitting their spans by kernel.
+    void begin_step();
     // Records a span's start; returns the handle end() closes.
     int64_t begin(ProfileKind kind, ProfilePass pass, double flops, double bytes, std::string detail = {});
     void end(int64_t span);

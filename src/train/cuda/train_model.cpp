@@ -546,7 +546,11 @@ void TrainModel::set_profile(StepProfile* sink) {
     I.profile_events = sink != nullptr ? std::make_unique<ProfileEvents>(*sink) : nullptr;
 }
 
-void TrainModel::profile_step_begin() { impl_->events = impl_->profile_events.get(); }
+void TrainModel::profile_step_begin() {
+    Impl& I = *impl_;
+    I.events = I.profile_events.get();
+    if (I.events != nullptr) I.events->begin_step();
+}
 
 void TrainModel::profile_step_end(double wall_ms) {
     Impl& I = *impl_;
