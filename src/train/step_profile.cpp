@@ -42,6 +42,19 @@ std::string rate(double amount, double ms, double unit) {
     return amount > 0 && ms > 0 ? fmt::format("{:.1f}", amount / unit / (ms * 1e-3)) : std::string("-");
 }
 std::string amount(double value, double unit) { return value > 0 ? fmt::format("{:.1f}", value / unit) : "-"; }
+// The rate of `value` over `ms` as a percentage of `ceiling` (in units a second); "-" when unknown.
+std::string share(double value, double ms, double unit, double ceiling) {
+    return ceiling > 0 && value > 0 && ms > 0 ? fmt::format("{:.1f}", 100.0 * value / unit / (ms * 1e-3) / ceiling)
+                                              : std::string("-");
+}
+
+using NamedTotals = std::map<std::string, ProfileTotals, std::less<>>;
+std::vector<const NamedTotals::value_type*> by_time(const NamedTotals& totals) {
+    std::vector<const NamedTotals::value_type*> rows;
+    for (const auto& entry : totals) rows.push_back(&entry);
+    std::stable_sort(rows.begin(), rows.end(), [](auto* a, auto* b) { return a->second.ms > b->second.ms; });
+    return rows;
+}
 
 }  // namespace
 
@@ -118,16 +131,10 @@ std::string StepProfile::report(std::string_view title, const ProfileCeilings& c
             host_rule = true;
         }
         const double ms = t.ms / n, flops = t.flops / n, bytes = t.bytes / n;
-        const std::string peak_share =
-            ceilings.tflops > 0 && flops > 0 ? fmt::format("{:.1f}", 100.0 * flops / (ms * 1e-3) / (ceilings.tflops * 1e12))
-                                             : "-";
-        const std::string bandwidth_share =
-            ceilings.gbytes_s > 0 && bytes > 0 ? fmt::format("{:.1f}", 100.0 * bytes / (ms * 1e-3) / (ceilings.gbytes_s * 1e9))
-                                               : "-";
         out += fmt::format("{:<24}{:>10.2f}{:>8.1f}{:>10}{:>9}{:>7}{:>9}{:>9}{:>7}{:>9}\n", kKindInfo[k].name, ms,
-                           wall > 0 ? 100.0 * ms / wall : 0.0, amount(flops, 1e9), rate(flops, ms, 1e12), peak_share,
-                           amount(bytes, 1e9), rate(bytes, ms, 1e9), bandwidth_share,
-                           fmt::format("{:.0f}", double(t.spans) / n));
+                           wall > 0 ? 100.0 * ms / wall : 0.0, amount(flops, 1e9), rate(flops, ms, 1e12),
+                           share(flops, ms, 1e12, ceilings.tflops), amount(bytes, 1e9), rate(bytes, ms, 1e9),
+                           share(bytes, ms, 1e9, ceilings.gbytes_s), fmt::format("{:.0f}", double(t.spans) / n));
     }
     if (!host_rule)
         out += fmt::format("{:<24}{:>10.2f}{:>8.1f}   (Σ of the kinds above)\n", "timed total", device,
@@ -136,13 +143,13 @@ std::string StepProfile::report(std::string_view title, const ProfileCeilings& c
     double all_flops = 0.0;
     for (size_t k = 0; k < kProfileKinds; ++k)
         if (!kKindInfo[k].host) all_flops += kinds_[k].flops / n;
-    out += fmt::format("step wall time (host)   {:>10.2f} ms; {} GFLOP counted above → {} TFLOP/s over the step\n", wall,
-                       amount(all_flops, 1e9), rate(all_flops, wall, 1e12));
+    out += fmt::format("step wall time (host)   {:>10.2f} ms; {} GFLOP counted above → {} TFLOP/s over the step\n",
+                       wall, amount(all_flops, 1e9), rate(all_flops, wall, 1e12));
     if (device_span_ms_ > 0) {
-        const double span = device_span_ms_ / n;
+        const double span = device_span_ms_ / n, idle = std::max(0.0, span - device);
         out += fmt::format("device span             {:>10.2f} ms from the step's first span to its last; idle between "
                            "spans {:.2f} ms ({:.1f}%)\n",
-                           span, std::max(0.0, span - device), span > 0 ? 100.0 * std::max(0.0, span - device) / span : 0.0);
+                           span, idle, span > 0 ? 100.0 * idle / span : 0.0);
     }
     out += fmt::format("not in any span         {:>10.2f} ms ({:.1f}% of the wall: launches, host work, waits)\n",
                        std::max(0.0, wall - device), wall > 0 ? 100.0 * std::max(0.0, wall - device) / wall : 0.0);
@@ -158,28 +165,21 @@ std::string StepProfile::report(std::string_view title, const ProfileCeilings& c
     // re-runs each layer's forward ("recompute").
     if (passes_[size_t(ProfilePass::recompute)].spans > 0) out += "by pass: " + passes + "\n";
     if (!details_.empty()) {
-        std::vector<const std::pair<const std::string, ProfileTotals>*> rows;
-        for (const auto& entry : details_) rows.push_back(&entry);
-        std::stable_sort(rows.begin(), rows.end(), [](auto* a, auto* b) { return a->second.ms > b->second.ms; });
-        out += fmt::format("\nGEMM shapes by time ({} of {}; n × in → out as in gemm.h):\n", std::min(kDetailRows, rows.size()),
-                           rows.size());
+        const auto rows = by_time(details_);
+        out += fmt::format("\nGEMM shapes by time ({} of {}; n × in → out as in gemm.h):\n",
+                           std::min(kDetailRows, rows.size()), rows.size());
         out += fmt::format("{:<44}{:>10}{:>8}{:>10}{:>9}{:>7}{:>9}\n", "shape", "ms/step", "% step", "GFLOP", "TFLOP/s",
                            "% pk", "calls");
         for (size_t i = 0; i < std::min(kDetailRows, rows.size()); ++i) {
             const ProfileTotals& t = rows[i]->second;
             const double ms = t.ms / n, flops = t.flops / n;
-            const std::string peak_share = ceilings.tflops > 0 && flops > 0
-                                               ? fmt::format("{:.1f}", 100.0 * flops / (ms * 1e-3) / (ceilings.tflops * 1e12))
-                                               : "-";
             out += fmt::format("{:<44}{:>10.2f}{:>8.1f}{:>10}{:>9}{:>7}{:>9}\n", rows[i]->first, ms,
                                wall > 0 ? 100.0 * ms / wall : 0.0, amount(flops, 1e9), rate(flops, ms, 1e12),
-                               peak_share, fmt::format("{:.0f}", double(t.spans) / n));
+                               share(flops, ms, 1e12, ceilings.tflops), fmt::format("{:.0f}", double(t.spans) / n));
         }
     }
     if (!kernels_.empty()) {
-        std::vector<const std::pair<const std::string, ProfileTotals>*> rows;
-        for (const auto& entry : kernels_) rows.push_back(&entry);
-        std::stable_sort(rows.begin(), rows.end(), [](auto* a, auto* b) { return a->second.ms > b->second.ms; });
+        const auto rows = by_time(kernels_);
         out += "\nKernels of the multi-kernel ops (inside their kinds' rows above):\n";
         out += fmt::format("{:<44}{:>10}{:>8}{:>9}\n", "kernel", "ms/step", "% step", "calls");
         for (const auto* r : rows)

@@ -55,24 +55,25 @@ void ProfiledOps::linear_forward(const float* x, const float* w, int64_t n, int6
                                  bool accumulate) {
     const auto launch = [&] { cuda::linear_forward(x, w, n, in, out, y, accumulate); };
     if (events == nullptr) return launch();
-    timed(Kind::gemm_forward, 2 * d(n) * d(in) * d(out), kF * (d(n) * d(in) + d(in) * d(out) + d(n) * d(out) * (accumulate ? 2 : 1)),
-          launch, gemm_detail("forward", n, in, out));
+    const double bytes = kF * (d(n) * d(in) + d(in) * d(out) + d(n) * d(out) * (accumulate ? 2 : 1));
+    timed(Kind::gemm_forward, 2 * d(n) * d(in) * d(out), bytes, launch, gemm_detail("forward", n, in, out));
 }
 
 void ProfiledOps::linear_backward_input(const float* dy, const float* w, int64_t n, int64_t in, int64_t out,
                                         float* dx) {
     const auto launch = [&] { cuda::linear_backward_input(dy, w, n, in, out, dx); };
     if (events == nullptr) return launch();
-    timed(Kind::gemm_backward_data, 2 * d(n) * d(in) * d(out), kF * (d(n) * d(out) + d(in) * d(out) + 2 * d(n) * d(in)),
-          launch, gemm_detail("backward data", n, in, out));
+    const double bytes = kF * (d(n) * d(out) + d(in) * d(out) + 2 * d(n) * d(in));
+    timed(Kind::gemm_backward_data, 2 * d(n) * d(in) * d(out), bytes, launch, gemm_detail("backward data", n, in, out));
 }
 
 void ProfiledOps::linear_backward_weight(const float* dy, const float* x, int64_t n, int64_t in, int64_t out,
                                          float* dw) {
     const auto launch = [&] { cuda::linear_backward_weight(dy, x, n, in, out, dw); };
     if (events == nullptr) return launch();
-    timed(Kind::gemm_backward_weight, 2 * d(n) * d(in) * d(out), kF * (d(n) * d(out) + d(n) * d(in) + 2 * d(in) * d(out)),
-          launch, gemm_detail("backward weight", n, in, out));
+    const double bytes = kF * (d(n) * d(out) + d(n) * d(in) + 2 * d(in) * d(out));
+    timed(Kind::gemm_backward_weight, 2 * d(n) * d(in) * d(out), bytes, launch,
+          gemm_detail("backward weight", n, in, out));
 }
 
 void ProfiledOps::rms_norm_forward(const float* x, const float* w, int64_t rows, int64_t dim, float eps, bool one_plus,
@@ -163,7 +164,8 @@ void ProfiledOps::conv_silu_backward(const float* x, const float* w, const float
 
 void ProfiledOps::gdn_gates_forward(const float* b, const float* a, const float* a_log, const float* dt_bias, int64_t N,
                                     int64_t Hv, float* beta, float* g) {
-    timed(Kind::pointwise, 0, 4 * kF * d(N) * d(Hv), [&] { cuda::gdn_gates_forward(b, a, a_log, dt_bias, N, Hv, beta, g); });
+    timed(Kind::pointwise, 0, 4 * kF * d(N) * d(Hv),
+          [&] { cuda::gdn_gates_forward(b, a, a_log, dt_bias, N, Hv, beta, g); });
 }
 
 void ProfiledOps::gdn_gates_backward(const float* b, const float* a, const float* a_log, const float* dt_bias,

@@ -178,9 +178,8 @@ struct TrainModel::Impl : ProfiledOps {
         float* dk_r = zeroed("att.dk_r", n_kv);
         float* dv = zeroed("att.dv", n_kv);
         const float scale = float(1.0 / std::sqrt(double(dh)));
-        attention_backward(buf("att.q_r", n_q), buf("att.k_r", n_kv), buf("att.v", n_kv), att,
-                                 buf("att.lse", N * Hq), datt, B, T, Hq, Hkv, dh, scale, dq_r, dk_r, dv,
-                                 buf("att.workspace", N * Hq));
+        attention_backward(buf("att.q_r", n_q), buf("att.k_r", n_kv), buf("att.v", n_kv), att, buf("att.lse", N * Hq),
+                           datt, B, T, Hq, Hkv, dh, scale, dq_r, dk_r, dv, buf("att.workspace", N * Hq));
         rope_apply(dq_r, B, T, Hq, dh, c.rope_dim, c.rope_theta, -1.0f);
         rope_apply(dk_r, B, T, Hkv, dh, c.rope_dim, c.rope_theta, -1.0f);
         float* dq_raw = zeroed("att.dq_raw", n_q);
@@ -521,7 +520,7 @@ double TrainModel::optimizer_step(const OptimizerSection& o, double lr) {
     const double correction2 = 1.0 - std::pow(o.beta2, double(I.adam_step));
     const bool muon = o.kind == "muon";
     // AdamW reads parameters, gradients, both moments and a flag byte and writes three of them back:
-    // 29 bytes a value (Muon's Newton–Schulz products not counted in FLOPs: see the notes).
+    // 29 bytes a value. Under Muon its Newton–Schulz products run inside this span too, uncounted.
     I.timed(ProfileKind::optimizer, 0, 29.0 * double(I.P), [&] {
         adamw_update(I.params.get<float>(), I.grads.get<float>(), I.m.get<float>(), I.v.get<float>(),
                      I.adam_flags.get<uint8_t>(), I.P, muon, factor, float(o.beta1), float(o.beta2), correction1,
