@@ -47,10 +47,16 @@ constexpr double kH200Bf16Tflops = 790.0;
 double bf16_peak_tflops(const std::string& backend) {
     return backend.find("H200") != std::string::npos ? kH200Bf16Tflops : 0.0;
 }
-// HBM3e bandwidth of an H200 (NVIDIA's datasheet), the ceiling --profile reads memory-bound ops against.
-constexpr double kH200MemoryGBs = 4800.0;
-double memory_peak_gbs(const std::string& backend) {
-    return backend.find("H200") != std::string::npos ? kH200MemoryGBs : 0.0;
+// The ceilings --profile reads each kind of op against (train/step_profile.h): the bf16 rate above and
+// the memory bandwidth of NVIDIA's datasheets (H200 HBM3e 4.8 TB/s; H100 SXM HBM3 3.35 TB/s). An H100
+// SXM has the H200's GH100 die at the same clocks (both datasheets: 989 TFLOP/s dense bf16), so the
+// H200's measured 790 stands for it too; the PCIe card (lower clocks, 2 TB/s) has none. Only for the
+// profile's percentages: the MFU and the history keep bf16_peak_tflops's H200-only rate.
+train::ProfileCeilings profile_ceilings(const std::string& backend) {
+    if (backend.find("H200") != std::string::npos) return {.tflops = kH200Bf16Tflops, .gbytes_s = 4800.0};
+    if (backend.find("H100") != std::string::npos && backend.find("PCIe") == std::string::npos)
+        return {.tflops = kH200Bf16Tflops, .gbytes_s = 3350.0};
+    return {};
 }
 
 // One history row for the invocation (columns: bench/history.tsv's header, cli/bench_report.h).
@@ -237,7 +243,7 @@ void run_train(const TrainArgs& args) {
             args.profile_warmup, args.profile_warmup == 1 ? "" : "s", backend,
             trainer.on_gpu() ? "CUDA events"
                              : "the wall clock (the CPU reference's forward and backward are one call, not split by op)");
-        fmt::print("{}", profile->report(title, {.tflops = peak, .gbytes_s = memory_peak_gbs(backend)}));
+        fmt::print("{}", profile->report(title, profile_ceilings(backend)));
     }
     if (steps_timed > 0) {
         const double tokens_per_s = double(tokens_per_step * steps_timed) / seconds_sum;
