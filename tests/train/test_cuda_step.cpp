@@ -577,9 +577,12 @@ TEST(CudaTrainer, ProfiledStepChangesNothingAndTimesEveryKind) {
     SKIP_WITHOUT_GPU();
     const fs::path dir = make_text("profile");
     std::string text = run_config_text(dir, "cuda", 4, false);
-    const std::string warmup = "warmup_steps = 2\n";
+    // One sequence a micro-batch (the emulated run of tests/tools/cuda_emulation_train.sh is 4× faster).
+    const std::string warmup = "warmup_steps = 2\n", batch = "batch = 4\n";
     ASSERT_NE(text.find(warmup), std::string::npos);
+    ASSERT_NE(text.find(batch), std::string::npos);
     text.replace(text.find(warmup), warmup.size(), warmup + "clip = 0\n");
+    text.replace(text.find(batch), batch.size(), "batch = 1\n");
     const TrainConfig config = parse_train_config(text, "profile.toml");
     Trainer a(config, text), b(config, text), profiled(config, text);
     profiled.enable_profile();
@@ -603,7 +606,7 @@ TEST(CudaTrainer, ProfiledStepChangesNothingAndTimesEveryKind) {
     profiled.train_step();
     const StepProfile& profile = *profiled.profile();
     ASSERT_EQ(profile.steps(), 2);
-    // Spans per step of this config: 2 micro-batches of 4 × 64 tokens (one LM-head chunk each); layer
+    // Spans per step of this config: 2 micro-batches of 1 × 64 tokens (one LM-head chunk each); layer
     // 0 DeltaNet (5 products), layer 1 attention (4), each with an FFN (3); every layer's forward runs
     // twice (forward, recompute), its backward once.
     const int64_t micro = config.run.grad_accum, steps = 2;
