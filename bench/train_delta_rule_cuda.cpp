@@ -1,6 +1,8 @@
 // Micro-benchmark of the trainer's chunked gated delta rule (train/cuda/kernels.h: delta_rule_forward
 // and delta_rule_backward), on the bytelm-hybrid-small step (32 × 512 tokens, 3 heads of 64 × 128)
-// and on a Qwen3.5-27B layer's heads (16 key / 48 value heads of 128 × 128) at 4 × 512 tokens.
+// on configs/qwen35-100m.toml's (32 × 1024 tokens, 6 key / 12 value heads of 128 × 128: the shape
+// `deltabit train --profile` times inside that config's step) and on a Qwen3.5-27B layer's heads (16 key /
+// 48 value heads of 128 × 128) at 4 × 512 tokens.
 //
 //   bench_train_delta_rule_cuda
 //
@@ -112,6 +114,7 @@ int main() {
         return 0;
     }
     run("bytelm-hybrid-small 32x512 3/3", 32, 512, 3, 3, 64, 128);
+    run("qwen35-100m 32x1024 6/12", 32, 1024, 6, 12, 128, 128);
     run("qwen35-27b heads 4x512 16/48", 4, 512, 16, 48, 128, 128);
     return 0;
 }

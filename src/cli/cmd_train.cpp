@@ -1,8 +1,8 @@
 // `deltabit train CONFIG.toml`: runs or resumes the training run the config describes (train/
 // train_config.h; docs/train.md). Built only with toml++ (the train module).
 //
-//   deltabit train CONFIG.toml [--resume] [--max-steps N] [--backend cpu|cuda|auto] [--quiet]
-//                  [--no-history | --history FILE] [--commit HASH]
+//   deltabit train CONFIG.toml [--resume] [--max-steps N | --profile N [--profile-warmup W]]
+//                  [--backend cpu|cuda|auto] [--quiet] [--no-history | --history FILE] [--commit HASH]
 //   deltabit train --plot CURVES.csv [-o OUT.svg] [--title TEXT]
 //
 // Writes into run.out_dir: curves.csv (one row per optimizer step; eval_bpb on evaluation steps:
@@ -11,7 +11,9 @@
 // steps and at the end, atomically), and when the run reaches run.steps, model.gguf (Q1_0 for a QAT run, else F32: train/export.h); prints a progress line (step,
 // tokens/s, MFU, loss, eval BPB, ETA) on a terminal, one line per evaluation otherwise; appends the
 // invocation's mean tokens/s and MFU to bench/history.tsv (MFU against the bf16 tensor rate `deltabit
-// bench` reads prefill against, cli/bench_gpu.h; only on a GPU whose rate is known).
+// bench` reads prefill against, cli/bench_gpu.h; only on a GPU whose rate is known). With --profile N it
+// runs W warm-up steps, then N steps timed by kind of op (train/step_profile.h), prints that table and
+// stops there with a checkpoint, as --max-steps W+N would; no history row (the timing has a cost).
 #include "cli/cmd_train.h"
 
 #include "cli/bench_report.h"
@@ -44,6 +46,17 @@ namespace {
 constexpr double kH200Bf16Tflops = 790.0;
 double bf16_peak_tflops(const std::string& backend) {
     return backend.find("H200") != std::string::npos ? kH200Bf16Tflops : 0.0;
+}
+// The ceilings --profile reads each kind of op against (train/step_profile.h): the bf16 rate above and
+// the memory bandwidth of NVIDIA's datasheets (H200 HBM3e 4.8 TB/s; H100 SXM HBM3 3.35 TB/s). An H100
+// SXM has the H200's GH100 die at the same clocks (both datasheets: 989 TFLOP/s dense bf16), so the
+// H200's measured 790 stands for it too; the PCIe card (lower clocks, 2 TB/s) has none. Only for the
+// profile's percentages: the MFU and the history keep bf16_peak_tflops's H200-only rate.
+train::ProfileCeilings profile_ceilings(const std::string& backend) {
+    if (backend.find("H200") != std::string::npos) return {.tflops = kH200Bf16Tflops, .gbytes_s = 4800.0};
+    if (backend.find("H100") != std::string::npos && backend.find("PCIe") == std::string::npos)
+        return {.tflops = kH200Bf16Tflops, .gbytes_s = 3350.0};
+    return {};
 }
 
 // One history row for the invocation (columns: bench/history.tsv's header, cli/bench_report.h).
@@ -134,6 +147,12 @@ void run_train(const TrainArgs& args) {
     } else if (std::filesystem::exists(checkpoint)) {
         fail("train: {} exists: pass --resume to continue that run, or remove it to start over", checkpoint.string());
     }
+    // Before anything is written: a profile needs a step after its warm-up.
+    const bool profiling = args.profile_steps > 0;
+    const int64_t profile_from = trainer.step() + args.profile_warmup;
+    if (profiling && profile_from >= config.run.steps)
+        fail("train: --profile: the run is at step {} of {}: no step is left after {} warm-up step{}", trainer.step(),
+             config.run.steps, args.profile_warmup, args.profile_warmup == 1 ? "" : "s");
     // On --resume the curves file is read whole (the plot draws the run, not this invocation) and
     // rewritten up to the checkpoint's step: rows a stopped run wrote after its last checkpoint, and a
     // last line cut off mid-write, would otherwise sit before the steps this run writes again.
@@ -174,8 +193,11 @@ void run_train(const TrainArgs& args) {
     }
     double last_bpb = NAN, seconds_sum = 0.0, last_loss = NAN;
     int64_t steps_timed = 0;
-    const int64_t stop_at = args.max_steps > 0 ? std::min(total, trainer.step() + args.max_steps) : total;
+    const int64_t stop_at = profiling          ? std::min(total, profile_from + args.profile_steps)
+                            : args.max_steps > 0 ? std::min(total, trainer.step() + args.max_steps)
+                                                 : total;
     while (trainer.step() < stop_at) {
+        if (profiling && trainer.step() == profile_from) trainer.enable_profile();
         const train::StepReport r = trainer.train_step();
         seconds_sum += r.seconds;
         ++steps_timed;
@@ -212,13 +234,24 @@ void run_train(const TrainArgs& args) {
     if (std::isnan(last_bpb)) last_bpb = trainer.evaluate_bpb();  // nothing ran, or no evaluation step yet
     fmt::print("train: done at step {}: held-out {:.5f} bits per byte; checkpoint {}, curves {} and {}\n",
                trainer.step(), last_bpb, checkpoint.string(), curves.string(), curves_svg.filename().string());
+    if (const train::StepProfile* profile = trainer.profile()) {
+        const train::TrainConfig& c = trainer.config();
+        const std::string title = fmt::format(
+            "train --profile: {} step{} of {} × {} tokens{} after {} warm-up step{} on {}; timed by {}", profile->steps(),
+            profile->steps() == 1 ? "" : "s", c.run.batch, c.run.seq_len,
+            c.run.grad_accum > 1 ? fmt::format(" × {} micro-batches", c.run.grad_accum) : std::string(),
+            args.profile_warmup, args.profile_warmup == 1 ? "" : "s", backend,
+            trainer.on_gpu() ? "CUDA events"
+                             : "the wall clock (the CPU reference's forward and backward are one call, not split by op)");
+        fmt::print("{}", profile->report(title, profile_ceilings(backend)));
+    }
     if (steps_timed > 0) {
         const double tokens_per_s = double(tokens_per_step * steps_timed) / seconds_sum;
         const double tflop_s = tokens_per_s * flops_per_token / 1e12;
         fmt::print("train: {} steps in {:.1f} s: {:.0f} tokens/s, {:.2f} TFLOP/s{}\n", steps_timed, seconds_sum,
                    tokens_per_s, tflop_s,
                    peak > 0 ? fmt::format(", MFU {:.1f}% of {:.0f} TFLOP/s bf16", 100.0 * tflop_s / peak, peak) : "");
-        if (!args.no_history)
+        if (!args.no_history && !profiling)
             append_train_history(args.history, args.commit.empty() ? source_commit() : args.commit, trainer,
                                  std::filesystem::path(args.config).stem().string(), steps_timed, seconds_sum,
                                  tokens_per_s, tflop_s, peak, last_loss, last_bpb);
@@ -245,6 +278,17 @@ void add_train_command(CLI::App& app) {
                         "stop after this many optimizer steps of this invocation, with a checkpoint (default: run "
                         "to run.steps); continue later with --resume")
             ->check(CLI::PositiveNumber),
+        cmd->add_option("--profile", args->profile_steps,
+                        "after --profile-warmup steps, time N steps by kind of op (GEMMs, attention, delta rule, "
+                        "norms, optimizer, host waits...), print the table and stop there with a checkpoint; no "
+                        "history row. CUDA events on --backend cuda, the wall clock around four phases on cpu")
+            ->type_name("N")
+            ->check(CLI::PositiveNumber),
+        cmd->add_option("--profile-warmup", args->profile_warmup,
+                        "steps run before --profile starts timing (cuBLAS's choices, buffers grown)")
+            ->type_name("W")
+            ->default_str("2")
+            ->check(CLI::NonNegativeNumber),
         cmd->add_option("--backend", args->backend,
                         "cpu (the double reference), cuda (the GPU trainer) or auto (cuda when a GPU is present) "
                         "(default: the config's run.backend)")
@@ -254,6 +298,9 @@ void add_train_command(CLI::App& app) {
         cmd->add_flag("--no-history", args->no_history, "do not append to the history file"),
         cmd->add_option("--commit", args->commit, "commit hash for the history row (default: git's, where present)"),
     };
+    CLI::Option* profile = cmd->get_option("--profile");
+    profile->excludes(cmd->get_option("--max-steps"));
+    cmd->get_option("--profile-warmup")->needs(profile);
     cmd->add_flag("-q,--quiet", args->quiet, "no progress output (default: a live line on a terminal)");
     // --plot's options in a group of their own; its conflicts with training are checked in the callback
     // (CLI11's excludes() would print "Excludes: --plot" beside every training option).

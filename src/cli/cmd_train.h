@@ -16,6 +16,10 @@ struct TrainArgs {
     std::string history = std::string(DELTABIT_SOURCE_DIR) + "/bench/history.tsv";
     bool no_history = false;
     std::string commit;
+    // --profile N: after profile_warmup steps, time N steps by kind of op, print the table and stop
+    // (train/step_profile.h).
+    int64_t profile_steps = 0;
+    int64_t profile_warmup = 2;
     // --plot: redraw the image of a curves file instead of training.
     std::string plot;
     std::string plot_output;  // "": CURVES.csv's name with .svg; "-": standard output

@@ -67,6 +67,10 @@ private:
     const ParameterLayout& layout_;
 };
 
+double milliseconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
 constexpr char kCheckpointMagic[8] = {'D', 'B', 'T', 'R', 'A', 'I', 'N', '\0'};
 constexpr uint32_t kCheckpointVersion = 1;
 
@@ -198,6 +202,22 @@ std::vector<float> Trainer::forward_weights() const {
     return weights;
 }
 
+Batch Trainer::next_batch_profiled() {
+    if (!profile_) return next_batch();
+    const auto start = std::chrono::steady_clock::now();
+    Batch batch = next_batch();
+    profile_->add(ProfileKind::host_data, ProfilePass::update, milliseconds_since(start), 0.0, 0.0);
+    return batch;
+}
+
+void Trainer::enable_profile() {
+    if (profile_) return;
+    profile_ = std::make_unique<StepProfile>();
+#ifdef DELTABIT_HAVE_CUDA
+    if (device_) device_->set_profile(profile_.get());
+#endif
+}
+
 StepReport Trainer::train_step() {
     const auto start = std::chrono::steady_clock::now();
     const RunSection& r = config_.run;
@@ -205,11 +225,12 @@ StepReport Trainer::train_step() {
     double loss_sum = 0.0;
 #ifdef DELTABIT_HAVE_CUDA
     if (device_) {
+        if (profile_) device_->profile_step_begin();
         // The same step on the GPU: QAT weights, gradients, clipping and AdamW stay on the device.
         device_->use_qat_weights(config_.qat.enabled ? binarisation_weight(step_, r.steps) : 0.0);
         device_->zero_gradients();
         for (int64_t micro = 0; micro < r.grad_accum; ++micro)
-            loss_sum += device_->accumulate_gradient(next_batch(), 1.0 / predicted);
+            loss_sum += device_->accumulate_gradient(next_batch_profiled(), 1.0 / predicted);
         StepReport report;
         report.lr = learning_rate(config_.optimizer, step_, r.steps);
         report.grad_norm = device_->optimizer_step(config_.optimizer, report.lr);
@@ -217,21 +238,37 @@ StepReport Trainer::train_step() {
         report.loss = loss_sum / predicted;
         report.step = ++step_;
         report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (profile_) device_->profile_step_end(1e3 * report.seconds);
         return report;
     }
 #endif
+    // Profiling on the CPU: the wall clock around each phase (one branch each when off).
+    auto phase_start = std::chrono::steady_clock::now();
+    const auto phase_end = [&](ProfileKind kind, double flops) {
+        if (!profile_) return;
+        profile_->add(kind, ProfilePass::update, milliseconds_since(phase_start), flops, 0.0);
+        phase_start = std::chrono::steady_clock::now();
+    };
     std::fill(grads_.begin(), grads_.end(), 0.0f);
     // QAT: the forward sees the binarised weights; their gradient is applied to the latent ones as it
     // is (straight-through).
     const std::vector<float> weights = forward_weights();
-    for (int64_t micro = 0; micro < r.grad_accum; ++micro)
-        loss_sum += backend_->accumulate_gradient(weights, next_batch(), 1.0 / predicted, grads_);
+    phase_end(ProfileKind::qat_weights, 0.0);
+    const double flops_per_batch = train_flops_per_token(layout_.config(), r.seq_len) * double(r.batch * r.seq_len);
+    for (int64_t micro = 0; micro < r.grad_accum; ++micro) {
+        const Batch batch = next_batch_profiled();
+        phase_start = std::chrono::steady_clock::now();
+        loss_sum += backend_->accumulate_gradient(weights, batch, 1.0 / predicted, grads_);
+        phase_end(ProfileKind::cpu_reference, flops_per_batch);
+    }
     StepReport report;
     report.lr = learning_rate(config_.optimizer, step_, r.steps);
     report.grad_norm = optimizer_step(layout_, config_.optimizer, report.lr, params_, grads_, adam_);
+    phase_end(ProfileKind::optimizer, 0.0);
     report.loss = loss_sum / predicted;
     report.step = ++step_;
     report.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (profile_) profile_->end_step(1e3 * report.seconds, 0.0);
     return report;
 }
 

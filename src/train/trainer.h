@@ -6,6 +6,7 @@
 
 #include "train/optimizer.h"
 #include "train/parameters.h"
+#include "train/step_profile.h"
 #include "train/train_config.h"
 
 #include <cstdint>
@@ -75,6 +76,13 @@ public:
     std::vector<float> forward_weights() const;
 
     StepReport train_step();
+
+    // `deltabit train --profile`: from now on every train_step is timed by kind of op into profile()
+    // (train/step_profile.h): CUDA events on the GPU, the wall clock around the CPU backend's four
+    // phases (data, QAT weights, the reference's forward and backward, the optimizer). The arithmetic
+    // is the same as an unprofiled step's.
+    void enable_profile();
+    const StepProfile* profile() const { return profile_.get(); }
     // Bits per byte over the held-out window (the first eval.bytes bytes of data.heldout, cut into
     // sequences of run.seq_len predicted bytes, each starting from an empty context).
     double evaluate_bpb();
@@ -85,6 +93,7 @@ public:
 
 private:
     Batch next_batch();
+    Batch next_batch_profiled();  // next_batch, its time recorded as host_data when profiling
     void sync_from_device() const;  // the GPU run's weights and moments into params_ and adam_
 
 
@@ -101,6 +110,7 @@ private:
     std::unique_ptr<GradientBackend> backend_;
     std::unique_ptr<cuda::TrainModel> device_;  // set for the cuda backend
     mutable bool host_stale_ = false;           // the device holds newer weights than params_
+    std::unique_ptr<StepProfile> profile_;      // set by enable_profile
 };
 
 // Bits per byte of `text` under the model, over consecutive windows of `seq_len` predicted bytes (the

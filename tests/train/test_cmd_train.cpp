@@ -277,6 +277,41 @@ TEST(CmdTrain, AppendsItsThroughputToTheHistory) {
         << row;
 }
 
+// --profile N: W warm-up steps, then N steps timed (on the CPU backend, the wall clock around its
+// phases), the table printed, the run stopped there with a checkpoint and no history row; misuse refused
+// before anything is written.
+TEST(CmdTrain, ProfilePrintsItsTableAndStops) {
+    const fs::path dir = make_run_dir("profile", "out");
+    const fs::path history = dir / "history.tsv";
+    const std::string config = "'" + (dir / "run.toml").string() + "'";
+    const test::CommandResult run = test::run_deltabit("train -q --backend cpu --profile 2 --profile-warmup 1 --history '" +
+                                                       history.string() + "' " + config);
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    EXPECT_NE(run.output.find("train --profile: 2 steps of 2 × 16 tokens × 2 micro-batches after 1 warm-up step on cpu "
+                              "reference; timed by the wall clock"),
+              std::string::npos)
+        << run.output;
+    for (const char* row : {"\ncpu reference fwd+bwd ", "\noptimizer ", "\ntimed total ", "\nhost: data ",
+                            "\nstep wall time (host) ", "\nnot in any span "})
+        EXPECT_NE(run.output.find(row), std::string::npos) << row << " in\n" << run.output;
+    EXPECT_NE(run.output.find("done at step 3:"), std::string::npos) << run.output;
+    EXPECT_TRUE(fs::exists(dir / "out" / "checkpoint.bin"));
+    EXPECT_FALSE(fs::exists(history)) << "a profiled run's throughput carries the timers' cost: no history row";
+
+    const fs::path fresh = make_run_dir("profile_bad", "out");
+    const std::string fresh_config = "'" + (fresh / "run.toml").string() + "'";
+    const test::CommandResult both = test::run_deltabit("train --backend cpu --profile 2 --max-steps 3 " + fresh_config);
+    EXPECT_EQ(both.exit_code, 1);
+    EXPECT_EQ(std::count(both.output.begin(), both.output.end(), '\n'), 1) << both.output;
+    EXPECT_NE(both.output.find("excludes"), std::string::npos) << both.output;
+    const test::CommandResult too_late =
+        test::run_deltabit("train -q --backend cpu --profile 1 --profile-warmup 8 " + fresh_config);
+    EXPECT_EQ(too_late.exit_code, 1);
+    EXPECT_EQ(too_late.output,
+              "deltabit: error: train: --profile: the run is at step 0 of 8: no step is left after 8 warm-up steps\n");
+    EXPECT_FALSE(fs::exists(fresh / "out" / "curves.csv"));
+}
+
 TEST(CmdTrain, BadUseIsOneLine) {
     const fs::path dir = make_run_dir("bad", "out");
     const test::CommandResult missing = test::run_deltabit("train /nonexistent/run.toml");

@@ -565,6 +565,102 @@ TEST(CudaTrainer, MuonLossFallsOverFiftySteps) {
     EXPECT_EQ(std::memcmp(resumed.parameters().data(), trainer.parameters().data(), P * 4), 0);
 }
 
+// `deltabit train --profile` on the GPU: CUDA events between the launches change nothing they compute.
+// A GPU run does not repeat bit for bit (norm-weight, embedding, conv-kernel and gate sums use float
+// atomics, the loss a double one), but with clipping off (the clip factor would carry the atomics'
+// rounding into every weight) one step's matrices depend on none of them: their gradients come from
+// cuBLAS products and atomic-free kernels, then AdamW per element. So after one step every matrix of
+// two unprofiled runs is equal to the bit (checked: the premise), and so must the profiled run's be.
+// Then the profile's spans are counted against the step's structure, with an evaluation between two
+// profiled steps that must record nothing.
+TEST(CudaTrainer, ProfiledStepChangesNothingAndTimesEveryKind) {
+    SKIP_WITHOUT_GPU();
+    const fs::path dir = make_text("profile");
+    std::string text = run_config_text(dir, "cuda", 4, false);
+    // One sequence a micro-batch (the emulated run of tests/tools/cuda_emulation_train.sh is 4× faster).
+    const std::string warmup = "warmup_steps = 2\n", batch = "batch = 4\n";
+    ASSERT_NE(text.find(warmup), std::string::npos);
+    ASSERT_NE(text.find(batch), std::string::npos);
+    text.replace(text.find(warmup), warmup.size(), warmup + "clip = 0\n");
+    text.replace(text.find(batch), batch.size(), "batch = 1\n");
+    const TrainConfig config = parse_train_config(text, "profile.toml");
+    Trainer a(config, text), b(config, text), profiled(config, text);
+    profiled.enable_profile();
+    const StepReport ra = a.train_step(), rb = b.train_step(), rp = profiled.train_step();
+    // The loss sums with double atomics: equal to rounding (as LossFallsOverFiftySteps).
+    EXPECT_NEAR(rb.loss, ra.loss, 1e-12 * ra.loss);
+    EXPECT_NEAR(rp.loss, ra.loss, 1e-12 * ra.loss);
+    int64_t compared = 0;
+    for (const ParameterInfo& p : a.layout().all()) {
+        if (p.role != ParameterRole::matrix) continue;
+        compared += p.size;
+        const size_t bytes = size_t(p.size) * sizeof(float);
+        EXPECT_EQ(std::memcmp(a.parameters().data() + p.offset, b.parameters().data() + p.offset, bytes), 0)
+            << p.name << ": two unprofiled runs differ (the premise of this test is wrong, not the profile)";
+        EXPECT_EQ(std::memcmp(a.parameters().data() + p.offset, profiled.parameters().data() + p.offset, bytes), 0)
+            << p.name << ": the profiled run differs from the unprofiled one";
+    }
+    EXPECT_GT(compared, a.layout().total() / 2);
+
+    profiled.evaluate_bpb();  // not a training step: nothing recorded
+    profiled.train_step();
+    const StepProfile& profile = *profiled.profile();
+    ASSERT_EQ(profile.steps(), 2);
+    // Spans per step of this config: 2 micro-batches of 1 × 64 tokens (one LM-head chunk each); layer
+    // 0 DeltaNet (5 products), layer 1 attention (4), each with an FFN (3); every layer's forward runs
+    // twice (forward, recompute), its backward once.
+    const int64_t micro = config.run.grad_accum, steps = 2;
+    const std::vector<std::pair<ProfileKind, int64_t>> per_step = {
+        {ProfileKind::upload, micro},
+        {ProfileKind::embedding, 2 * micro},
+        {ProfileKind::gemm_forward, (2 * (5 + 3) + 2 * (4 + 3) + 1) * micro},
+        {ProfileKind::gemm_backward_data, (5 + 4 + 2 * 3 + 1) * micro},
+        {ProfileKind::gemm_backward_weight, (5 + 4 + 2 * 3 + 1) * micro},
+        {ProfileKind::attention_forward, 2 * micro},
+        {ProfileKind::attention_backward, micro},
+        {ProfileKind::delta_rule_forward, 2 * micro},
+        {ProfileKind::delta_rule_backward, micro},
+        {ProfileKind::causal_conv, 3 * micro},
+        {ProfileKind::lm_head_loss, micro},
+        {ProfileKind::gradient_norm, 1},
+        {ProfileKind::optimizer, 1},
+        {ProfileKind::host_data, micro},
+        {ProfileKind::host_wait, 2 * micro + 2},
+        {ProfileKind::qat_weights, 0},
+        {ProfileKind::cpu_reference, 0},
+    };
+    for (const auto& [kind, spans] : per_step)
+        EXPECT_EQ(profile.kind(kind).spans, steps * spans) << profile_kind_name(kind);
+    for (const ProfileKind kind : {ProfileKind::norm, ProfileKind::pointwise, ProfileKind::zero_and_copy})
+        EXPECT_GT(profile.kind(kind).spans, 0) << profile_kind_name(kind);
+    // The delta rule's kernels, split out of its spans by their marks (kernel_marks.h): two forward
+    // kernels per forward call, three backward ones per backward call, every one with a time.
+    const std::vector<std::pair<const char*, int64_t>> delta_kernels = {
+        {"delta: chunk_factors_kernel", 2 * micro}, {"delta: forward_walk_kernel", 2 * micro},
+        {"delta: backward_carry_kernel", micro},    {"delta: backward_gradients_kernel", micro},
+        {"delta: delta_rule_reduce_kernel", micro}};
+    for (const auto& [name, calls] : delta_kernels) {
+        const ProfileTotals* k = profile.kernel(name);
+        ASSERT_NE(k, nullptr) << name;
+        EXPECT_EQ(k->spans, steps * calls) << name;
+        EXPECT_GT(k->ms, 0.0) << name;
+    }
+    // A kernel's share lies inside its op's span.
+    double delta_kernels_ms = 0.0;
+    for (const auto& [name, calls] : delta_kernels) delta_kernels_ms += profile.kernel(name)->ms;
+    EXPECT_LE(delta_kernels_ms, (profile.kind(ProfileKind::delta_rule_forward).ms +
+                                 profile.kind(ProfileKind::delta_rule_backward).ms) * (1.0 + 1e-6));
+    for (size_t k = 0; k < kProfileKinds; ++k) {
+        if (profile.kind(ProfileKind(k)).spans == 0) continue;
+        EXPECT_GT(profile.kind(ProfileKind(k)).ms, 0.0) << profile_kind_name(ProfileKind(k));
+    }
+    // The spans follow one another on one stream, inside the step: their sum is at most the device's
+    // span (to the float rounding of cudaEventElapsedTime, 2⁻²⁴ of each), which is inside the wall time.
+    EXPECT_LE(profile.device_ms(), profile.device_span_ms() * (1.0 + 1e-6));
+    EXPECT_LE(profile.device_span_ms(), profile.wall_ms());
+    std::printf("%s", profile.report("[ cuda train ] --profile, tiny hybrid, 2 steps", {}).c_str());
+}
+
 #endif
 
 }  // namespace

@@ -97,6 +97,40 @@ void expect_resume_bit_exact(const std::string& optimizer) {
 
 TEST(Trainer, ResumeIsBitExact) { expect_resume_bit_exact("adamw"); }
 
+// `--profile` only watches: a profiled CPU run (the wall clock around its phases) ends with the same
+// losses, gradient norms and parameters, bit for bit, as the same run unprofiled, and it recorded every
+// phase of every step (the data drawn once per micro-batch: a second draw would shift the data order).
+TEST(Trainer, ProfiledStepsEqualUnprofiledOnes) {
+    TinyRun run = make_run("profile", 4);
+    run.config.run.backend = "cpu";
+    Trainer plain(run.config, run.text), profiled(run.config, run.text);
+    profiled.enable_profile();
+    for (int s = 0; s < 4; ++s) {
+        const StepReport a = plain.train_step(), b = profiled.train_step();
+        EXPECT_EQ(a.loss, b.loss) << "step " << s + 1;
+        EXPECT_EQ(a.grad_norm, b.grad_norm) << "step " << s + 1;
+    }
+    ASSERT_EQ(plain.parameters().size(), profiled.parameters().size());
+    EXPECT_EQ(std::memcmp(plain.parameters().data(), profiled.parameters().data(),
+                          plain.parameters().size() * sizeof(float)),
+              0);
+    EXPECT_EQ(plain.profile(), nullptr);
+    const StepProfile* profile = profiled.profile();
+    ASSERT_NE(profile, nullptr);
+    EXPECT_EQ(profile->steps(), 4);
+    EXPECT_EQ(profile->kind(ProfileKind::cpu_reference).spans, 4 * run.config.run.grad_accum);
+    EXPECT_EQ(profile->kind(ProfileKind::host_data).spans, 4 * run.config.run.grad_accum);
+    EXPECT_EQ(profile->kind(ProfileKind::qat_weights).spans, 4);
+    EXPECT_EQ(profile->kind(ProfileKind::optimizer).spans, 4);
+    EXPECT_GT(profile->kind(ProfileKind::cpu_reference).ms, 0.0);
+    // The reference's FLOPs are the MFU count (train_flops_per_token) of every token of the step.
+    EXPECT_DOUBLE_EQ(profile->kind(ProfileKind::cpu_reference).flops,
+                     4.0 * double(run.config.tokens_per_step()) *
+                         train_flops_per_token(profiled.layout().config(), run.config.run.seq_len));
+    // The phases lie inside the step: their sum cannot pass its wall time.
+    EXPECT_LE(profile->device_ms(), profile->wall_ms());
+}
+
 TEST(Trainer, MuonResumeIsBitExactAndNeedsItsMomentum) {
     expect_resume_bit_exact("muon");
     // The momentum matters: zero the Muon slots of the checkpoint's first moments and the resumed run

@@ -32,6 +32,7 @@
 // tile into registers while computing on this one.
 #include "train/cuda/attention_flash.h"
 #include "train/cuda/device_common.cuh"
+#include "train/cuda/kernel_marks.h"
 
 #include <cuda_bf16.h>
 
@@ -469,16 +470,19 @@ void backward(const float* q, const float* k, const float* v, const float* o, co
     const int64_t n_rows = B * T * Hq;
     flash_row_dot_kernel<<<blocks_for(n_rows, kBlock / 32), kBlock>>>(o, dout, n_rows, D, workspace);
     cuda_check_launch("flash_row_dot_kernel");
+    mark_kernel("attention: flash_row_dot_kernel");
     const int64_t row_tiles = (T * (Hq / Hkv) + kRows - 1) / kRows;
     const size_t dq_shared = size_t(2 * kRows + 2 * kKeys) * 2 * D;
     allow_shared(flash_dq_kernel<D>, dq_shared, "flash_dq_kernel");
     flash_dq_kernel<D><<<dim3(unsigned(row_tiles), unsigned(Hkv), unsigned(B)), kThreads, dq_shared>>>(q, k, v, lse, dout, workspace, T, Hq, Hkv, scale, dq);
     cuda_check_launch("flash_dq_kernel");
+    mark_kernel("attention: flash_dq_kernel");
     const int64_t key_tiles = (T + kKeyRows - 1) / kKeyRows;
     const size_t dkv_shared = size_t(2 * kKeyRows + 2 * kKeys) * 2 * D + 2 * kKeys * sizeof(float);
     allow_shared(flash_dkv_kernel<D>, dkv_shared, "flash_dkv_kernel");
     flash_dkv_kernel<D><<<dim3(unsigned(key_tiles), unsigned(Hkv), unsigned(B)), kThreads, dkv_shared>>>(q, k, v, lse, dout, workspace, T, Hq, Hkv, scale, dk, dv);
     cuda_check_launch("flash_dkv_kernel");
+    mark_kernel("attention: flash_dkv_kernel");
 }
 
 [[noreturn]] void refuse(int64_t dh) {

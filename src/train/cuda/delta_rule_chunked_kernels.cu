@@ -25,6 +25,7 @@
 // engine's prefill kernel): e^{γ_i−γ_j} from fp32 γ would carry |γ|·2⁻²⁴ of relative error, 2e-5 at
 // γ = −300.
 #include "train/cuda/device_common.cuh"
+#include "train/cuda/kernel_marks.h"
 #include "train/cuda/kernels.h"
 
 #include <string>
@@ -643,9 +644,11 @@ void delta_rule_forward(const float* q, const float* k, const float* v, const fl
     allow_shared(chunk_factors_kernel, factor_bytes, d, "chunk_factors_kernel");
     chunk_factors_kernel<<<chunk_grid(d), kThreads, factor_bytes>>>(q, k, g, beta, d, s.factors);
     cuda_check_launch("chunk_factors_kernel");
+    mark_kernel("delta: chunk_factors_kernel");
     allow_shared(forward_walk_kernel, walk_bytes, d, "forward_walk_kernel");
     forward_walk_kernel<<<tile_grid(d), kThreads, walk_bytes>>>(q, k, v, beta, s.factors, d, o, s.states, s.v_new);
     cuda_check_launch("forward_walk_kernel");
+    mark_kernel("delta: forward_walk_kernel");
 }
 
 void delta_rule_backward(const float* q, const float* k, const float* v, const float* g, const float* beta,
@@ -661,14 +664,17 @@ void delta_rule_backward(const float* q, const float* k, const float* v, const f
     allow_shared(backward_carry_kernel, carry_bytes, d, "backward_carry_kernel");
     backward_carry_kernel<<<tile_grid(d), kThreads, carry_bytes>>>(q, k, beta, dout, s.factors, d, x.dstates, x.w);
     cuda_check_launch("backward_carry_kernel");
+    mark_kernel("delta: backward_carry_kernel");
     // Accumulators per thread: ⌈dk/4⌉ keys of its row; two sizes keep the registers small at dk ≤ 64.
     auto gradients = dk <= 64 ? backward_gradients_kernel<16> : backward_gradients_kernel<32>;
     allow_shared(gradients, gradient_bytes, d, "backward_gradients_kernel");
     gradients<<<chunk_grid(d), kThreads, gradient_bytes>>>(q, k, v, g, beta, dout, s.states, s.v_new, x.dstates, x.w,
                                                            d, dv_out, x.dq_part, x.dk_part, dg, dbeta);
     cuda_check_launch("backward_gradients_kernel");
+    mark_kernel("delta: backward_gradients_kernel");
     delta_rule_reduce_kernel<<<blocks_for(B * T * Hk * dk), kBlock>>>(x.dq_part, x.dk_part, d, dq, dk_out);
     cuda_check_launch("delta_rule_reduce_kernel");
+    mark_kernel("delta: delta_rule_reduce_kernel");
 }
 
 }  // namespace deltabit::train::cuda

@@ -3,6 +3,7 @@
 // columns (each thread one column, a grid of row slices, one atomic per column and slice) instead of
 // rows × dim atomics on dim addresses.
 #include "train/cuda/device_common.cuh"
+#include "train/cuda/kernel_marks.h"
 #include "train/cuda/kernels.h"
 
 #include <algorithm>
@@ -78,6 +79,7 @@ void norm_weight_gradient(const float* x, const float* z, const float* dy, const
     const dim3 grid(unsigned((dim + 31) / 32), unsigned(std::min<int64_t>(kColumnSlices, (rows + 7) / 8)));
     norm_weight_gradient_kernel<<<grid, dim3(32, 8)>>>(x, z, dy, inverse_rms, rows, dim, dw);
     deltabit::cuda::cuda_check_launch("norm_weight_gradient_kernel");
+    mark_kernel("norm: norm_weight_gradient_kernel");
 }
 
 __global__ void gated_rms_norm_forward_kernel(const float* x, const float* z, const float* w, int64_t dim, float eps,
@@ -159,6 +161,7 @@ void rms_norm_backward(const float* x, const float* w, const float* dy, int64_t 
     rms_norm_backward_kernel<<<unsigned(rows), kRowBlock>>>(x, w, dy, dim, eps, one_plus ? 1.0f : 0.0f, dx,
                                                             inverse_rms);
     deltabit::cuda::cuda_check_launch("rms_norm_backward_kernel");
+    mark_kernel("norm: rms_norm_backward_kernel");
     if (dw != nullptr) norm_weight_gradient(x, nullptr, dy, inverse_rms, rows, dim, dw);
 }
 
@@ -177,6 +180,7 @@ void gated_rms_norm_backward(const float* x, const float* z, const float* w, con
     float* inverse_rms = g_inverse_rms.floats(rows);
     gated_rms_norm_backward_kernel<<<unsigned(rows), kRowBlock>>>(x, z, w, dy, dim, eps, dx, dz, inverse_rms);
     deltabit::cuda::cuda_check_launch("gated_rms_norm_backward_kernel");
+    mark_kernel("norm: gated_rms_norm_backward_kernel");
     norm_weight_gradient(x, z, dy, inverse_rms, rows, dim, dw);
 }
 

@@ -1,6 +1,7 @@
 // Elementwise and across-time training ops: SwiGLU, the attention output gate, embeddings, residual
 // adds, column copies (the q/gate and q/k/v splits), rope, the DeltaNet causal conv and its gates.
 #include "train/cuda/device_common.cuh"
+#include "train/cuda/kernel_marks.h"
 #include "train/cuda/kernels.h"
 
 #include <algorithm>
@@ -223,14 +224,17 @@ void conv_silu_backward(const float* x, const float* w, const float* dy, int64_t
     float* dpre = g_conv_dpre.floats(N * C);
     conv_silu_dpre_kernel<<<blocks_for(N * C), kBlock>>>(x, w, dy, N, T, C, K, dpre);
     cuda_check_launch("conv_silu_dpre_kernel");
+    mark_kernel("conv: conv_silu_dpre_kernel");
     if (dx != nullptr) {
         conv_silu_dx_kernel<<<blocks_for(N * C), kBlock>>>(dpre, w, N, T, C, K, dx);
         cuda_check_launch("conv_silu_dx_kernel");
+        mark_kernel("conv: conv_silu_dx_kernel");
     }
     if (dw != nullptr) {
         const dim3 grid(unsigned((C + 127) / 128), row_slices(N, 64));
         conv_weight_gradient_kernel<<<grid, 128>>>(dpre, x, N, T, C, K, dw);
         cuda_check_launch("conv_weight_gradient_kernel");
+        mark_kernel("conv: conv_weight_gradient_kernel");
     }
 }
 void gdn_gates_forward(const float* b, const float* a, const float* a_log, const float* dt_bias, int64_t N, int64_t Hv,

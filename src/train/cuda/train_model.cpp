@@ -5,6 +5,8 @@
 #include "train/cuda/gemm.h"
 #include "train/cuda/kernels.h"
 #include "train/cuda/muon_update.h"
+#include "train/cuda/profile_events.h"
+#include "train/cuda/profiled_ops.h"
 #include "train/muon.h"
 #include "train/qat.h"
 
@@ -26,16 +28,10 @@ constexpr float kL2NormEps = 1e-6f;
 // The LM head forms logits for at most this many values at a time (rows = this / V).
 constexpr int64_t kLogitChunkValues = int64_t(1) << 21;
 
-void zero(float* p, int64_t n) {
-    if (n > 0) cuda_check(cudaMemset(p, 0, size_t(n) * sizeof(float)), "cudaMemset");
-}
-void copy_device(float* dst, const float* src, int64_t n) {
-    if (n > 0) cuda_check(cudaMemcpy(dst, src, size_t(n) * sizeof(float), cudaMemcpyDeviceToDevice), "cudaMemcpy");
-}
-
 }  // namespace
 
-struct TrainModel::Impl {
+// The ops are ProfiledOps' members (profiled_ops.h): the same calls, timed under `--profile`.
+struct TrainModel::Impl : ProfiledOps {
     const ParameterLayout& layout;
     const ModelConfig& c;
     const int64_t P, D, V, F;
@@ -52,6 +48,9 @@ struct TrainModel::Impl {
     std::map<std::string, DeviceBuffer> buffers;
     DeviceBuffer tokens, targets, loss_sum;
     int64_t B = 0, T = 0, N = 0;
+    // Set by set_profile; `events` (ProfiledOps) points at it only inside a profiled training step, so
+    // an evaluation between steps records nothing.
+    std::unique_ptr<ProfileEvents> profile_events;
 
     explicit Impl(const ParameterLayout& l)
         : layout(l), c(l.config()), P(l.total()), D(c.n_embd), V(c.n_vocab), F(c.n_ff), one_plus(c.arch == Arch::qwen35),
@@ -112,8 +111,10 @@ struct TrainModel::Impl {
             tokens = DeviceBuffer(size_t(N) * 4);
             targets = DeviceBuffer(size_t(N) * 4);
         }
-        tokens.upload(batch.tokens.data(), size_t(N) * 4);
-        targets.upload(batch.targets.data(), size_t(N) * 4);
+        timed(ProfileKind::upload, 0, 8.0 * double(N), [&] {
+            tokens.upload(batch.tokens.data(), size_t(N) * 4);
+            targets.upload(batch.targets.data(), size_t(N) * 4);
+        });
     }
 
     // ---- full attention ----
@@ -148,7 +149,7 @@ struct TrainModel::Impl {
         float* att = buf("att.att", N * Hq * dh);
         float* lse = buf("att.lse", N * Hq);
         const float scale = float(1.0 / std::sqrt(double(dh)));
-        cuda::attention_forward(q_r, k_r, vv, B, T, Hq, Hkv, dh, scale, att, lse);
+        attention_forward(q_r, k_r, vv, B, T, Hq, Hkv, dh, scale, att, lse);
         const float* gated_out = att;
         if (gated) {
             float* g = buf("att.gated", N * Hq * dh);
@@ -177,9 +178,8 @@ struct TrainModel::Impl {
         float* dk_r = zeroed("att.dk_r", n_kv);
         float* dv = zeroed("att.dv", n_kv);
         const float scale = float(1.0 / std::sqrt(double(dh)));
-        cuda::attention_backward(buf("att.q_r", n_q), buf("att.k_r", n_kv), buf("att.v", n_kv), att,
-                                 buf("att.lse", N * Hq), datt, B, T, Hq, Hkv, dh, scale, dq_r, dk_r, dv,
-                                 buf("att.workspace", N * Hq));
+        attention_backward(buf("att.q_r", n_q), buf("att.k_r", n_kv), buf("att.v", n_kv), att, buf("att.lse", N * Hq),
+                           datt, B, T, Hq, Hkv, dh, scale, dq_r, dk_r, dv, buf("att.workspace", N * Hq));
         rope_apply(dq_r, B, T, Hq, dh, c.rope_dim, c.rope_theta, -1.0f);
         rope_apply(dk_r, B, T, Hkv, dh, c.rope_dim, c.rope_theta, -1.0f);
         float* dq_raw = zeroed("att.dq_raw", n_q);
@@ -361,6 +361,7 @@ struct TrainModel::Impl {
 
     // Embeddings, every layer (keeping each layer's input), the final norm into "final.h".
     void forward_trunk() {
+        pass = ProfilePass::forward;
         embedding_forward(W("model.embed_tokens.weight"), tokens.get<int32_t>(), N, D, layer_input(0));
         for (int64_t l = 0; l < c.n_layer(); ++l) layer_forward(l, layer_input(l), layer_input(l + 1));
         rms_norm_forward(layer_input(c.n_layer()), W("model.norm.weight"), N, D, c.rms_eps, one_plus,
@@ -378,6 +379,7 @@ struct TrainModel::Impl {
         cuda_check(cudaMemset(loss_sum.get(), 0, sizeof(double)), "cudaMemset");
         for (int64_t begin = 0; begin < N; begin += rows_per_chunk) {
             const int64_t rows = std::min(rows_per_chunk, N - begin);
+            pass = ProfilePass::forward;
             linear_forward(hf + begin * D, head, rows, D, V, logits);
             const int32_t* chunk_targets = targets.get<int32_t>() + begin;
             if (!backward) {
@@ -385,11 +387,12 @@ struct TrainModel::Impl {
                 continue;
             }
             cross_entropy_rows(logits, chunk_targets, rows, V, float(scale), loss_sum.get<double>());
+            pass = ProfilePass::backward;
             linear_backward_input(logits, head, rows, D, V, dh + begin * D);
             linear_backward_weight(logits, hf + begin * D, rows, D, V, G(head_name()));
         }
         double total = 0.0;
-        loss_sum.download(&total, sizeof total);  // synchronises: the step's kernels have all run
+        host_wait([&] { loss_sum.download(&total, sizeof total); });  // synchronises: the kernels so far have run
         return total;
     }
 
@@ -402,11 +405,13 @@ struct TrainModel::Impl {
                           one_plus, dx, G("model.norm.weight"));
         float* scratch_out = buf("layer.recomputed_out", N * D);
         for (int64_t l = c.n_layer() - 1; l >= 0; --l) {
+            pass = ProfilePass::recompute;
             layer_forward(l, layer_input(l), scratch_out);  // recompute this layer's intermediates
+            pass = ProfilePass::backward;
             layer_backward(l, layer_input(l), dx);
         }
         embedding_backward(dx, tokens.get<int32_t>(), N, D, G("model.embed_tokens.weight"));
-        cuda_check(cudaDeviceSynchronize(), "the training step");
+        host_wait([] { cuda_check(cudaDeviceSynchronize(), "the training step"); });
         return total;
     }
 
@@ -432,8 +437,8 @@ void TrainModel::get_parameters(std::span<float> params) const {
 
 void TrainModel::set_optimizer_state(const AdamState& state) {
     if (state.m.empty()) {
-        zero(impl_->m.get<float>(), impl_->P);
-        zero(impl_->v.get<float>(), impl_->P);
+        impl_->zero(impl_->m.get<float>(), impl_->P);
+        impl_->zero(impl_->v.get<float>(), impl_->P);
     } else {
         if (int64_t(state.m.size()) != impl_->P || int64_t(state.v.size()) != impl_->P)
             fail("train cuda: optimizer state of {} values, the model has {}", state.m.size(), impl_->P);
@@ -458,13 +463,20 @@ void TrainModel::use_qat_weights(double lambda) {
         return;
     }
     I.weights_are_params = false;
-    copy_device(I.weights.get<float>(), I.params.get<float>(), I.P);
-    for (const ParameterInfo& p : I.layout.all()) {
-        if (!is_binarised(p)) continue;
-        const int64_t row = p.shape.back();
-        qat_binarise(I.params.get<float>() + p.offset, p.size / row, row, float(lambda), lambda == 1.0,
-                     I.weights.get<float>() + p.offset);
-    }
+    I.pass = ProfilePass::update;
+    // One span: the copy and a launch per binarised tensor (their bytes: every weight read and written).
+    I.timed(ProfileKind::qat_weights, 0, 8.0 * double(I.P), [&] {
+        // The plain copy, not I.copy_device: that would be a span inside this one.
+        cuda_check(cudaMemcpy(I.weights.get<float>(), I.params.get<float>(), size_t(I.P) * sizeof(float),
+                              cudaMemcpyDeviceToDevice),
+                   "cudaMemcpy");
+        for (const ParameterInfo& p : I.layout.all()) {
+            if (!is_binarised(p)) continue;
+            const int64_t row = p.shape.back();
+            qat_binarise(I.params.get<float>() + p.offset, p.size / row, row, float(lambda), lambda == 1.0,
+                         I.weights.get<float>() + p.offset);
+        }
+    });
 }
 
 void TrainModel::use_weights(std::span<const float> weights) {
@@ -479,7 +491,10 @@ void TrainModel::get_forward_weights(std::span<float> weights) const {
     source.download(weights.data(), size_t(impl_->P) * 4);
 }
 
-void TrainModel::zero_gradients() { zero(impl_->grads.get<float>(), impl_->P); }
+void TrainModel::zero_gradients() {
+    impl_->pass = ProfilePass::update;
+    impl_->zero(impl_->grads.get<float>(), impl_->P);
+}
 
 double TrainModel::accumulate_gradient(const Batch& batch, double scale) { return impl_->accumulate(batch, scale); }
 
@@ -491,32 +506,57 @@ void TrainModel::get_gradients(std::span<float> grads) const {
 
 double TrainModel::optimizer_step(const OptimizerSection& o, double lr) {
     Impl& I = *impl_;
-    cuda_check(cudaMemset(I.loss_sum.get(), 0, sizeof(double)), "cudaMemset");
-    sum_of_squares(I.grads.get<float>(), I.P, I.loss_sum.get<double>());
+    I.pass = ProfilePass::update;
+    I.timed(ProfileKind::gradient_norm, 0, 4.0 * double(I.P), [&] {
+        cuda_check(cudaMemset(I.loss_sum.get(), 0, sizeof(double)), "cudaMemset");
+        sum_of_squares(I.grads.get<float>(), I.P, I.loss_sum.get<double>());
+    });
     double sum_sq = 0.0;
-    I.loss_sum.download(&sum_sq, sizeof sum_sq);
+    I.host_wait([&] { I.loss_sum.download(&sum_sq, sizeof sum_sq); });
     const double norm = std::sqrt(sum_sq);
     const float factor = o.clip > 0 && norm > o.clip ? float(o.clip / norm) : 1.0f;
     ++I.adam_step;
     const double correction1 = 1.0 - std::pow(o.beta1, double(I.adam_step));
     const double correction2 = 1.0 - std::pow(o.beta2, double(I.adam_step));
     const bool muon = o.kind == "muon";
-    adamw_update(I.params.get<float>(), I.grads.get<float>(), I.m.get<float>(), I.v.get<float>(),
-                 I.adam_flags.get<uint8_t>(), I.P, muon, factor, float(o.beta1), float(o.beta2), correction1,
-                 correction2, lr, o.eps, o.weight_decay);
-    if (muon) {
+    // AdamW reads parameters, gradients, both moments and a flag byte and writes three of them back:
+    // 29 bytes a value. Under Muon its Newton–Schulz products run inside this span too, uncounted.
+    I.timed(ProfileKind::optimizer, 0, 29.0 * double(I.P), [&] {
+        adamw_update(I.params.get<float>(), I.grads.get<float>(), I.m.get<float>(), I.v.get<float>(),
+                     I.adam_flags.get<uint8_t>(), I.P, muon, factor, float(o.beta1), float(o.beta2), correction1,
+                     correction2, lr, o.eps, o.weight_decay);
+        if (!muon) return;
         const double matrix_lr = muon_learning_rate(o, lr);
         for (const ParameterInfo& p : I.layout.all())
             if (p.hidden_matrix)
                 muon_update(I.params.get<float>() + p.offset, I.grads.get<float>() + p.offset,
                             I.m.get<float>() + p.offset, p.shape[0], p.shape[1], factor, o, matrix_lr,
                             I.muon_workspace);
-    }
-    cuda_check(cudaDeviceSynchronize(), "the optimizer step");
+    });
+    I.host_wait([] { cuda_check(cudaDeviceSynchronize(), "the optimizer step"); });
     return norm;
 }
 
 int64_t TrainModel::optimizer_steps() const { return impl_->adam_step; }
+
+void TrainModel::set_profile(StepProfile* sink) {
+    Impl& I = *impl_;
+    I.events = nullptr;
+    I.profile_events = sink != nullptr ? std::make_unique<ProfileEvents>(*sink) : nullptr;
+}
+
+void TrainModel::profile_step_begin() {
+    Impl& I = *impl_;
+    I.events = I.profile_events.get();
+    if (I.events != nullptr) I.events->begin_step();
+}
+
+void TrainModel::profile_step_end(double wall_ms) {
+    Impl& I = *impl_;
+    if (I.events == nullptr) return;
+    I.events->end_step(wall_ms);
+    I.events = nullptr;
+}
 
 std::string TrainModel::device_name() const {
     int device = 0;

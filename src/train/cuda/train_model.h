@@ -13,6 +13,7 @@
 
 #include "train/optimizer.h"
 #include "train/parameters.h"
+#include "train/step_profile.h"
 #include "train/trainer.h"
 
 #include <cstdint>
@@ -54,6 +55,14 @@ public:
     // rest (train/muon.h; `lr` is AdamW's scheduled rate). Returns the norm before clipping.
     double optimizer_step(const OptimizerSection& o, double lr);
     int64_t optimizer_steps() const;
+
+    // `deltabit train --profile` (train/step_profile.h): with a sink, every launch group between
+    // profile_step_begin and profile_step_end (after optimizer_step, given the step's wall time) is
+    // timed with CUDA events (train/cuda/profile_events.h) and the host's waits with the wall clock.
+    // Null (the default) turns it off: each op then costs one more branch, nothing else.
+    void set_profile(StepProfile* sink);
+    void profile_step_begin();
+    void profile_step_end(double wall_ms);
 
     std::string device_name() const;
     double peak_memory_gib() const;  // the device's memory in use (total − free), GiB

@@ -640,3 +640,44 @@ inline cudaError_t cudaStreamCreate(cudaStream_t* stream) {
     return cudaSuccess;
 }
 inline cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
+
+// Events: a launch runs to completion before it returns, so an event's time is the host's clock when it
+// is recorded, and an elapsed time is the emulated work's host time (a check that spans nest and close,
+// nothing about a GPU's speed).
+struct CUevent_st {
+    std::chrono::steady_clock::time_point at{};
+    bool recorded = false;
+};
+inline cudaError_t cudaEventCreate(cudaEvent_t* event) {
+    *event = new CUevent_st;
+    return cudaSuccess;
+}
+inline cudaError_t cudaEventDestroy(cudaEvent_t event) {
+    delete event;
+    return cudaSuccess;
+}
+inline cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t = nullptr) {
+    event->at = std::chrono::steady_clock::now();
+    event->recorded = true;
+    return cudaSuccess;
+}
+inline cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+    return event->recorded ? cudaSuccess : cudaErrorInvalidValue;
+}
+inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t stop) {
+    if (!start->recorded || !stop->recorded) return cudaErrorInvalidValue;
+    *ms = std::chrono::duration<float, std::milli>(stop->at - start->at).count();
+    return cudaSuccess;
+}
+// The device's name and memory, for code that reports them: an H200's 141 GB, all free.
+struct cudaDeviceProp {
+    char name[256] = "cuda emulation";
+};
+inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int) {
+    *prop = cudaDeviceProp{};
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+    *free_bytes = *total_bytes = size_t(141) << 30;
+    return cudaSuccess;
+}
