@@ -8,9 +8,9 @@
 //   of the weights, so a matrix that fits in L2 is read from it (the time a GEMV would take if something
 //   had already brought its weights there); --b1 also times the binary tensor-core GEMV of
 //   ops/matmul/gemv_b1_cuda.h on the Q1_0 shapes, one line per launch shape; --small-gemm times, instead
-//   of the GEMVs, each kernel of the batched decode step's gemm_q1_0_small (split, wide128, wide256) on the
-//   Q1_0 shapes at 2, 4 and 8 tokens (x quantised once, outside the timing), GB/s counting the weights'
-//   GGUF bytes only.
+//   of the GEMVs, each kernel of the batched decode step's gemm_q1_0_small (split, wide64, wide128,
+//   wide256) on the Q1_0 shapes at 2, 4 and 8 tokens (x quantised once, outside the timing), GB/s counting
+//   the weights' GGUF bytes only.
 //
 // Bytes counted per GEMV: the weights in their ORIGINAL GGUF size (Q1_0 1.125 bits per weight, ...)
 // plus x (K f32) and y (N f32). Time: a CUDA graph of many back-to-back GEMVs, each reading a
@@ -211,7 +211,9 @@ void bench_small_gemm(cudaStream_t stream, Timer& timer, double copy_gbs, size_t
     const struct {
         SmallGemmKernel kernel;
         const char* name;
-    } kernels[] = {{SmallGemmKernel::split, "split"}, {SmallGemmKernel::wide128, "wide128"},
+    } kernels[] = {{SmallGemmKernel::split, "split"},
+                   {SmallGemmKernel::wide64, "wide64"},
+                   {SmallGemmKernel::wide128, "wide128"},
                    {SmallGemmKernel::wide256, "wide256"}};
     std::printf("\ngemm_q1_0_small: GB/s = weights (GGUF bytes) / time; %% = of the %.0f GB/s copy\n", copy_gbs);
     std::printf("%-12s %7s %6s %2s | %-8s %9s %7s %6s\n", "shape", "N", "K", "T", "kernel", "us", "GB/s", "%");

@@ -305,6 +305,7 @@ TEST(PrefillGemm, SmallBatchQ1_0Kernel) {
         cuda::SmallGemmKernel kernel;
         const char* name;
     } kernels[] = {{cuda::SmallGemmKernel::split, "split"},
+                   {cuda::SmallGemmKernel::wide64, "wide64"},
                    {cuda::SmallGemmKernel::wide128, "wide128"},
                    {cuda::SmallGemmKernel::wide256, "wide256"}};
     for (const Case& c : cases) {

@@ -1,7 +1,7 @@
 // Driver for the CUDA emulation test (test_cuda_emulation.py): gemm_q1_0_small (src/ops/matmul/
 // gemm_small_cuda.cu, mma.m16n8k32 u8·s8 fragments fed by a cp.async ring) run on the host emulation against
 // a naive double reference built from ±1 weights, with NaN-poisoned outputs and a guard band after y — each
-// of its kernels (split, wide128, wide256), and the wide ones bit for bit against split.
+// of its kernels (split, wide64, wide128, wide256), and the wide ones bit for bit against split.
 // Exit status 0 when every case agrees; otherwise the first disagreements are printed.
 #include <cmath>
 #include <cstdio>
@@ -118,6 +118,7 @@ int main() {
         cuda::SmallGemmKernel kernel;
         const char* name;
     } kernels[] = {{cuda::SmallGemmKernel::split, "split"},
+                   {cuda::SmallGemmKernel::wide64, "wide64"},
                    {cuda::SmallGemmKernel::wide128, "wide128"},
                    {cuda::SmallGemmKernel::wide256, "wide256"}};
     int bad = 0;

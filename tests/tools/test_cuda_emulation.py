@@ -96,12 +96,13 @@ class CudaEmulationTest(unittest.TestCase):
     def test_gemm_agrees_with_the_reference(self):
         status, out = self.emulate_gemm()
         self.assertEqual(status, 0, out)
-        self.assertEqual(out.count("agrees"), 15, out)  # 5 shapes × split, wide128, wide256
+        self.assertEqual(out.count("agrees"), 20, out)  # 5 shapes × split, wide64, wide128, wide256
 
     def test_wide_kernel_scale_at_the_wrong_half_is_caught(self):
         # The wide kernels' scales: a row whose chunk starts at the odd half of a word reads its neighbour's.
         status, out = self.emulate_gemm("half = parity[m][h] + i;", "half = i;")
         self.assertEqual(status, 1, out)
+        self.assertIn("wide64: DISAGREES", out)
         self.assertIn("wide128: DISAGREES", out)
         self.assertIn("wide256: DISAGREES", out)
         self.assertNotIn("split: DISAGREES", out)

@@ -84,11 +84,12 @@ __device__ __forceinline__ void store_partials_and_reduce(float (&partial)[kWarp
 
 // One group's dots of a warp's two row tiles, added into acc as the GEMV's terms: lo/hi are the codes of rows
 // g and g + 8 of each tile, d their scales, b this lane's activation words, meta its tokens' group meta.
-__device__ __forceinline__ void group_terms(float (&acc)[kRowTiles][4], const uint4 (&codes)[kRowTiles][2],
-                                            const float (&d)[kRowTiles][2], const uint32_t (&b)[8],
+template <int kTiles>
+__device__ __forceinline__ void group_terms(float (&acc)[kTiles][4], const uint4 (&codes)[kTiles][2],
+                                            const float (&d)[kTiles][2], const uint32_t (&b)[8],
                                             const ActivationGroupMeta (&meta)[2], int t, int64_t T) {
 #pragma unroll
-    for (int m = 0; m < kRowTiles; ++m) {
+    for (int m = 0; m < kTiles; ++m) {
         const uint32_t lo[4] = {codes[m][0].x, codes[m][0].y, codes[m][0].z, codes[m][0].w};
         const uint32_t hi[4] = {codes[m][1].x, codes[m][1].y, codes[m][1].z, codes[m][1].w};
         int dot[4] = {0, 0, 0, 0};
@@ -203,12 +204,14 @@ __global__ void __launch_bounds__(kThreads) gemm_q1_0_small_ring_kernel(SmallGem
 // Why. The kernel above gives a block 32 rows and splits K over its 8 warps. On Bonsai-27B's matrices
 // (K = 5120: 40 groups) a warp takes 5 groups, so its 6-stage ring barely fills before it is done, a
 // block reads only 32 × 640 B = 20 KB of codes, and every block reads all the activations (8 tokens × K
-// bytes = 40 KB): twice the block's weight bytes, from L2. Here each warp owns 32 rows (two m16 tiles) and
-// walks all K groups in order; a block of kWarps warps covers 32·kWarps rows, stages each chunk of
-// kChunkGroups groups' activations and metas once for all its warps, and its warps' codes and scales for
-// the same chunk, kWideBuffers chunks in a ring (cp.async). A block's activation bytes per group (8 tokens ·
-// 128 B) against its codes (32 rows · 16 B a warp) fall from 2× to 1/2 (4 warps) or 1/4 (8 warps), and a
-// warp streams its rows' whole length (640 B a row at K = 5120) instead of an eighth of it.
+// bytes = 40 KB): twice the block's weight bytes, from L2. Here each warp owns 16·kTiles rows (kTiles m16
+// tiles sharing each activation load) and walks all K groups in order; a block of kWideWarps warps stages
+// each chunk of kChunkGroups groups' activations and metas once for all its warps, and its warps' codes and
+// scales for the same chunk, kWideBuffers chunks in a ring (cp.async). A block's activation bytes per group
+// (8 tokens · 128 B) against its codes (16 B a row) fall from 2× to 1× (4 warps × 16 rows), 1/2 (4 × 32)
+// or 1/4 (8 × 32), and a warp streams its rows' whole length (640 B a row at K = 5120) instead of an eighth.
+// The price is fewer blocks: N = 5120 gives 80, 40 or 20 of them for the GPU's 132 SMs (the split kernel:
+// 160), N = 17408 gives 272, 136 or 68 — hence the three shapes, for the GPU to choose.
 //
 // Numerics: bit for bit the kernel above. Group i's term goes into accumulator i % 8 (the chunk's group
 // index, chunks start at multiples of 8), by the same fmaf as the split kernel's warp i % 8, and the 8
@@ -218,26 +221,29 @@ constexpr int kWideBuffers = 3;   // chunks in the ring: computing one, two in f
 constexpr int kScaleWords = 5;    // aligned words spanning a row's 8 fp16 scales of a chunk
 static_assert(kChunkGroups == kWarps, "the wide kernel's accumulators mirror the split kernel's warps");
 
-template <int kWideWarps>
+template <int kWideWarps, int kTiles>
 struct WideStage {
-    uint4 codes[kWideWarps][kChunkGroups][32];   // warp's row r, chunk group i: 16 bytes
-    uint32_t scale_words[kWideWarps][32][kScaleWords];  // from the aligned word holding the chunk's first scale
+    uint4 codes[kWideWarps][kChunkGroups][16 * kTiles];   // warp's row r, chunk group i: 16 bytes
+    uint32_t scale_words[kWideWarps][16 * kTiles][kScaleWords];  // from the aligned word holding the chunk's
+                                                                  // first scale
     int8_t x[kChunkGroups][8 * kTokenStride];    // group i, token j's 128 activations at j·kTokenStride
     ActivationGroupMeta meta[kChunkGroups][8];   // group i, token j
 };
-template <int kWideWarps>
-constexpr size_t kWideRingBytes = sizeof(WideStage<kWideWarps>) * kWideBuffers;
+template <int kWideWarps, int kTiles>
+constexpr size_t kWideRingBytes = sizeof(WideStage<kWideWarps, kTiles>) * kWideBuffers;
 
-template <int kWideWarps>
+// kWideWarps warps of 16·kTiles rows each.
+template <int kWideWarps, int kTiles>
 __global__ void __launch_bounds__(32 * kWideWarps) gemm_q1_0_small_wide_kernel(SmallGemmArgs a) {
     extern __shared__ __align__(16) unsigned char wide_memory[];
-    using Stage = WideStage<kWideWarps>;
+    using Stage = WideStage<kWideWarps, kTiles>;
+    constexpr int kWarpRows = 16 * kTiles;
     Stage* stages = reinterpret_cast<Stage*>(wide_memory);
     constexpr int kBlockThreads = 32 * kWideWarps;
     const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int64_t G = a.groups, T = a.tokens, chunks = (G + kChunkGroups - 1) / kChunkGroups;
-    const int64_t warp_row0 = (int64_t(blockIdx.x) * kWideWarps + warp) * 32;
-    // This lane copies row `lane`'s scale words of the warp (rows past N read the last row).
+    const int64_t warp_row0 = (int64_t(blockIdx.x) * kWideWarps + warp) * kWarpRows;
+    // Lanes below kWarpRows copy row `lane`'s scale words of the warp (rows past N read the last row).
     const uint16_t* my_scales = a.scales + min(warp_row0 + lane, a.n - 1) * G;
 
     const auto issue = [&](int64_t c, Stage& st) {
@@ -256,7 +262,7 @@ __global__ void __launch_bounds__(32 * kWideWarps) gemm_q1_0_small_wide_kernel(S
         }
         // This warp's codes: 4 rows × 8 groups a pass, each row's chunk 128 contiguous bytes.
 #pragma unroll
-        for (int pass = 0; pass < 8; ++pass) {
+        for (int pass = 0; pass < kWarpRows / 4; ++pass) {
             const int e = 32 * pass + lane, r = e >> 3, i = e & 7;
             if (i < count)
                 cp_async16(&st.codes[warp][i][r],
@@ -268,7 +274,7 @@ __global__ void __launch_bounds__(32 * kWideWarps) gemm_q1_0_small_wide_kernel(S
         const uint32_t* words = reinterpret_cast<const uint32_t*>(first & ~uintptr_t(3));
 #pragma unroll
         for (int w = 0; w < kScaleWords; ++w)
-            if (2 * w < parity + count) cp_async4(&st.scale_words[warp][lane][w], words + w);
+            if (lane < kWarpRows && 2 * w < parity + count) cp_async4(&st.scale_words[warp][lane][w], words + w);
     };
 
 #pragma unroll
@@ -276,7 +282,7 @@ __global__ void __launch_bounds__(32 * kWideWarps) gemm_q1_0_small_wide_kernel(S
         if (s < chunks) issue(s, stages[s]);
         cp_async_commit_group();
     }
-    float acc[kChunkGroups][kRowTiles][4] = {};
+    float acc[kChunkGroups][kTiles][4] = {};
     for (int64_t c = 0; c < chunks; ++c) {
         cp_async_wait_group<kWideBuffers - 2>();
         __syncthreads();  // every thread's copies of chunk c landed; chunk c − 1's buffer is read by all
@@ -287,9 +293,9 @@ __global__ void __launch_bounds__(32 * kWideWarps) gemm_q1_0_small_wide_kernel(S
         const Stage& st = stages[c % kWideBuffers];
         const int64_t grp0 = c * kChunkGroups;
         const int count = int(min(int64_t(kChunkGroups), G - grp0));
-        int parity[kRowTiles][2];  // where each of this lane's rows' first scale of the chunk sits in its word
+        int parity[kTiles][2];  // where each of this lane's rows' first scale of the chunk sits in its word
 #pragma unroll
-        for (int m = 0; m < kRowTiles; ++m)
+        for (int m = 0; m < kTiles; ++m)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
                 const int64_t row = min(warp_row0 + 16 * m + 8 * h + g, a.n - 1);
@@ -298,10 +304,10 @@ __global__ void __launch_bounds__(32 * kWideWarps) gemm_q1_0_small_wide_kernel(S
 #pragma unroll
         for (int i = 0; i < kChunkGroups; ++i) {
             if (i >= count) break;
-            uint4 codes[kRowTiles][2];
-            float d[kRowTiles][2];
+            uint4 codes[kTiles][2];
+            float d[kTiles][2];
 #pragma unroll
-            for (int m = 0; m < kRowTiles; ++m)
+            for (int m = 0; m < kTiles; ++m)
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const int r = 16 * m + 8 * h + g, half = parity[m][h] + i;
@@ -318,7 +324,7 @@ __global__ void __launch_bounds__(32 * kWideWarps) gemm_q1_0_small_wide_kernel(S
     cp_async_wait_group<0>();
     // The 8 accumulators in order, as the split kernel adds its warps' partial sums.
 #pragma unroll
-    for (int m = 0; m < kRowTiles; ++m)
+    for (int m = 0; m < kTiles; ++m)
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
             const int64_t row = warp_row0 + 16 * m + g + 8 * (q >> 1);
@@ -330,18 +336,19 @@ __global__ void __launch_bounds__(32 * kWideWarps) gemm_q1_0_small_wide_kernel(S
         }
 }
 
-template <int kWideWarps>
+template <int kWideWarps, int kTiles>
 void launch_wide(const SmallGemmArgs& args, cudaStream_t stream) {
+    constexpr size_t bytes = kWideRingBytes<kWideWarps, kTiles>;
     static const bool sized = [] {  // past the 48 KB a launch gets unasked
-        cuda_check(cudaFuncSetAttribute(gemm_q1_0_small_wide_kernel<kWideWarps>,
-                                        cudaFuncAttributeMaxDynamicSharedMemorySize, int(kWideRingBytes<kWideWarps>)),
+        cuda_check(cudaFuncSetAttribute(gemm_q1_0_small_wide_kernel<kWideWarps, kTiles>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
                    "gemm_q1_0_small: shared memory of the wide kernel");
         return true;
     }();
     (void)sized;
-    const int64_t rows = 32 * kWideWarps;
-    gemm_q1_0_small_wide_kernel<kWideWarps>
-        <<<dim3(unsigned((args.n + rows - 1) / rows)), dim3(32 * kWideWarps), kWideRingBytes<kWideWarps>, stream>>>(args);
+    const int64_t rows = 16 * kTiles * kWideWarps;
+    gemm_q1_0_small_wide_kernel<kWideWarps, kTiles>
+        <<<dim3(unsigned((args.n + rows - 1) / rows)), dim3(32 * kWideWarps), bytes, stream>>>(args);
 }
 
 void launch_split(const SmallGemmArgs& args, cudaStream_t stream) {
@@ -360,7 +367,8 @@ void launch_split(const SmallGemmArgs& args, cudaStream_t stream) {
 
 SmallGemmKernel small_gemm_kernel() {
     static const SmallGemmKernel kernel = [] {
-        switch (env_number("DELTABIT_SMALL_GEMM_WIDE", {128, 256}, 0, "the split-K kernel")) {
+        switch (env_number("DELTABIT_SMALL_GEMM_WIDE", {64, 128, 256}, 0, "the split-K kernel")) {
+            case 64: return SmallGemmKernel::wide64;
             case 128: return SmallGemmKernel::wide128;
             case 256: return SmallGemmKernel::wide256;
             default: return SmallGemmKernel::split;
@@ -387,8 +395,9 @@ void gemm_q1_0_small(const QuantizedActivationRows& x, const GemvWeightView& w, 
     const SmallGemmArgs args{w.codes, w.scales, x.q, x.meta, y, w.rows, w.cols / kActivationGroup,
                              int64_t(gemv_code_row_bytes(w.dtype, w.cols)), x.rows};
     switch (kernel) {
-        case SmallGemmKernel::wide128: launch_wide<4>(args, stream); break;
-        case SmallGemmKernel::wide256: launch_wide<8>(args, stream); break;
+        case SmallGemmKernel::wide64: launch_wide<4, 1>(args, stream); break;
+        case SmallGemmKernel::wide128: launch_wide<4, 2>(args, stream); break;
+        case SmallGemmKernel::wide256: launch_wide<8, 2>(args, stream); break;
         case SmallGemmKernel::split: launch_split(args, stream); break;
     }
     cuda_check_launch("gemm_q1_0_small");
