@@ -27,7 +27,8 @@
 // activations and meta through a ring of kStages stages in shared memory (cp.async), computing group i
 // while groups i + 1 .. i + kStages − 2 are in flight. Per group a warp turns its exact integer dots into
 // one fp32 term each, float(dot) · (d_w · scale_x), added by fmaf — the GEMV's terms — and at the end the
-// warps' partial sums are added in warp order through shared memory.
+// warps' partial sums are added in warp order through shared memory. The wide kernels further down give
+// each warp its own rows over all of K instead, with the same bits (DELTABIT_SMALL_GEMM_WIDE, to measure).
 #include "ops/matmul/gemm_cuda.h"
 
 #include <cuda_fp16.h>
