@@ -2,7 +2,7 @@
 // against the card's measured device-to-device copy bandwidth.
 //
 //   bench_gemv_cuda [--tsv FILE] [--type q1_0|q2_0|q4_0|q8_0] [--shape NAME] [--planned-only]
-//                   [--l2-resident] [--b1] [--b1-staged] [--chain-only]
+//                   [--l2-resident] [--b1] [--b1-staged] [--chain-only] [--small-gemm]
 //   FILE gets every launch shape tried, one row each; --type measures one weight type only, --shape one
 //   shape (e.g. ffn_down); --planned-only skips the sweep of launch shapes; --l2-resident reuses one copy
 //   of the weights, so a matrix that fits in L2 is read from it (the time a GEMV would take if something
@@ -11,7 +11,10 @@
 //   sweeps the ring-fed b1 GEMV of ops/matmul/gemv_b1_staged_cuda.h on them (every config to the TSV, the
 //   best per shape printed), then times a Bonsai-27B DeltaNet layer's GEMVs as a chain in layer order
 //   (classic with its epilogues, and classic, b1 and b1 staged as plain GEMVs, with and without the bit
-//   planes rebuilt between); --chain-only (with --b1-staged) skips the per-shape part.
+//   planes rebuilt between); --chain-only (with --b1-staged) skips the per-shape part. --small-gemm times,
+//   instead of the GEMVs, each kernel of the batched decode step's gemm_q1_0_small (split, wide64, wide128,
+//   wide256) on the Q1_0 shapes at 2, 4 and 8 tokens (x quantised once, outside the timing), GB/s counting
+//   the weights' GGUF bytes only.
 //
 // Bytes counted per GEMV: the weights in their ORIGINAL GGUF size (Q1_0 1.125 bits per weight, ...)
 // plus x (K f32) and y (N f32). Time: a CUDA graph of many back-to-back GEMVs, each reading a
@@ -64,6 +67,7 @@
 #include "backend/cuda_buffer.h"
 #include "backend/cuda_probe.h"
 #include "core/half.h"
+#include "ops/matmul/gemm_cuda.h"
 #include "ops/matmul/gemv_b1_cuda.h"
 #include "ops/matmul/gemv_b1_staged_cuda.h"
 #include "ops/matmul/matmul_cuda.h"
@@ -388,13 +392,78 @@ void time_layer_chains(cudaStream_t stream, Timer& timer, double copy_gbs, size_
     }
 }
 
+// Copies of one matrix's weights, together ≥ 3× the L2 (one unless l2_resident), so that launch i reading
+// copy i % copies never finds its weights in cache.
+struct WeightCopies {
+    DeviceBuffer codes, scales;
+    size_t code_bytes = 0, scale_bytes = 0;
+    int copies = 1;
+    WeightCopies(const GemvWeights& w, size_t l2_bytes, bool l2_resident)
+        : code_bytes(w.codes.bytes()), scale_bytes(w.scales.bytes()) {
+        copies = l2_resident ? 1 : int(std::max<size_t>(2, 3 * l2_bytes / (code_bytes + scale_bytes) + 1));
+        codes = DeviceBuffer(code_bytes * copies);
+        scales = DeviceBuffer(scale_bytes * copies);
+        for (int c = 0; c < copies; ++c) {
+            cuda_check(cudaMemcpy(codes.get<uint8_t>() + c * code_bytes, w.codes.get(), code_bytes, cudaMemcpyDeviceToDevice), "copy");
+            cuda_check(cudaMemcpy(scales.get<uint8_t>() + c * scale_bytes, w.scales.get(), scale_bytes, cudaMemcpyDeviceToDevice), "copy");
+        }
+    }
+    GemvWeightView view(const GemvWeights& w, int i) const {
+        GemvWeightView v = w.view();
+        v.codes = codes.get<uint8_t>() + (i % copies) * code_bytes;
+        v.scales = reinterpret_cast<const uint16_t*>(scales.get<uint8_t>() + (i % copies) * scale_bytes);
+        return v;
+    }
+};
+
+// --small-gemm: gemm_q1_0_small's kernels on the Q1_0 shapes at 2, 4 and 8 tokens.
+void bench_small_gemm(cudaStream_t stream, Timer& timer, double copy_gbs, size_t l2_bytes, bool l2_resident,
+                      const char* only_shape) {
+    const struct {
+        SmallGemmKernel kernel;
+        const char* name;
+    } kernels[] = {{SmallGemmKernel::split, "split"},
+                   {SmallGemmKernel::wide64, "wide64"},
+                   {SmallGemmKernel::wide128, "wide128"},
+                   {SmallGemmKernel::wide256, "wide256"}};
+    std::printf("\ngemm_q1_0_small: GB/s = weights (GGUF bytes) / time; %% = of the %.0f GB/s copy\n", copy_gbs);
+    std::printf("%-12s %7s %6s %2s | %-8s %9s %7s %6s\n", "shape", "N", "K", "T", "kernel", "us", "GB/s", "%");
+    for (const Shape& s : kShapes) {
+        if (only_shape != nullptr && std::strcmp(s.name, only_shape) != 0) continue;
+        const std::vector<uint8_t> host = random_weights(DType::Q1_0, s.n, s.k, uint64_t(s.n * 31 + s.k) | 1);
+        const GemvWeights w = upload_gemv_weights(WeightView{host.data(), DType::Q1_0, s.n, s.k}, s.name);
+        const WeightCopies copies(w, l2_bytes, l2_resident);
+        const int64_t max_tokens = kSmallGemmMaxTokens;
+        std::vector<float> x_host(size_t(max_tokens * s.k));
+        uint64_t seed = 12345;
+        for (float& v : x_host) v = float(int64_t(next_random(seed) % 2001) - 1000) * 1e-3f;
+        DeviceBuffer x(x_host.size() * sizeof(float)), y(size_t(max_tokens * s.n) * sizeof(float));
+        x.upload(x_host.data(), x.bytes());
+        const ActivationRowsScratch scratch(max_tokens, s.k);
+        const double bytes = double(dtype_bytes(DType::Q1_0, uint64_t(s.n * s.k)));
+        const int launches = int(std::clamp(2e-3 / (bytes / 3e12), 20.0, 400.0));
+        for (int64_t tokens : {2, 4, 8}) {
+            const QuantizedActivationRows xq = scratch.view(tokens, s.k);
+            quantize_activation_rows(x.get<float>(), xq, stream);
+            for (const auto& k : kernels) {
+                const double us = graph_us(stream, timer, launches, [&](int i) {
+                    gemm_q1_0_small(xq, copies.view(w, i), y.get<float>(), stream, k.kernel);
+                });
+                std::printf("%-12s %7lld %6lld %2lld | %-8s %9.2f %7.0f %5.1f%%\n", s.name, (long long)s.n,
+                            (long long)s.k, (long long)tokens, k.name, us, bytes / us / 1e3,
+                            100 * bytes / us / 1e3 / copy_gbs);
+            }
+        }
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
     const char* tsv_path = nullptr;
     const char* only_type = nullptr;
     const char* only_shape = nullptr;
-    bool l2_resident = false, planned_only = false, b1 = false, b1_staged = false, chain_only = false;
+    bool l2_resident = false, planned_only = false, b1 = false, b1_staged = false, chain_only = false, small_gemm = false;
     for (int i = 1; i < argc; ++i) {
         if (i + 1 < argc && std::strcmp(argv[i], "--tsv") == 0) tsv_path = argv[i + 1];
         if (i + 1 < argc && std::strcmp(argv[i], "--type") == 0) only_type = argv[i + 1];
@@ -402,6 +471,7 @@ int main(int argc, char** argv) {
         if (std::strcmp(argv[i], "--b1") == 0) b1 = true;
         if (std::strcmp(argv[i], "--b1-staged") == 0) b1 = b1_staged = true;
         if (std::strcmp(argv[i], "--chain-only") == 0) chain_only = true;
+        if (std::strcmp(argv[i], "--small-gemm") == 0) small_gemm = true;
         if (std::strcmp(argv[i], "--l2-resident") == 0) l2_resident = true;
         if (std::strcmp(argv[i], "--planned-only") == 0) planned_only = true;
     }
@@ -419,6 +489,11 @@ int main(int argc, char** argv) {
         std::printf("device: %s, L2 %.0f MiB; measured D2D copy bandwidth %.0f GB/s (read + write)\n",
                     device_summary().c_str(), prop.l2CacheSize / 1048576.0, copy_gbs);
         if (l2_resident) std::puts("--l2-resident: every launch reads the same copy of the weights (L2 hits where it fits)");
+        if (small_gemm) {
+            bench_small_gemm(stream, timer, copy_gbs, size_t(prop.l2CacheSize), l2_resident, only_shape);
+            cudaStreamDestroy(stream);
+            return 0;
+        }
         FILE* tsv = tsv_path != nullptr ? std::fopen(tsv_path, "w") : nullptr;
         if (tsv != nullptr) std::fprintf(tsv, "dtype\tshape\tN\tK\tconfig\tus\tGBps\tpct_copy\n");
 
@@ -460,21 +535,8 @@ int main(int argc, char** argv) {
                 if (only_shape != nullptr && std::strcmp(s.name, only_shape) != 0) continue;
                 const std::vector<uint8_t> host = random_weights(t, s.n, s.k, uint64_t(s.n * 31 + s.k) | 1);
                 const GemvWeights w = upload_gemv_weights(WeightView{host.data(), t, s.n, s.k}, s.name);
-                const size_t code_bytes = w.codes.bytes(), scale_bytes = w.scales.bytes();
-                const int copies = l2_resident ? 1
-                                               : int(std::max<size_t>(2, (3 * size_t(prop.l2CacheSize)) /
-                                                                              (code_bytes + scale_bytes) + 1));
-                DeviceBuffer codes(code_bytes * copies), scales(scale_bytes * copies);
-                for (int c = 0; c < copies; ++c) {
-                    cuda_check(cudaMemcpy(codes.get<uint8_t>() + c * code_bytes, w.codes.get(), code_bytes, cudaMemcpyDeviceToDevice), "copy");
-                    cuda_check(cudaMemcpy(scales.get<uint8_t>() + c * scale_bytes, w.scales.get(), scale_bytes, cudaMemcpyDeviceToDevice), "copy");
-                }
-                auto view = [&](int i) {
-                    GemvWeightView v = w.view();
-                    v.codes = codes.get<uint8_t>() + (i % copies) * code_bytes;
-                    v.scales = reinterpret_cast<const uint16_t*>(scales.get<uint8_t>() + (i % copies) * scale_bytes);
-                    return v;
-                };
+                const WeightCopies copies(w, size_t(prop.l2CacheSize), l2_resident);
+                auto view = [&](int i) { return copies.view(w, i); };
                 std::vector<float> x_host(static_cast<size_t>(s.k));
                 uint64_t seed = 12345;
                 for (float& v : x_host) v = float(int64_t(next_random(seed) % 2001) - 1000) * 1e-3f;

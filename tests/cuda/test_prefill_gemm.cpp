@@ -285,10 +285,12 @@ TEST(PrefillGemm, Q1_0Bonsai27BShapes) {
     }
 }
 
-// The few-token Q1_0 GEMM of the batched decode step (gemm_q1_0_small): every token and weight row of the
-// samples within the GEMM's bound of cpu::matmul_int8_activations, every output written and nothing past
-// it (guard band), at 1 to 8 tokens (its one tile, full and partly), on Bonsai-27B's matrices and odd ones
-// (N not a multiple of 32, K of 3 groups: most warps hold no group).
+// The few-token Q1_0 GEMM of the batched decode step (gemm_q1_0_small), each of its kernels: every token
+// and weight row of the samples within the GEMM's bound of cpu::matmul_int8_activations, every output
+// written and nothing past it (guard band), at 1 to 8 tokens (its one tile, full and partly), on
+// Bonsai-27B's matrices and odd ones (N not a multiple of 32, 128 or 256; K of 1, 3, 5, 9, 17 or 25 groups:
+// split warps without a group, wide kernels' partial last chunk) — and the wide kernels' y bit for bit the
+// split kernel's (the same terms summed in the same order).
 TEST(PrefillGemm, SmallBatchQ1_0Kernel) {
     DELTABIT_REQUIRE_GPU();
     uint32_t seed = 300;
@@ -296,18 +298,39 @@ TEST(PrefillGemm, SmallBatchQ1_0Kernel) {
         {DType::Q1_0, 2, 10240, 5120}, {DType::Q1_0, 5, 48, 5120},  {DType::Q1_0, 8, 17408, 5120},
         {DType::Q1_0, 7, 5120, 17408}, {DType::Q1_0, 8, 40, 384},   {DType::Q1_0, 3, 1000, 5120},
         {DType::Q1_0, 6, 6144, 5120},  {DType::Q1_0, 1, 129, 1024}, {DType::Q1_0, 4, 248320, 5120},
+        {DType::Q1_0, 2, 300, 128},    {DType::Q1_0, 3, 257, 1152}, {DType::Q1_0, 5, 130, 640},
+        {DType::Q1_0, 8, 1000, 3200},  {DType::Q1_0, 6, 520, 2176}, {DType::Q1_0, 4, 17408, 5120},
     };
+    const struct {
+        cuda::SmallGemmKernel kernel;
+        const char* name;
+    } kernels[] = {{cuda::SmallGemmKernel::split, "split"},
+                   {cuda::SmallGemmKernel::wide64, "wide64"},
+                   {cuda::SmallGemmKernel::wide128, "wide128"},
+                   {cuda::SmallGemmKernel::wide256, "wide256"}};
     for (const Case& c : cases) {
         const Fixture f = make_fixture(c, seed++);
         DeviceFixture d(f);
         const cuda::QuantizedActivationRows xq = d.scratch.view(c.tokens, c.cols);
         cuda::quantize_activation_rows(d.x.get(), xq, nullptr);
-        GuardedDeviceArray<float> y(size_t(c.tokens * c.rows));
-        cuda::gemm_q1_0_small(xq, d.w.view(), y.get(), nullptr);
-        const std::string what = describe(c) + " small";
-        const double worst = check_against_reference(f, y.download(what), what);
-        std::printf("[prefill gemm] %-52s worst %.3f of bound\n", what.c_str(), worst);
-        if (HasFailure()) return;
+        std::vector<float> split_y;
+        for (const auto& k : kernels) {
+            GuardedDeviceArray<float> y(size_t(c.tokens * c.rows));
+            cuda::gemm_q1_0_small(xq, d.w.view(), y.get(), nullptr, k.kernel);
+            const std::string what = describe(c) + " small " + k.name;
+            const std::vector<float> got = y.download(what);
+            const double worst = check_against_reference(f, got, what);
+            std::printf("[prefill gemm] %-60s worst %.3f of bound\n", what.c_str(), worst);
+            if (HasFailure()) return;
+            if (k.kernel == cuda::SmallGemmKernel::split) {
+                split_y = got;
+                continue;
+            }
+            for (size_t i = 0; i < got.size(); ++i)
+                ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(split_y[i]))
+                    << what << ": y[" << i / size_t(c.rows) << "][" << i % size_t(c.rows) << "] = " << got[i]
+                    << ", split kernel " << split_y[i];
+        }
     }
     // Shapes it does not take are refused, naming them.
     const Fixture f = make_fixture({DType::Q1_0, 9, 64, 256}, 9);
@@ -317,6 +340,9 @@ TEST(PrefillGemm, SmallBatchQ1_0Kernel) {
     const Fixture q4 = make_fixture({DType::Q4_0, 4, 64, 256}, 10);
     DeviceFixture d4(q4);
     EXPECT_THROW(cuda::gemm_q1_0_small(d4.scratch.view(4, 256), d4.w.view(), y.get(), nullptr), Error);
+    EXPECT_THROW(cuda::gemm_q1_0_small(d4.scratch.view(4, 256), d4.w.view(), y.get(), nullptr,
+                                       cuda::SmallGemmKernel::wide128),
+                 Error);
 }
 
 TEST(PrefillGemm, OtherDtypesOddShapes) {

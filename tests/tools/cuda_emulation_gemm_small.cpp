@@ -1,9 +1,11 @@
 // Driver for the CUDA emulation test (test_cuda_emulation.py): gemm_q1_0_small (src/ops/matmul/
 // gemm_small_cuda.cu, mma.m16n8k32 u8·s8 fragments fed by a cp.async ring) run on the host emulation against
-// a naive double reference built from ±1 weights, with NaN-poisoned outputs and a guard band after y.
+// a naive double reference built from ±1 weights, with NaN-poisoned outputs and a guard band after y — each
+// of its kernels (split, wide64, wide128, wide256), and the wide ones bit for bit against split.
 // Exit status 0 when every case agrees; otherwise the first disagreements are printed.
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -24,8 +26,10 @@ namespace {
 constexpr int kGuardFloats = 64;
 constexpr float kGuard = 12345.0f;
 
-// One shape: N weight rows, K = groups · 128, T tokens. Returns the number of bad outputs.
-int run_case(int64_t n, int64_t groups, int64_t tokens, uint32_t seed) {
+// One shape: N weight rows, K = groups · 128, T tokens, through `kernel`; y (with its guard band) in `y`.
+// Returns the number of bad outputs.
+int run_case(int64_t n, int64_t groups, int64_t tokens, uint32_t seed, cuda::SmallGemmKernel kernel,
+             std::vector<float>& y) {
     const int64_t k = groups * cuda::kActivationGroup;
     std::mt19937 rng(seed);
     // Weights ±1 (bit 1: +1), scales per row and group of 128.
@@ -66,8 +70,8 @@ int run_case(int64_t n, int64_t groups, int64_t tokens, uint32_t seed) {
 
     const cuda::QuantizedActivationRows x{d_q.get<int8_t>(), d_meta.get<cuda::ActivationGroupMeta>(), tokens, k};
     const cuda::GemvWeightView w{d_codes.get<uint8_t>(), d_scales.get<uint16_t>(), DType::Q1_0, n, k};
-    cuda::gemm_q1_0_small(x, w, d_y.get<float>(), nullptr);
-    std::vector<float> y(size_t(tokens * n + kGuardFloats));
+    cuda::gemm_q1_0_small(x, w, d_y.get<float>(), nullptr, kernel);
+    y.assign(size_t(tokens * n + kGuardFloats), 0.0f);
     d_y.download(y.data(), y.size() * sizeof(float));
 
     // The kernel's terms float(2·dot − Σq) · (d · s) are added by fmaf, ⌈groups / 8⌉ a warp, and the 8
@@ -105,15 +109,34 @@ int main() {
     struct Case {
         int64_t n, groups, tokens;
     };
-    // 56 groups: every warp walks 7, past the 6-stage ring; N off multiples of 32 and T < 8 mask rows and
-    // tokens; 3 groups leave five warps without work.
-    const Case cases[] = {{45, 56, 8}, {32, 8, 3}, {70, 3, 1}, {17, 13, 5}};
+    // 56 groups: every split warp walks 7, past the 6-stage ring, and the wide kernels walk 7 chunks through
+    // their 3-chunk ring; N off multiples of 32 (and of 128, 256) and T < 8 mask rows and tokens; 3 groups
+    // leave five split warps without work and the wide kernels one partial chunk; odd group counts put
+    // alternate rows' scales at odd halves of their words.
+    const Case cases[] = {{45, 56, 8}, {32, 8, 3}, {70, 3, 1}, {17, 13, 5}, {300, 9, 6}};
+    const struct {
+        cuda::SmallGemmKernel kernel;
+        const char* name;
+    } kernels[] = {{cuda::SmallGemmKernel::split, "split"},
+                   {cuda::SmallGemmKernel::wide64, "wide64"},
+                   {cuda::SmallGemmKernel::wide128, "wide128"},
+                   {cuda::SmallGemmKernel::wide256, "wide256"}};
     int bad = 0;
     for (const Case& c : cases) {
-        const int case_bad = run_case(c.n, c.groups, c.tokens, uint32_t(c.n * 131 + c.groups));
-        std::printf("N=%lld groups=%lld T=%lld: %s\n", (long long)c.n, (long long)c.groups, (long long)c.tokens,
-                    case_bad == 0 ? "agrees" : "DISAGREES");
-        bad += case_bad;
+        std::vector<float> split_y, y;
+        for (const auto& k : kernels) {
+            int case_bad = run_case(c.n, c.groups, c.tokens, uint32_t(c.n * 131 + c.groups), k.kernel, y);
+            if (k.kernel == cuda::SmallGemmKernel::split) {
+                split_y = y;
+            } else if (std::memcmp(y.data(), split_y.data(), y.size() * sizeof(float)) != 0) {
+                std::printf("  N=%lld groups=%lld T=%lld: %s differs from split in its bits\n", (long long)c.n,
+                            (long long)c.groups, (long long)c.tokens, k.name);
+                ++case_bad;
+            }
+            std::printf("N=%lld groups=%lld T=%lld %s: %s\n", (long long)c.n, (long long)c.groups,
+                        (long long)c.tokens, k.name, case_bad == 0 ? "agrees" : "DISAGREES");
+            bad += case_bad;
+        }
     }
     return bad == 0 ? 0 : 1;
 }

@@ -6,7 +6,8 @@ fragments, a swizzled ring, programmatic launch) and the binary GEMV fed from a 
 b1 mma fragments, a cp.async ring per warp, scales copied as 4-byte words) agree, and so does the block-diffusion step
 (runtime/diffusion_step_cuda.cu) with the CPU step; copies with a planted bug — fragment indices off by one,
 a row mask off by one, a cp.async wait one group short, barriers in divergent code, ties ranked out of order,
-a prefix sum one chunk late — are caught; the thread
+a prefix sum one chunk late, the wide small-GEMM kernel's scale half, chunk wait and summation order — are
+caught; the thread
 model's own primitives give hand-worked answers; and every inline-asm wrapper of the real headers has a
 stand-in. Skipped where g++ cannot build C++20."""
 import os
@@ -49,7 +50,8 @@ class CudaEmulationTest(unittest.TestCase):
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="cuda_emulation_")
         cls.gemm_driver = [cls.compile_object(os.path.join(HERE, "cuda_emulation_gemm_small.cpp"), []),
-                           cls.compile_object(os.path.join(ROOT, "src", "core", "dtype.cpp"), [])]
+                           cls.compile_object(os.path.join(ROOT, "src", "core", "dtype.cpp"), []),
+                           cls.compile_object(os.path.join(ROOT, "src", "core", "env_switch.cpp"), [])]
         cls.attention_driver = [cls.compile_object(os.path.join(HERE, "cuda_emulation_attention_staged.cpp"), [])]
         cls.gemv_b1_staged_driver = [
             cls.compile_object(os.path.join(HERE, "cuda_emulation_gemv_b1_staged.cpp"), []),
@@ -99,7 +101,29 @@ class CudaEmulationTest(unittest.TestCase):
     def test_gemm_agrees_with_the_reference(self):
         status, out = self.emulate_gemm()
         self.assertEqual(status, 0, out)
-        self.assertEqual(out.count("agrees"), 4, out)
+        self.assertEqual(out.count("agrees"), 20, out)  # 5 shapes × split, wide64, wide128, wide256
+
+    def test_wide_kernel_scale_at_the_wrong_half_is_caught(self):
+        # The wide kernels' scales: a row whose chunk starts at the odd half of a word reads its neighbour's.
+        status, out = self.emulate_gemm("half = parity[m][h] + i;", "half = i;")
+        self.assertEqual(status, 1, out)
+        self.assertIn("wide64: DISAGREES", out)
+        self.assertIn("wide128: DISAGREES", out)
+        self.assertIn("wide256: DISAGREES", out)
+        self.assertNotIn("split: DISAGREES", out)
+
+    def test_wide_kernel_reading_a_chunk_before_it_lands_is_caught(self):
+        status, out = self.emulate_gemm("cp_async_wait_group<kWideBuffers - 2>();",
+                                        "cp_async_wait_group<kWideBuffers - 1>();")
+        self.assertEqual(status, 1, out)
+        self.assertIn("= nan", out.replace("-nan", "nan"))
+
+    def test_wide_kernel_summing_in_another_order_is_caught(self):
+        # One accumulator for every group: within the reference's bound, but not the split kernel's bits.
+        status, out = self.emulate_gemm("group_terms(acc[i], codes, d, b, meta, t, T);",
+                                        "group_terms(acc[0], codes, d, b, meta, t, T);")
+        self.assertEqual(status, 1, out)
+        self.assertIn("differs from split in its bits", out)
 
     def test_fragment_index_off_by_one_is_caught(self):
         status, out = self.emulate_gemm("b[2 * ks + 1] = x[8 * ks + 4];", "b[2 * ks + 1] = x[8 * ks + 3];")

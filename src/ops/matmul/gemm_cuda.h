@@ -179,6 +179,14 @@ GemmLaunchReport gemm_q1_0_half(const HalfActivationRows& x, const GemvWeightVie
 // cpu::matmul_int8_activations. Error for other weights or shapes.
 inline constexpr int64_t kSmallGemmMaxTokens = 8;
 void gemm_q1_0_small(const QuantizedActivationRows& x, const GemvWeightView& w, float* y, cudaStream_t stream);
+// Its kernels, one chosen by DELTABIT_SMALL_GEMM_WIDE (read once; unset: split) until the GPU has measured
+// them: split gives a block 32 rows and splits K over its 8 warps; the wide kernels give each warp its own
+// rows and all of K, a block's warps sharing each chunk of activations — wide64: 4 warps × 16 rows,
+// wide128: 4 × 32, wide256: 8 × 32 (the value of DELTABIT_SMALL_GEMM_WIDE). All give the same bits.
+enum class SmallGemmKernel : uint8_t { split, wide64, wide128, wide256 };
+SmallGemmKernel small_gemm_kernel();
+void gemm_q1_0_small(const QuantizedActivationRows& x, const GemvWeightView& w, float* y, cudaStream_t stream,
+                     SmallGemmKernel kernel);
 
 // The prompt matmul the model runs: the f16 GEMM where half_gemm_serves, else matmul_prefill (int8).
 // `scratch` holds prompt_scratch_bytes(w, n_tokens) bytes of device memory, 16-byte aligned: the rows of

@@ -27,7 +27,8 @@
 // activations and meta through a ring of kStages stages in shared memory (cp.async), computing group i
 // while groups i + 1 .. i + kStages − 2 are in flight. Per group a warp turns its exact integer dots into
 // one fp32 term each, float(dot) · (d_w · scale_x), added by fmaf — the GEMV's terms — and at the end the
-// warps' partial sums are added in warp order through shared memory.
+// warps' partial sums are added in warp order through shared memory. The wide kernels further down give
+// each warp its own rows over all of K instead, with the same bits (DELTABIT_SMALL_GEMM_WIDE, to measure).
 #include "ops/matmul/gemm_cuda.h"
 
 #include <cuda_fp16.h>
@@ -35,6 +36,7 @@
 #include <string>
 
 #include "backend/cuda_buffer.h"
+#include "core/env_switch.h"
 #include "ops/cuda/async_copy.cuh"
 #include "ops/cuda/tensor_core.cuh"
 
@@ -83,11 +85,12 @@ __device__ __forceinline__ void store_partials_and_reduce(float (&partial)[kWarp
 
 // One group's dots of a warp's two row tiles, added into acc as the GEMV's terms: lo/hi are the codes of rows
 // g and g + 8 of each tile, d their scales, b this lane's activation words, meta its tokens' group meta.
-__device__ __forceinline__ void group_terms(float (&acc)[kRowTiles][4], const uint4 (&codes)[kRowTiles][2],
-                                            const float (&d)[kRowTiles][2], const uint32_t (&b)[8],
+template <int kTiles>
+__device__ __forceinline__ void group_terms(float (&acc)[kTiles][4], const uint4 (&codes)[kTiles][2],
+                                            const float (&d)[kTiles][2], const uint32_t (&b)[8],
                                             const ActivationGroupMeta (&meta)[2], int t, int64_t T) {
 #pragma unroll
-    for (int m = 0; m < kRowTiles; ++m) {
+    for (int m = 0; m < kTiles; ++m) {
         const uint32_t lo[4] = {codes[m][0].x, codes[m][0].y, codes[m][0].z, codes[m][0].w};
         const uint32_t hi[4] = {codes[m][1].x, codes[m][1].y, codes[m][1].z, codes[m][1].w};
         int dot[4] = {0, 0, 0, 0};
@@ -114,6 +117,16 @@ __device__ __forceinline__ void group_terms(float (&acc)[kRowTiles][4], const ui
 constexpr int kStages = 6;
 constexpr int kTokenStride = 144;  // bytes between tokens' activations in a stage: 16-aligned, and lanes
                                    // (g, t) reading word 36g + t + 8ks hit 32 distinct banks
+// This lane's B words of a group from a stage's activations (token j at j·kTokenStride).
+__device__ __forceinline__ void activation_words(const int8_t* stage_x, int g, int t, uint32_t (&b)[8]) {
+    const uint32_t* x = reinterpret_cast<const uint32_t*>(stage_x + g * kTokenStride + 4 * t);
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+        b[2 * ks] = x[8 * ks];
+        b[2 * ks + 1] = x[8 * ks + 4];
+    }
+}
+
 struct RingStage {
     uint4 codes[kRows];                  // row r of the block: 16 bytes, the group's 128 weights
     int8_t x[8 * kTokenStride];          // token j's 128 activations at j·kTokenStride
@@ -173,12 +186,7 @@ __global__ void __launch_bounds__(kThreads) gemm_q1_0_small_ring_kernel(SmallGem
                 d[m][h] = __half2float(__ushort_as_half(uint16_t((address & 2) ? word >> 16 : word & 0xFFFFu)));
             }
         uint32_t b[8];
-        const uint32_t* x = reinterpret_cast<const uint32_t*>(st.x + g * kTokenStride + 4 * t);
-#pragma unroll
-        for (int ks = 0; ks < 4; ++ks) {
-            b[2 * ks] = x[8 * ks];
-            b[2 * ks + 1] = x[8 * ks + 4];
-        }
+        activation_words(st.x, g, t, b);
         const ActivationGroupMeta meta[2] = {st.meta[2 * t], st.meta[2 * t + 1]};
         group_terms(acc, codes, d, b, meta, t, T);
         // The slot of group i − 1, which every lane finished reading before the __syncwarp above, takes the
@@ -191,9 +199,191 @@ __global__ void __launch_bounds__(kThreads) gemm_q1_0_small_ring_kernel(SmallGem
     store_partials_and_reduce(partial, acc, a, row0, warp, g, t);
 }
 
+
+// ---- The wide kernel: warps that own their rows and walk every group (DELTABIT_SMALL_GEMM_WIDE) ----
+//
+// Why. The kernel above gives a block 32 rows and splits K over its 8 warps. On Bonsai-27B's matrices
+// (K = 5120: 40 groups) a warp takes 5 groups, so its 6-stage ring barely fills before it is done, a
+// block reads only 32 × 640 B = 20 KB of codes, and every block reads all the activations (8 tokens × K
+// bytes = 40 KB): twice the block's weight bytes, from L2. Here each warp owns 16·kTiles rows (kTiles m16
+// tiles sharing each activation load) and walks all K groups in order; a block of kWideWarps warps stages
+// each chunk of kChunkGroups groups' activations and metas once for all its warps, and its warps' codes and
+// scales for the same chunk, kWideBuffers chunks in a ring (cp.async). A block's activation bytes per group
+// (8 tokens · 128 B) against its codes (16 B a row) fall from 2× to 1× (4 warps × 16 rows), 1/2 (4 × 32)
+// or 1/4 (8 × 32), and a warp streams its rows' whole length (640 B a row at K = 5120) instead of an eighth.
+// The price is fewer blocks: N = 5120 gives 80, 40 or 20 of them for the GPU's 132 SMs (the split kernel:
+// 160), N = 17408 gives 272, 136 or 68 — hence the three shapes, for the GPU to choose.
+//
+// Numerics: bit for bit the kernel above. Group i's term goes into accumulator i % 8 (the chunk's group
+// index, chunks start at multiples of 8), by the same fmaf as the split kernel's warp i % 8, and the 8
+// accumulators are added in order at the end as the split kernel adds its 8 warps' partial sums.
+constexpr int kChunkGroups = 8;   // = kWarps of the split kernel: accumulator i % 8 is its warp i % 8
+constexpr int kWideBuffers = 3;   // chunks in the ring: computing one, two in flight
+constexpr int kScaleWords = 5;    // aligned words spanning a row's 8 fp16 scales of a chunk
+static_assert(kChunkGroups == kWarps, "the wide kernel's accumulators mirror the split kernel's warps");
+
+template <int kWideWarps, int kTiles>
+struct WideStage {
+    uint4 codes[kWideWarps][kChunkGroups][16 * kTiles];   // warp's row r, chunk group i: 16 bytes
+    uint32_t scale_words[kWideWarps][16 * kTiles][kScaleWords];  // from the aligned word holding the chunk's
+                                                                  // first scale
+    int8_t x[kChunkGroups][8 * kTokenStride];    // group i, token j's 128 activations at j·kTokenStride
+    ActivationGroupMeta meta[kChunkGroups][8];   // group i, token j
+};
+template <int kWideWarps, int kTiles>
+constexpr size_t kWideRingBytes = sizeof(WideStage<kWideWarps, kTiles>) * kWideBuffers;
+
+// kWideWarps warps of 16·kTiles rows each.
+template <int kWideWarps, int kTiles>
+__global__ void __launch_bounds__(32 * kWideWarps) gemm_q1_0_small_wide_kernel(SmallGemmArgs a) {
+    extern __shared__ __align__(16) unsigned char wide_memory[];
+    using Stage = WideStage<kWideWarps, kTiles>;
+    constexpr int kWarpRows = 16 * kTiles;
+    Stage* stages = reinterpret_cast<Stage*>(wide_memory);
+    constexpr int kBlockThreads = 32 * kWideWarps;
+    const int tid = int(threadIdx.x), lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int64_t G = a.groups, T = a.tokens, chunks = (G + kChunkGroups - 1) / kChunkGroups;
+    const int64_t warp_row0 = (int64_t(blockIdx.x) * kWideWarps + warp) * kWarpRows;
+    // Lanes below kWarpRows copy row `lane`'s scale words of the warp (rows past N read the last row).
+    const uint16_t* my_scales = a.scales + min(warp_row0 + lane, a.n - 1) * G;
+
+    const auto issue = [&](int64_t c, Stage& st) {
+        const int64_t grp0 = c * kChunkGroups;
+        const int count = int(min(int64_t(kChunkGroups), G - grp0));
+        // Activations, shared by the block: group i, token j, 16-byte piece p (tokens past T: zeros).
+        for (int e = tid; e < kChunkGroups * 64; e += kBlockThreads) {
+            const int i = e >> 6, j = (e >> 3) & 7, p = e & 7;
+            if (i < count)
+                cp_async16(st.x[i] + j * kTokenStride + 16 * p,
+                           a.q + (min(int64_t(j), T - 1) * G + grp0 + i) * kActivationGroup + 16 * p, j >= T);
+        }
+        for (int e = tid; e < kChunkGroups * 8; e += kBlockThreads) {
+            const int i = e >> 3, j = e & 7;
+            if (i < count) cp_async8(&st.meta[i][j], a.meta + min(int64_t(j), T - 1) * G + grp0 + i, j >= T);
+        }
+        // This warp's codes: 4 rows × 8 groups a pass, each row's chunk 128 contiguous bytes.
+#pragma unroll
+        for (int pass = 0; pass < kWarpRows / 4; ++pass) {
+            const int e = 32 * pass + lane, r = e >> 3, i = e & 7;
+            if (i < count)
+                cp_async16(&st.codes[warp][i][r],
+                           a.codes + min(warp_row0 + r, a.n - 1) * a.code_row_bytes + (grp0 + i) * kGroupBytes);
+        }
+        // Row `lane`'s scales of the chunk: the words from the one holding the first, as many as they span.
+        const uintptr_t first = reinterpret_cast<uintptr_t>(my_scales + grp0);
+        const int parity = int((first >> 1) & 1);
+        const uint32_t* words = reinterpret_cast<const uint32_t*>(first & ~uintptr_t(3));
+#pragma unroll
+        for (int w = 0; w < kScaleWords; ++w)
+            if (lane < kWarpRows && 2 * w < parity + count) cp_async4(&st.scale_words[warp][lane][w], words + w);
+    };
+
+#pragma unroll
+    for (int s = 0; s < kWideBuffers - 1; ++s) {
+        if (s < chunks) issue(s, stages[s]);
+        cp_async_commit_group();
+    }
+    float acc[kChunkGroups][kTiles][4] = {};
+    for (int64_t c = 0; c < chunks; ++c) {
+        cp_async_wait_group<kWideBuffers - 2>();
+        __syncthreads();  // every thread's copies of chunk c landed; chunk c − 1's buffer is read by all
+        const int64_t ahead = c + kWideBuffers - 1;
+        if (ahead < chunks) issue(ahead, stages[ahead % kWideBuffers]);
+        cp_async_commit_group();
+
+        const Stage& st = stages[c % kWideBuffers];
+        const int64_t grp0 = c * kChunkGroups;
+        const int count = int(min(int64_t(kChunkGroups), G - grp0));
+        int parity[kTiles][2];  // where each of this lane's rows' first scale of the chunk sits in its word
+#pragma unroll
+        for (int m = 0; m < kTiles; ++m)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int64_t row = min(warp_row0 + 16 * m + 8 * h + g, a.n - 1);
+                parity[m][h] = int((reinterpret_cast<uintptr_t>(a.scales + row * G + grp0) >> 1) & 1);
+            }
+#pragma unroll
+        for (int i = 0; i < kChunkGroups; ++i) {
+            if (i >= count) break;
+            uint4 codes[kTiles][2];
+            float d[kTiles][2];
+#pragma unroll
+            for (int m = 0; m < kTiles; ++m)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int r = 16 * m + 8 * h + g, half = parity[m][h] + i;
+                    codes[m][h] = st.codes[warp][i][r];
+                    const uint32_t word = st.scale_words[warp][r][half >> 1];
+                    d[m][h] = __half2float(__ushort_as_half(uint16_t((half & 1) ? word >> 16 : word & 0xFFFFu)));
+                }
+            uint32_t b[8];
+            activation_words(st.x[i], g, t, b);
+            const ActivationGroupMeta meta[2] = {st.meta[i][2 * t], st.meta[i][2 * t + 1]};
+            group_terms(acc[i], codes, d, b, meta, t, T);
+        }
+    }
+    cp_async_wait_group<0>();
+    // The 8 accumulators in order, as the split kernel adds its warps' partial sums.
+#pragma unroll
+    for (int m = 0; m < kTiles; ++m)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const int64_t row = warp_row0 + 16 * m + g + 8 * (q >> 1);
+            const int tok = 2 * t + (q & 1);
+            float sum = acc[0][m][q];
+#pragma unroll
+            for (int i = 1; i < kChunkGroups; ++i) sum += acc[i][m][q];
+            if (tok < T && row < a.n) a.y[int64_t(tok) * a.n + row] = sum;
+        }
+}
+
+template <int kWideWarps, int kTiles>
+void launch_wide(const SmallGemmArgs& args, cudaStream_t stream) {
+    constexpr size_t bytes = kWideRingBytes<kWideWarps, kTiles>;
+    static const bool sized = [] {  // past the 48 KB a launch gets unasked
+        cuda_check(cudaFuncSetAttribute(gemm_q1_0_small_wide_kernel<kWideWarps, kTiles>,
+                                        cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)),
+                   "gemm_q1_0_small: shared memory of the wide kernel");
+        return true;
+    }();
+    (void)sized;
+    const int64_t rows = 16 * kTiles * kWideWarps;
+    gemm_q1_0_small_wide_kernel<kWideWarps, kTiles>
+        <<<dim3(unsigned((args.n + rows - 1) / rows)), dim3(32 * kWideWarps), bytes, stream>>>(args);
+}
+
+void launch_split(const SmallGemmArgs& args, cudaStream_t stream) {
+    const dim3 grid(unsigned((args.n + kRows - 1) / kRows)), block(kThreads);
+    static const bool sized = [] {  // the ring's shared memory is past the 48 KB a launch gets unasked
+        cuda_check(cudaFuncSetAttribute(gemm_q1_0_small_ring_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        int(kRingBytes)),
+                   "gemm_q1_0_small: shared memory of the ring");
+        return true;
+    }();
+    (void)sized;
+    gemm_q1_0_small_ring_kernel<<<grid, block, kRingBytes, stream>>>(args);
+}
+
 }  // namespace
 
+SmallGemmKernel small_gemm_kernel() {
+    static const SmallGemmKernel kernel = [] {
+        switch (env_number("DELTABIT_SMALL_GEMM_WIDE", {64, 128, 256}, 0, "the split-K kernel")) {
+            case 64: return SmallGemmKernel::wide64;
+            case 128: return SmallGemmKernel::wide128;
+            case 256: return SmallGemmKernel::wide256;
+            default: return SmallGemmKernel::split;
+        }
+    }();
+    return kernel;
+}
+
 void gemm_q1_0_small(const QuantizedActivationRows& x, const GemvWeightView& w, float* y, cudaStream_t stream) {
+    gemm_q1_0_small(x, w, y, stream, small_gemm_kernel());
+}
+
+void gemm_q1_0_small(const QuantizedActivationRows& x, const GemvWeightView& w, float* y, cudaStream_t stream,
+                     SmallGemmKernel kernel) {
     const auto shape = [&] {
         return std::to_string(x.rows) + " rows of " + std::to_string(x.cols) + " activations, weights " +
                std::to_string(w.rows) + "×" + std::to_string(w.cols) + " " + std::string(dtype_name(w.dtype));
@@ -205,15 +395,12 @@ void gemm_q1_0_small(const QuantizedActivationRows& x, const GemvWeightView& w, 
                      " rows whose K is the weights'; got " + shape());
     const SmallGemmArgs args{w.codes, w.scales, x.q, x.meta, y, w.rows, w.cols / kActivationGroup,
                              int64_t(gemv_code_row_bytes(w.dtype, w.cols)), x.rows};
-    const dim3 grid(unsigned((w.rows + kRows - 1) / kRows)), block(kThreads);
-    static const bool sized = [] {  // the ring's shared memory is past the 48 KB a launch gets unasked
-        cuda_check(cudaFuncSetAttribute(gemm_q1_0_small_ring_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        int(kRingBytes)),
-                   "gemm_q1_0_small: shared memory of the ring");
-        return true;
-    }();
-    (void)sized;
-    gemm_q1_0_small_ring_kernel<<<grid, block, kRingBytes, stream>>>(args);
+    switch (kernel) {
+        case SmallGemmKernel::wide64: launch_wide<4, 1>(args, stream); break;
+        case SmallGemmKernel::wide128: launch_wide<4, 2>(args, stream); break;
+        case SmallGemmKernel::wide256: launch_wide<8, 2>(args, stream); break;
+        case SmallGemmKernel::split: launch_split(args, stream); break;
+    }
     cuda_check_launch("gemm_q1_0_small");
 }
 
