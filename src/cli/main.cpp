@@ -36,7 +36,7 @@ int report_stdout_failure(int error) {
 }  // namespace
 
 int main(int argc, char** argv) {
-    CLI::App app{"deltabit — run, certify and train 1-bit and hybrid language models"};
+    CLI::App app{"deltabit — run, certify and train 1-bit and hybrid language models", "deltabit"};
     app.require_subcommand(1);
     app.set_version_flag("--version", "deltabit 0.1");
 #ifdef DELTABIT_HAVE_TEXT
@@ -59,6 +59,12 @@ int main(int argc, char** argv) {
 #endif
 
 
+    // No command at all: a new user's first try. The help (every command, one line each) says more than
+    // CLI11's "A subcommand is required"; exit 1 all the same, since nothing ran.
+    if (argc == 1) {
+        fmt::print("{}", app.help());
+        return 1;
+    }
     // CLI11 answers a misspelt command with "A subcommand is required"; name it and the choices instead.
     if (argc > 1 && argv[1][0] != '-' && app.get_subcommands([&](CLI::App* sub) { return sub->check_name(argv[1]); }).empty()) {
         std::string names;

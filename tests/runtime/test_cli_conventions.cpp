@@ -37,6 +37,15 @@ void expect_usage_error(const std::string& args, const std::vector<std::string>&
 
 const std::string kModel = test::kBinaryFixture.string();
 
+// `deltabit` alone (a new user's first try) prints the help with every command, and exits 1: nothing ran.
+TEST(CliConventions, NoCommandPrintsTheHelp) {
+    const CommandResult r = test::run_deltabit("", test::Stderr::discard);
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("Usage: deltabit [OPTIONS] SUBCOMMAND"), std::string::npos) << r.output;
+    for (const char* command : {"info", "convert", "bench", "eval", "logits"})
+        EXPECT_NE(r.output.find(std::string("\n  ") + command + " "), std::string::npos) << command << "\n" << r.output;
+}
+
 TEST(CliConventions, ParseErrorsAreOneLineWithExitCodeOne) {
     expect_usage_error("info", {"no model given"});
     expect_usage_error("info --frobnicate " + kModel, {"--frobnicate", "deltabit info --help"});
