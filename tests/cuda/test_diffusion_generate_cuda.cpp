@@ -19,17 +19,11 @@ TEST(DiffusionGenerateCuda, SkippedWithoutCuda) { GTEST_SKIP() << "built without
 #else
 
 #include "backend/cuda_buffer.h"
+#include "op_parity_cuda.h"
 #include "runtime/diffusion_generate_cuda.h"
 
 namespace deltabit {
 namespace {
-
-bool have_gpu() {
-    int count = 0;
-    return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
-#define REQUIRE_GPU() \
-    if (!have_gpu()) GTEST_SKIP() << "no CUDA device on this machine"
 
 // The toy model: position i wants token (7·i + tokens encoded so far) mod V, by a spike over hashed noise
 // in [−2, 2] of 8 to 16 (by i mod 4: entropies spread, so acceptance takes a few more positions each step)
@@ -152,7 +146,7 @@ void check_against_cpu(const DiffusionGenerationConfig& g, std::span<const int32
 }
 
 TEST(DiffusionGenerateCuda, MatchesTheCpuLoop) {
-    REQUIRE_GPU();
+    DELTABIT_REQUIRE_GPU();
     DiffusionGenerationConfig g;
     g.max_new_tokens = 3 * 64;
     g.max_denoising_steps = 12;
@@ -160,7 +154,7 @@ TEST(DiffusionGenerateCuda, MatchesTheCpuLoop) {
 }
 
 TEST(DiffusionGenerateCuda, MatchesTheCpuLoopWithAFirstCanvasAndEos) {
-    REQUIRE_GPU();
+    DELTABIT_REQUIRE_GPU();
     DiffusionGenerationConfig g;
     g.max_new_tokens = 3 * 64;
     g.max_denoising_steps = 12;
@@ -198,7 +192,7 @@ DiffusionGenerationConfig three_blocks() {
 // canvas (not the next one, which the device step writes in place), the toy's logits, both draws,
 // acceptance and argmax — with one forward per step (it waits after each), and the result unchanged.
 TEST(DiffusionGenerateCuda, StepCallbackSeesTheCpuLoopsSteps) {
-    REQUIRE_GPU();
+    DELTABIT_REQUIRE_GPU();
     const DiffusionGenerationConfig g = three_blocks();
     const std::vector<int32_t> prompt = {5, 17, 99, 3};
     ToyDenoiser cpu_model(64, 1000);
@@ -230,7 +224,7 @@ TEST(DiffusionGenerateCuda, StepCallbackSeesTheCpuLoopsSteps) {
 // steps: `stopped`, the unfinished block's steps last, its tokens not committed nor streamed. So does a
 // false from the step callback.
 TEST(DiffusionGenerateCuda, StopEndsTheRunAtASyncPointAsTheCpuLoopStops) {
-    REQUIRE_GPU();
+    DELTABIT_REQUIRE_GPU();
     const DiffusionGenerationConfig g = three_blocks();
     const std::vector<int32_t> prompt = {5, 17, 99, 3};
     ToyDenoiser full_model(64, 1000);
@@ -285,7 +279,7 @@ TEST(DiffusionGenerateCuda, StopEndsTheRunAtASyncPointAsTheCpuLoopStops) {
 }
 
 TEST(DiffusionGenerateCuda, RefusesBadSettingsBeforeRunning) {
-    REQUIRE_GPU();
+    DELTABIT_REQUIRE_GPU();
     ToyDenoiserCuda model(64, 1000);
     const std::vector<int32_t> prompt = {1};
     DiffusionGenerationConfig g;

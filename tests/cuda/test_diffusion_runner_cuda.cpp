@@ -231,22 +231,14 @@ TEST(DiffusionRunnerCudaFixture, RunsAreNotDecidedByRounding) {
 
 #if DELTABIT_HAVE_CUDA
 
-#include <cuda_runtime.h>
-
 #include "core/error.h"
+#include "op_parity_cuda.h"
 #include "runtime/diffusion_record.h"
 #include "runtime/diffusion_replay.h"
 #include "runtime/diffusion_runner.h"
 
 namespace deltabit {
 namespace {
-
-bool have_gpu() {
-    int count = 0;
-    return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
-}
-#define REQUIRE_GPU() \
-    if (!have_gpu()) GTEST_SKIP() << "no CUDA device on this machine"
 
 struct Streamed {
     std::vector<std::vector<int32_t>> blocks;
@@ -260,7 +252,7 @@ struct Streamed {
 };
 
 TEST(DiffusionRunnerCuda, GivesTheCpuRunnersTokensAndStepsAlsoAfterTheCacheRegrows) {
-    REQUIRE_GPU();
+    DELTABIT_REQUIRE_GPU();
     const fs::path folder = fixture_copies().compared;
     DiffusionRunner cpu(folder.string(), "cpu", std::nullopt);
     DiffusionRunner gpu(folder.string(), "cuda", std::nullopt);
@@ -284,7 +276,7 @@ TEST(DiffusionRunnerCuda, GivesTheCpuRunnersTokensAndStepsAlsoAfterTheCacheRegro
 }
 
 TEST(DiffusionRunnerCuda, StopEndsTheRunAtASyncPointWithoutCommittingTheBlock) {
-    REQUIRE_GPU();
+    DELTABIT_REQUIRE_GPU();
     const fs::path folder = fixture_copies().long_run;  // 48 steps a block, 2 blocks (RunsAreNotDecidedByRounding)
     DiffusionRunner cpu(folder.string(), "cpu", std::nullopt);
     DiffusionRunner gpu(folder.string(), "cuda", std::nullopt);
@@ -321,7 +313,7 @@ TEST(DiffusionRunnerCuda, StopEndsTheRunAtASyncPointWithoutCommittingTheBlock) {
 }
 
 TEST(DiffusionRunnerCuda, ARecordingHoldsTheCpuStepsAndReplaysBitForBitOnCuda) {
-    REQUIRE_GPU();
+    DELTABIT_REQUIRE_GPU();
     try {
         diffusion_logits_hash({});
     } catch (const Error&) {

@@ -1,6 +1,6 @@
 #!/bin/bash
 # The CUDA trainer's whole-step tests (tests/train/test_cuda_step.cpp) built and run on the host under
-# tools/cuda_emulation, as cuda_emulation_diffusion_runner.sh does for the block loop: every kernel file
+# tools/cuda_emulation, as cuda_emulation_diffusion.sh does for the block loop: every kernel file
 # of src/train/cuda rewritten into plain C++, the device model, the profiler and the Trainer compiled
 # against the emulated runtime, the CPU libraries from a CPU-only build. cuBLAS is not emulated: the
 # three products of gemm.h are naive loops here (sums in double, in a fixed order), and atomics take one

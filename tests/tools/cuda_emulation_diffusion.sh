@@ -1,28 +1,33 @@
 #!/bin/bash
-# The GPU block-diffusion loop's tests — the device loop's run options on a toy denoiser
-# (tests/cuda/test_diffusion_generate_cuda.cpp) and DiffusionRunner on CUDA on the DiffusionGemma fixture
-# (tests/cuda/test_diffusion_runner_cuda.cpp: CPU–GPU parity, stop, record and replay) — built and run on the
-# host under tools/cuda_emulation, as cuda_emulation_diffusion_gemma.sh does for the model: the step kernels
-# (runtime/diffusion_step_cuda.cu) and the model's kernels are rewritten into plain C++, the loop, the runner,
-# the replay and the model's host code are compiled against the emulated runtime, the CPU libraries come from
-# a CPU-only build. It checks the loop's order, its syncs and copies, the cache's reset and regrowth, before
-# a GPU runs them; it does not replace the GPU run (the emulation's README says what it cannot catch).
+# The GPU block-diffusion code's tests, built and run on the host under tools/cuda_emulation: every kernel
+# they launch is rewritten into plain C++ and run on CPU threads, the host code is compiled against the
+# emulated runtime, and the CPU libraries come from a CPU-only build. It checks the op order, every pointer
+# and offset, the cache's room and sliding moves, the loop's syncs and copies, before a GPU runs them; it
+# does not replace the GPU run (the emulation's README says what it cannot catch). Quantised matrices and
+# cuBLAS are not emulated: the tests use plain-float weights, whose products all take the naive fp32 kernel.
 #
-# usage: tests/tools/cuda_emulation_diffusion_runner.sh BUILD_CPU [gtest args...]
+# usage: tests/tools/cuda_emulation_diffusion.sh BUILD_CPU model|loop [gtest args...]
 #   BUILD_CPU  a build dir configured with -DDELTABIT_CUDA=OFF, with deltabit_runtime built
+#   model      the GPU DiffusionGemma's own tests (tests/cuda/test_diffusion_gemma_cuda.cpp)
+#   loop       the block loop on the device and DiffusionRunner on CUDA (test_diffusion_generate_cuda.cpp,
+#              test_diffusion_runner_cuda.cpp: CPU–GPU parity, stop, record and replay)
+#   MODEL_SOURCE=FILE in the environment builds FILE in place of src/models/diffusion_gemma_cuda.cpp (a copy
+#   with a planted bug, to see the tests catch it).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=$(cd "$1" && pwd)
-shift
-OUT=$(mktemp -d /tmp/deltabit_emu_diffusion_runner.XXXXXX)
+MODE=${2:-}
+[ "$MODE" = model ] || [ "$MODE" = loop ] || { echo "usage: $0 BUILD_CPU model|loop [gtest args...]" >&2; exit 2; }
+shift 2
+OUT=$(mktemp -d /tmp/deltabit_emu_diffusion.XXXXXX)
 trap 'rm -rf "$OUT"' EXIT
 
 KERNELS=(ops/matmul/dense_cuda.cu ops/elementwise/rms_norm_cuda.cu ops/elementwise/gelu_glu_cuda.cu
          ops/elementwise/add_scale_cuda.cu ops/elementwise/scale_columns_cuda.cu ops/elementwise/softcap_cuda.cu
          ops/elementwise/rope_cuda.cu ops/elementwise/embedding_cuda.cu ops/elementwise/soft_embedding_cuda.cu
          ops/elementwise/moe_router_cuda.cu ops/moe/moe_experts_cuda.cu ops/moe/moe_experts_mma_cuda.cu
-         ops/attention/attention_spans_cuda.cu
-         ops/attention/diffusion_key_spans_cuda.cu runtime/diffusion_step_cuda.cu)
+         ops/attention/attention_spans_cuda.cu ops/attention/diffusion_key_spans_cuda.cu)
+if [ "$MODE" = loop ]; then KERNELS+=(runtime/diffusion_step_cuda.cu); fi
 for k in "${KERNELS[@]}"; do python3 "$ROOT/tools/cuda_emulation/transform.py" "$ROOT/src/$k" "$OUT" > /dev/null; done
 
 # What the model links but the plain-float tests never run (quantised products; cuBLAS, below), the probe,
@@ -66,11 +71,15 @@ GLUE
 FLAGS=(-std=c++20 -O2 -pthread -Wno-unknown-pragmas -DFMT_SHARED -DDELTABIT_HAVE_CUDA=1 -DDELTABIT_HAVE_XXHASH=1
        "-DDELTABIT_SOURCE_DIR=\"$ROOT\"" -I"$OUT/include" -I"$ROOT/tools/cuda_emulation/include" -I"$ROOT/src"
        -I"$ROOT/tests")
-SOURCES=("$OUT"/*.cpp "$ROOT/src/models/diffusion_gemma_cuda.cpp" "$ROOT/src/models/weights_cuda.cpp"
-         "$ROOT/src/models/device_arena.cpp" "$ROOT/src/runtime/diffusion_generate_cuda.cpp"
-         "$ROOT/src/runtime/diffusion_gemma_denoiser_cuda.cpp" "$ROOT/src/runtime/diffusion_runner.cpp"
-         "$ROOT/src/runtime/diffusion_replay_cuda.cpp" "$ROOT/tests/cuda/test_diffusion_generate_cuda.cpp"
-         "$ROOT/tests/cuda/test_diffusion_runner_cuda.cpp")
+SOURCES=("$OUT"/*.cpp "${MODEL_SOURCE:-$ROOT/src/models/diffusion_gemma_cuda.cpp}" "$ROOT/src/models/weights_cuda.cpp"
+         "$ROOT/src/models/device_arena.cpp")
+if [ "$MODE" = model ]; then
+    SOURCES+=("$ROOT/tests/cuda/test_diffusion_gemma_cuda.cpp")
+else
+    SOURCES+=("$ROOT/src/runtime/diffusion_generate_cuda.cpp" "$ROOT/src/runtime/diffusion_gemma_denoiser_cuda.cpp"
+              "$ROOT/src/runtime/diffusion_runner.cpp" "$ROOT/src/runtime/diffusion_replay_cuda.cpp"
+              "$ROOT/tests/cuda/test_diffusion_generate_cuda.cpp" "$ROOT/tests/cuda/test_diffusion_runner_cuda.cpp")
+fi
 OBJECTS=()
 for s in "${SOURCES[@]}"; do
     o="$OUT/$(basename "$s").o"
@@ -80,5 +89,5 @@ done
 LIBS=()
 for lib in runtime sampling models backend formats ops core; do LIBS+=("$BUILD/libdeltabit_$lib.a"); done
 g++ -pthread "${OBJECTS[@]}" -Wl,--start-group "${LIBS[@]}" -Wl,--end-group -lgtest -lgtest_main -lfmt -lxxhash \
-    -o "$OUT/test_diffusion_runner_emulated"
-"$OUT/test_diffusion_runner_emulated" "$@"
+    -o "$OUT/test_diffusion_${MODE}_emulated"
+"$OUT/test_diffusion_${MODE}_emulated" "$@"
