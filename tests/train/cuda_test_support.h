@@ -66,6 +66,25 @@ inline double relative_error(const std::string& what, const std::vector<double>&
     return rel;
 }
 
+// max over elements of |got − (base + want)| / (bound + fp32 rounding of the sum + 1e-37: weights below
+// fp32's normal range may flush to zero); printed. A bf16 kernel passes at ≤ 1.
+inline double worst_over_bound(const std::string& what, const std::vector<double>& got, const std::vector<double>& want,
+                               const std::vector<double>& bound, double base) {
+    EXPECT_EQ(got.size(), want.size()) << what;
+    double worst = 0.0, largest = 0.0, ratio = 0.0;
+    for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
+        const double sum = base + want[i];
+        const double allowed = bound[i] + std::ldexp(std::fabs(sum) + bound[i], -24) + 1e-37;
+        const double error = std::isfinite(got[i]) ? std::fabs(got[i] - sum) : INFINITY;
+        worst = std::max(worst, error);
+        largest = std::max(largest, std::fabs(want[i]));
+        ratio = std::max(ratio, error / allowed);
+    }
+    std::printf("[ cuda train ] %-40s max|Δ| %.3g of max|ref| %.3g, worst |Δ| / bound %.3g\n", what.c_str(), worst,
+                largest, ratio);
+    return ratio;
+}
+
 #define DELTABIT_EXPECT_CLOSE(what, got, want, tolerance) \
     EXPECT_LE(::deltabit::train::testing::relative_error(what, got, want), tolerance) << (what)
 

@@ -1,18 +1,12 @@
 // Every CUDA training op (train/cuda/kernels.h, gemm.h) against its CPU reference op
 // (train/reference_ops.h), forward and backward, on awkward shapes: odd sizes, GQA and Hv ≠ Hk
-// groupings, dk ≠ dv, two sequences per batch (nothing may leak across them), and lengths that end
-// inside, exactly at and short of the delta rule's 64-token chunks. Skips without CUDA or a GPU.
+// groupings, dk ≠ dv, two sequences per batch (nothing may leak across them). The delta rule's tests
+// are test_cuda_delta_rule.cpp. Skips without CUDA or a GPU.
 //
 // Tolerances, relative to the reference's largest magnitude (each test prints its measured error):
 //   kFloat: fp32 kernels against double; one pass of fp32 sums over ≤ a few hundred terms and
 //     expf/rsqrtf (≤ 2 ulp) stay below 1e-6 relative, so 1e-5 leaves a margin of 10 and a wrong term
 //     (≥ 1e-3 of a value) still fails.
-//   The delta rule (chunked, fp32) is held to the same 1e-5 against the recurrent double reference:
-//     per chunk its sums run over ≤ 128 keys and ≤ 64 tokens, T = (I + A)^{-1} is substituted over ≤ 64
-//     rows of entries ≤ 1, and the fp32 state crosses ≤ 3 chunk boundaries here, so each result carries
-//     a few hundred roundings of 2⁻²⁴ relative to the largest operand, ~1e-6 at worst. Measured by
-//     running these kernels' code on the CPU through an emulation of the CUDA thread model
-//     (docs/notes/delta-rule-chunked-backward.md): worst 5.6e-7 over these shapes and decays.
 //   kBf16: products with both operands rounded to bf16 (unit roundoff 2⁻⁹ ≈ 2e-3); a dot product of K
 //     terms errs by ≈ 2⁻⁸·Σ|x·w|, which on these random operands stays within 1e-2 of the largest
 //     output.
@@ -41,6 +35,7 @@ TEST(CudaTrainOps, SkippedWithoutCuda) { GTEST_SKIP() << "built without CUDA"; }
 using testing::DeviceArray;
 using testing::DeviceInts;
 using testing::normal_values;
+using testing::worst_over_bound;
 using Vec = std::vector<double>;
 
 constexpr double kFloat = 1e-5;
@@ -246,23 +241,6 @@ AttentionOutputs run_attention(const Vec& q, const Vec& k, const Vec& v, const V
     return {go.read(), glse.read(), gdq.read(), gdk.read(), gdv.read()};
 }
 
-// max over elements of |got − (base + want)| / (bound + fp32 rounding of the sum); printed.
-double worst_over_bound(const std::string& what, const Vec& got, const Vec& want, const Vec& bound, double base) {
-    EXPECT_EQ(got.size(), want.size()) << what;
-    double worst = 0.0, largest = 0.0, ratio = 0.0;
-    for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
-        const double sum = base + want[i];
-        const double allowed = bound[i] + std::ldexp(std::fabs(sum) + bound[i], -24) + 1e-37;
-        const double error = std::isfinite(got[i]) ? std::fabs(got[i] - sum) : INFINITY;
-        worst = std::max(worst, error);
-        largest = std::max(largest, std::fabs(want[i]));
-        ratio = std::max(ratio, error / allowed);
-    }
-    std::printf("[ cuda train ] %-40s max|Δ| %.3g of max|ref| %.3g, worst |Δ| / bound %.3g\n", what.c_str(), worst,
-                largest, ratio);
-    return ratio;
-}
-
 void check_attention(int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t dh, double qk_std = 1.0) {
     const double scale = 1.0 / std::sqrt(double(dh));
     Vec q = normal_values(size_t(B * T * Hq * dh), 23, qk_std), k = normal_values(size_t(B * T * Hkv * dh), 24, qk_std),
@@ -333,103 +311,6 @@ TEST(CudaTrainOps, AttentionFlashEdges) {
     check_attention(1, 160, 6, 2, 128);
     check_attention(1, 129, 4, 1, 128, 2.0);
     check_attention(2, 64, 3, 1, 64, 2.0);
-}
-
-// decay: the scale of |g| (0.5: a chunk forgets e^{-20} of its entering state; 3: far more).
-void check_delta_rule(int64_t B, int64_t T, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, double decay = 0.5) {
-    // Normalised keys and queries as the layer feeds them, gates in the layer's ranges.
-    Vec q = normal_values(size_t(B * T * Hk * dk), 27), k = normal_values(q.size(), 28);
-    for (Vec* x : {&q, &k})
-        for (int64_t r = 0; r < B * T * Hk; ++r) {
-            double sum = 0.0;
-            for (int64_t i = 0; i < dk; ++i) sum += (*x)[size_t(r * dk + i)] * (*x)[size_t(r * dk + i)];
-            for (int64_t i = 0; i < dk; ++i) (*x)[size_t(r * dk + i)] /= std::sqrt(sum + 1e-6);
-        }
-    const Vec v = normal_values(size_t(B * T * Hv * dv), 29), dout = normal_values(v.size(), 30);
-    Vec g = normal_values(size_t(B * T * Hv), 31, decay), beta = normal_values(g.size(), 32);
-    for (double& x : g) x = -std::fabs(x);
-    for (double& x : beta) x = ref::sigmoid(x);
-    Vec o = zeros(v.size()), dq = zeros(q.size()), dk_ = zeros(k.size()), dv_ = zeros(v.size()), dg = zeros(g.size()),
-        dbeta = zeros(g.size());
-    const ref::DeltaRuleShape shape{T, Hk, Hv, dk, dv};
-    for (int64_t b = 0; b < B; ++b) {
-        const int64_t ok = b * T * Hk * dk, ov = b * T * Hv * dv, og = b * T * Hv;
-        ref::delta_rule_forward(q.data() + ok, k.data() + ok, v.data() + ov, g.data() + og, beta.data() + og, shape,
-                                o.data() + ov);
-        ref::delta_rule_backward(q.data() + ok, k.data() + ok, v.data() + ov, g.data() + og, beta.data() + og,
-                                 dout.data() + ov, shape, dq.data() + ok, dk_.data() + ok, dv_.data() + ov,
-                                 dg.data() + og, dbeta.data() + og);
-    }
-    DeviceArray gq(q), gk(k), gv(v), gg(g), gbeta(beta), gdout(dout), go = DeviceArray::zeros(v.size()),
-        gdq = DeviceArray::zeros(q.size()), gdk = DeviceArray::zeros(k.size()), gdv = DeviceArray::zeros(v.size()),
-        gdg = DeviceArray::zeros(g.size()), gdbeta = DeviceArray::zeros(g.size()),
-        // Poisoned: a kernel that reads a value the forward or the backward did not write gives NaN.
-        gsaved = DeviceArray(Vec(size_t(cuda::delta_rule_saved_floats(B, T, Hv, dk, dv)), NAN)),
-        gscratch = DeviceArray(Vec(size_t(cuda::delta_rule_scratch_floats(B, T, Hv, dk, dv)), NAN));
-    cuda::delta_rule_forward(gq.get(), gk.get(), gv.get(), gg.get(), gbeta.get(), B, T, Hk, Hv, dk, dv, go.get(),
-                             gsaved.get());
-    cuda::delta_rule_backward(gq.get(), gk.get(), gv.get(), gg.get(), gbeta.get(), gdout.get(), gsaved.get(), B, T, Hk,
-                              Hv, dk, dv, gdq.get(), gdk.get(), gdv.get(), gdg.get(), gdbeta.get(), gscratch.get());
-    const std::string tag = fmt::format("delta_rule B{} T{} {}/{} {}x{} decay {}", B, T, Hk, Hv, dk, dv, decay);
-    DELTABIT_EXPECT_CLOSE(tag + " o", go.read(), o, kFloat);
-    DELTABIT_EXPECT_CLOSE(tag + " dq", gdq.read(), dq, kFloat);
-    DELTABIT_EXPECT_CLOSE(tag + " dk", gdk.read(), dk_, kFloat);
-    DELTABIT_EXPECT_CLOSE(tag + " dv", gdv.read(), dv_, kFloat);
-    DELTABIT_EXPECT_CLOSE(tag + " dg", gdg.read(), dg, kFloat);
-    DELTABIT_EXPECT_CLOSE(tag + " dbeta", gdbeta.read(), dbeta, kFloat);
-}
-
-TEST(CudaTrainOps, DeltaRuleForwardBackward) {
-    SKIP_WITHOUT_GPU();
-    check_delta_rule(1, 1, 1, 1, 3, 4);
-    check_delta_rule(2, 150, 1, 2, 5, 7);     // three chunks, the last partial; grouped value heads
-    check_delta_rule(2, 64, 2, 2, 4, 40);     // one whole chunk; two value tiles, the second partial
-    check_delta_rule(1, 70, 2, 4, 64, 128);   // the default model's head shape: 4 value tiles, 2 chunks
-    check_delta_rule(1, 65, 1, 1, 128, 41);   // the widest keys; a chunk of one token
-    check_delta_rule(1, 130, 1, 1, 16, 8, 3.0);    // strong decays: e^γ underflows fp32 inside a chunk
-    check_delta_rule(1, 100, 1, 1, 16, 8, 0.01);   // weak decays: states carried nearly whole
-    check_delta_rule(2, 200, 3, 6, 64, 128, 0.1);  // four chunks of the default model's heads, Hv = 2·Hk
-    check_delta_rule(1, 66, 1, 1, 1, 3, 0.5);       // one key: A_ij = ±β_i e^{γ_i−γ_j}, T least damped
-}
-
-// The backward sums with plain stores and fixed orders (no atomics): two runs agree bit for bit.
-TEST(CudaTrainOps, DeltaRuleBackwardIsDeterministic) {
-    SKIP_WITHOUT_GPU();
-    const int64_t B = 2, T = 130, Hk = 2, Hv = 4, dk = 16, dv = 40;
-    const Vec q = normal_values(size_t(B * T * Hk * dk), 41, 0.25), k = normal_values(q.size(), 42, 0.25),
-              v = normal_values(size_t(B * T * Hv * dv), 43), dout = normal_values(v.size(), 44);
-    Vec g = normal_values(size_t(B * T * Hv), 45, 0.5), beta = normal_values(g.size(), 46);
-    for (double& x : g) x = -std::fabs(x);
-    for (double& x : beta) x = ref::sigmoid(x);
-    DeviceArray gq(q), gk(k), gv(v), gg(g), gbeta(beta), gdout(dout), go = DeviceArray::zeros(v.size()),
-        gsaved = DeviceArray::zeros(size_t(cuda::delta_rule_saved_floats(B, T, Hv, dk, dv))),
-        gscratch = DeviceArray::zeros(size_t(cuda::delta_rule_scratch_floats(B, T, Hv, dk, dv)));
-    cuda::delta_rule_forward(gq.get(), gk.get(), gv.get(), gg.get(), gbeta.get(), B, T, Hk, Hv, dk, dv, go.get(),
-                             gsaved.get());
-    std::vector<Vec> runs;
-    for (int run = 0; run < 2; ++run) {
-        DeviceArray gdq = DeviceArray::zeros(q.size()), gdk = DeviceArray::zeros(k.size()),
-                    gdv = DeviceArray::zeros(v.size()), gdg = DeviceArray::zeros(g.size()),
-                    gdbeta = DeviceArray::zeros(g.size());
-        cuda::delta_rule_backward(gq.get(), gk.get(), gv.get(), gg.get(), gbeta.get(), gdout.get(), gsaved.get(), B, T,
-                                  Hk, Hv, dk, dv, gdq.get(), gdk.get(), gdv.get(), gdg.get(), gdbeta.get(),
-                                  gscratch.get());
-        Vec all;
-        for (const DeviceArray* a : {&gdq, &gdk, &gdv, &gdg, &gdbeta}) {
-            const Vec x = a->read();
-            all.insert(all.end(), x.begin(), x.end());
-        }
-        runs.push_back(all);
-    }
-    EXPECT_EQ(runs[0], runs[1]);
-}
-
-TEST(CudaTrainOps, DeltaRuleRefusesKeysWiderThanItsSharedMemory) {
-    SKIP_WITHOUT_GPU();
-    DeviceArray x = DeviceArray::zeros(1);
-    EXPECT_THROW(cuda::delta_rule_forward(x.get(), x.get(), x.get(), x.get(), x.get(), 1, 1, 1, 1,
-                                          cuda::kDeltaMaxKeyDim + 1, 4, x.get(), x.get()),
-                 Error);
 }
 
 TEST(CudaTrainOps, LinearOnCublas) {

@@ -24,7 +24,10 @@
 // rows a warp reads at once fall in distinct banks. γ is summed and differenced in double (as the
 // engine's prefill kernel): e^{γ_i−γ_j} from fp32 γ would carry |γ|·2⁻²⁴ of relative error, 2e-5 at
 // γ = −300.
+#include "train/cuda/delta_rule_chunked_common.cuh"
+#include "train/cuda/delta_rule_chunked_mma.h"
 #include "train/cuda/device_common.cuh"
+#include "train/cuda/gemm.h"
 #include "train/cuda/kernel_marks.h"
 #include "train/cuda/kernels.h"
 
@@ -35,34 +38,14 @@ namespace {
 
 using deltabit::cuda::cuda_check;
 using deltabit::cuda::cuda_check_launch;
+using namespace delta_chunked;
 
-constexpr int L = int(kDeltaChunk);
 constexpr int kThreads = 256;
 constexpr int kTile = 32;             // value columns per walk block and per pass of the gradients kernel
 constexpr int kTileRow = kTile + 1;   // padded [·][32] rows
-constexpr int kSquareRow = L + 1;     // padded [L][L] rows
 constexpr int kColumnsPerThread = kTile / 4;
 constexpr int kPairsPerThread = L / 4;
-// Per chunk in the factors: T [L][L], M [L][L], e^{γ_i} [L], e^{γ_ℓ−γ_i} [L].
-constexpr int64_t kFactorFloats = 2 * L * L + 2 * L;
 static_assert(L == 64 && kThreads == 4 * L && kTile == 32, "the thread mappings assume 4 threads per token row");
-
-struct Dims {
-    int64_t B, T, Hk, Hv, dk, dv, chunks;
-    __host__ __device__ int64_t key_head(int64_t h) const { return h / (Hv / Hk); }
-    __host__ __device__ int key_row() const { return int(dk | 1); }  // odd: conflict-free column reads
-    __host__ __device__ int64_t state_offset(int64_t b, int64_t h, int64_t c) const {
-        return ((b * Hv + h) * chunks + c) * dk * dv;
-    }
-    __host__ __device__ int64_t factor_offset(int64_t b, int64_t h, int64_t c) const {
-        return ((b * Hv + h) * chunks + c) * kFactorFloats;
-    }
-    __host__ __device__ int64_t token(int64_t b, int64_t t) const { return b * T + t; }
-};
-
-Dims dims_of(int64_t B, int64_t T, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv) {
-    return {B, T, Hk, Hv, dk, dv, (T + L - 1) / L};
-}
 
 // Rows t0 .. t0+L−1 of key head kh from q or k [B·T][Hk][dk] into dst[L][key_row], zeros past len.
 __device__ void load_key_rows(const float* src, const Dims& d, int64_t b, int64_t kh, int64_t t0, int len,
@@ -112,22 +95,6 @@ __device__ void load_factors(const float* factors, const float* beta, const Dims
     }
 }
 
-// γ_i = Σ_{m≤i} g_m in double, γ held constant past len (those tokens neither decay nor write).
-__device__ void cumulative_decay(const float* g, const Dims& d, int64_t b, int64_t h, int64_t t0, int len,
-                                 double* gamma) {
-    if (threadIdx.x == 0) {
-        double sum = 0.0;
-        for (int i = 0; i < L; ++i) gamma[i] = sum += i < len ? double(g[d.token(b, t0 + i) * d.Hv + h]) : 0.0;
-    }
-}
-
-__device__ inline float quad_sum(float x) {
-    x += __shfl_xor_sync(0xffffffffu, x, 1);
-    return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
-
-__device__ int chunk_length(const Dims& d, int64_t c) { return int(min(int64_t(L), d.T - c * L)); }
-
 // ---- state-free factors: grid (chunks, Hv, B) ----
 
 __global__ void __launch_bounds__(kThreads)
@@ -165,16 +132,7 @@ __global__ void __launch_bounds__(kThreads)
         out[2 * L * L + L + threadIdx.x] = float(exp(gamma[L - 1] - gamma[threadIdx.x]));
     }
     __syncthreads();
-    // (I + A) T = I by forward substitution: the 4 lanes of column `col` split each row's sum. Row r of
-    // column col needs rows < r of the same column only, written by the same 4 lanes (one warp).
-    const int col = threadIdx.x / 4;
-    for (int r = 0; r < L; ++r) {
-        float sum = 0.0f;
-        for (int j = lane4; j < r; j += 4) sum += a[r * kSquareRow + j] * t_mat[j * kSquareRow + col];
-        sum = quad_sum(sum);
-        if (lane4 == 0) t_mat[r * kSquareRow + col] = (r == col ? 1.0f : 0.0f) - sum;
-        __syncwarp();
-    }
+    unit_lower_inverse(a, t_mat);
     __syncthreads();
     for (int x = threadIdx.x; x < L * L; x += blockDim.x) out[x] = t_mat[(x / L) * kSquareRow + x % L];
 }
@@ -581,37 +539,11 @@ __global__ void delta_rule_reduce_kernel(const float* dq_part, const float* dk_p
     }
 }
 
-void check_shape(const Dims& d) {
-    if (d.B > 65535 || d.Hv > 65535 || d.Hk <= 0 || d.Hv % d.Hk != 0 || d.dk <= 0 || d.dk > kDeltaMaxKeyDim ||
-        d.dv <= 0)
-        fail_message("train cuda: delta rule: unsupported shape B=" + std::to_string(d.B) + " heads " +
-                     std::to_string(d.Hk) + "/" + std::to_string(d.Hv) + " dims " + std::to_string(d.dk) + "/" +
-                     std::to_string(d.dv) + " (key dim at most " + std::to_string(kDeltaMaxKeyDim) + ")");
-}
-
-// Shared memory grows with dk (a chunk's keys and queries stay in it): 140 KB for the gradients at
-// dk = 128, within Hopper's 227 KB but not every GPU's.
-template <typename Kernel>
-void allow_shared(Kernel kernel, size_t bytes, const Dims& d, const char* what) {
-    const int limit = deltabit::cuda::device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, "shared memory limit");
-    if (bytes > size_t(limit))
-        fail_message(std::string("train cuda: delta rule: ") + what + " needs " + std::to_string(bytes) +
-                     " bytes of shared memory at key dim " + std::to_string(d.dk) + ", the device allows " +
-                     std::to_string(limit));
-    if (bytes > 48 * 1024)
-        cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)), what);
-}
-
 size_t factors_shared_bytes(const Dims& d) {
     return size_t(L) * sizeof(double) + size_t(2 * L * d.key_row() + 2 * L * kSquareRow + L) * sizeof(float);
 }
 
-// The parts of the forward's saved buffer and the backward's scratch.
-struct Saved {
-    float *states, *v_new, *factors;
-    Saved(float* base, const Dims& d)
-        : states(base), v_new(states + d.B * d.Hv * d.chunks * d.dk * d.dv), factors(v_new + d.B * d.T * d.Hv * d.dv) {}
-};
+// The backward's scratch.
 struct BackwardScratch {
     float *dstates, *w, *dq_part, *dk_part;
     BackwardScratch(float* base, const Dims& d)
@@ -637,6 +569,9 @@ int64_t delta_rule_scratch_floats(int64_t B, int64_t T, int64_t Hv, int64_t dk, 
 void delta_rule_forward(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t B,
                         int64_t T, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, float* o, float* saved) {
     if (B * T == 0) return;
+    // bf16 products (training): the tensor-core forward, which rounds only the products' operands.
+    if (gemm_math() == GemmMath::bf16 && delta_rule_mma_supported(dk))
+        return delta_rule_mma_forward(q, k, v, g, beta, B, T, Hk, Hv, dk, dv, o, saved);
     const Dims d = dims_of(B, T, Hk, Hv, dk, dv);
     check_shape(d);
     const Saved s(saved, d);
