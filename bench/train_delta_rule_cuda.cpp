@@ -6,15 +6,20 @@
 //
 //   bench_train_delta_rule_cuda
 //
-// Each figure: µs per call (median of 7 timed rounds of 10 calls after a warm-up, events on the default
-// stream, which the training kernels use) and TFLOP/s of the products the kernels compute, per value
-// head and chunk of L = 64 tokens with dk keys and dv values:
+// Each shape twice: the fp32 CUDA-core kernels (GemmMath::fp32), then the bf16 path (GemmMath::bf16: the
+// tensor-core forward, delta_rule_chunked_mma_kernels.cu, at key dims 64 and 128; the backward is the
+// same fp32 kernels either way, fed by that forward's saved values). Each figure: µs per call (median of
+// 7 timed rounds of 10 calls after a warm-up, events on the default stream, which the training kernels
+// use) and TFLOP/s of the products the kernels compute, per value head and chunk of L = 64 tokens with
+// dk keys and dv values:
 //   forward  4L²dk (K Kᵀ, Q Kᵀ) + 6L·dk·dv (K S, Q S, Kᵀ V') + 2L²dv (T x, M V'; triangles)
 //   backward 6L·dk·dv + 2L²dv (the carry) + 12L·dk·dv + 4L²dv + 12L²dk (the gradients)
-// against the fp32 FMA peak (67 TFLOP/s, H100/H200 SXM datasheet): these kernels use no tensor cores.
-// Numbers count only from a build whose CudaTrainOps.DeltaRule* tests pass.
+// against the fp32 FMA peak (67 TFLOP/s, H100/H200 SXM datasheet) for the CUDA-core kernels and the dense
+// bf16 tensor-core rate measured on this workplace's machines (790 TFLOP/s, as bench_train_attention_cuda)
+// for the tensor-core forward. The tensor-core forward computes the triangles' full 16-row blocks, a
+// little more than counted. Numbers count only from a build whose CudaTrainOps.DeltaRule* tests pass.
 //
-// Measured: not yet (no GPU where this was written; docs/notes/delta-rule-chunked-backward.md).
+// Measured: not yet (no GPU where this was written; docs/notes/train-cuda.md).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -25,6 +30,8 @@
 
 #include "backend/cuda_buffer.h"
 #include "backend/cuda_probe.h"
+#include "train/cuda/delta_rule_chunked_mma.h"
+#include "train/cuda/gemm.h"
 #include "train/cuda/kernels.h"
 #endif
 
@@ -42,6 +49,7 @@ using deltabit::cuda::DeviceBuffer;
 namespace tc = deltabit::train::cuda;
 
 constexpr double kFp32PeakTflops = 67.0;
+constexpr double kBf16PeakTflops = 790.0;
 
 DeviceBuffer filled(size_t n, float value) {
     std::vector<float> v(n, value);
@@ -94,16 +102,33 @@ void run(const char* name, int64_t B, int64_t T, int64_t Hk, int64_t Hv, int64_t
                                 dk_.get<float>(), dv_.get<float>(), dg.get<float>(), dbeta.get<float>(),
                                 scratch.get<float>());
     };
-    const double f_us = median_us(forward);
-    forward();
-    const double b_us = median_us(backward);
     const double L = double(tc::kDeltaChunk), chunks = double((T + tc::kDeltaChunk - 1) / tc::kDeltaChunk);
     const double units = double(B * Hv) * chunks, Dk = double(dk), Dv = double(dv);
     const double f_flop = units * (4 * L * L * Dk + 6 * L * Dk * Dv + 2 * L * L * Dv);
     const double b_flop = units * (18 * L * Dk * Dv + 6 * L * L * Dv + 12 * L * L * Dk);
-    std::printf("%-34s forward %9.1f µs %6.2f TFLOP/s (%4.1f%% of fp32)   backward %9.1f µs %6.2f TFLOP/s (%4.1f%%)\n",
-                name, f_us, f_flop / f_us * 1e-6, 100 * f_flop / f_us * 1e-6 / kFp32PeakTflops, b_us,
-                b_flop / b_us * 1e-6, 100 * b_flop / b_us * 1e-6 / kFp32PeakTflops);
+    std::printf("%s\n", name);
+    double fp32_forward_us = 0.0;
+    for (tc::GemmMath math : {tc::GemmMath::fp32, tc::GemmMath::bf16}) {
+        const tc::ScopedGemmMath scoped(math);
+        const bool bf16 = math == tc::GemmMath::bf16;
+        const double f_us = median_us(forward);
+        forward();
+        const double b_us = median_us(backward);
+        const double f_tflops = f_flop / f_us * 1e-6, b_tflops = b_flop / b_us * 1e-6;
+        if (!bf16) {
+            fp32_forward_us = f_us;
+            std::printf("  %-24s forward %9.1f µs %6.2f TFLOP/s (%4.1f%% of fp32)", "CUDA cores, fp32", f_us,
+                        f_tflops, 100 * f_tflops / kFp32PeakTflops);
+        } else if (tc::delta_rule_mma_supported(dk)) {
+            std::printf("  %-24s forward %9.1f µs %6.2f TFLOP/s (%4.1f%% of bf16, %.1f× fp32)", "bf16 mma forward", f_us,
+                        f_tflops, 100 * f_tflops / kBf16PeakTflops, fp32_forward_us / f_us);
+        } else {
+            std::printf("  %-24s forward %9.1f µs (no tensor-core forward at key dim %lld)", "bf16 path", f_us,
+                        static_cast<long long>(dk));
+        }
+        std::printf("   backward %9.1f µs %6.2f TFLOP/s (%4.1f%% of fp32)\n", b_us, b_tflops,
+                    100 * b_tflops / kFp32PeakTflops);
+    }
 }
 
 }  // namespace
@@ -113,6 +138,7 @@ int main() {
         std::puts("bench_train_delta_rule_cuda: no CUDA device");
         return 0;
     }
+    std::printf("device: %s\n", deltabit::cuda::device_summary().c_str());
     run("bytelm-hybrid-small 32x512 3/3", 32, 512, 3, 3, 64, 128);
     run("qwen35-100m 32x1024 6/12", 32, 1024, 6, 12, 128, 128);
     run("qwen35-27b heads 4x512 16/48", 4, 512, 16, 48, 128, 128);

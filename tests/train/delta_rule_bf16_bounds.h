@@ -1,17 +1,18 @@
-// The chunked gated delta rule's forward in double (the formulas of train/reference_delta_chunked.h)
-// with, for every output element, the error bound that the bf16 tensor-core forward's arithmetic implies
-// (train/cuda/delta_rule_chunked_mma_kernels.cu). Layouts as the kernels: q, k [B·T][Hk][dk];
+// The chunked gated delta rule's forward and its backward's carry in double (the formulas of
+// train/reference_delta_chunked.h) with, for every output element, the error bound that the bf16
+// tensor-core kernels' arithmetic implies (train/cuda/delta_rule_chunked_mma_kernels.cu). Layouts as the kernels: q, k [B·T][Hk][dk];
 // v, o [B·T][Hv][dv]; g, beta [B·T][Hv]; value head h reads key head h / (Hv / Hk).
 //
-// The arithmetic, u = 2⁻⁹ (bf16's unit roundoff), w = 2u + u²: a product of two operands each rounded
+// The arithmetic, u = 2⁻⁸ (bf16's unit roundoff: 8 significant bits, so round to nearest errs by at most
+// half of 2⁻⁷ relative; e.g. 1 + 2⁻⁸ rounds to 1), w = 2u + u²: a product of two operands each rounded
 // to bf16 errs by w·|ab|, and an operand that already carries an error Δ adds (1 + u)²·|a|·|Δ|. Per
 // chunk, with S the exact state entering it and E_S the bound on its error (0 at the first chunk):
 //   K Kᵀ, Q Kᵀ: (w + a)·Σ_x |k_ix k_jx| (resp. |q_ix k_jx|), a the accumulation constant below;
 //     δA_ij = β_i e^{γ_i−γ_j}·that + a·(|A_ij| + [i = j]): the fp32 forming of A and the forward
 //     substitution (backward error ≤ 64·2⁻²⁴·|I + A| per column) ride in a·|I + A|.
 //   T = (I + A)^{-1}: T̃ − T = −T δA T̃, so |ΔT| ≤ |T|·δA·(|T| + |ΔT|), evaluated by three passes of that
-//     fixed point from 0 (the first pass is the first-order term; the passes add the higher orders,
-//     each smaller by the factor ‖|T|·δA‖ ≈ 1e-2 on the tests' shapes).
+//     fixed point from 0 (the first pass is the first-order term; the next ones add the higher orders,
+//     each smaller by the factor ‖|T|·δA‖).
 //   K S, Q S: (w + a)·Σ_x |k_ix S_xc| + (1 + u)²·Σ_x |k_ix|·E_S,xc.
 //   x = β ⊙ (V − e^γ ⊙ K S) in fp32: β_i e_i·Δ(K S) + a·β_i(|v| + e_i |K S|).
 //   V' = T x: (w + a)·Σ_j |T_ij x_j| + (1 + u)²·Σ_j (|ΔT_ij|(|x_j| + Δx_j) + |T_ij|·Δx_j).
@@ -27,10 +28,101 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
 namespace deltabit::train::testing {
+
+namespace delta_rule_bounds {
+
+using Vec = std::vector<double>;
+inline size_t sz(int64_t n) { return static_cast<size_t>(n); }
+
+// u, w, a and (1 + u)² of the header comment.
+struct Constants {
+    double u = std::ldexp(1.0, -8), w = 2 * u + u * u, a = 4e-5, grow = (1 + u) * (1 + u);
+};
+
+// One value head's view of the inputs.
+struct Head {
+    const Vec &q, &k, &v, &g, &beta;
+    int64_t T, Hk, Hv, dk, dv, b, h;
+    int64_t kh() const { return h / (Hv / Hk); }
+    double kx(int64_t t, int64_t x) const { return k[sz(((b * T + t) * Hk + kh()) * dk + x)]; }
+    double qx(int64_t t, int64_t x) const { return q[sz(((b * T + t) * Hk + kh()) * dk + x)]; }
+    size_t value(int64_t t, int64_t c) const { return sz(((b * T + t) * Hv + h) * dv + c); }
+    double gate(int64_t t) const { return g[sz((b * T + t) * Hv + h)]; }
+    double beta_at(int64_t t) const { return beta[sz((b * T + t) * Hv + h)]; }
+};
+
+// A chunk's decays and factors, exact, with the bounds on the errors of the factors kernel's M and T.
+struct Factors {
+    int64_t t0, n;
+    Vec e, f;
+    double lambda;
+    Vec M, dM, T, dT;  // [n][n]
+};
+
+inline Factors chunk_factors(const Head& hd, int64_t t0, int64_t n) {
+    const Constants k;
+    Factors c{t0, n, Vec(sz(n)), Vec(sz(n)), 0.0, Vec(sz(n * n), 0.0), Vec(sz(n * n), 0.0), Vec(sz(n * n), 0.0),
+              Vec(sz(n * n), 0.0)};
+    Vec gamma(sz(n));
+    double sum = 0.0;
+    for (int64_t i = 0; i < n; ++i) gamma[sz(i)] = sum += hd.gate(t0 + i);
+    for (int64_t i = 0; i < n; ++i) {
+        c.e[sz(i)] = std::exp(gamma[sz(i)]);
+        c.f[sz(i)] = std::exp(gamma[sz(n - 1)] - gamma[sz(i)]);
+    }
+    c.lambda = std::exp(gamma[sz(n - 1)]);
+    Vec A(sz(n * n), 0.0), dA(sz(n * n), 0.0);
+    for (int64_t i = 0; i < n; ++i) {
+        dA[sz(i * n + i)] = k.a;
+        for (int64_t j = 0; j <= i; ++j) {
+            double kk = 0.0, kk_mag = 0.0, qk = 0.0, qk_mag = 0.0;
+            for (int64_t x = 0; x < hd.dk; ++x) {
+                kk += hd.kx(t0 + i, x) * hd.kx(t0 + j, x);
+                kk_mag += std::fabs(hd.kx(t0 + i, x) * hd.kx(t0 + j, x));
+                qk += hd.qx(t0 + i, x) * hd.kx(t0 + j, x);
+                qk_mag += std::fabs(hd.qx(t0 + i, x) * hd.kx(t0 + j, x));
+            }
+            const double decay = std::exp(gamma[sz(i)] - gamma[sz(j)]), bi = hd.beta_at(t0 + i);
+            c.M[sz(i * n + j)] = qk * decay;
+            c.dM[sz(i * n + j)] = decay * (k.w + k.a) * qk_mag + k.a * std::fabs(c.M[sz(i * n + j)]);
+            if (j < i) {
+                A[sz(i * n + j)] = bi * kk * decay;
+                dA[sz(i * n + j)] = bi * decay * (k.w + k.a) * kk_mag + k.a * std::fabs(A[sz(i * n + j)]);
+            }
+        }
+    }
+    for (int64_t col = 0; col < n; ++col)
+        for (int64_t i = col; i < n; ++i) {
+            double x = i == col ? 1.0 : 0.0;
+            for (int64_t j = col; j < i; ++j) x -= A[sz(i * n + j)] * c.T[sz(j * n + col)];
+            c.T[sz(i * n + col)] = x;
+        }
+    // |ΔT| ≤ |T| δA (|T| + |ΔT|), three passes from 0.
+    Vec right(sz(n * n)), left(sz(n * n));
+    for (int pass = 0; pass < 3; ++pass) {
+        for (int64_t i = 0; i < n * n; ++i) right[sz(i)] = std::fabs(c.T[sz(i)]) + c.dT[sz(i)];
+        for (int64_t i = 0; i < n; ++i)
+            for (int64_t col = 0; col < n; ++col) {
+                double s = 0.0;
+                for (int64_t j = 0; j < n; ++j) s += dA[sz(i * n + j)] * right[sz(j * n + col)];
+                left[sz(i * n + col)] = s;
+            }
+        for (int64_t i = 0; i < n; ++i)
+            for (int64_t col = 0; col < n; ++col) {
+                double s = 0.0;
+                for (int64_t j = 0; j < n; ++j) s += std::fabs(c.T[sz(i * n + j)]) * left[sz(j * n + col)];
+                c.dT[sz(i * n + col)] = s;
+            }
+    }
+    return c;
+}
+
+}  // namespace delta_rule_bounds
 
 struct DeltaRuleWithBounds {
     std::vector<double> o, o_bound;
@@ -40,99 +132,44 @@ inline DeltaRuleWithBounds delta_rule_with_bf16_bounds(const std::vector<double>
                                                         const std::vector<double>& v, const std::vector<double>& g,
                                                         const std::vector<double>& beta, int64_t B, int64_t T,
                                                         int64_t Hk, int64_t Hv, int64_t dk, int64_t dv) {
-    using Vec = std::vector<double>;
-    const double u = std::ldexp(1.0, -9), w = 2 * u + u * u, a = 4e-5, grow = (1 + u) * (1 + u);
+    using namespace delta_rule_bounds;
+    const Constants K;
+    const double w = K.w, a = K.a, grow = K.grow;
     constexpr int64_t L = 64;
     DeltaRuleWithBounds r{Vec(v.size(), 0.0), Vec(v.size(), 0.0)};
-    auto sz = [](int64_t n) { return static_cast<size_t>(n); };
     for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < Hv; ++h) {
-            const int64_t kh = h / (Hv / Hk);
-            auto kx = [&](int64_t t, int64_t x) { return k[sz(((b * T + t) * Hk + kh) * dk + x)]; };
-            auto qx = [&](int64_t t, int64_t x) { return q[sz(((b * T + t) * Hk + kh) * dk + x)]; };
-            auto vc = [&](int64_t t, int64_t c) { return v[sz(((b * T + t) * Hv + h) * dv + c)]; };
-            auto gate = [&](const Vec& x, int64_t t) { return x[sz((b * T + t) * Hv + h)]; };
-            auto out = [&](int64_t t, int64_t c) { return sz(((b * T + t) * Hv + h) * dv + c); };
-            Vec S(sz(dk * dv), 0.0), ES(sz(dk * dv), 0.0);
+            const Head hd{q, k, v, g, beta, T, Hk, Hv, dk, dv, b, h};
+            Vec S(sz(dk * dv), 0.0), ES(sz(dk * dv), 0.0), Snew(S.size()), ESnew(S.size());
             for (int64_t t0 = 0; t0 < T; t0 += L) {
                 const int64_t n = std::min(L, T - t0);
-                Vec gamma(sz(n)), e(sz(n)), f(sz(n));
-                double sum = 0.0;
-                for (int64_t i = 0; i < n; ++i) gamma[sz(i)] = sum += gate(g, t0 + i);
-                for (int64_t i = 0; i < n; ++i) {
-                    e[sz(i)] = std::exp(gamma[sz(i)]);
-                    f[sz(i)] = std::exp(gamma[sz(n - 1)] - gamma[sz(i)]);
-                }
-                const double lambda = std::exp(gamma[sz(n - 1)]);
-                // A, M and their bounds; T = (I + A)^{-1} by forward substitution in double.
-                Vec A(sz(n * n), 0.0), dA(sz(n * n), 0.0), M(sz(n * n), 0.0), dM(sz(n * n), 0.0), Tm(sz(n * n), 0.0);
-                for (int64_t i = 0; i < n; ++i) {
-                    dA[sz(i * n + i)] = a;
-                    for (int64_t j = 0; j <= i; ++j) {
-                        double kk = 0.0, kk_mag = 0.0, qk = 0.0, qk_mag = 0.0;
-                        for (int64_t x = 0; x < dk; ++x) {
-                            kk += kx(t0 + i, x) * kx(t0 + j, x);
-                            kk_mag += std::fabs(kx(t0 + i, x) * kx(t0 + j, x));
-                            qk += qx(t0 + i, x) * kx(t0 + j, x);
-                            qk_mag += std::fabs(qx(t0 + i, x) * kx(t0 + j, x));
-                        }
-                        const double decay = std::exp(gamma[sz(i)] - gamma[sz(j)]), bi = gate(beta, t0 + i);
-                        M[sz(i * n + j)] = qk * decay;
-                        dM[sz(i * n + j)] = decay * (w + a) * qk_mag + a * std::fabs(M[sz(i * n + j)]);
-                        if (j < i) {
-                            A[sz(i * n + j)] = bi * kk * decay;
-                            dA[sz(i * n + j)] = bi * decay * (w + a) * kk_mag + a * std::fabs(A[sz(i * n + j)]);
-                        }
-                    }
-                }
-                for (int64_t col = 0; col < n; ++col)
-                    for (int64_t i = col; i < n; ++i) {
-                        double x = i == col ? 1.0 : 0.0;
-                        for (int64_t j = col; j < i; ++j) x -= A[sz(i * n + j)] * Tm[sz(j * n + col)];
-                        Tm[sz(i * n + col)] = x;
-                    }
-                // |ΔT| ≤ |T| δA (|T| + |ΔT|), three passes from 0.
-                Vec dT(sz(n * n), 0.0), right(sz(n * n)), left(sz(n * n));
-                for (int pass = 0; pass < 3; ++pass) {
-                    for (int64_t i = 0; i < n * n; ++i) right[sz(i)] = std::fabs(Tm[sz(i)]) + dT[sz(i)];
-                    for (int64_t i = 0; i < n; ++i)  // left = δA (|T| + |ΔT|)
-                        for (int64_t c = 0; c < n; ++c) {
-                            double s = 0.0;
-                            for (int64_t j = 0; j < n; ++j) s += dA[sz(i * n + j)] * right[sz(j * n + c)];
-                            left[sz(i * n + c)] = s;
-                        }
-                    for (int64_t i = 0; i < n; ++i)
-                        for (int64_t c = 0; c < n; ++c) {
-                            double s = 0.0;
-                            for (int64_t j = 0; j < n; ++j) s += std::fabs(Tm[sz(i * n + j)]) * left[sz(j * n + c)];
-                            dT[sz(i * n + c)] = s;
-                        }
-                }
+                const Factors fc = chunk_factors(hd, t0, n);
+                const Vec &e = fc.e, &f = fc.f;
                 // The walk, one value column at a time (the columns of S evolve independently).
-                Vec Snew(S.size()), ESnew(S.size());
                 for (int64_t c = 0; c < dv; ++c) {
                     Vec x(sz(n)), dx(sz(n)), qs(sz(n)), dqs(sz(n)), vp(sz(n)), dvp(sz(n));
                     for (int64_t i = 0; i < n; ++i) {
                         double ks = 0.0, ks_mag = 0.0, ks_err = 0.0, qsum = 0.0, qs_mag = 0.0, qs_err = 0.0;
                         for (int64_t y = 0; y < dk; ++y) {
                             const double s = S[sz(y * dv + c)], es = ES[sz(y * dv + c)];
-                            ks += kx(t0 + i, y) * s;
-                            ks_mag += std::fabs(kx(t0 + i, y) * s);
-                            ks_err += std::fabs(kx(t0 + i, y)) * es;
-                            qsum += qx(t0 + i, y) * s;
-                            qs_mag += std::fabs(qx(t0 + i, y) * s);
-                            qs_err += std::fabs(qx(t0 + i, y)) * es;
+                            ks += hd.kx(t0 + i, y) * s;
+                            ks_mag += std::fabs(hd.kx(t0 + i, y) * s);
+                            ks_err += std::fabs(hd.kx(t0 + i, y)) * es;
+                            qsum += hd.qx(t0 + i, y) * s;
+                            qs_mag += std::fabs(hd.qx(t0 + i, y) * s);
+                            qs_err += std::fabs(hd.qx(t0 + i, y)) * es;
                         }
-                        const double bi = gate(beta, t0 + i), dks = (w + a) * ks_mag + grow * ks_err;
-                        x[sz(i)] = bi * (vc(t0 + i, c) - e[sz(i)] * ks);
-                        dx[sz(i)] = bi * e[sz(i)] * dks + a * bi * (std::fabs(vc(t0 + i, c)) + e[sz(i)] * std::fabs(ks));
+                        const double bi = hd.beta_at(t0 + i), vi = v[hd.value(t0 + i, c)];
+                        const double dks = (w + a) * ks_mag + grow * ks_err;
+                        x[sz(i)] = bi * (vi - e[sz(i)] * ks);
+                        dx[sz(i)] = bi * e[sz(i)] * dks + a * bi * (std::fabs(vi) + e[sz(i)] * std::fabs(ks));
                         qs[sz(i)] = qsum;
                         dqs[sz(i)] = (w + a) * qs_mag + grow * qs_err;
                     }
                     for (int64_t i = 0; i < n; ++i) {
                         double s = 0.0, mag = 0.0, err = 0.0;
                         for (int64_t j = 0; j <= i; ++j) {
-                            const double t = Tm[sz(i * n + j)], et = dT[sz(i * n + j)];
+                            const double t = fc.T[sz(i * n + j)], et = fc.dT[sz(i * n + j)];
                             s += t * x[sz(j)];
                             mag += std::fabs(t * x[sz(j)]);
                             err += et * (std::fabs(x[sz(j)]) + dx[sz(j)]) + std::fabs(t) * dx[sz(j)];
@@ -143,30 +180,120 @@ inline DeltaRuleWithBounds delta_rule_with_bf16_bounds(const std::vector<double>
                     for (int64_t i = 0; i < n; ++i) {
                         double s = e[sz(i)] * qs[sz(i)], mag = 0.0, err = 0.0;
                         for (int64_t j = 0; j <= i; ++j) {
-                            const double m = M[sz(i * n + j)];
+                            const double m = fc.M[sz(i * n + j)];
                             s += m * vp[sz(j)];
                             mag += std::fabs(m * vp[sz(j)]);
-                            err += dM[sz(i * n + j)] * (std::fabs(vp[sz(j)]) + dvp[sz(j)]) + std::fabs(m) * dvp[sz(j)];
+                            err += fc.dM[sz(i * n + j)] * (std::fabs(vp[sz(j)]) + dvp[sz(j)]) + std::fabs(m) * dvp[sz(j)];
                         }
-                        r.o[out(t0 + i, c)] = s;
-                        r.o_bound[out(t0 + i, c)] = e[sz(i)] * dqs[sz(i)] + a * e[sz(i)] * std::fabs(qs[sz(i)]) +
-                                                    (w + a) * mag + grow * err;
+                        r.o[hd.value(t0 + i, c)] = s;
+                        r.o_bound[hd.value(t0 + i, c)] =
+                            e[sz(i)] * dqs[sz(i)] + a * e[sz(i)] * std::fabs(qs[sz(i)]) + (w + a) * mag + grow * err;
                     }
                     for (int64_t y = 0; y < dk; ++y) {
-                        double s = lambda * S[sz(y * dv + c)], mag = 0.0, err = 0.0;
+                        double s = fc.lambda * S[sz(y * dv + c)], mag = 0.0, err = 0.0;
                         for (int64_t j = 0; j < n; ++j) {
-                            const double kf = std::fabs(kx(t0 + j, y)) * f[sz(j)];
-                            s += kx(t0 + j, y) * f[sz(j)] * vp[sz(j)];
+                            const double kf = std::fabs(hd.kx(t0 + j, y)) * f[sz(j)];
+                            s += hd.kx(t0 + j, y) * f[sz(j)] * vp[sz(j)];
                             mag += kf * std::fabs(vp[sz(j)]);
                             err += kf * dvp[sz(j)];
                         }
                         Snew[sz(y * dv + c)] = s;
-                        ESnew[sz(y * dv + c)] = lambda * ES[sz(y * dv + c)] + a * lambda * std::fabs(S[sz(y * dv + c)]) +
-                                                (w + a) * mag + grow * (1 + a) * err;
+                        ESnew[sz(y * dv + c)] = fc.lambda * ES[sz(y * dv + c)] +
+                                                a * fc.lambda * std::fabs(S[sz(y * dv + c)]) + (w + a) * mag +
+                                                grow * (1 + a) * err;
                     }
                 }
                 S.swap(Snew);
                 ES.swap(ESnew);
+            }
+        }
+    return r;
+}
+
+// The backward's carry (its first kernel) with bounds: dS at every chunk's end, [B][Hv][chunks][dk][dv],
+// and W = Tᵀ dV' per token, [B·T][Hv][dv], as the carry kernels leave them in delta_rule_backward's
+// scratch (delta_rule_chunked_kernels.cu: BackwardScratch). The factors carry the forward's bounds
+// (chunk_factors); per chunk, from the last, with dS exact and E its bound:
+//   K dS: (w + a)·Σ_x |k_ix dS_xc| + (1 + u)²·Σ_x |k_ix|·E_xc
+//   dV' = f ⊙ K dS + Mᵀ dO: f_i·Δ(K dS) + a·f_i|K dS| + (w + a)·Σ_j |M_ji dO_j| + (1 + u)²·Σ_j |ΔM_ji||dO_j|
+//   W = Tᵀ dV': (w + a)·Σ_j |T_ji dV'_j| + (1 + u)²·Σ_j (|ΔT_ji|(|dV'_j| + ΔdV'_j) + |T_ji|·ΔdV'_j)
+//   dS ← λ dS + Qᵀ (e ⊙ dO) − Kᵀ (e ⊙ β ⊙ W): E ← λE + a·λ|dS| + (w + a)·Σ_j (|q_jx| e_j |dO_j| +
+//     |k_jx| e_j β_j |W_j|) + (1 + u)²(1 + a)·Σ_j |k_jx| e_j β_j ΔW_j
+struct DeltaRuleCarryWithBounds {
+    std::vector<double> dstates, dstates_bound, w, w_bound;
+};
+
+inline DeltaRuleCarryWithBounds delta_rule_carry_with_bf16_bounds(
+    const std::vector<double>& q, const std::vector<double>& k, const std::vector<double>& g,
+    const std::vector<double>& beta, const std::vector<double>& dout, int64_t B, int64_t T, int64_t Hk, int64_t Hv,
+    int64_t dk, int64_t dv) {
+    using namespace delta_rule_bounds;
+    const Constants K;
+    const double w = K.w, a = K.a, grow = K.grow;
+    constexpr int64_t L = 64;
+    const int64_t chunks = (T + L - 1) / L;
+    const size_t states = sz(B * Hv * chunks * dk * dv);
+    DeltaRuleCarryWithBounds r{Vec(states, 0.0), Vec(states, 0.0), Vec(dout.size(), 0.0), Vec(dout.size(), 0.0)};
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < Hv; ++h) {
+            const Head hd{q, k, dout, g, beta, T, Hk, Hv, dk, dv, b, h};
+            Vec dS(sz(dk * dv), 0.0), E(sz(dk * dv), 0.0), dSnew(dS.size()), Enew(dS.size());
+            for (int64_t ci = chunks - 1; ci >= 0; --ci) {
+                const int64_t t0 = ci * L, n = std::min(L, T - t0);
+                const size_t at = sz(((b * Hv + h) * chunks + ci) * dk * dv);
+                std::copy(dS.begin(), dS.end(), r.dstates.begin() + std::ptrdiff_t(at));
+                std::copy(E.begin(), E.end(), r.dstates_bound.begin() + std::ptrdiff_t(at));
+                const Factors fc = chunk_factors(hd, t0, n);
+                const Vec &e = fc.e, &f = fc.f;
+                for (int64_t c = 0; c < dv; ++c) {
+                    Vec dvp(sz(n)), edvp(sz(n)), wv(sz(n)), ew(sz(n)), dO(sz(n));
+                    for (int64_t i = 0; i < n; ++i) dO[sz(i)] = dout[hd.value(t0 + i, c)];
+                    for (int64_t i = 0; i < n; ++i) {
+                        double kds = 0.0, mag = 0.0, err = 0.0;
+                        for (int64_t y = 0; y < dk; ++y) {
+                            kds += hd.kx(t0 + i, y) * dS[sz(y * dv + c)];
+                            mag += std::fabs(hd.kx(t0 + i, y) * dS[sz(y * dv + c)]);
+                            err += std::fabs(hd.kx(t0 + i, y)) * E[sz(y * dv + c)];
+                        }
+                        double s = f[sz(i)] * kds, mmag = 0.0, merr = 0.0;
+                        for (int64_t j = i; j < n; ++j) {
+                            s += fc.M[sz(j * n + i)] * dO[sz(j)];
+                            mmag += std::fabs(fc.M[sz(j * n + i)] * dO[sz(j)]);
+                            merr += fc.dM[sz(j * n + i)] * std::fabs(dO[sz(j)]);
+                        }
+                        dvp[sz(i)] = s;
+                        edvp[sz(i)] = f[sz(i)] * ((w + a) * mag + grow * err) + a * f[sz(i)] * std::fabs(kds) +
+                                      (w + a) * mmag + grow * merr;
+                    }
+                    for (int64_t i = 0; i < n; ++i) {
+                        double s = 0.0, mag = 0.0, err = 0.0;
+                        for (int64_t j = i; j < n; ++j) {
+                            const double t = fc.T[sz(j * n + i)], et = fc.dT[sz(j * n + i)];
+                            s += t * dvp[sz(j)];
+                            mag += std::fabs(t * dvp[sz(j)]);
+                            err += et * (std::fabs(dvp[sz(j)]) + edvp[sz(j)]) + std::fabs(t) * edvp[sz(j)];
+                        }
+                        wv[sz(i)] = s;
+                        ew[sz(i)] = (w + a) * mag + grow * err;
+                        r.w[hd.value(t0 + i, c)] = s;
+                        r.w_bound[hd.value(t0 + i, c)] = ew[sz(i)];
+                    }
+                    for (int64_t y = 0; y < dk; ++y) {
+                        double s = fc.lambda * dS[sz(y * dv + c)], mag = 0.0, err = 0.0;
+                        for (int64_t j = 0; j < n; ++j) {
+                            const double ebj = e[sz(j)] * hd.beta_at(t0 + j);
+                            s += hd.qx(t0 + j, y) * e[sz(j)] * dO[sz(j)] - hd.kx(t0 + j, y) * ebj * wv[sz(j)];
+                            mag += std::fabs(hd.qx(t0 + j, y)) * e[sz(j)] * std::fabs(dO[sz(j)]) +
+                                   std::fabs(hd.kx(t0 + j, y)) * ebj * std::fabs(wv[sz(j)]);
+                            err += std::fabs(hd.kx(t0 + j, y)) * ebj * ew[sz(j)];
+                        }
+                        dSnew[sz(y * dv + c)] = s;
+                        Enew[sz(y * dv + c)] = fc.lambda * E[sz(y * dv + c)] + a * fc.lambda * std::fabs(dS[sz(y * dv + c)]) +
+                                               (w + a) * mag + grow * (1 + a) * err;
+                    }
+                }
+                dS.swap(dSnew);
+                E.swap(Enew);
             }
         }
     return r;

@@ -11,10 +11,12 @@
 //     relative to the largest operand, ~1e-6 at worst. Measured by running these kernels' code on the
 //     CPU through an emulation of the CUDA thread model (docs/notes/delta-rule-chunked-backward.md):
 //     worst 5.6e-7 over these shapes and decays.
-//   The tensor-core forward (GemmMath::bf16 at key dims 64 and 128): every element of o within the
-//     bound its arithmetic implies (delta_rule_bf16_bounds.h), printed as worst |Δ| / bound.
-//   kBf16: the fp32 backward fed by the bf16 forward's saved T, M, V' and states, 1e-2 of the largest
-//     gradient, as test_cuda_ops.cpp holds the bf16 matrix products (operands rounded to 2⁻⁹).
+//   The tensor-core kernels (GemmMath::bf16 at key dims 64 and 128: the forward and the backward's
+//     carry): every element of o, of dS at every chunk's end and of W = Tᵀ dV' within the bound their
+//     arithmetic implies (delta_rule_bf16_bounds.h), printed as worst |Δ| / bound.
+//   kBf16: the gradients of the fp32 gradients kernel fed by those (T, M, V', the states, dS and W all
+//     carry bf16-sized errors), 1e-2 of the largest gradient, as test_cuda_ops.cpp holds the bf16
+//     matrix products (operands rounded to bf16).
 #include "cuda_test_support.h"
 #include "delta_rule_bf16_bounds.h"
 #include "train/reference_ops.h"
@@ -141,14 +143,26 @@ struct MarkedKernels {
     bool ran(const std::string& kernel) const { return std::find(names.begin(), names.end(), kernel) != names.end(); }
 };
 
-// The tensor-core forward (GemmMath::bf16 at key dims 64 and 128): every element of o within the bound
-// its arithmetic implies (delta_rule_bf16_bounds.h; the worst error / bound is printed), from the float
-// inputs the device sees. The bound's own double forward is first checked against the recurrent
-// reference (1e-9: two double evaluations of one function). `saved` starts as NaN, so a value the
-// forward leaves unwritten shows as a NaN gradient or a mismatch between runs; the marks show that the
-// tensor-core kernels ran; a second run gives the same bits. Then the fp32 backward reads what this
-// forward saved (as training does) and its gradients are held to kBf16 of the reference's largest: its
-// inputs T, M, V' and the states now carry the bf16 forward's errors.
+// The scratch of delta_rule_backward after its carry: dS at every chunk's end, then W per token
+// (BackwardScratch in delta_rule_chunked_kernels.cu).
+struct CarryOutputs {
+    Vec dstates, w;
+};
+
+CarryOutputs carry_of(const Vec& scratch, int64_t B, int64_t T, int64_t Hv, int64_t dk, int64_t dv) {
+    const int64_t states = B * Hv * ((T + cuda::kDeltaChunk - 1) / cuda::kDeltaChunk) * dk * dv;
+    return {Vec(scratch.begin(), scratch.begin() + states),
+            Vec(scratch.begin() + states, scratch.begin() + states + B * T * Hv * dv)};
+}
+
+// The tensor-core kernels (GemmMath::bf16 at key dims 64 and 128: the forward and the backward's carry):
+// every element of o, of dS at every chunk's end and of W within the bound their arithmetic implies
+// (delta_rule_bf16_bounds.h; the worst error / bound is printed), from the float inputs the device sees.
+// The bounds' own double values are first checked against the recurrent reference (o, 1e-9: two double
+// evaluations of one function) and against the fp32 kernels' carry (dS and W, kFloat). `saved` and
+// `scratch` start as NaN, so a value left unwritten shows; the marks show that the tensor-core kernels
+// ran; a second run gives the same bits. The gradients, from the fp32 gradients kernel fed by these,
+// are held to kBf16 of the reference's largest.
 void check_delta_rule_bf16(int64_t B, int64_t T, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, double decay = 0.5) {
     DeltaRuleInputs in = delta_rule_inputs(B, T, Hk, Hv, dk, dv, decay);
     for (Vec* x : {&in.q, &in.k, &in.v, &in.g, &in.beta, &in.dout})
@@ -156,48 +170,71 @@ void check_delta_rule_bf16(int64_t B, int64_t T, int64_t Hk, int64_t Hv, int64_t
     const DeltaRuleGradients want = delta_rule_reference(in, B, T, Hk, Hv, dk, dv);
     const testing::DeltaRuleWithBounds bounded =
         testing::delta_rule_with_bf16_bounds(in.q, in.k, in.v, in.g, in.beta, B, T, Hk, Hv, dk, dv);
+    const testing::DeltaRuleCarryWithBounds carry =
+        testing::delta_rule_carry_with_bf16_bounds(in.q, in.k, in.g, in.beta, in.dout, B, T, Hk, Hv, dk, dv);
     const std::string tag = fmt::format("delta_rule bf16 B{} T{} {}/{} {}x{} decay {}", B, T, Hk, Hv, dk, dv, decay);
     EXPECT_LE(testing::relative_error(tag + " bound's o", bounded.o, want.o), 1e-9);
 
-    const cuda::ScopedGemmMath math(cuda::GemmMath::bf16);
-    const size_t saved_floats = size_t(cuda::delta_rule_saved_floats(B, T, Hv, dk, dv));
+    const size_t saved_floats = size_t(cuda::delta_rule_saved_floats(B, T, Hv, dk, dv)),
+                 scratch_floats = size_t(cuda::delta_rule_scratch_floats(B, T, Hv, dk, dv));
     DeviceArray gq(in.q), gk(in.k), gv(in.v), gg(in.g), gbeta(in.beta), gdout(in.dout);
-    std::vector<Vec> outputs, saves;
-    for (int run = 0; run < 2; ++run) {
-        DeviceArray go = DeviceArray::zeros(in.v.size()), gsaved(Vec(saved_floats, NAN));
+    struct Run {
+        Vec o, saved, scratch, dq, dk, dv, dg, dbeta;
+        std::vector<std::string> kernels;
+    };
+    auto run = [&](cuda::GemmMath math) {
+        const cuda::ScopedGemmMath scoped(math);
+        DeviceArray go = DeviceArray::zeros(in.v.size()), gsaved(Vec(saved_floats, NAN)),
+                    gscratch(Vec(scratch_floats, NAN)), gdq = DeviceArray::zeros(in.q.size()),
+                    gdk = DeviceArray::zeros(in.k.size()), gdv = DeviceArray::zeros(in.v.size()),
+                    gdg = DeviceArray::zeros(in.g.size()), gdbeta = DeviceArray::zeros(in.g.size());
         MarkedKernels marks;
         cuda::delta_rule_forward(gq.get(), gk.get(), gv.get(), gg.get(), gbeta.get(), B, T, Hk, Hv, dk, dv, go.get(),
                                  gsaved.get());
-        EXPECT_TRUE(marks.ran("delta: chunk_factors_mma_kernel") && marks.ran("delta: forward_walk_mma_kernel") &&
-                    !marks.ran("delta: forward_walk_kernel"))
-            << tag << ": the tensor-core kernels did not run";
-        outputs.push_back(go.read());
-        saves.push_back(gsaved.read());
-        if (run == 1) continue;
-        EXPECT_LE(worst_over_bound(tag + " o", outputs[0], bounded.o, bounded.o_bound, 0.0), 1.0);
-        DeviceArray gdq = DeviceArray::zeros(in.q.size()), gdk = DeviceArray::zeros(in.k.size()),
-                    gdv = DeviceArray::zeros(in.v.size()), gdg = DeviceArray::zeros(in.g.size()),
-                    gdbeta = DeviceArray::zeros(in.g.size()),
-                    gscratch(Vec(size_t(cuda::delta_rule_scratch_floats(B, T, Hv, dk, dv)), NAN));
         cuda::delta_rule_backward(gq.get(), gk.get(), gv.get(), gg.get(), gbeta.get(), gdout.get(), gsaved.get(), B, T,
                                   Hk, Hv, dk, dv, gdq.get(), gdk.get(), gdv.get(), gdg.get(), gdbeta.get(),
                                   gscratch.get());
-        DELTABIT_EXPECT_CLOSE(tag + " dq", gdq.read(), want.dq, kBf16);
-        DELTABIT_EXPECT_CLOSE(tag + " dk", gdk.read(), want.dk, kBf16);
-        DELTABIT_EXPECT_CLOSE(tag + " dv", gdv.read(), want.dv, kBf16);
-        DELTABIT_EXPECT_CLOSE(tag + " dg", gdg.read(), want.dg, kBf16);
-        DELTABIT_EXPECT_CLOSE(tag + " dbeta", gdbeta.read(), want.dbeta, kBf16);
+        return Run{go.read(),  gsaved.read(), gscratch.read(), gdq.read(),  gdk.read(),
+                   gdv.read(), gdg.read(),    gdbeta.read(),   marks.names};
+    };
+    {
+        const CarryOutputs fp32 = carry_of(run(cuda::GemmMath::fp32).scratch, B, T, Hv, dk, dv);
+        DELTABIT_EXPECT_CLOSE(tag + " bound's dS (fp32 kernels)", fp32.dstates, carry.dstates, kFloat);
+        DELTABIT_EXPECT_CLOSE(tag + " bound's W (fp32 kernels)", fp32.w, carry.w, kFloat);
     }
-    // memcmp, not ==: NaN (a value never written) must count as a difference only if the bits differ.
-    EXPECT_TRUE(std::memcmp(outputs[0].data(), outputs[1].data(), outputs[0].size() * sizeof(double)) == 0 &&
-                std::memcmp(saves[0].data(), saves[1].data(), saves[0].size() * sizeof(double)) == 0)
+    const Run first = run(cuda::GemmMath::bf16), second = run(cuda::GemmMath::bf16);
+    auto ran = [&](const char* kernel) {
+        return std::find(first.kernels.begin(), first.kernels.end(), kernel) != first.kernels.end();
+    };
+    EXPECT_TRUE(ran("delta: chunk_factors_mma_kernel") && ran("delta: forward_walk_mma_kernel") &&
+                ran("delta: backward_carry_mma_kernel") && !ran("delta: forward_walk_kernel") &&
+                !ran("delta: backward_carry_kernel"))
+        << tag << ": the tensor-core kernels did not run";
+    EXPECT_LE(worst_over_bound(tag + " o", first.o, bounded.o, bounded.o_bound, 0.0), 1.0);
+    const CarryOutputs got = carry_of(first.scratch, B, T, Hv, dk, dv);
+    EXPECT_LE(worst_over_bound(tag + " dS", got.dstates, carry.dstates, carry.dstates_bound, 0.0), 1.0);
+    EXPECT_LE(worst_over_bound(tag + " W", got.w, carry.w, carry.w_bound, 0.0), 1.0);
+    DELTABIT_EXPECT_CLOSE(tag + " dq", first.dq, want.dq, kBf16);
+    DELTABIT_EXPECT_CLOSE(tag + " dk", first.dk, want.dk, kBf16);
+    DELTABIT_EXPECT_CLOSE(tag + " dv", first.dv, want.dv, kBf16);
+    DELTABIT_EXPECT_CLOSE(tag + " dg", first.dg, want.dg, kBf16);
+    DELTABIT_EXPECT_CLOSE(tag + " dbeta", first.dbeta, want.dbeta, kBf16);
+    // memcmp: NaN (a value never written) compares unequal to itself under ==.
+    auto same = [](const Vec& x, const Vec& y) {
+        return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(double)) == 0;
+    };
+    EXPECT_TRUE(same(first.o, second.o) && same(first.saved, second.saved) && same(first.scratch, second.scratch) &&
+                same(first.dq, second.dq) && same(first.dk, second.dk) && same(first.dv, second.dv) &&
+                same(first.dg, second.dg) && same(first.dbeta, second.dbeta))
         << tag << ": two runs differ";
     size_t unwritten = 0;
-    for (double x : saves[0]) unwritten += std::isnan(x);
-    EXPECT_EQ(unwritten, 0u) << tag << ": saved values the forward did not write";
+    for (double x : first.saved) unwritten += std::isnan(x);
+    for (double x : got.dstates) unwritten += std::isnan(x);
+    for (double x : got.w) unwritten += std::isnan(x);
+    EXPECT_EQ(unwritten, 0u) << tag << ": saved or carried values the kernels did not write";
 }
 
-TEST(CudaTrainOps, DeltaRuleBf16Forward) {
+TEST(CudaTrainOps, DeltaRuleBf16TensorCores) {
     SKIP_WITHOUT_GPU();
     check_delta_rule_bf16(1, 1, 1, 1, 64, 32);            // one token
     check_delta_rule_bf16(2, 150, 1, 2, 64, 40);          // two sequences, 3 chunks (the last partial), Hv = 2·Hk, a partial value tile
@@ -207,19 +244,28 @@ TEST(CudaTrainOps, DeltaRuleBf16Forward) {
     check_delta_rule_bf16(1, 200, 1, 3, 128, 32, 0.01);   // weak decays: states carried nearly whole, Hv = 3·Hk
 }
 
-// The switch: bf16 at a key dim the tensor-core forward is not built for, and fp32 at one it is, keep
-// the fp32 kernels.
-TEST(CudaTrainOps, DeltaRuleBf16ForwardOnlyWhereBuilt) {
+// The switch: bf16 at a key dim the tensor-core kernels are not built for, and fp32 at one they are,
+// keep the fp32 kernels.
+TEST(CudaTrainOps, DeltaRuleBf16KernelsOnlyWhereBuilt) {
     SKIP_WITHOUT_GPU();
     for (auto [math, dk] : {std::pair{cuda::GemmMath::bf16, 32}, {cuda::GemmMath::fp32, 64}}) {
         const cuda::ScopedGemmMath scoped(math);
-        const DeltaRuleInputs in = delta_rule_inputs(1, 3, 1, 1, dk, 8, 0.5);
-        DeviceArray gq(in.q), gk(in.k), gv(in.v), gg(in.g), gbeta(in.beta), go = DeviceArray::zeros(in.v.size()),
-            gsaved = DeviceArray::zeros(size_t(cuda::delta_rule_saved_floats(1, 3, 1, dk, 8)));
+        const int64_t T = 3, dv = 8;
+        const DeltaRuleInputs in = delta_rule_inputs(1, T, 1, 1, dk, dv, 0.5);
+        DeviceArray gq(in.q), gk(in.k), gv(in.v), gg(in.g), gbeta(in.beta), gdout(in.dout),
+            go = DeviceArray::zeros(in.v.size()), gdq = DeviceArray::zeros(in.q.size()),
+            gdk = DeviceArray::zeros(in.k.size()), gdv = DeviceArray::zeros(in.v.size()),
+            gdg = DeviceArray::zeros(in.g.size()), gdbeta = DeviceArray::zeros(in.g.size()),
+            gsaved = DeviceArray::zeros(size_t(cuda::delta_rule_saved_floats(1, T, 1, dk, dv))),
+            gscratch = DeviceArray::zeros(size_t(cuda::delta_rule_scratch_floats(1, T, 1, dk, dv)));
         MarkedKernels marks;
-        cuda::delta_rule_forward(gq.get(), gk.get(), gv.get(), gg.get(), gbeta.get(), 1, 3, 1, 1, dk, 8, go.get(),
+        cuda::delta_rule_forward(gq.get(), gk.get(), gv.get(), gg.get(), gbeta.get(), 1, T, 1, 1, dk, dv, go.get(),
                                  gsaved.get());
-        EXPECT_TRUE(marks.ran("delta: forward_walk_kernel") && !marks.ran("delta: forward_walk_mma_kernel"))
+        cuda::delta_rule_backward(gq.get(), gk.get(), gv.get(), gg.get(), gbeta.get(), gdout.get(), gsaved.get(), 1, T,
+                                  1, 1, dk, dv, gdq.get(), gdk.get(), gdv.get(), gdg.get(), gdbeta.get(),
+                                  gscratch.get());
+        EXPECT_TRUE(marks.ran("delta: forward_walk_kernel") && marks.ran("delta: backward_carry_kernel") &&
+                    !marks.ran("delta: forward_walk_mma_kernel") && !marks.ran("delta: backward_carry_mma_kernel"))
             << "key dim " << dk;
     }
 }

@@ -596,10 +596,14 @@ void delta_rule_backward(const float* q, const float* k, const float* v, const f
     const Saved s(const_cast<float*>(saved), d);
     const BackwardScratch x(scratch, d);
     const size_t carry_bytes = walk_shared_bytes(d, 2), gradient_bytes = gradients_shared_bytes(d);
-    allow_shared(backward_carry_kernel, carry_bytes, d, "backward_carry_kernel");
-    backward_carry_kernel<<<tile_grid(d), kThreads, carry_bytes>>>(q, k, beta, dout, s.factors, d, x.dstates, x.w);
-    cuda_check_launch("backward_carry_kernel");
-    mark_kernel("delta: backward_carry_kernel");
+    if (gemm_math() == GemmMath::bf16 && delta_rule_mma_supported(dk)) {
+        delta_rule_mma_backward_carry(q, k, beta, dout, s.factors, B, T, Hk, Hv, dk, dv, x.dstates, x.w);
+    } else {
+        allow_shared(backward_carry_kernel, carry_bytes, d, "backward_carry_kernel");
+        backward_carry_kernel<<<tile_grid(d), kThreads, carry_bytes>>>(q, k, beta, dout, s.factors, d, x.dstates, x.w);
+        cuda_check_launch("backward_carry_kernel");
+        mark_kernel("delta: backward_carry_kernel");
+    }
     // Accumulators per thread: ⌈dk/4⌉ keys of its row; two sizes keep the registers small at dk ≤ 64.
     auto gradients = dk <= 64 ? backward_gradients_kernel<16> : backward_gradients_kernel<32>;
     allow_shared(gradients, gradient_bytes, d, "backward_gradients_kernel");

@@ -1,8 +1,10 @@
-// The chunked delta rule's forward on tensor cores for the bf16 training path
-// (delta_rule_chunked_mma_kernels.cu): the contract of delta_rule_forward in kernels.h, the same
-// `saved` buffer (delta_rule_chunked_common.cuh) for the fp32 backward to read. delta_rule_forward
-// dispatches to it when the products run in bf16 (gemm.h) and the key dim is one it is built for; fp32
-// products and other key dims keep the CUDA-core kernels, the oracle it is tested against.
+// The chunked delta rule's forward and backward carry on tensor cores for the bf16 training path
+// (delta_rule_chunked_mma_kernels.cu). The forward has the contract of delta_rule_forward in kernels.h
+// and fills the same `saved` buffer (delta_rule_chunked_common.cuh); the carry is the first kernel of
+// delta_rule_backward (dS at every chunk's end and W = Tᵀ dV' per token, which the fp32 gradients kernel
+// then reads). delta_rule_forward / _backward dispatch to these when the products run in bf16 (gemm.h)
+// and the key dim is one they are built for; fp32 products and other key dims keep the CUDA-core
+// kernels, the oracle these are tested against.
 #pragma once
 
 #include <cstdint>
@@ -13,5 +15,9 @@ bool delta_rule_mma_supported(int64_t dk);  // key dim 64 or 128
 void delta_rule_mma_forward(const float* q, const float* k, const float* v, const float* g, const float* beta,
                             int64_t B, int64_t T, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, float* o,
                             float* saved);
+// dstates [B][Hv][chunks][dk][dv], w [B·T][Hv][dv] (delta_rule_backward's scratch); factors: saved's.
+void delta_rule_mma_backward_carry(const float* q, const float* k, const float* beta, const float* dout,
+                                   const float* factors, int64_t B, int64_t T, int64_t Hk, int64_t Hv, int64_t dk,
+                                   int64_t dv, float* dstates, float* w);
 
 }  // namespace deltabit::train::cuda

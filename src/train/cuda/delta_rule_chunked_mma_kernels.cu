@@ -22,7 +22,7 @@
 // layout is the transpose of the fragment's: S, x, V' are stored [k][column], and Kᵀ is read from K's
 // rows). No atomics: two runs give the same bits.
 //
-// Precision: each operand is rounded once to bf16 (relative error ≤ u = 2⁻⁹), products exact in fp32,
+// Precision: each operand is rounded once to bf16 (relative error ≤ u = 2⁻⁸), products exact in fp32,
 // fp32 accumulation (the tensor cores' is aligned and truncated: tensor_core.cuh). The resulting bound
 // per output element, carried through T's inverse and the state from chunk to chunk, is
 // tests/train/delta_rule_bf16_bounds.h; tests/train/test_cuda_ops.cpp checks every element against it.
@@ -326,6 +326,147 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
+// ---- backward carry: grid (value tiles, Hv, B), chunk after chunk from the last ----
+//   dV' = f ⊙ K dS + Mᵀ dO,  W = Tᵀ dV',  dS ← λ dS + Qᵀ (e ⊙ dO) − Kᵀ (e ⊙ β ⊙ W)
+// (backward_carry_kernel's math) with the forward walk's tiles: Mᵀ and Tᵀ are read transposed from
+// their rows, upper triangular now, so the warp of rows 16r .. 16r + 15 takes k-steps r .. 3; dS, the
+// fp32 accumulators, stays in registers from chunk to chunk as the walk's S.
+
+template <int D>
+size_t carry_shared_bytes() {
+    return size_t(2 * L * D + 2 * L * L + D * kTile + 4 * L * kTile) * 2 + size_t(3 * L) * sizeof(float);
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads)
+    backward_carry_mma_kernel(const float* q, const float* k, const float* beta, const float* dout,
+                              const float* factors, Dims d, float* dstates, float* w_out) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    unsigned char* ks = smem;                            // K rows, bf16 [L][D]
+    unsigned char* qs = ks + L * D * 2;                  // Q rows
+    unsigned char* t_tile = qs + L * D * 2;              // T, bf16 [L][L]
+    unsigned char* m_tile = t_tile + L * L * 2;          // M
+    unsigned char* s_tile = m_tile + L * L * 2;          // dS at the chunk's end, bf16 [D][kTile]
+    unsigned char* do_tile = s_tile + D * kTile * 2;     // dO, bf16 [L][kTile]
+    unsigned char* edo_tile = do_tile + L * kTile * 2;   // e^γ ⊙ dO
+    unsigned char* dvn_tile = edo_tile + L * kTile * 2;  // dV'
+    unsigned char* ebw_tile = dvn_tile + L * kTile * 2;  // −e^γ ⊙ β ⊙ W
+    float* e = reinterpret_cast<float*>(ebw_tile + L * kTile * 2);
+    float* f = e + L;
+    float* bt = f + L;
+    constexpr int kTileChunks = kTile / 8;
+    constexpr int kStateRowBlocks = D / 16, kStateTiles = D / 32;
+    const int64_t h = blockIdx.y, b = blockIdx.z, v0 = int64_t(blockIdx.x) * kTile, kh = d.key_head(h);
+    const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, g4 = lane >> 2, t4 = lane & 3;
+    const int r0 = 16 * (warp & 3), n0 = 16 * (warp >> 2), row_block = warp & 3;
+    const int sr0 = 16 * (warp % kStateRowBlocks), sc0 = (warp / kStateRowBlocks) * 8 * kStateTiles;
+    float dstate[kStateTiles][4] = {};  // as the walk's `state`
+    for (int64_t c = d.chunks - 1; c >= 0; --c) {
+        const int64_t t0 = c * L;
+        const int len = chunk_length(d, c);
+        __syncthreads();
+        float* saved_dstate = dstates + d.state_offset(b, h, c);
+#pragma unroll
+        for (int n = 0; n < kStateTiles; ++n)
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int x = sr0 + g4 + 8 * half, col = sc0 + 8 * n + 2 * t4;
+                store_pair<kTileChunks>(s_tile, x, col, dstate[n][2 * half], dstate[n][2 * half + 1]);
+                if (v0 + col < d.dv) saved_dstate[x * d.dv + v0 + col] = dstate[n][2 * half];
+                if (v0 + col + 1 < d.dv) saved_dstate[x * d.dv + v0 + col + 1] = dstate[n][2 * half + 1];
+            }
+        stage_key_rows<D>(k, d, b, kh, t0, len, ks);
+        stage_key_rows<D>(q, d, b, kh, t0, len, qs);
+        const float* chunk_factors = factors + d.factor_offset(b, h, c);
+        stage_square(chunk_factors, t_tile);
+        stage_square(chunk_factors + L * L, m_tile);
+        for (int i = int(threadIdx.x); i < L; i += kThreads) {
+            e[i] = chunk_factors[2 * L * L + i];
+            f[i] = chunk_factors[2 * L * L + L + i];
+            bt[i] = i < len ? beta[d.token(b, t0 + i) * d.Hv + h] : 0.0f;
+        }
+        for (int x = int(threadIdx.x); x < L * kTile / 2; x += kThreads) {
+            const int i = x / (kTile / 2), col = 2 * (x % (kTile / 2));
+            const float* row = dout + (d.token(b, t0 + i) * d.Hv + h) * d.dv + v0 + col;
+            const float first = i < len && v0 + col < d.dv ? row[0] : 0.0f;
+            const float second = i < len && v0 + col + 1 < d.dv ? row[1] : 0.0f;
+            const float ei = chunk_factors[2 * L * L + i];
+            store_pair<kTileChunks>(do_tile, i, col, first, second);
+            store_pair<kTileChunks>(edo_tile, i, col, ei * first, ei * second);
+        }
+        __syncthreads();
+        // dV' = f ⊙ K dS + Mᵀ dO (Mᵀ upper triangular).
+        float dv_prime[2][4] = {};
+        for (int s = 0; s < D / 16; ++s) {
+            uint32_t ak[4], bs[4];
+            a_fragment<D / 8>(ks, r0, s, ak);
+            b_fragments<kTileChunks>(s_tile, n0, s, bs);
+            mma_bf16_f32(dv_prime[0], ak, bs[0], bs[1]);
+            mma_bf16_f32(dv_prime[1], ak, bs[2], bs[3]);
+        }
+#pragma unroll
+        for (int n = 0; n < 2; ++n)
+#pragma unroll
+            for (int x = 0; x < 4; ++x) dv_prime[n][x] *= f[r0 + g4 + 8 * (x >> 1)];
+        for (int s = row_block; s < L / 16; ++s) {
+            uint32_t am[4], bo[4];
+            a_fragment_of_transpose<L / 8>(m_tile, r0, s, am);
+            b_fragments<kTileChunks>(do_tile, n0, s, bo);
+            mma_bf16_f32(dv_prime[0], am, bo[0], bo[1]);
+            mma_bf16_f32(dv_prime[1], am, bo[2], bo[3]);
+        }
+#pragma unroll
+        for (int n = 0; n < 2; ++n)
+#pragma unroll
+            for (int half = 0; half < 2; ++half)
+                store_pair<kTileChunks>(dvn_tile, r0 + g4 + 8 * half, n0 + 8 * n + 2 * t4, dv_prime[n][2 * half],
+                                        dv_prime[n][2 * half + 1]);
+        __syncthreads();
+        // W = Tᵀ dV' (Tᵀ unit upper triangular); −e ⊙ β ⊙ W for the state.
+        float w[2][4] = {};
+        for (int s = row_block; s < L / 16; ++s) {
+            uint32_t at[4], bv[4];
+            a_fragment_of_transpose<L / 8>(t_tile, r0, s, at);
+            b_fragments<kTileChunks>(dvn_tile, n0, s, bv);
+            mma_bf16_f32(w[0], at, bv[0], bv[1]);
+            mma_bf16_f32(w[1], at, bv[2], bv[3]);
+        }
+#pragma unroll
+        for (int n = 0; n < 2; ++n)
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int i = r0 + g4 + 8 * half, col = n0 + 8 * n + 2 * t4;
+                const float first = w[n][2 * half], second = w[n][2 * half + 1], scale = -(e[i] * bt[i]);
+                store_pair<kTileChunks>(ebw_tile, i, col, scale * first, scale * second);
+                float* row = w_out + (d.token(b, t0 + i) * d.Hv + h) * d.dv + v0 + col;
+                if (i < len && v0 + col < d.dv) row[0] = first;
+                if (i < len && v0 + col + 1 < d.dv) row[1] = second;
+            }
+        __syncthreads();
+        // dS ← λ dS + Qᵀ (e ⊙ dO) − Kᵀ (e ⊙ β ⊙ W).
+        const float lambda = e[L - 1];
+#pragma unroll
+        for (int n = 0; n < kStateTiles; ++n)
+#pragma unroll
+            for (int x = 0; x < 4; ++x) dstate[n][x] *= lambda;
+        for (int s = 0; s < L / 16; ++s) {
+            uint32_t aq[4], ak[4];
+            a_fragment_of_transpose<D / 8>(qs, sr0, s, aq);
+            a_fragment_of_transpose<D / 8>(ks, sr0, s, ak);
+#pragma unroll
+            for (int pair = 0; pair < kStateTiles / 2; ++pair) {
+                uint32_t bo[4], bw[4];
+                b_fragments<kTileChunks>(edo_tile, sc0 + 16 * pair, s, bo);
+                b_fragments<kTileChunks>(ebw_tile, sc0 + 16 * pair, s, bw);
+                mma_bf16_f32(dstate[2 * pair], aq, bo[0], bo[1]);
+                mma_bf16_f32(dstate[2 * pair + 1], aq, bo[2], bo[3]);
+                mma_bf16_f32(dstate[2 * pair], ak, bw[0], bw[1]);
+                mma_bf16_f32(dstate[2 * pair + 1], ak, bw[2], bw[3]);
+            }
+        }
+    }
+}
+
 template <int D>
 void forward(const float* q, const float* k, const float* v, const float* g, const float* beta, const Dims& d,
              float* o, float* saved) {
@@ -343,6 +484,17 @@ void forward(const float* q, const float* k, const float* v, const float* g, con
     mark_kernel("delta: forward_walk_mma_kernel");
 }
 
+template <int D>
+void backward_carry(const float* q, const float* k, const float* beta, const float* dout, const float* factors,
+                    const Dims& d, float* dstates, float* w) {
+    const size_t bytes = carry_shared_bytes<D>();
+    allow_shared(backward_carry_mma_kernel<D>, bytes, d, "backward_carry_mma_kernel");
+    backward_carry_mma_kernel<D><<<dim3(unsigned((d.dv + kTile - 1) / kTile), unsigned(d.Hv), unsigned(d.B)), kThreads,
+                                   bytes>>>(q, k, beta, dout, factors, d, dstates, w);
+    cuda_check_launch("backward_carry_mma_kernel");
+    mark_kernel("delta: backward_carry_mma_kernel");
+}
+
 }  // namespace
 
 bool delta_rule_mma_supported(int64_t dk) { return dk == 64 || dk == 128; }
@@ -357,6 +509,20 @@ void delta_rule_mma_forward(const float* q, const float* k, const float* v, cons
     if (dk == 128) return forward<128>(q, k, v, g, beta, d, o, saved);
     fail_message("train cuda: delta rule: the tensor-core forward has no key dim " + std::to_string(dk) +
                  " (64 or 128)");
+}
+
+}  // namespace deltabit::train::cuda
+
+namespace deltabit::train::cuda {
+
+void delta_rule_mma_backward_carry(const float* q, const float* k, const float* beta, const float* dout,
+                                   const float* factors, int64_t B, int64_t T, int64_t Hk, int64_t Hv, int64_t dk,
+                                   int64_t dv, float* dstates, float* w) {
+    const Dims d = dims_of(B, T, Hk, Hv, dk, dv);
+    check_shape(d);
+    if (dk == 64) return backward_carry<64>(q, k, beta, dout, factors, d, dstates, w);
+    if (dk == 128) return backward_carry<128>(q, k, beta, dout, factors, d, dstates, w);
+    fail_message("train cuda: delta rule: the tensor-core carry has no key dim " + std::to_string(dk) + " (64 or 128)");
 }
 
 }  // namespace deltabit::train::cuda
