@@ -1,13 +1,14 @@
-// The chunked gated delta rule's forward on tensor cores (contract: delta_rule_chunked_mma.h), for the
-// bf16 training path at key dim 64 and 128: the math of delta_rule_chunked_kernels.cu (whose header
+// The chunked gated delta rule's forward and its backward's carry on tensor cores (contract:
+// delta_rule_chunked_mma.h), for the bf16 training path at key dim 64 and 128: the math of delta_rule_chunked_kernels.cu (whose header
 // gives the formulas) with every matrix product on mma.m16n8k16, bf16 operands and fp32 accumulators.
 // What stays fp32 (or double) is what the products feed on: the state S carried from chunk to chunk
 // (in registers, never rounded; only its copy for the chunk's K S and Q S is), T = (I + A)^{-1} by fp32
 // forward substitution, the decays (γ summed and differenced in double), and every elementwise step
 // (β ⊙ (V − e^γ ⊙ K S), e^γ ⊙ Q S, λ S). Saved T, M, V' and states are fp32, in the fp32 kernels'
-// layout (delta_rule_chunked_common.cuh): the backward (fp32, CUDA cores) reads them unchanged.
+// layout (delta_rule_chunked_common.cuh): the backward's gradients kernel (fp32, CUDA cores) reads
+// them unchanged, and the dS and W the carry leaves.
 //
-// Two launches, as the fp32 forward:
+// The forward's two launches, as the fp32 forward's:
 //   chunk_factors_mma_kernel  grid (chunks, Hv, B). K Kᵀ and Q Kᵀ [L][L] over dk, warp w owning rows
 //                             16(w % 4) .. +15 and columns 32(w / 4) .. +31 (the two tiles wholly above
 //                             the diagonal skip their products); then A, M and T as the fp32 kernel.
@@ -18,6 +19,8 @@
 //     S ← λ S + Kᵀ (f ⊙ V')      [dk][32] over the chunk's L tokens, warp w: rows 16(w % (dk/16)) .. +15,
 //                                dk/32 n-tiles; these accumulators ARE the fp32 state, kept in registers
 //                                across chunks.
+// backward_carry_mma_kernel (the backward's first launch) walks the same tiles from the last chunk: see
+// its comment.
 // Products are formed from bf16 tiles in shared memory through ldmatrix (.trans where the stored
 // layout is the transpose of the fragment's: S, x, V' are stored [k][column], and Kᵀ is read from K's
 // rows). No atomics: two runs give the same bits.
@@ -25,7 +28,7 @@
 // Precision: each operand is rounded once to bf16 (relative error ≤ u = 2⁻⁸), products exact in fp32,
 // fp32 accumulation (the tensor cores' is aligned and truncated: tensor_core.cuh). The resulting bound
 // per output element, carried through T's inverse and the state from chunk to chunk, is
-// tests/train/delta_rule_bf16_bounds.h; tests/train/test_cuda_ops.cpp checks every element against it.
+// tests/train/delta_rule_bf16_bounds.h; tests/train/test_cuda_delta_rule.cpp checks every element against it.
 #include "train/cuda/delta_rule_chunked_common.cuh"
 #include "train/cuda/delta_rule_chunked_mma.h"
 #include "train/cuda/kernel_marks.h"
@@ -98,11 +101,15 @@ __device__ __forceinline__ void b_fragments_of_transpose(const unsigned char* ti
 }
 
 // Rows t0 .. t0 + L − 1 of key head kh of q or k [B·T][Hk][D] as bf16 [L][D], zeros past len.
+// Both stagers have a fixed trip count per thread, unrolled by 4 so that a thread's global loads go
+// out four at a time (fully unrolled, the walk needed 251 registers at dk = 128: one block an SM).
 template <int D>
 __device__ void stage_key_rows(const float* src, const Dims& d, int64_t b, int64_t kh, int64_t t0, int len,
                                unsigned char* dst) {
-    for (int e = int(threadIdx.x); e < L * D / 2; e += kThreads) {
-        const int i = e / (D / 2), x = 2 * (e % (D / 2));
+    static_assert(L * D / 2 % kThreads == 0, "whole pairs per thread");
+#pragma unroll 4
+    for (int pass = 0; pass < L * D / 2 / kThreads; ++pass) {
+        const int e = int(threadIdx.x) + pass * kThreads, i = e / (D / 2), x = 2 * (e % (D / 2));
         float first = 0.0f, second = 0.0f;
         if (i < len) {
             const float* row = src + (d.token(b, t0 + i) * d.Hk + kh) * D;
@@ -115,8 +122,10 @@ __device__ void stage_key_rows(const float* src, const Dims& d, int64_t b, int64
 
 // An fp32 [L][L] factor (T or M) as bf16 [L][L].
 __device__ void stage_square(const float* src, unsigned char* dst) {
-    for (int e = int(threadIdx.x); e < L * L / 2; e += kThreads) {
-        const int i = e / (L / 2), j = 2 * (e % (L / 2));
+    static_assert(L * L / 2 % kThreads == 0, "whole pairs per thread");
+#pragma unroll 4
+    for (int pass = 0; pass < L * L / 2 / kThreads; ++pass) {
+        const int e = int(threadIdx.x) + pass * kThreads, i = e / (L / 2), j = 2 * (e % (L / 2));
         store_pair<L / 8>(dst, i, j, src[i * L + j], src[i * L + j + 1]);
     }
 }
@@ -241,7 +250,16 @@ __global__ void __launch_bounds__(kThreads)
             bt[i] = i < len ? beta[d.token(b, t0 + i) * d.Hv + h] : 0.0f;
         }
         __syncthreads();
-        // K S and Q S; x = β ⊙ (V − e^γ ⊙ K S) to x_tile; O starts as e^γ ⊙ Q S.
+        // K S and Q S; x = β ⊙ (V − e^γ ⊙ K S) to x_tile; O starts as e^γ ⊙ Q S. This thread's values of
+        // V are read first, their latency behind the products.
+        float v_at[2][4];
+#pragma unroll
+        for (int n = 0; n < 2; ++n)
+#pragma unroll
+            for (int x = 0; x < 4; ++x) {
+                const int i = r0 + g4 + 8 * (x >> 1), col = n0 + 8 * n + 2 * t4 + (x & 1);
+                v_at[n][x] = i < len && v0 + col < d.dv ? v[(d.token(b, t0 + i) * d.Hv + h) * d.dv + v0 + col] : 0.0f;
+            }
         float k_state[2][4] = {}, out[2][4] = {};
         for (int s = 0; s < D / 16; ++s) {
             uint32_t ak[4], aq[4], bs[4];
@@ -258,11 +276,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
                 const int i = r0 + g4 + 8 * half, col = n0 + 8 * n + 2 * t4;
-                const float* v_row = v + (d.token(b, t0 + i) * d.Hv + h) * d.dv + v0 + col;
-                const float v_first = i < len && v0 + col < d.dv ? v_row[0] : 0.0f;
-                const float v_second = i < len && v0 + col + 1 < d.dv ? v_row[1] : 0.0f;
-                store_pair<kTileChunks>(x_tile, i, col, bt[i] * (v_first - e[i] * k_state[n][2 * half]),
-                                        bt[i] * (v_second - e[i] * k_state[n][2 * half + 1]));
+                store_pair<kTileChunks>(x_tile, i, col, bt[i] * (v_at[n][2 * half] - e[i] * k_state[n][2 * half]),
+                                        bt[i] * (v_at[n][2 * half + 1] - e[i] * k_state[n][2 * half + 1]));
                 out[n][2 * half] *= e[i];
                 out[n][2 * half + 1] *= e[i];
             }
