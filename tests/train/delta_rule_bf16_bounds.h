@@ -5,21 +5,28 @@
 //
 // The arithmetic, u = 2⁻⁸ (bf16's unit roundoff: 8 significant bits, so round to nearest errs by at most
 // half of 2⁻⁷ relative; e.g. 1 + 2⁻⁸ rounds to 1), w = 2u + u²: a product of two operands each rounded
-// to bf16 errs by w·|ab|, and an operand that already carries an error Δ adds (1 + u)²·|a|·|Δ|. Per
-// chunk, with S the exact state entering it and E_S the bound on its error (0 at the first chunk):
+// to bf16 errs by w·|ab|, and an operand that already carries an error Δ adds (1 + u)²·|a|·|Δ|.
+// Each chunk's own arithmetic, with the state S entering it exact:
 //   K Kᵀ, Q Kᵀ: (w + a)·Σ_x |k_ix k_jx| (resp. |q_ix k_jx|), a the accumulation constant below;
 //     δA_ij = β_i e^{γ_i−γ_j}·that + a·(|A_ij| + [i = j]): the fp32 forming of A and the forward
 //     substitution (backward error ≤ 64·2⁻²⁴·|I + A| per column) ride in a·|I + A|.
 //   T = (I + A)^{-1}: T̃ − T = −T δA T̃, so |ΔT| ≤ |T|·δA·(|T| + |ΔT|), evaluated by three passes of that
 //     fixed point from 0 (the first pass is the first-order term; the next ones add the higher orders,
 //     each smaller by the factor ‖|T|·δA‖).
-//   K S, Q S: (w + a)·Σ_x |k_ix S_xc| + (1 + u)²·Σ_x |k_ix|·E_S,xc.
+//   K S, Q S: (w + a)·Σ_x |k_ix S_xc|.
 //   x = β ⊙ (V − e^γ ⊙ K S) in fp32: β_i e_i·Δ(K S) + a·β_i(|v| + e_i |K S|).
 //   V' = T x: (w + a)·Σ_j |T_ij x_j| + (1 + u)²·Σ_j (|ΔT_ij|(|x_j| + Δx_j) + |T_ij|·Δx_j).
 //   O = e^γ ⊙ Q S + M V': e_i·Δ(Q S) + a·(e_i |Q S| + Σ_j |M_ij V'_j|) + w·Σ_j |M_ij V'_j|
 //     + (1 + u)²·Σ_j (|ΔM_ij|(|V'_j| + ΔV'_j) + |M_ij|·ΔV'_j).
-//   S ← λ S + Kᵀ (f ⊙ V'): E_S ← λ E_S + a·λ|S| + (w + a)·Σ_j |k_jx| f_j |V'_jc|
-//     + (1 + u)²(1 + a)·Σ_j |k_jx| f_j ΔV'_jc.
+//   S ← λ S + Kᵀ (f ⊙ V'): a·λ|S| + (w + a)·Σ_j |k_jx| f_j |V'_jc| + (1 + u)²(1 + a)·Σ_j |k_jx| f_j ΔV'_jc.
+// The state's error then travels on: to first order in u, an error ΔS entering a chunk leaves it as
+// P ΔS and adds G ΔS to its o (the derivatives of the chunk's formulas in S: forward_propagation), so
+// chunk c's o carries Σ_{j<c} |G_c P_{c−1} ⋯ P_{j+1}|·L_j, L_j the bound of chunk j's own error in the
+// state. Taking |·| of the product, not the product of |·|, keeps the cancellation the recurrence has
+// (a componentwise carry of |P| grew the bound to 4,000× the values over four weakly decaying chunks).
+// The terms dropped are O(u²) relative. The bounds stay worst cases: where the decay is weak (γ ≈ 0
+// across a chunk) T sums 64 × 64 worst-case errors of K Kᵀ and the bound reaches the values' own size,
+// so the tests also hold these outputs to the bf16 products' relative tolerance.
 // a = 4e-5 covers the fp32 arithmetic around the bf16 rounding: the tensor cores add the 16 products of
 // a k-step and the accumulator as one block aligned to the largest and truncated (≤ 17·2⁻²² of the
 // block's largest term a step, ops/cuda/tensor_core.cuh), 8 k-steps at dk = 128: 3.2e-5 of Σ|terms|; the
@@ -122,6 +129,77 @@ inline Factors chunk_factors(const Head& hd, int64_t t0, int64_t n) {
     return c;
 }
 
+// Row-major dense products and absolute values for the propagation below.
+inline Vec product(const Vec& a, const Vec& b, int64_t n, int64_t m, int64_t p) {  // [n][m] · [m][p]
+    Vec c(sz(n * p), 0.0);
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t l = 0; l < m; ++l) {
+            const double x = a[sz(i * m + l)];
+            if (x != 0.0)
+                for (int64_t j = 0; j < p; ++j) c[sz(i * p + j)] += x * b[sz(l * p + j)];
+        }
+    return c;
+}
+inline Vec absolute(Vec x) {
+    for (double& e : x) e = std::fabs(e);
+    return x;
+}
+inline Vec identity(int64_t n) {
+    Vec x(sz(n * n), 0.0);
+    for (int64_t i = 0; i < n; ++i) x[sz(i * n + i)] = 1.0;
+    return x;
+}
+
+// How an error ΔS in the state entering a chunk moves what the chunk computes, to first order (the
+// derivatives of the chunk's formulas in S, at the exact T and M), with X = T diag(β e^γ) K [n][dk]:
+//   the state after it: P ΔS, P = λI − Kᵀ diag(f) X [dk][dk];   o: G ΔS, G = diag(e^γ) Q − M X [n][dk].
+// The carry's, in dS at the chunk's end, with X' = Tᵀ diag(f) K: dS before it P' = λI − Kᵀ diag(e^γ β) X',
+// W: G' = X'.
+struct Propagation {
+    Vec P, G;
+};
+
+inline Propagation forward_propagation(const Head& hd, const Factors& fc) {
+    const int64_t n = fc.n, dk = hd.dk;
+    Vec X(sz(n * dk), 0.0);
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t l = 0; l <= i; ++l) {
+            const double t = fc.T[sz(i * n + l)] * hd.beta_at(fc.t0 + l) * fc.e[sz(l)];
+            for (int64_t y = 0; y < dk; ++y) X[sz(i * dk + y)] += t * hd.kx(fc.t0 + l, y);
+        }
+    Propagation p{identity(dk), Vec(sz(n * dk), 0.0)};
+    for (double& x : p.P) x *= fc.lambda;
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t x = 0; x < dk; ++x) {
+            const double kf = hd.kx(fc.t0 + i, x) * fc.f[sz(i)];
+            for (int64_t y = 0; y < dk; ++y) p.P[sz(x * dk + y)] -= kf * X[sz(i * dk + y)];
+        }
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t y = 0; y < dk; ++y) {
+            double g = fc.e[sz(i)] * hd.qx(fc.t0 + i, y);
+            for (int64_t l = 0; l <= i; ++l) g -= fc.M[sz(i * n + l)] * X[sz(l * dk + y)];
+            p.G[sz(i * dk + y)] = g;
+        }
+    return p;
+}
+
+inline Propagation carry_propagation(const Head& hd, const Factors& fc) {
+    const int64_t n = fc.n, dk = hd.dk;
+    Propagation p{identity(dk), Vec(sz(n * dk), 0.0)};
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t l = i; l < n; ++l) {
+            const double t = fc.T[sz(l * n + i)] * fc.f[sz(l)];
+            for (int64_t y = 0; y < dk; ++y) p.G[sz(i * dk + y)] += t * hd.kx(fc.t0 + l, y);
+        }
+    for (double& x : p.P) x *= fc.lambda;
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t x = 0; x < dk; ++x) {
+            const double kb = hd.kx(fc.t0 + i, x) * fc.e[sz(i)] * hd.beta_at(fc.t0 + i);
+            for (int64_t y = 0; y < dk; ++y) p.P[sz(x * dk + y)] -= kb * p.G[sz(i * dk + y)];
+        }
+    return p;
+}
+
 }  // namespace delta_rule_bounds
 
 struct DeltaRuleWithBounds {
@@ -140,31 +218,32 @@ inline DeltaRuleWithBounds delta_rule_with_bf16_bounds(const std::vector<double>
     for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < Hv; ++h) {
             const Head hd{q, k, v, g, beta, T, Hk, Hv, dk, dv, b, h};
-            Vec S(sz(dk * dv), 0.0), ES(sz(dk * dv), 0.0), Snew(S.size()), ESnew(S.size());
+            Vec S(sz(dk * dv), 0.0), Snew(S.size());
+            // phi[j] = P of the chunks after j up to the current one: how chunk j's own state error
+            // reaches the state entering the current chunk; local[j] bounds that error.
+            std::vector<Vec> phi, local;
             for (int64_t t0 = 0; t0 < T; t0 += L) {
                 const int64_t n = std::min(L, T - t0);
                 const Factors fc = chunk_factors(hd, t0, n);
                 const Vec &e = fc.e, &f = fc.f;
-                // The walk, one value column at a time (the columns of S evolve independently).
+                Vec local_state(S.size());
+                // The chunk's exact values and the errors of its own arithmetic (an exact S entering it).
                 for (int64_t c = 0; c < dv; ++c) {
                     Vec x(sz(n)), dx(sz(n)), qs(sz(n)), dqs(sz(n)), vp(sz(n)), dvp(sz(n));
                     for (int64_t i = 0; i < n; ++i) {
-                        double ks = 0.0, ks_mag = 0.0, ks_err = 0.0, qsum = 0.0, qs_mag = 0.0, qs_err = 0.0;
+                        double ks = 0.0, ks_mag = 0.0, qsum = 0.0, qs_mag = 0.0;
                         for (int64_t y = 0; y < dk; ++y) {
-                            const double s = S[sz(y * dv + c)], es = ES[sz(y * dv + c)];
+                            const double s = S[sz(y * dv + c)];
                             ks += hd.kx(t0 + i, y) * s;
                             ks_mag += std::fabs(hd.kx(t0 + i, y) * s);
-                            ks_err += std::fabs(hd.kx(t0 + i, y)) * es;
                             qsum += hd.qx(t0 + i, y) * s;
                             qs_mag += std::fabs(hd.qx(t0 + i, y) * s);
-                            qs_err += std::fabs(hd.qx(t0 + i, y)) * es;
                         }
                         const double bi = hd.beta_at(t0 + i), vi = v[hd.value(t0 + i, c)];
-                        const double dks = (w + a) * ks_mag + grow * ks_err;
                         x[sz(i)] = bi * (vi - e[sz(i)] * ks);
-                        dx[sz(i)] = bi * e[sz(i)] * dks + a * bi * (std::fabs(vi) + e[sz(i)] * std::fabs(ks));
+                        dx[sz(i)] = bi * e[sz(i)] * (w + a) * ks_mag + a * bi * (std::fabs(vi) + e[sz(i)] * std::fabs(ks));
                         qs[sz(i)] = qsum;
-                        dqs[sz(i)] = (w + a) * qs_mag + grow * qs_err;
+                        dqs[sz(i)] = (w + a) * qs_mag;
                     }
                     for (int64_t i = 0; i < n; ++i) {
                         double s = 0.0, mag = 0.0, err = 0.0;
@@ -198,13 +277,21 @@ inline DeltaRuleWithBounds delta_rule_with_bf16_bounds(const std::vector<double>
                             err += kf * dvp[sz(j)];
                         }
                         Snew[sz(y * dv + c)] = s;
-                        ESnew[sz(y * dv + c)] = fc.lambda * ES[sz(y * dv + c)] +
-                                                a * fc.lambda * std::fabs(S[sz(y * dv + c)]) + (w + a) * mag +
-                                                grow * (1 + a) * err;
+                        local_state[sz(y * dv + c)] =
+                            a * fc.lambda * std::fabs(S[sz(y * dv + c)]) + (w + a) * mag + grow * (1 + a) * err;
                     }
                 }
+                // The earlier chunks' errors, carried into this chunk's state and through it into o.
+                const Propagation pr = forward_propagation(hd, fc);
+                for (size_t j = 0; j < phi.size(); ++j) {
+                    const Vec into_o = product(absolute(product(pr.G, phi[j], n, dk, dk)), local[j], n, dk, dv);
+                    for (int64_t i = 0; i < n; ++i)
+                        for (int64_t c = 0; c < dv; ++c) r.o_bound[hd.value(t0 + i, c)] += into_o[sz(i * dv + c)];
+                    phi[j] = product(pr.P, phi[j], dk, dk, dk);
+                }
+                phi.push_back(identity(dk));
+                local.push_back(local_state);
                 S.swap(Snew);
-                ES.swap(ESnew);
             }
         }
     return r;
@@ -213,12 +300,13 @@ inline DeltaRuleWithBounds delta_rule_with_bf16_bounds(const std::vector<double>
 // The backward's carry (its first kernel) with bounds: dS at every chunk's end, [B][Hv][chunks][dk][dv],
 // and W = Tᵀ dV' per token, [B·T][Hv][dv], as the carry kernels leave them in delta_rule_backward's
 // scratch (delta_rule_chunked_kernels.cu: BackwardScratch). The factors carry the forward's bounds
-// (chunk_factors); per chunk, from the last, with dS exact and E its bound:
-//   K dS: (w + a)·Σ_x |k_ix dS_xc| + (1 + u)²·Σ_x |k_ix|·E_xc
+// (chunk_factors); per chunk, from the last, the errors of its own arithmetic with dS exact:
+//   K dS: (w + a)·Σ_x |k_ix dS_xc|
 //   dV' = f ⊙ K dS + Mᵀ dO: f_i·Δ(K dS) + a·f_i|K dS| + (w + a)·Σ_j |M_ji dO_j| + (1 + u)²·Σ_j |ΔM_ji||dO_j|
 //   W = Tᵀ dV': (w + a)·Σ_j |T_ji dV'_j| + (1 + u)²·Σ_j (|ΔT_ji|(|dV'_j| + ΔdV'_j) + |T_ji|·ΔdV'_j)
-//   dS ← λ dS + Qᵀ (e ⊙ dO) − Kᵀ (e ⊙ β ⊙ W): E ← λE + a·λ|dS| + (w + a)·Σ_j (|q_jx| e_j |dO_j| +
+//   dS ← λ dS + Qᵀ (e ⊙ dO) − Kᵀ (e ⊙ β ⊙ W): a·λ|dS| + (w + a)·Σ_j (|q_jx| e_j |dO_j| +
 //     |k_jx| e_j β_j |W_j|) + (1 + u)²(1 + a)·Σ_j |k_jx| e_j β_j ΔW_j
+// and the later chunks' dS errors carried in through P' and G' (carry_propagation), as the forward.
 struct DeltaRuleCarryWithBounds {
     std::vector<double> dstates, dstates_bound, w, w_bound;
 };
@@ -237,23 +325,27 @@ inline DeltaRuleCarryWithBounds delta_rule_carry_with_bf16_bounds(
     for (int64_t b = 0; b < B; ++b)
         for (int64_t h = 0; h < Hv; ++h) {
             const Head hd{q, k, dout, g, beta, T, Hk, Hv, dk, dv, b, h};
-            Vec dS(sz(dk * dv), 0.0), E(sz(dk * dv), 0.0), dSnew(dS.size()), Enew(dS.size());
+            Vec dS(sz(dk * dv), 0.0), dSnew(dS.size());
+            std::vector<Vec> phi, local;  // as the forward's, over the later chunks
             for (int64_t ci = chunks - 1; ci >= 0; --ci) {
                 const int64_t t0 = ci * L, n = std::min(L, T - t0);
                 const size_t at = sz(((b * Hv + h) * chunks + ci) * dk * dv);
                 std::copy(dS.begin(), dS.end(), r.dstates.begin() + std::ptrdiff_t(at));
-                std::copy(E.begin(), E.end(), r.dstates_bound.begin() + std::ptrdiff_t(at));
+                for (size_t j = 0; j < phi.size(); ++j) {
+                    const Vec carried = product(absolute(phi[j]), local[j], dk, dk, dv);
+                    for (size_t x = 0; x < carried.size(); ++x) r.dstates_bound[at + x] += carried[x];
+                }
                 const Factors fc = chunk_factors(hd, t0, n);
                 const Vec &e = fc.e, &f = fc.f;
+                Vec local_dstate(dS.size());
                 for (int64_t c = 0; c < dv; ++c) {
                     Vec dvp(sz(n)), edvp(sz(n)), wv(sz(n)), ew(sz(n)), dO(sz(n));
                     for (int64_t i = 0; i < n; ++i) dO[sz(i)] = dout[hd.value(t0 + i, c)];
                     for (int64_t i = 0; i < n; ++i) {
-                        double kds = 0.0, mag = 0.0, err = 0.0;
+                        double kds = 0.0, mag = 0.0;
                         for (int64_t y = 0; y < dk; ++y) {
                             kds += hd.kx(t0 + i, y) * dS[sz(y * dv + c)];
                             mag += std::fabs(hd.kx(t0 + i, y) * dS[sz(y * dv + c)]);
-                            err += std::fabs(hd.kx(t0 + i, y)) * E[sz(y * dv + c)];
                         }
                         double s = f[sz(i)] * kds, mmag = 0.0, merr = 0.0;
                         for (int64_t j = i; j < n; ++j) {
@@ -262,8 +354,7 @@ inline DeltaRuleCarryWithBounds delta_rule_carry_with_bf16_bounds(
                             merr += fc.dM[sz(j * n + i)] * std::fabs(dO[sz(j)]);
                         }
                         dvp[sz(i)] = s;
-                        edvp[sz(i)] = f[sz(i)] * ((w + a) * mag + grow * err) + a * f[sz(i)] * std::fabs(kds) +
-                                      (w + a) * mmag + grow * merr;
+                        edvp[sz(i)] = f[sz(i)] * (w + a) * mag + a * f[sz(i)] * std::fabs(kds) + (w + a) * mmag + grow * merr;
                     }
                     for (int64_t i = 0; i < n; ++i) {
                         double s = 0.0, mag = 0.0, err = 0.0;
@@ -288,12 +379,20 @@ inline DeltaRuleCarryWithBounds delta_rule_carry_with_bf16_bounds(
                             err += std::fabs(hd.kx(t0 + j, y)) * ebj * ew[sz(j)];
                         }
                         dSnew[sz(y * dv + c)] = s;
-                        Enew[sz(y * dv + c)] = fc.lambda * E[sz(y * dv + c)] + a * fc.lambda * std::fabs(dS[sz(y * dv + c)]) +
-                                               (w + a) * mag + grow * (1 + a) * err;
+                        local_dstate[sz(y * dv + c)] =
+                            a * fc.lambda * std::fabs(dS[sz(y * dv + c)]) + (w + a) * mag + grow * (1 + a) * err;
                     }
                 }
+                const Propagation pr = carry_propagation(hd, fc);
+                for (size_t j = 0; j < phi.size(); ++j) {
+                    const Vec into_w = product(absolute(product(pr.G, phi[j], n, dk, dk)), local[j], n, dk, dv);
+                    for (int64_t i = 0; i < n; ++i)
+                        for (int64_t c = 0; c < dv; ++c) r.w_bound[hd.value(t0 + i, c)] += into_w[sz(i * dv + c)];
+                    phi[j] = product(pr.P, phi[j], dk, dk, dk);
+                }
+                phi.push_back(identity(dk));
+                local.push_back(local_dstate);
                 dS.swap(dSnew);
-                E.swap(Enew);
             }
         }
     return r;
