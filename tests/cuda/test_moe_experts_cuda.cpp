@@ -314,9 +314,9 @@ TEST_P(MoeExpertsCuda, MatchesCpuReferenceWithinTheArithmeticBound) {
     Reference ref;  // the bound differs between the paths only for BF16 products
     // BF16 products: beside the worst-case bound (which grows with K faster than real errors), the mean error is
     // held to fp32's class, as tests/cuda/test_plain_gemm_cuda.cpp does. Against the error of bf16 products whose
-    // inputs were rounded once to bf16 (each input within 2⁻⁹), an fp32-class path errs ~2⁻¹⁵ as much (2⁻²⁴ per
+    // inputs were rounded once to bf16 (each input within 2⁻⁸), an fp32-class path errs ~2⁻¹⁶ as much (2⁻²⁴ per
     // input and per rounding, act's and the combine's included), one that dropped the lo part (inputs within
-    // 2⁻¹⁷) ~2⁻⁸ as much; the H200's cuBLAS products measured 5e-5 to 1.7e-4 with three parts and 1.3e-3 to
+    // 2⁻¹⁶) ~2⁻⁸ as much; the H200's cuBLAS products measured 5e-5 to 1.7e-4 with three parts and 1.3e-3 to
     // 1.9e-3 with two (docs/notes/diffusion-speed.md). The gate, 2⁻¹¹ ≈ 4.9e-4, lies between the classes.
     // (Only where both products are BF16: an int8 code of down's input flipped by an fp32 rounding moves an output
     // by a quantum, which the worst-case bound allows for and this mean would not.)

@@ -2,7 +2,7 @@
 // the error bound that the bf16 flash kernels' arithmetic implies (train/cuda/attention_flash_kernels.cu).
 // Layouts as the kernels: q, o, dout [B·T][Hq][dh]; k, v [B·T][Hkv][dh].
 //
-// The arithmetic, u = 2⁻⁹ (bf16's unit roundoff), every operand of a product rounded to bf16:
+// The arithmetic, u = 2⁻⁸ (bf16's unit roundoff: 8 significant bits, so 1 + 2⁻⁸ rounds to 1), every operand of a product rounded to bf16:
 //   score s = scale·q·k: both operands rounded, so |Δs| ≤ (2u + u²)·scale·Σ_d |q_d k_d| (+ fp32 sums);
 //     E = the row's worst such error. lse = log Σ exp s moves by at most E too, so a recomputed weight
 //     exp(s − lse), and the forward's exp(s − m) / l, is within a factor e^{±2E} of the exact one.
@@ -33,7 +33,7 @@ inline AttentionWithBounds attention_with_bf16_bounds(const std::vector<double>&
                                                       const std::vector<double>& v, const std::vector<double>& dout,
                                                       int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t dh,
                                                       double scale) {
-    const double u = std::ldexp(1.0, -9);
+    const double u = std::ldexp(1.0, -8);
     const double fp32 = 1e-5;
     AttentionWithBounds r;
     for (auto* x : {&r.o, &r.dq, &r.o_bound, &r.dq_bound}) x->assign(q.size(), 0.0);

@@ -11,9 +11,10 @@
 //     model (docs/notes/train-cuda.md), the tiny qwen35's worst gradient tensor was 1.1e-4 of its
 //     largest value (layer 0's input norm: the end of the longest backward chain, on weights of std
 //     0.3), the loss 4e-8: the bounds are 5e-4 per gradient tensor and 2e-5 on the loss.
-//   bf16 products: operands rounded to 2⁻⁹ relative in every product of the forward and backward; the
+//   bf16 products: operands rounded to 2⁻⁸ relative in every product of the forward and backward; the
 //     errors are independent roundings that add in quadrature, so a gradient tensor's relative L2
-//     error stays within 5e-2 (a 2⁻⁹ error through ~8 chained products, ×3 margin), and the summed
+//     error stays within 5e-2 (a 2⁻⁸ error through ~8 chained products adds
+//     to ~1.1e-2 in quadrature, ×4.5 margin), and the summed
 //     loss within 5e-3 relative.
 //   parameters after the step: the step uses Adam's eps = 1, so that its first update
 //     ĝ/(|ĝ| + 1) + wd·θ (ĝ = clip factor · g) is 1-Lipschitz in ĝ (with the usual 1e-8 the first step

@@ -24,7 +24,7 @@
 // The gradients are added to dq, dk, dv (the caller's accumulators), as the CUDA-core kernels do.
 //
 // Precision (bf16 path): q, k, v, dO and the weights P and dS each enter an mma rounded to bf16
-// (relative error ≤ 2⁻⁹), products exact in fp32, accumulation fp32. A score errs by at most
+// (relative error ≤ 2⁻⁸), products exact in fp32, accumulation fp32. A score errs by at most
 // 2⁻⁸·scale·Σ_d |q_d k_d| (plus fp32 sums): the same order as the trainer's bf16 matrix products
 // (gemm.h), and tests/train/test_cuda_ops.cpp checks each output against the bound that follows.
 // Operands are converted to bf16 while being staged into shared memory (plain loads into registers, not

@@ -4,7 +4,7 @@
 //   linear_backward_input:   dx[n][in]  += dy[n][out] · W[out][in]
 //   linear_backward_weight:  dW[out][in] += dy[n][out]ᵀ · x[n][in]
 // QAT note: a binarised weight is ±d with d an fp16 value; the bf16 multiply rounds d to 8 significant
-// bits (relative error ≤ 2⁻⁹), so the training forward is within that of the exported Q1_0 model.
+// bits (relative error ≤ 2⁻⁸), so the training forward is within that of the exported Q1_0 model.
 #pragma once
 
 #include <cstdint>

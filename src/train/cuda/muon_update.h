@@ -1,7 +1,7 @@
 // Muon on the device (train/muon.h is the math and the CPU reference): the momentum and the update in
 // pointwise kernels (train/cuda/optimizer_kernels.cu), the Frobenius norm by the gradient-norm reduction,
 // and the Newton–Schulz products on cuBLAS through train/cuda/gemm.h in fp32 (CUBLAS_COMPUTE_32F), not
-// the training path's bf16: bf16's 2⁻⁹ rounding of X·Xᵀ would be amplified by the iteration's slope
+// the training path's bf16: bf16's 2⁻⁸ rounding of X·Xᵀ would be amplified by the iteration's slope
 // (up to 3.4 per step at small singular values), and fp32 keeps the device within ~1e-5 of the double
 // reference, which is what lets tests/train/test_cuda_muon.cpp check it. The cost is ~6·r²·c + 2·r³
 // fp32 FLOPs per step per matrix (r ≤ c its sides), small beside the model's own products.
