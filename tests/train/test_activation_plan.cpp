@@ -53,6 +53,10 @@ TEST(ActivationPlan, RecomputeNeverKeepsAndKeepAlwaysDoesOrRefuses) {
               "buffers 2.0 GiB, more than 90% of the 8.0 GiB free on the GPU; set run.activations = \"auto\" or "
               "\"recompute\"");
     EXPECT_EQ(error.find('\n'), std::string::npos);
+    // A small model's figures in MiB, not "0.00 GiB".
+    const ActivationChoice small = choose_activations(
+        "recompute", {.kept_bytes = 3 << 20, .other_bytes = 1 << 20, .free_bytes = 80 * kGiB, .layers = 2}, "run.toml");
+    EXPECT_NE(small.summary.find("keeping them would take 3.0 MiB"), std::string::npos) << small.summary;
 }
 
 }  // namespace
