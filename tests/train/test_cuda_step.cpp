@@ -417,6 +417,9 @@ TEST(CudaTrainStep, KeptActivationsGiveTheRecomputedStepsBits) {
         if (eval_recomputed == eval_control) EXPECT_EQ(eval_kept, eval_recomputed) << tag << "evaluation";
         params = after[0];
         adam = states[0];
+        std::printf("[ cuda train ] kept vs recomputed, step %d: losses %.9g %.9g, %lld values equal so far\n",
+                    step + 1, losses[0][0], losses[0][1], static_cast<long long>(compared));
+        std::fflush(stdout);  // the emulated run takes minutes a step
     }
     std::printf("[ cuda train ] kept vs recomputed activations, 3 steps × 2 micro-batches: %lld values equal to the "
                 "bit, %lld left out where two recomputing runs differed (atomics)\n",
