@@ -315,9 +315,11 @@ TEST(CudaTrainStep, QatForwardWeightsAndGradient) {
 // premise, checked). Each step starts the three from the first one's state, so an atomic's last bit
 // in one step does not make every later comparison vacuous. Under tests/tools/cuda_emulation_train.sh
 // (atomics in a fixed order) every value is compared.
-TEST(CudaTrainStep, KeptActivationsGiveTheRecomputedStepsBits) {
-    SKIP_WITHOUT_GPU();
-    const ParameterLayout layout(tiny_config(true));
+// Returns the recomputing run's profile (the training path's bf16 products, as `deltabit train`).
+StepProfile expect_kept_activations_give_the_recomputed_bits(const ModelConfig& config) {
+    const cuda::GemmMath saved_math = cuda::gemm_math();
+    cuda::set_gemm_math(cuda::GemmMath::bf16);
+    const ParameterLayout layout(config);
     const int64_t V = layout.config().n_vocab;
     const auto batch_of = [&](int64_t sequences, int64_t T, int32_t shift) {
         Batch b;
@@ -334,8 +336,8 @@ TEST(CudaTrainStep, KeptActivationsGiveTheRecomputedStepsBits) {
     AdamState adam;
     cuda::TrainModel recomputed(layout), control(layout), kept(layout);
     kept.set_keep_activations(true);
-    ASSERT_TRUE(kept.keeps_activations());
-    ASSERT_FALSE(recomputed.keeps_activations());
+    EXPECT_TRUE(kept.keeps_activations());
+    EXPECT_FALSE(recomputed.keeps_activations());
     cuda::TrainModel* models[3] = {&recomputed, &control, &kept};
     StepProfile profiles[3];
     recomputed.set_profile(&profiles[0]);
@@ -393,10 +395,14 @@ TEST(CudaTrainStep, KeptActivationsGiveTheRecomputedStepsBits) {
         }
         const std::string tag = fmt::format("step {} ", step + 1);
         // The losses and the norm are doubles summed with atomics: compared to the bit where the control's are.
-        for (int micro = 0; micro < 2; ++micro)
-            if (losses[0][micro] == losses[1][micro])
+        for (int micro = 0; micro < 2; ++micro) {
+            if (losses[0][micro] == losses[1][micro]) {
                 EXPECT_EQ(losses[2][micro], losses[0][micro]) << tag << "micro-batch " << micro << " loss";
-        if (norms[0] == norms[1]) EXPECT_EQ(norms[2], norms[0]) << tag << "gradient norm";
+            }
+        }
+        if (norms[0] == norms[1]) {
+            EXPECT_EQ(norms[2], norms[0]) << tag << "gradient norm";
+        }
         for (const ParameterInfo& p : layout.all()) {
             const auto part = [&](const std::vector<float>& v) {
                 return std::span<const float>(v).subspan(size_t(p.offset), size_t(p.size));
@@ -414,7 +420,9 @@ TEST(CudaTrainStep, KeptActivationsGiveTheRecomputedStepsBits) {
         const Batch eval = batch_of(4, 50, 9 + step);
         const double eval_recomputed = recomputed.loss(eval), eval_control = control.loss(eval),
                      eval_kept = kept.loss(eval);
-        if (eval_recomputed == eval_control) EXPECT_EQ(eval_kept, eval_recomputed) << tag << "evaluation";
+        if (eval_recomputed == eval_control) {
+            EXPECT_EQ(eval_kept, eval_recomputed) << tag << "evaluation";
+        }
         params = after[0];
         adam = states[0];
         std::printf("[ cuda train ] kept vs recomputed, step %d: losses %.9g %.9g, %lld values equal so far\n",
@@ -429,7 +437,7 @@ TEST(CudaTrainStep, KeptActivationsGiveTheRecomputedStepsBits) {
     // The profile: the kept run has no recompute pass, and its forward and backward passes are the
     // recomputing run's, span for span and FLOP for FLOP.
     const StepProfile &with = profiles[0], &without = profiles[2];
-    ASSERT_EQ(without.steps(), 3);
+    EXPECT_EQ(without.steps(), 3);
     EXPECT_GT(with.pass(ProfilePass::recompute).spans, 0);
     EXPECT_EQ(without.pass(ProfilePass::recompute).spans, 0);
     for (const ProfilePass pass : {ProfilePass::forward, ProfilePass::backward, ProfilePass::update}) {
@@ -440,6 +448,26 @@ TEST(CudaTrainStep, KeptActivationsGiveTheRecomputedStepsBits) {
     // FLOPs than the forward pass, and every one of its FLOPs is gone from the kept run's total.
     EXPECT_LT(with.pass(ProfilePass::recompute).spans, with.pass(ProfilePass::forward).spans);
     EXPECT_LT(with.pass(ProfilePass::recompute).flops, with.pass(ProfilePass::forward).flops);
+    cuda::set_gemm_math(saved_math);
+    return with;
+}
+
+// The tiny hybrid: attention on the CUDA-core kernels (head_dim 8).
+TEST(CudaTrainStep, KeptActivationsGiveTheRecomputedStepsBits) {
+    SKIP_WITHOUT_GPU();
+    const StepProfile profile = expect_kept_activations_give_the_recomputed_bits(tiny_config(true));
+    EXPECT_EQ(profile.kernel("attention: flash_dq_kernel"), nullptr);  // head_dim 8: the CUDA-core kernels
+}
+
+// The same at head_dim 64, where the training path's bf16 products take the flash attention kernels
+// (attention_flash.h), as qwen35-100m's head_dim 128 does: their forward and its log-sum-exp kept.
+TEST(CudaTrainStep, KeptActivationsGiveTheRecomputedStepsBitsWithFlashAttention) {
+    SKIP_WITHOUT_GPU();
+    ModelConfig c = tiny_config(true);
+    c.head_dim = 64;
+    c.rope_dim = 16;
+    const StepProfile profile = expect_kept_activations_give_the_recomputed_bits(c);
+    EXPECT_NE(profile.kernel("attention: flash_dq_kernel"), nullptr) << "the flash kernels did not run";
 }
 
 // optimizer.kind = "muon" on the device: two optimizer steps on the device's own gradients against
