@@ -184,6 +184,7 @@ void run_train(const TrainArgs& args) {
     const double peak = bf16_peak_tflops(backend);
     fmt::print(stderr, "train: {} parameters, {} tokens per step, {} steps from step {} on {} → {}\n",
                trainer.layout().total(), tokens_per_step, total, trainer.step(), backend, out_dir.string());
+    if (!trainer.activations_summary().empty()) fmt::print(stderr, "train: {}\n", trainer.activations_summary());
     if (config.optimizer.kind == "muon") {  // say which tensors Muon took, so a run shows that it did
         int64_t matrices = 0, weights = 0;
         for (const train::ParameterInfo& p : trainer.layout().all())
@@ -241,9 +242,11 @@ void run_train(const TrainArgs& args) {
             profile->steps() == 1 ? "" : "s", c.run.batch, c.run.seq_len,
             c.run.grad_accum > 1 ? fmt::format(" × {} micro-batches", c.run.grad_accum) : std::string(),
             args.profile_warmup, args.profile_warmup == 1 ? "" : "s", backend,
-            trainer.on_gpu() ? "CUDA events"
-                             : "the wall clock (the CPU reference's forward and backward are one call, not split by op)");
-        fmt::print("{}", profile->report(title, profile_ceilings(backend)));
+            !trainer.on_gpu()             ? "the wall clock (the CPU reference's forward and backward are one call, "
+                                            "not split by op)"
+            : trainer.keeps_activations() ? "CUDA events; activations kept (no recompute pass)"
+                                          : "CUDA events; activations recomputed in the backward");
+        fmt::print("{}", profile->report(title, profile_ceilings(backend), flops_per_token * double(tokens_per_step)));
     }
     if (steps_timed > 0) {
         const double tokens_per_s = double(tokens_per_step * steps_timed) / seconds_sum;

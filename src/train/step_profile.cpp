@@ -100,7 +100,7 @@ double StepProfile::device_ms() const {
     return sum;
 }
 
-std::string StepProfile::report(std::string_view title, const ProfileCeilings& ceilings) const {
+std::string StepProfile::report(std::string_view title, const ProfileCeilings& ceilings, double mfu_flops) const {
     const double n = double(std::max<int64_t>(steps_, 1));
     const double wall = wall_ms_ / n, device = device_ms() / n;
     std::string out = fmt::format("{}\n", title);
@@ -145,6 +145,9 @@ std::string StepProfile::report(std::string_view title, const ProfileCeilings& c
         if (!kKindInfo[k].host) all_flops += kinds_[k].flops / n;
     out += fmt::format("step wall time (host)   {:>10.2f} ms; {} GFLOP counted above → {} TFLOP/s over the step\n",
                        wall, amount(all_flops, 1e9), rate(all_flops, wall, 1e12));
+    if (mfu_flops > 0 && all_flops > 0)
+        out += fmt::format("MFU's count             {:>10.1f} GFLOP a step; the spans executed {:.2f}× that\n",
+                           mfu_flops / 1e9, all_flops / mfu_flops);
     if (device_span_ms_ > 0) {
         const double span = device_span_ms_ / n, idle = std::max(0.0, span - device);
         out += fmt::format("device span             {:>10.2f} ms from the step's first span to its last; idle between "
@@ -154,16 +157,22 @@ std::string StepProfile::report(std::string_view title, const ProfileCeilings& c
     out += fmt::format("not in any span         {:>10.2f} ms ({:.1f}% of the wall: launches, host work, waits)\n",
                        std::max(0.0, wall - device), wall > 0 ? 100.0 * std::max(0.0, wall - device) / wall : 0.0);
     std::string passes;
-    for (size_t p = 0; p < kProfilePasses; ++p)
+    const bool split_by_op = passes_[size_t(ProfilePass::forward)].spans > 0;
+    for (size_t p = 0; p < kProfilePasses; ++p) {
+        if (split_by_op && passes_[p].spans == 0 && ProfilePass(p) == ProfilePass::recompute) {
+            passes += ", recompute none";  // the backward read the activations the forward kept
+            continue;
+        }
         if (passes_[p].spans > 0)
             passes += fmt::format("{}{} {:.2f} ms{}", passes.empty() ? "" : ", ", profile_pass_name(ProfilePass(p)),
                                   passes_[p].ms / n,
                                   passes_[p].flops > 0
                                       ? fmt::format(" ({} TFLOP/s)", rate(passes_[p].flops, passes_[p].ms, 1e12))
                                       : std::string());
+    }
     // Only a backend that splits the step by op (the GPU's) has passes worth a line: there the backward
-    // re-runs each layer's forward ("recompute").
-    if (passes_[size_t(ProfilePass::recompute)].spans > 0) out += "by pass: " + passes + "\n";
+    // re-runs each layer's forward ("recompute") unless the forward kept its activations.
+    if (split_by_op) out += "by pass: " + passes + "\n";
     if (!details_.empty()) {
         const auto rows = by_time(details_);
         out += fmt::format("\nGEMM shapes by time ({} of {}; n × in → out as in gemm.h):\n",

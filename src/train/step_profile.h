@@ -48,7 +48,8 @@ inline constexpr size_t kProfileKinds = size_t(ProfileKind::count);
 std::string_view profile_kind_name(ProfileKind kind);
 bool profile_kind_is_host(ProfileKind kind);
 
-// Which part of the step a span belongs to (the backward re-runs each layer's forward: "recompute").
+// Which part of the step a span belongs to (the backward re-runs each layer's forward, "recompute",
+// unless run.activations keeps the forward's activations: then there are no recompute spans).
 enum class ProfilePass : uint8_t { forward, recompute, backward, update, count };
 inline constexpr size_t kProfilePasses = size_t(ProfilePass::count);
 std::string_view profile_pass_name(ProfilePass pass);
@@ -89,8 +90,10 @@ public:
     double device_span_ms() const { return device_span_ms_; }
     double device_ms() const;  // Σ of the non-host kinds' time
 
-    // The table, per step (every figure divided by steps()); `title` heads it.
-    std::string report(std::string_view title, const ProfileCeilings& ceilings) const;
+    // The table, per step (every figure divided by steps()); `title` heads it. With `mfu_flops` (a step's
+    // FLOPs as MFU counts them: train_flops_per_token · tokens, train/trainer.h) a line sets the FLOPs
+    // the spans executed beside it: the backward's recomputation shows there.
+    std::string report(std::string_view title, const ProfileCeilings& ceilings, double mfu_flops = 0.0) const;
 
 private:
     std::array<ProfileTotals, kProfileKinds> kinds_{};

@@ -153,6 +153,8 @@ void validate(const TrainConfig& c, const std::string& s) {
     require(r.steps >= 1, s, "run.steps", fmt::format("must be ≥ 1, got {}", r.steps));
     require(r.backend == "cpu" || r.backend == "cuda" || r.backend == "auto", s, "run.backend",
             fmt::format("expected cpu, cuda or auto, got '{}'", r.backend));
+    require(r.activations == "auto" || r.activations == "keep" || r.activations == "recompute", s, "run.activations",
+            fmt::format("expected auto, keep or recompute, got '{}'", r.activations));
     require(!r.out_dir.empty(), s, "run.out_dir", "must not be empty");
     const OptimizerSection& o = c.optimizer;
     require(o.kind == "adamw" || o.kind == "muon", s, "optimizer.kind",
@@ -238,6 +240,7 @@ TrainConfig parse_train_config(std::string_view toml_text, const std::string& so
         r.get("steps", c.run.steps);
         r.get("seed", c.run.seed);
         r.get("backend", c.run.backend);
+        r.get("activations", c.run.activations);
         r.get("out_dir", c.run.out_dir);
         r.finish();
     }

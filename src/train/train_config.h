@@ -56,6 +56,10 @@ struct RunSection {
     int64_t steps = 1000;            // optimizer steps
     uint64_t seed = 1;
     std::string backend = "cpu";     // cpu (the double reference), cuda (train/cuda/), auto (cuda when a GPU is present)
+    // The CUDA trainer's backward: "keep" every layer's forward activations for it, "recompute" each
+    // layer's forward right before its backward, or "auto": keep when they fit the GPU's free memory
+    // (train/activation_plan.h). The CPU reference ignores it.
+    std::string activations = "auto";
     std::string out_dir = "runs/default";
 };
 

@@ -1,6 +1,7 @@
 #include "train/trainer.h"
 
 #include "core/error.h"
+#include "train/activation_plan.h"
 #include "train/qat.h"
 #include "train/reference_model.h"
 
@@ -15,6 +16,7 @@ class TrainModel {};  // never made without CUDA; complete so that Trainer's uni
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -141,6 +143,19 @@ Trainer::Trainer(TrainConfig config, std::string config_text)
         device_ = std::make_unique<cuda::TrainModel>(layout_);
         device_->set_parameters(params_);
         device_->set_optimizer_state(adam_);
+        // Evaluation batches hold up to kEvalWindowsPerBatch windows of seq_len (bits_per_byte).
+        const int64_t windows = (config_.eval.bytes - 1 + config_.run.seq_len - 1) / config_.run.seq_len;
+        const ActivationChoice choice = choose_activations(
+            config_.run.activations,
+            device_->activation_memory(config_.run.batch, config_.run.seq_len, std::min(windows, kEvalWindowsPerBatch)),
+            config_.source.string());
+        device_->set_keep_activations(choice.keep);
+        const double ratio = 1.0 + recompute_flops_per_token(layout_.config(), config_.run.seq_len) /
+                                       train_flops_per_token(layout_.config(), config_.run.seq_len);
+        activations_summary_ = choice.summary + (choice.keep ? "; the step executes the FLOPs MFU counts"
+                                                             : fmt::format("; the step executes {:.2f}× the FLOPs MFU "
+                                                                           "counts (every layer's forward twice)",
+                                                                           ratio));
     }
 #else
     if (wanted == "cuda") fail("train: run.backend = cuda, but this build has no CUDA (configure with nvcc present)");
@@ -154,6 +169,13 @@ std::string Trainer::backend_description() const {
     if (device_) return "cuda (" + device_->device_name() + ")";
 #endif
     return "cpu reference";
+}
+
+bool Trainer::keeps_activations() const {
+#ifdef DELTABIT_HAVE_CUDA
+    if (device_) return device_->keeps_activations();
+#endif
+    return false;
 }
 
 double Trainer::device_memory_gib() const {
@@ -325,6 +347,20 @@ double train_flops_per_token(const ModelConfig& c, int64_t seq_len) {
             flops += 6.0 * double(seq_len) * double(c.n_head * c.head_dim);
         else
             flops += 18.0 * double(c.ssm_n_value_heads * c.ssm_key_dim * c.ssm_value_dim);
+    }
+    return flops;
+}
+
+double recompute_flops_per_token(const ModelConfig& c, int64_t seq_len) {
+    const ParameterLayout layout(c);
+    double flops = 0.0;
+    for (const ParameterInfo& p : layout.all())
+        if (p.role == ParameterRole::matrix && p.name.starts_with("model.layers.")) flops += 2.0 * double(p.size);
+    for (const LayerKind kind : c.layers) {
+        if (kind == LayerKind::full_attention)
+            flops += 2.0 * double(seq_len) * double(c.n_head * c.head_dim);
+        else
+            flops += 6.0 * double(c.ssm_n_value_heads * c.ssm_key_dim * c.ssm_value_dim);
     }
     return flops;
 }

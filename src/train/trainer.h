@@ -68,6 +68,11 @@ public:
     std::span<const float> parameters() const;  // the latent (master) weights
     bool on_gpu() const { return device_ != nullptr; }
     std::string backend_description() const;  // "cpu reference" or "cuda (NVIDIA H200)"
+    // On the GPU, whether the backward reads the activations each layer's forward kept or re-runs the
+    // forward (run.activations, train/activation_plan.h), and the run header's line saying which, the
+    // GiB and the FLOPs it executes against MFU's count; false and "" on the CPU, which ignores the key.
+    bool keeps_activations() const;
+    const std::string& activations_summary() const { return activations_summary_; }
     // GiB in use on the GPU (the device's total less its free memory; the trainer's buffers only grow,
     // so after a step this is their peak); 0 on the CPU.
     double device_memory_gib() const;
@@ -111,6 +116,7 @@ private:
     std::unique_ptr<cuda::TrainModel> device_;  // set for the cuda backend
     mutable bool host_stale_ = false;           // the device holds newer weights than params_
     std::unique_ptr<StepProfile> profile_;      // set by enable_profile
+    std::string activations_summary_;
 };
 
 // Bits per byte of `text` under the model, over consecutive windows of `seq_len` predicted bytes (the
@@ -128,5 +134,9 @@ double bits_per_byte(const std::function<double(const Batch&)>& batch_loss, std:
 // per full-attention layer on average over positions) and the delta rule's state products
 // (18·value_heads·dk·dv per DeltaNet layer: three dk×dv products forward, twice that backward).
 double train_flops_per_token(const ModelConfig& config, int64_t seq_len);
+// What the backward's recomputation of every layer's forward adds to that, counted the same way: the
+// layers' forward, 2 FLOPs per matrix weight (the LM head is not recomputed) plus a third of the
+// attention and delta-rule terms.
+double recompute_flops_per_token(const ModelConfig& config, int64_t seq_len);
 
 }  // namespace deltabit::train

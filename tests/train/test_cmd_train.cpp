@@ -292,8 +292,11 @@ TEST(CmdTrain, ProfilePrintsItsTableAndStops) {
               std::string::npos)
         << run.output;
     for (const char* row : {"\ncpu reference fwd+bwd ", "\noptimizer ", "\ntimed total ", "\nhost: data ",
-                            "\nstep wall time (host) ", "\nnot in any span "})
+                            "\nstep wall time (host) ", "\nnot in any span ",
+                            "\nMFU's count "})
         EXPECT_NE(run.output.find(row), std::string::npos) << row << " in\n" << run.output;
+    // The reference's call counts MFU's FLOPs and nothing else.
+    EXPECT_NE(run.output.find("the spans executed 1.00× that\n"), std::string::npos) << run.output;
     EXPECT_NE(run.output.find("done at step 3:"), std::string::npos) << run.output;
     EXPECT_TRUE(fs::exists(dir / "out" / "checkpoint.bin"));
     EXPECT_FALSE(fs::exists(history)) << "a profiled run's throughput carries the timers' cost: no history row";

@@ -36,6 +36,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <span>
 
 #ifdef DELTABIT_HAVE_CUDA
 #include "train/cuda/gemm.h"
@@ -300,6 +301,176 @@ TEST(CudaTrainStep, QatForwardWeightsAndGradient) {
             << p.name;
 }
 
+// run.activations = keep: the backward that reads the activations each layer's forward kept gives the
+// bits of the one that re-runs the layer's forward first (the same kernels on the same inputs), on the
+// hybrid model (DeltaNet, attention, DeltaNet: the delta rule's saved states, the attention's
+// log-sum-exp, both mixers' and the FFN's activations), over three steps of two micro-batches of
+// different shapes (the second wider: the kept buffers grow mid-step), an evaluation between steps
+// (it writes the shared buffers, never a layer's own), and AdamW.
+//
+// A GPU step is not bit-reproducible as a whole: norm-weight, embedding, conv-kernel and gate gradients
+// and the loss and gradient norm sum with atomics whose order can vary. So a third model recomputes as
+// the first does, as the control: wherever two recomputing runs agree to the bit, the kept run must
+// too; the matrices' gradients and, with clipping off (the clip factor would carry the norm's atomics
+// into every weight), the matrices after AdamW are atomic-free and must agree in all three (the
+// premise, checked). Each step starts the three from the first one's state, so an atomic's last bit
+// in one step does not make every later comparison vacuous. Under tests/tools/cuda_emulation_train.sh
+// (atomics in a fixed order) every value is compared.
+// Returns the recomputing run's profile (the training path's bf16 products, as `deltabit train`).
+StepProfile expect_kept_activations_give_the_recomputed_bits(const ModelConfig& config) {
+    const cuda::GemmMath saved_math = cuda::gemm_math();
+    cuda::set_gemm_math(cuda::GemmMath::bf16);
+    const ParameterLayout layout(config);
+    const int64_t V = layout.config().n_vocab;
+    const auto batch_of = [&](int64_t sequences, int64_t T, int32_t shift) {
+        Batch b;
+        b.n_sequences = sequences;
+        b.length = T;
+        for (int64_t s = 0; s < sequences; ++s)
+            for (int64_t t = 0; t < T; ++t) {
+                b.tokens.push_back(int32_t((t * 7 + s * 3 + t / 5 + shift) % V));
+                b.targets.push_back(t % 19 == 7 ? -1 : int32_t((t * 5 + s + shift + 1) % V));
+            }
+        return b;
+    };
+    std::vector<float> params = random_parameters(layout, 11, 0.02);
+    AdamState adam;
+    cuda::TrainModel recomputed(layout), control(layout), kept(layout);
+    kept.set_keep_activations(true);
+    EXPECT_TRUE(kept.keeps_activations());
+    EXPECT_FALSE(recomputed.keeps_activations());
+    cuda::TrainModel* models[3] = {&recomputed, &control, &kept};
+    StepProfile profiles[3];
+    recomputed.set_profile(&profiles[0]);
+    kept.set_profile(&profiles[2]);
+    OptimizerSection o;
+    o.clip = 0.0;  // see above
+    const double scale = 1.0 / 400.0;
+    int64_t compared = 0, differing = 0;
+    // Counts the values of `got` (the kept run's) equal to `want` (the recomputing run's) wherever the
+    // control equals `want`; `always`: the control must equal `want` everywhere.
+    const auto expect_same_bits = [&](const std::string& what, std::span<const float> want,
+                                      std::span<const float> control_values, std::span<const float> got,
+                                      bool always) {
+        int64_t reported = 0;
+        for (size_t i = 0; i < want.size(); ++i) {
+            const bool premise = std::memcmp(&want[i], &control_values[i], 4) == 0;
+            if (!premise) {
+                ++differing;
+                if (always && reported++ < 3)
+                    ADD_FAILURE() << what << "[" << i << "]: two recomputing runs differ (" << want[i] << ", "
+                                  << control_values[i] << "): the premise of this test is wrong, not the kept run";
+                continue;
+            }
+            ++compared;
+            if (std::memcmp(&want[i], &got[i], 4) != 0 && reported++ < 3)
+                ADD_FAILURE() << what << "[" << i << "]: kept " << got[i] << ", recomputed " << want[i];
+        }
+    };
+    for (int step = 0; step < 3; ++step) {
+        const Batch first = batch_of(2, 70, step), second = batch_of(3, 64, 5 + step);
+        double losses[3][2] = {}, norms[3] = {};
+        std::vector<float> grads[3], after[3];
+        AdamState states[3];
+        for (int m = 0; m < 3; ++m) {
+            cuda::TrainModel& model = *models[m];
+            model.set_parameters(params);
+            model.set_optimizer_state(adam);
+            model.profile_step_begin();
+            model.use_qat_weights(0.0);
+            model.zero_gradients();
+            losses[m][0] = model.accumulate_gradient(first, scale);
+            if (m == 2 && step == 0) {  // the estimate the run's header reports is what the forward allocated
+                EXPECT_EQ(kept.kept_activation_bytes(), kept.activation_memory(2, 70, 0).kept_bytes);
+                EXPECT_GT(kept.kept_activation_bytes(), 0);
+                EXPECT_EQ(recomputed.kept_activation_bytes(), 0);
+            }
+            losses[m][1] = model.accumulate_gradient(second, scale);
+            grads[m].resize(params.size());
+            model.get_gradients(grads[m]);
+            norms[m] = model.optimizer_step(o, 1e-2);
+            model.profile_step_end(1.0);
+            after[m].resize(params.size());
+            model.get_parameters(after[m]);
+            model.get_optimizer_state(states[m]);
+        }
+        const std::string tag = fmt::format("step {} ", step + 1);
+        // The losses and the norm are doubles summed with atomics: compared to the bit where the control's are.
+        for (int micro = 0; micro < 2; ++micro) {
+            if (losses[0][micro] == losses[1][micro]) {
+                EXPECT_EQ(losses[2][micro], losses[0][micro]) << tag << "micro-batch " << micro << " loss";
+            }
+        }
+        if (norms[0] == norms[1]) {
+            EXPECT_EQ(norms[2], norms[0]) << tag << "gradient norm";
+        }
+        for (const ParameterInfo& p : layout.all()) {
+            const auto part = [&](const std::vector<float>& v) {
+                return std::span<const float>(v).subspan(size_t(p.offset), size_t(p.size));
+            };
+            const bool matrix = p.role == ParameterRole::matrix;
+            expect_same_bits(tag + "gradient " + p.name, part(grads[0]), part(grads[1]), part(grads[2]), matrix);
+            expect_same_bits(tag + "parameter " + p.name, part(after[0]), part(after[1]), part(after[2]), matrix);
+            expect_same_bits(tag + "first moment " + p.name, part(states[0].m), part(states[1].m), part(states[2].m),
+                             matrix);
+            expect_same_bits(tag + "second moment " + p.name, part(states[0].v), part(states[1].v),
+                             part(states[2].v), matrix);
+        }
+        EXPECT_NE(std::memcmp(after[0].data(), params.data(), params.size() * 4), 0) << tag << "moved nothing";
+        // An evaluation between steps (the shared buffers, a batch wider than either micro-batch).
+        const Batch eval = batch_of(4, 50, 9 + step);
+        const double eval_recomputed = recomputed.loss(eval), eval_control = control.loss(eval),
+                     eval_kept = kept.loss(eval);
+        if (eval_recomputed == eval_control) {
+            EXPECT_EQ(eval_kept, eval_recomputed) << tag << "evaluation";
+        }
+        params = after[0];
+        adam = states[0];
+        std::printf("[ cuda train ] kept vs recomputed, step %d: losses %.9g %.9g, %lld values equal so far\n",
+                    step + 1, losses[0][0], losses[0][1], static_cast<long long>(compared));
+        std::fflush(stdout);  // the emulated run takes minutes a step
+    }
+    std::printf("[ cuda train ] kept vs recomputed activations, 3 steps × 2 micro-batches: %lld values equal to the "
+                "bit, %lld left out where two recomputing runs differed (atomics)\n",
+                static_cast<long long>(compared), static_cast<long long>(differing));
+    EXPECT_GT(compared, 3 * 4 * layout.total() / 2);
+
+    // The profile: the kept run has no recompute pass, and its forward and backward passes are the
+    // recomputing run's, span for span and FLOP for FLOP.
+    const StepProfile &with = profiles[0], &without = profiles[2];
+    EXPECT_EQ(without.steps(), 3);
+    EXPECT_GT(with.pass(ProfilePass::recompute).spans, 0);
+    EXPECT_EQ(without.pass(ProfilePass::recompute).spans, 0);
+    for (const ProfilePass pass : {ProfilePass::forward, ProfilePass::backward, ProfilePass::update}) {
+        EXPECT_EQ(without.pass(pass).spans, with.pass(pass).spans) << profile_pass_name(pass);
+        EXPECT_DOUBLE_EQ(without.pass(pass).flops, with.pass(pass).flops) << profile_pass_name(pass);
+    }
+    // Recomputation re-runs each layer's forward, not the embedding or the LM head: it has fewer spans and
+    // FLOPs than the forward pass, and every one of its FLOPs is gone from the kept run's total.
+    EXPECT_LT(with.pass(ProfilePass::recompute).spans, with.pass(ProfilePass::forward).spans);
+    EXPECT_LT(with.pass(ProfilePass::recompute).flops, with.pass(ProfilePass::forward).flops);
+    cuda::set_gemm_math(saved_math);
+    return with;
+}
+
+// The tiny hybrid: attention on the CUDA-core kernels (head_dim 8).
+TEST(CudaTrainStep, KeptActivationsGiveTheRecomputedStepsBits) {
+    SKIP_WITHOUT_GPU();
+    const StepProfile profile = expect_kept_activations_give_the_recomputed_bits(tiny_config(true));
+    EXPECT_EQ(profile.kernel("attention: flash_dq_kernel"), nullptr);  // head_dim 8: the CUDA-core kernels
+}
+
+// The same at head_dim 64, where the training path's bf16 products take the flash attention kernels
+// (attention_flash.h), as qwen35-100m's head_dim 128 does: their forward and its log-sum-exp kept.
+TEST(CudaTrainStep, KeptActivationsGiveTheRecomputedStepsBitsWithFlashAttention) {
+    SKIP_WITHOUT_GPU();
+    ModelConfig c = tiny_config(true);
+    c.head_dim = 64;
+    c.rope_dim = 16;
+    const StepProfile profile = expect_kept_activations_give_the_recomputed_bits(c);
+    EXPECT_NE(profile.kernel("attention: flash_dq_kernel"), nullptr) << "the flash kernels did not run";
+}
+
 // optimizer.kind = "muon" on the device: two optimizer steps on the device's own gradients against
 // train/muon.cpp's muon_step on the same gradients (downloaded). Only the clip factor differs between the
 // two (the device sums squares in float blocks, the CPU in double). Bounds per value:
@@ -482,6 +653,52 @@ TEST(CudaTrainer, LoopMatchesCpuReferenceLoop) {
     cuda::set_gemm_math(saved);
 }
 
+// run.activations through the Trainer: each setting reaches the device model and the run's header line
+// says which (with the FLOPs the step executes against MFU's count); "keep" that cannot fit is refused
+// in one line when the run is made, before any step, and "auto" then recomputes.
+TEST(CudaTrainer, ActivationsSettingReachesTheDeviceModel) {
+    SKIP_WITHOUT_GPU();
+    const fs::path dir = make_text("activations");
+    const auto config = [&](const std::string& setting, int64_t batch) {
+        std::string text = run_config_text(dir, "cuda", 4, false);
+        const std::string line = "batch = 4\n";
+        text.replace(text.find(line), line.size(), fmt::format("batch = {}\nactivations = \"{}\"\n", batch, setting));
+        return text;
+    };
+    const auto trainer = [&](const std::string& text) { return Trainer(parse_train_config(text, "a.toml"), text); };
+    const Trainer keep = trainer(config("keep", 4)), recompute = trainer(config("recompute", 4)),
+                  automatic = trainer(config("auto", 4));
+    EXPECT_TRUE(keep.keeps_activations());
+    EXPECT_FALSE(recompute.keeps_activations());
+    EXPECT_TRUE(automatic.keeps_activations());  // a few MB: any GPU has room
+    for (const Trainer* t : {&keep, &recompute, &automatic})
+        std::printf("[ cuda train ] %s\n", t->activations_summary().c_str());
+    EXPECT_EQ(keep.activations_summary().rfind("activations kept for the backward: ", 0), 0u);
+    EXPECT_TRUE(keep.activations_summary().ends_with("; the step executes the FLOPs MFU counts"));
+    EXPECT_NE(automatic.activations_summary().find("(run.activations = auto; "), std::string::npos);
+    const ModelConfig& m = recompute.layout().config();
+    const double ratio = 1.0 + recompute_flops_per_token(m, 64) / train_flops_per_token(m, 64);
+    EXPECT_GT(ratio, 1.0);
+    EXPECT_TRUE(recompute.activations_summary().ends_with(
+        fmt::format("; the step executes {:.2f}× the FLOPs MFU counts (every layer's forward twice)", ratio)))
+        << recompute.activations_summary();
+    // A million sequences a micro-batch: terabytes of activations (only estimated: nothing runs).
+    const Trainer huge = trainer(config("auto", 1000000));
+    EXPECT_FALSE(huge.keeps_activations());
+    EXPECT_NE(huge.activations_summary().find("(run.activations = auto: keeping them takes "), std::string::npos)
+        << huge.activations_summary();
+    try {
+        trainer(config("keep", 1000000));
+        ADD_FAILURE() << "run.activations = keep did not refuse terabytes";
+    } catch (const Error& e) {
+        const std::string what = e.what();
+        EXPECT_EQ(what.rfind("train: a.toml: run.activations = keep: every layer's activations take ", 0), 0u) << what;
+        EXPECT_NE(what.find("GiB free on the GPU; set run.activations = \"auto\" or \"recompute\""), std::string::npos)
+            << what;
+        EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+    }
+}
+
 TEST(CudaTrainer, LossFallsOverFiftySteps) {
     SKIP_WITHOUT_GPU();
     const fs::path dir = make_text("learn");
@@ -583,7 +800,9 @@ TEST(CudaTrainer, ProfiledStepChangesNothingAndTimesEveryKind) {
     ASSERT_NE(text.find(warmup), std::string::npos);
     ASSERT_NE(text.find(batch), std::string::npos);
     text.replace(text.find(warmup), warmup.size(), warmup + "clip = 0\n");
-    text.replace(text.find(batch), batch.size(), "batch = 1\n");
+    // The recomputing backward, whose passes this test counts (KeptActivationsGiveTheRecomputedStepsBits
+    // checks the kept one's profile against it).
+    text.replace(text.find(batch), batch.size(), "batch = 1\nactivations = \"recompute\"\n");
     const TrainConfig config = parse_train_config(text, "profile.toml");
     Trainer a(config, text), b(config, text), profiled(config, text);
     profiled.enable_profile();

@@ -107,6 +107,33 @@ TEST(StepProfile, KernelsOfMultiKernelOpsHaveTheirOwnTable) {
               "delta: chunk_factors_kernel                       2.00     2.0        2");
 }
 
+// run.activations = keep: no recompute spans, which the pass line says, and the FLOPs the spans executed
+// against MFU's count (15 TFLOP of spans a step; the recomputing profile above executes 1.5× a 10
+// TFLOP count, a kept one 1.0×).
+TEST(StepProfile, KeptActivationsShowNoRecomputePassAndExecutedAgainstCounted) {
+    const std::string recomputed = two_steps().report("t", {}, 10e12);
+    EXPECT_NE(recomputed.find("\nMFU's count                10000.0 GFLOP a step; the spans executed 1.50× that\n"),
+              std::string::npos)
+        << recomputed;
+    StepProfile kept;
+    for (int s = 0; s < 2; ++s) {
+        kept.add(ProfileKind::gemm_forward, ProfilePass::forward, 20.0, 10e12, 0.0, "forward 8 × 4 → 2");
+        kept.add(ProfileKind::norm, ProfilePass::backward, 10.0, 0.0, 24e9);
+        kept.end_step(100.0, 45.0);
+    }
+    const std::string report = kept.report("t", {}, 10e12);
+    EXPECT_NE(report.find("\nby pass: forward 20.00 ms (500.0 TFLOP/s), recompute none, backward 10.00 ms\n"),
+              std::string::npos)
+        << report;
+    EXPECT_NE(report.find("the spans executed 1.00× that\n"), std::string::npos) << report;
+    // Without a count (and on the CPU, whose spans are not split by pass) neither line.
+    EXPECT_EQ(kept.report("t", {}).find("MFU's count"), std::string::npos);
+    StepProfile cpu;
+    cpu.add(ProfileKind::cpu_reference, ProfilePass::update, 10.0, 1e9, 0.0);
+    cpu.end_step(12.0, 0.0);
+    EXPECT_EQ(cpu.report("t", {}).find("by pass"), std::string::npos);
+}
+
 TEST(StepProfile, UnknownCeilingsPrintNoShares) {
     const std::string report = two_steps().report("t", {});
     EXPECT_NE(report.find("ceilings: unknown bf16, unknown memory"), std::string::npos) << report;

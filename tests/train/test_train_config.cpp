@@ -116,6 +116,8 @@ TEST(TrainConfig, DefaultsAndExplicitLayers) {
     EXPECT_EQ(m.layers, (std::vector{LayerKind::full_attention, LayerKind::linear_attention, LayerKind::full_attention}));
     EXPECT_EQ(c.run.seq_len, 256);
     EXPECT_EQ(c.optimizer.kind, "adamw");
+    EXPECT_EQ(c.run.activations, "auto");
+    EXPECT_EQ(parse_train_config(kMinimal + "[run]\nactivations = \"keep\"\n", "t.toml").run.activations, "keep");
     const ModelConfig dense = model_config_of(parse_train_config(kMinimal + "[model]\narch = \"qwen3\"\n", "t.toml"));
     EXPECT_EQ(dense.rope_dim, 64);
     EXPECT_FALSE(dense.attn_output_gate);
@@ -157,6 +159,8 @@ TEST(TrainConfig, BadInputNamesTheKey) {
          "t.toml: optimizer.muon_weight_decay: must be ≥ 0, got -0.1"},
         {kMinimal + "[optimizer]\nkind = \"muon\"\nmuon_betas = 1\n", "t.toml: optimizer.muon_betas: unknown key"},
         {kMinimal + "[run]\nbackend = \"tpu\"\n", "t.toml: run.backend: expected cpu"},
+        {kMinimal + "[run]\nactivations = \"never\"\n",
+         "t.toml: run.activations: expected auto, keep or recompute, got 'never'"},
         {kMinimal + "[run]\nseed = -3\n", "t.toml: run.seed: must be ≥ 0, got -3"},
         {kMinimal + "[qat]\nenabled = 1\n", "t.toml: qat.enabled: expected true or false, got integer"},
         {"[data]\ntrain = \"a.txt\"\n", "t.toml: data.heldout: required"},

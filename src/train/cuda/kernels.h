@@ -85,8 +85,8 @@ void attention_backward(const float* q, const float* k, const float* v, const fl
 // inputs; the backward needs `scratch` (delta_rule_scratch_floats: dS at every chunk's end, Tᵀ dV'
 // per token, and per-value-head dq, dk before the sum over a key head's value heads).
 // Memory: saved ≈ B·Hv·(T/64)·(dk·dv + 8320) + B·T·Hv·dv floats, scratch ≈ B·Hv·(T/64)·dk·dv +
-// B·T·Hv·(dv + 2·dk) floats: 76 MB each for 32 × 512 tokens and 3 heads of 64 × 128, one buffer for
-// every layer as the layer loop recomputes a layer's forward right before its backward.
+// B·T·Hv·(dv + 2·dk) floats: 76 MB each for 32 × 512 tokens and 3 heads of 64 × 128; one scratch for
+// every layer, and one `saved` too unless run.activations keeps each layer's (train_model.cpp).
 inline constexpr int64_t kDeltaChunk = 64;
 inline constexpr int64_t kDeltaMaxKeyDim = 128;
 int64_t delta_rule_saved_floats(int64_t B, int64_t T, int64_t Hv, int64_t dk, int64_t dv);

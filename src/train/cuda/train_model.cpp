@@ -46,6 +46,12 @@ struct TrainModel::Impl : ProfiledOps {
 
     // Activations, by name, grown to the largest micro-batch; the layer inputs are one buffer.
     std::map<std::string, DeviceBuffer> buffers;
+    // With keep_activations a layer's forward in training writes what its backward reads (kept()) into
+    // buffers of its own, named with `scope` = "L3." while layer 3 runs forward or backward; "" is the
+    // shared set the recomputing backward and evaluation use. Temporaries of the forward and the
+    // backward's gradients (buf()) stay shared: one layer's worth, whatever the mode.
+    bool keep_activations = false;
+    std::string scope;
     DeviceBuffer tokens, targets, loss_sum;
     int64_t B = 0, T = 0, N = 0;
     // Set by set_profile; `events` (ProfiledOps) points at it only inside a profiled training step, so
@@ -88,6 +94,8 @@ struct TrainModel::Impl : ProfiledOps {
         if (b.bytes() < bytes) b = DeviceBuffer(bytes);
         return b.get<float>();
     }
+    // An activation the layer's backward reads (the forward writes it, nothing else does).
+    float* kept(const std::string& name, int64_t n) { return buf(scope + name, n); }
     float* zeroed(const std::string& name, int64_t n) {
         float* p = buf(name, n);
         zero(p, n);
@@ -132,27 +140,27 @@ struct TrainModel::Impl : ProfiledOps {
         const auto [Hq, Hkv, dh, per_head, gated] = attention_dims();
         float* qg = buf("att.qg", N * Hq * per_head);
         linear_forward(h, W(p + "q_proj.weight"), N, D, Hq * per_head, qg);
-        float* q_raw = buf("att.q_raw", N * Hq * dh);
-        float* gate = buf("att.gate", N * Hq * dh);
+        float* q_raw = kept("att.q_raw", N * Hq * dh);
         copy_columns(qg, per_head, 0, q_raw, dh, 0, N * Hq, dh, false);
+        float* gate = gated ? kept("att.gate", N * Hq * dh) : nullptr;
         if (gated) copy_columns(qg, per_head, dh, gate, dh, 0, N * Hq, dh, false);
-        float* k_raw = buf("att.k_raw", N * Hkv * dh);
-        float* vv = buf("att.v", N * Hkv * dh);
+        float* k_raw = kept("att.k_raw", N * Hkv * dh);
+        float* vv = kept("att.v", N * Hkv * dh);
         linear_forward(h, W(p + "k_proj.weight"), N, D, Hkv * dh, k_raw);
         linear_forward(h, W(p + "v_proj.weight"), N, D, Hkv * dh, vv);
-        float* q_r = buf("att.q_r", N * Hq * dh);
-        float* k_r = buf("att.k_r", N * Hkv * dh);
+        float* q_r = kept("att.q_r", N * Hq * dh);
+        float* k_r = kept("att.k_r", N * Hkv * dh);
         rms_norm_forward(q_raw, W(p + "q_norm.weight"), N * Hq, dh, c.rms_eps, one_plus, q_r);
         rms_norm_forward(k_raw, W(p + "k_norm.weight"), N * Hkv, dh, c.rms_eps, one_plus, k_r);
         rope_apply(q_r, B, T, Hq, dh, c.rope_dim, c.rope_theta, 1.0f);
         rope_apply(k_r, B, T, Hkv, dh, c.rope_dim, c.rope_theta, 1.0f);
-        float* att = buf("att.att", N * Hq * dh);
-        float* lse = buf("att.lse", N * Hq);
+        float* att = kept("att.att", N * Hq * dh);
+        float* lse = kept("att.lse", N * Hq);
         const float scale = float(1.0 / std::sqrt(double(dh)));
         attention_forward(q_r, k_r, vv, B, T, Hq, Hkv, dh, scale, att, lse);
         const float* gated_out = att;
         if (gated) {
-            float* g = buf("att.gated", N * Hq * dh);
+            float* g = kept("att.gated", N * Hq * dh);
             sigmoid_gate_forward(att, gate, N * Hq * dh, g);
             gated_out = g;
         }
@@ -162,8 +170,8 @@ struct TrainModel::Impl : ProfiledOps {
     void attention_backward_layer(const std::string& p, const float* h, const float* dout, float* dh_out) {
         const auto [Hq, Hkv, dh, per_head, gated] = attention_dims();
         const int64_t n_q = N * Hq * dh, n_kv = N * Hkv * dh;
-        const float* att = buf("att.att", n_q);
-        const float* gated_out = gated ? buf("att.gated", n_q) : att;
+        const float* att = kept("att.att", n_q);
+        const float* gated_out = gated ? kept("att.gated", n_q) : att;
         float* dgated = zeroed("att.dgated", n_q);
         linear_backward_input(dout, W(p + "o_proj.weight"), N, Hq * dh, D, dgated);
         linear_backward_weight(dout, gated_out, N, Hq * dh, D, G(p + "o_proj.weight"));
@@ -172,21 +180,22 @@ struct TrainModel::Impl : ProfiledOps {
         if (gated) {
             datt = zeroed("att.datt", n_q);
             dgate = zeroed("att.dgate", n_q);
-            sigmoid_gate_backward(att, buf("att.gate", n_q), dgated, n_q, datt, dgate);
+            sigmoid_gate_backward(att, kept("att.gate", n_q), dgated, n_q, datt, dgate);
         }
         float* dq_r = zeroed("att.dq_r", n_q);
         float* dk_r = zeroed("att.dk_r", n_kv);
         float* dv = zeroed("att.dv", n_kv);
         const float scale = float(1.0 / std::sqrt(double(dh)));
-        attention_backward(buf("att.q_r", n_q), buf("att.k_r", n_kv), buf("att.v", n_kv), att, buf("att.lse", N * Hq),
-                           datt, B, T, Hq, Hkv, dh, scale, dq_r, dk_r, dv, buf("att.workspace", N * Hq));
+        attention_backward(kept("att.q_r", n_q), kept("att.k_r", n_kv), kept("att.v", n_kv), att,
+                           kept("att.lse", N * Hq), datt, B, T, Hq, Hkv, dh, scale, dq_r, dk_r, dv,
+                           buf("att.workspace", N * Hq));
         rope_apply(dq_r, B, T, Hq, dh, c.rope_dim, c.rope_theta, -1.0f);
         rope_apply(dk_r, B, T, Hkv, dh, c.rope_dim, c.rope_theta, -1.0f);
         float* dq_raw = zeroed("att.dq_raw", n_q);
         float* dk_raw = zeroed("att.dk_raw", n_kv);
-        rms_norm_backward(buf("att.q_raw", n_q), W(p + "q_norm.weight"), dq_r, N * Hq, dh, c.rms_eps, one_plus,
+        rms_norm_backward(kept("att.q_raw", n_q), W(p + "q_norm.weight"), dq_r, N * Hq, dh, c.rms_eps, one_plus,
                           dq_raw, G(p + "q_norm.weight"));
-        rms_norm_backward(buf("att.k_raw", n_kv), W(p + "k_norm.weight"), dk_r, N * Hkv, dh, c.rms_eps, one_plus,
+        rms_norm_backward(kept("att.k_raw", n_kv), W(p + "k_norm.weight"), dk_r, N * Hkv, dh, c.rms_eps, one_plus,
                           dk_raw, G(p + "k_norm.weight"));
         float* dqg = buf("att.dqg", N * Hq * per_head);
         copy_columns(dq_raw, dh, 0, dqg, per_head, 0, N * Hq, dh, false);
@@ -212,33 +221,33 @@ struct TrainModel::Impl : ProfiledOps {
 
     void deltanet_forward_layer(const std::string& p, const float* h, float* out) {
         const auto [Hk, Hv, dk, dv, key_dim, value_dim, C, K] = delta_dims();
-        float* mixed = buf("dn.mixed", N * C);
-        float* z = buf("dn.z", N * value_dim);
-        float* b = buf("dn.b", N * Hv);
-        float* a = buf("dn.a", N * Hv);
+        float* mixed = kept("dn.mixed", N * C);
+        float* z = kept("dn.z", N * value_dim);
+        float* b = kept("dn.b", N * Hv);
+        float* a = kept("dn.a", N * Hv);
         linear_forward(h, W(p + "in_proj_qkv.weight"), N, D, C, mixed);
         linear_forward(h, W(p + "in_proj_z.weight"), N, D, value_dim, z);
         linear_forward(h, W(p + "in_proj_b.weight"), N, D, Hv, b);
         linear_forward(h, W(p + "in_proj_a.weight"), N, D, Hv, a);
         float* conv = buf("dn.conv", N * C);
         conv_silu_forward(mixed, W(p + "conv1d.weight"), B, T, C, K, conv);
-        float* q = buf("dn.q", N * key_dim);
-        float* k = buf("dn.k", N * key_dim);
-        float* vv = buf("dn.v", N * value_dim);
+        float* q = kept("dn.q", N * key_dim);
+        float* k = kept("dn.k", N * key_dim);
+        float* vv = kept("dn.v", N * value_dim);
         copy_columns(conv, C, 0, q, key_dim, 0, N, key_dim, false);
         copy_columns(conv, C, key_dim, k, key_dim, 0, N, key_dim, false);
         copy_columns(conv, C, 2 * key_dim, vv, value_dim, 0, N, value_dim, false);
-        float* q_hat = buf("dn.q_hat", N * key_dim);
-        float* k_hat = buf("dn.k_hat", N * key_dim);
+        float* q_hat = kept("dn.q_hat", N * key_dim);
+        float* k_hat = kept("dn.k_hat", N * key_dim);
         l2_norm_forward(q, N * Hk, dk, kL2NormEps, float(1.0 / std::sqrt(double(dk))), q_hat);
         l2_norm_forward(k, N * Hk, dk, kL2NormEps, 1.0f, k_hat);
-        float* beta = buf("dn.beta", N * Hv);
-        float* g = buf("dn.g", N * Hv);
+        float* beta = kept("dn.beta", N * Hv);
+        float* g = kept("dn.g", N * Hv);
         gdn_gates_forward(b, a, W(p + "A_log"), W(p + "dt_bias"), N, Hv, beta, g);
-        float* o = buf("dn.o", N * value_dim);
-        float* saved = buf("dn.delta_saved", delta_rule_saved_floats(B, T, Hv, dk, dv));
+        float* o = kept("dn.o", N * value_dim);
+        float* saved = kept("dn.delta_saved", delta_rule_saved_floats(B, T, Hv, dk, dv));
         delta_rule_forward(q_hat, k_hat, vv, g, beta, B, T, Hk, Hv, dk, dv, o, saved);
-        float* y = buf("dn.y", N * value_dim);
+        float* y = kept("dn.y", N * value_dim);
         gated_rms_norm_forward(o, z, W(p + "norm.weight"), N * Hv, dv, c.rms_eps, y);
         linear_forward(y, W(p + "out_proj.weight"), N, value_dim, D, out);
     }
@@ -247,37 +256,37 @@ struct TrainModel::Impl : ProfiledOps {
         const auto [Hk, Hv, dk, dv, key_dim, value_dim, C, K] = delta_dims();
         float* dy = zeroed("dn.dy", N * value_dim);
         linear_backward_input(dout, W(p + "out_proj.weight"), N, value_dim, D, dy);
-        linear_backward_weight(dout, buf("dn.y", N * value_dim), N, value_dim, D, G(p + "out_proj.weight"));
+        linear_backward_weight(dout, kept("dn.y", N * value_dim), N, value_dim, D, G(p + "out_proj.weight"));
         float* d_o = zeroed("dn.do", N * value_dim);
         float* dz = zeroed("dn.dz", N * value_dim);
-        gated_rms_norm_backward(buf("dn.o", N * value_dim), buf("dn.z", N * value_dim), W(p + "norm.weight"), dy,
+        gated_rms_norm_backward(kept("dn.o", N * value_dim), kept("dn.z", N * value_dim), W(p + "norm.weight"), dy,
                                 N * Hv, dv, c.rms_eps, d_o, dz, G(p + "norm.weight"));
         float* dq_hat = zeroed("dn.dq_hat", N * key_dim);
         float* dk_hat = zeroed("dn.dk_hat", N * key_dim);
         float* dv_ = zeroed("dn.dv", N * value_dim);
         float* dg = zeroed("dn.dg", N * Hv);
         float* dbeta = zeroed("dn.dbeta", N * Hv);
-        const float* beta = buf("dn.beta", N * Hv);
-        const float* g = buf("dn.g", N * Hv);
-        delta_rule_backward(buf("dn.q_hat", N * key_dim), buf("dn.k_hat", N * key_dim), buf("dn.v", N * value_dim), g,
-                            beta, d_o, buf("dn.delta_saved", delta_rule_saved_floats(B, T, Hv, dk, dv)), B, T,
+        const float* beta = kept("dn.beta", N * Hv);
+        const float* g = kept("dn.g", N * Hv);
+        delta_rule_backward(kept("dn.q_hat", N * key_dim), kept("dn.k_hat", N * key_dim), kept("dn.v", N * value_dim),
+                            g, beta, d_o, kept("dn.delta_saved", delta_rule_saved_floats(B, T, Hv, dk, dv)), B, T,
                             Hk, Hv, dk, dv, dq_hat, dk_hat, dv_, dg, dbeta,
                             buf("dn.scratch", delta_rule_scratch_floats(B, T, Hv, dk, dv)));
         float* db = zeroed("dn.db", N * Hv);
         float* da = zeroed("dn.da", N * Hv);
-        gdn_gates_backward(buf("dn.b", N * Hv), buf("dn.a", N * Hv), W(p + "A_log"), W(p + "dt_bias"), dbeta, dg, N, Hv,
-                           db, da, G(p + "A_log"), G(p + "dt_bias"));
+        gdn_gates_backward(kept("dn.b", N * Hv), kept("dn.a", N * Hv), W(p + "A_log"), W(p + "dt_bias"), dbeta, dg, N,
+                           Hv, db, da, G(p + "A_log"), G(p + "dt_bias"));
         float* dq = zeroed("dn.dq", N * key_dim);
         float* dk_ = zeroed("dn.dk", N * key_dim);
-        l2_norm_backward(buf("dn.q", N * key_dim), dq_hat, N * Hk, dk, kL2NormEps, float(1.0 / std::sqrt(double(dk))),
+        l2_norm_backward(kept("dn.q", N * key_dim), dq_hat, N * Hk, dk, kL2NormEps, float(1.0 / std::sqrt(double(dk))),
                          dq);
-        l2_norm_backward(buf("dn.k", N * key_dim), dk_hat, N * Hk, dk, kL2NormEps, 1.0f, dk_);
+        l2_norm_backward(kept("dn.k", N * key_dim), dk_hat, N * Hk, dk, kL2NormEps, 1.0f, dk_);
         float* dconv = buf("dn.dconv", N * C);
         copy_columns(dq, key_dim, 0, dconv, C, 0, N, key_dim, false);
         copy_columns(dk_, key_dim, 0, dconv, C, key_dim, N, key_dim, false);
         copy_columns(dv_, value_dim, 0, dconv, C, 2 * key_dim, N, value_dim, false);
         float* dmixed = zeroed("dn.dmixed", N * C);
-        conv_silu_backward(buf("dn.mixed", N * C), W(p + "conv1d.weight"), dconv, B, T, C, K, dmixed,
+        conv_silu_backward(kept("dn.mixed", N * C), W(p + "conv1d.weight"), dconv, B, T, C, K, dmixed,
                            G(p + "conv1d.weight"));
         linear_backward_input(dmixed, W(p + "in_proj_qkv.weight"), N, D, C, dh_out);
         linear_backward_weight(dmixed, h, N, D, C, G(p + "in_proj_qkv.weight"));
@@ -292,11 +301,11 @@ struct TrainModel::Impl : ProfiledOps {
     // ---- SwiGLU ----
 
     void ffn_forward_layer(const std::string& p, const float* h, float* out) {
-        float* gate = buf("ffn.gate", N * F);
-        float* up = buf("ffn.up", N * F);
+        float* gate = kept("ffn.gate", N * F);
+        float* up = kept("ffn.up", N * F);
         linear_forward(h, W(p + "gate_proj.weight"), N, D, F, gate);
         linear_forward(h, W(p + "up_proj.weight"), N, D, F, up);
-        float* act = buf("ffn.act", N * F);
+        float* act = kept("ffn.act", N * F);
         swiglu_forward(gate, up, N * F, act);
         linear_forward(act, W(p + "down_proj.weight"), N, F, D, out);
     }
@@ -304,10 +313,10 @@ struct TrainModel::Impl : ProfiledOps {
     void ffn_backward_layer(const std::string& p, const float* h, const float* dout, float* dh_out) {
         float* dact = zeroed("ffn.dact", N * F);
         linear_backward_input(dout, W(p + "down_proj.weight"), N, F, D, dact);
-        linear_backward_weight(dout, buf("ffn.act", N * F), N, F, D, G(p + "down_proj.weight"));
+        linear_backward_weight(dout, kept("ffn.act", N * F), N, F, D, G(p + "down_proj.weight"));
         float* dgate = zeroed("ffn.dgate", N * F);
         float* dup = zeroed("ffn.dup", N * F);
-        swiglu_backward(buf("ffn.gate", N * F), buf("ffn.up", N * F), dact, N * F, dgate, dup);
+        swiglu_backward(kept("ffn.gate", N * F), kept("ffn.up", N * F), dact, N * F, dgate, dup);
         linear_backward_input(dgate, W(p + "gate_proj.weight"), N, D, F, dh_out);
         linear_backward_weight(dgate, h, N, D, F, G(p + "gate_proj.weight"));
         linear_backward_input(dup, W(p + "up_proj.weight"), N, D, F, dh_out);
@@ -322,17 +331,17 @@ struct TrainModel::Impl : ProfiledOps {
     void layer_forward(int64_t l, const float* x_in, float* x_out) {
         const std::string p = prefix(l);
         const int64_t ND = N * D;
-        float* h1 = buf("layer.h1", ND);
+        float* h1 = kept("layer.h1", ND);
         rms_norm_forward(x_in, W(p + "input_layernorm.weight"), N, D, c.rms_eps, one_plus, h1);
         float* mixer_out = buf("layer.mixer_out", ND);
         if (is_attention(l))
             attention_forward_layer(p + "self_attn.", h1, mixer_out);
         else
             deltanet_forward_layer(p + "linear_attn.", h1, mixer_out);
-        float* x_mid = buf("layer.x_mid", ND);
+        float* x_mid = kept("layer.x_mid", ND);
         copy_device(x_mid, x_in, ND);
         add_into(mixer_out, ND, x_mid);
-        float* h2 = buf("layer.h2", ND);
+        float* h2 = kept("layer.h2", ND);
         rms_norm_forward(x_mid, W(p + "post_attention_layernorm.weight"), N, D, c.rms_eps, one_plus, h2);
         float* ffn_out = buf("layer.ffn_out", ND);
         ffn_forward_layer(p + "mlp.", h2, ffn_out);
@@ -345,25 +354,34 @@ struct TrainModel::Impl : ProfiledOps {
         const std::string p = prefix(l);
         const int64_t ND = N * D;
         float* dh2 = zeroed("layer.dh2", ND);
-        ffn_backward_layer(p + "mlp.", buf("layer.h2", ND), dx, dh2);
-        rms_norm_backward(buf("layer.x_mid", ND), W(p + "post_attention_layernorm.weight"), dh2, N, D, c.rms_eps,
+        ffn_backward_layer(p + "mlp.", kept("layer.h2", ND), dx, dh2);
+        rms_norm_backward(kept("layer.x_mid", ND), W(p + "post_attention_layernorm.weight"), dh2, N, D, c.rms_eps,
                           one_plus, dx, G(p + "post_attention_layernorm.weight"));
         float* dh1 = zeroed("layer.dh1", ND);
         if (is_attention(l))
-            attention_backward_layer(p + "self_attn.", buf("layer.h1", ND), dx, dh1);
+            attention_backward_layer(p + "self_attn.", kept("layer.h1", ND), dx, dh1);
         else
-            deltanet_backward_layer(p + "linear_attn.", buf("layer.h1", ND), dx, dh1);
+            deltanet_backward_layer(p + "linear_attn.", kept("layer.h1", ND), dx, dh1);
         rms_norm_backward(x_in, W(p + "input_layernorm.weight"), dh1, N, D, c.rms_eps, one_plus, dx,
                           G(p + "input_layernorm.weight"));
     }
 
     const char* head_name() const { return c.tied_embeddings ? "model.embed_tokens.weight" : "lm_head.weight"; }
 
-    // Embeddings, every layer (keeping each layer's input), the final norm into "final.h".
-    void forward_trunk() {
+    // Where layer l's kept() buffers live in training: its own ("L3.") when the backward reads what
+    // the forward kept, the shared set ("") when it recomputes them.
+    std::string layer_scope(int64_t l) const { return keep_activations ? fmt::format("L{}.", l) : std::string(); }
+
+    // Embeddings, every layer (keeping each layer's input), the final norm into "final.h". Evaluation
+    // (`training` false) writes the shared set: it has no backward to keep anything for.
+    void forward_trunk(bool training) {
         pass = ProfilePass::forward;
         embedding_forward(W("model.embed_tokens.weight"), tokens.get<int32_t>(), N, D, layer_input(0));
-        for (int64_t l = 0; l < c.n_layer(); ++l) layer_forward(l, layer_input(l), layer_input(l + 1));
+        for (int64_t l = 0; l < c.n_layer(); ++l) {
+            scope = training ? layer_scope(l) : std::string();
+            layer_forward(l, layer_input(l), layer_input(l + 1));
+        }
+        scope.clear();
         rms_norm_forward(layer_input(c.n_layer()), W("model.norm.weight"), N, D, c.rms_eps, one_plus,
                          buf("final.h", N * D));
     }
@@ -398,18 +416,22 @@ struct TrainModel::Impl : ProfiledOps {
 
     double accumulate(const Batch& batch, double scale) {
         load_batch(batch);
-        forward_trunk();
+        forward_trunk(true);
         const double total = head_loss(true, scale);
         float* dx = zeroed("final.dx", N * D);
         rms_norm_backward(layer_input(c.n_layer()), W("model.norm.weight"), buf("final.dh", N * D), N, D, c.rms_eps,
                           one_plus, dx, G("model.norm.weight"));
-        float* scratch_out = buf("layer.recomputed_out", N * D);
+        float* scratch_out = keep_activations ? nullptr : buf("layer.recomputed_out", N * D);
         for (int64_t l = c.n_layer() - 1; l >= 0; --l) {
-            pass = ProfilePass::recompute;
-            layer_forward(l, layer_input(l), scratch_out);  // recompute this layer's intermediates
+            scope = layer_scope(l);  // kept: where layer l's forward wrote its activations
+            if (!keep_activations) {
+                pass = ProfilePass::recompute;
+                layer_forward(l, layer_input(l), scratch_out);  // recompute this layer's intermediates
+            }
             pass = ProfilePass::backward;
             layer_backward(l, layer_input(l), dx);
         }
+        scope.clear();
         embedding_backward(dx, tokens.get<int32_t>(), N, D, G("model.embed_tokens.weight"));
         host_wait([] { cuda_check(cudaDeviceSynchronize(), "the training step"); });
         return total;
@@ -417,8 +439,41 @@ struct TrainModel::Impl : ProfiledOps {
 
     double loss(const Batch& batch) {
         load_batch(batch);
-        forward_trunk();
+        forward_trunk(false);
         return head_loss(false, 0.0);
+    }
+
+    // Floats of layer l's kept() buffers for B sequences of T tokens, as its forward allocates them.
+    int64_t kept_floats(int64_t l, int64_t B_, int64_t T_) const {
+        const int64_t n = B_ * T_;
+        int64_t floats = 3 * n * D + 3 * n * F;  // h1, x_mid, h2; the FFN's gate, up, act
+        if (is_attention(l)) {
+            const auto [Hq, Hkv, dh, per_head, gated] = attention_dims();
+            // q_raw, q_r, att (and gate, gated); k_raw, k_r, v; lse
+            floats += n * Hq * dh * (gated ? 5 : 3) + 3 * n * Hkv * dh + n * Hq;
+        } else {
+            const auto [Hk, Hv, dk, dv, key_dim, value_dim, C, K] = delta_dims();
+            // mixed; z, v, o, y; q, k, q_hat, k_hat; b, a, beta, g; the delta rule's saved states
+            floats += n * C + 4 * n * value_dim + 4 * n * key_dim + 4 * n * Hv +
+                      delta_rule_saved_floats(B_, T_, Hv, dk, dv);
+        }
+        return floats;
+    }
+
+    // The recompute design's own buffers, an estimate: the residual stream (layers + 1), the head's
+    // final.h, dh, dx and a logit chunk, the layer's mixer_out, ffn_out, recomputed_out and its widest
+    // projection (qg or conv), the shared kept() set and the backward's gradients (each about the
+    // largest layer's activations), the delta rule's scratch.
+    int64_t shared_floats(int64_t B_, int64_t T_) const {
+        const int64_t n = B_ * T_;
+        int64_t largest = 0;
+        for (int64_t l = 0; l < c.n_layer(); ++l) largest = std::max(largest, kept_floats(l, B_, T_));
+        const auto [Hk, Hv, dk, dv, key_dim, value_dim, C, K] = delta_dims();
+        const bool has_deltanet = std::any_of(c.layers.begin(), c.layers.end(),
+                                              [](LayerKind k) { return k != LayerKind::full_attention; });
+        return (c.n_layer() + 1 + 3 + 3) * n * D + std::clamp<int64_t>(kLogitChunkValues / V, 1, n) * V +
+               std::max(n * C, n * c.n_head * 2 * c.head_dim) + 2 * largest +
+               (has_deltanet ? delta_rule_scratch_floats(B_, T_, Hv, dk, dv) : 0);
     }
 };
 
@@ -489,6 +544,35 @@ void TrainModel::use_weights(std::span<const float> weights) {
 void TrainModel::get_forward_weights(std::span<float> weights) const {
     const DeviceBuffer& source = impl_->weights_are_params ? impl_->params : impl_->weights;
     source.download(weights.data(), size_t(impl_->P) * 4);
+}
+
+void TrainModel::set_keep_activations(bool keep) {
+    Impl& I = *impl_;
+    I.keep_activations = keep;
+    if (keep) return;
+    for (auto it = I.buffers.begin(); it != I.buffers.end();)  // the layers' own buffers: no longer read
+        it = it->first.starts_with('L') ? I.buffers.erase(it) : std::next(it);
+}
+
+bool TrainModel::keeps_activations() const { return impl_->keep_activations; }
+
+ActivationMemory TrainModel::activation_memory(int64_t batch, int64_t seq_len, int64_t eval_sequences) const {
+    const Impl& I = *impl_;
+    ActivationMemory m;
+    m.layers = I.c.n_layer();
+    for (int64_t l = 0; l < m.layers; ++l) m.kept_bytes += int64_t(sizeof(float)) * I.kept_floats(l, batch, seq_len);
+    m.other_bytes = int64_t(sizeof(float)) * I.shared_floats(std::max(batch, eval_sequences), seq_len);
+    size_t free_bytes = 0, total_bytes = 0;
+    cuda_check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+    m.free_bytes = int64_t(free_bytes);
+    return m;
+}
+
+int64_t TrainModel::kept_activation_bytes() const {
+    int64_t bytes = 0;
+    for (const auto& [name, buffer] : impl_->buffers)
+        if (name.starts_with('L')) bytes += int64_t(buffer.bytes());
+    return bytes;
 }
 
 void TrainModel::zero_gradients() {

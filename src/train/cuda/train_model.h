@@ -6,11 +6,15 @@
 // Same structure as the reference on purpose, so a difference points at one op: the forward keeps each
 // layer's input residual [N][D]; the backward re-runs one layer's forward to get its intermediates
 // (activation recomputation), then walks it back. Memory: (layers + 1)·N·D floats plus one layer's
-// intermediates, N = sequences × length of the largest micro-batch seen.
+// intermediates, N = sequences × length of the largest micro-batch seen. With set_keep_activations
+// (run.activations, train/activation_plan.h) each layer's forward keeps the intermediates its backward
+// reads in buffers of its own instead, and the backward reads them without re-running the forward:
+// every layer's intermediates in memory, the same bits, the layers' forward once a step.
 //
 // Plain C++ (pimpl): train/trainer.cpp includes it when the build has CUDA.
 #pragma once
 
+#include "train/activation_plan.h"
 #include "train/optimizer.h"
 #include "train/parameters.h"
 #include "train/step_profile.h"
@@ -41,6 +45,18 @@ public:
     void use_qat_weights(double lambda);
     void use_weights(std::span<const float> weights);
     void get_forward_weights(std::span<float> weights) const;
+
+    // Whether the backward reads each layer's kept forward activations (true) or re-runs the layer's
+    // forward (false, the default). Evaluation (loss) never keeps them: its forward has no backward.
+    void set_keep_activations(bool keep);
+    bool keeps_activations() const;
+    // For micro-batches of batch × seq_len and evaluation batches of up to eval_sequences × seq_len:
+    // the bytes every layer's kept activations take (exact: kept_activation_bytes() after a training
+    // micro-batch of that size), the recompute design's own buffers (an estimate: the residual stream,
+    // the LM head's, twice the largest layer's activations for the forward's and the backward's shared
+    // buffers, the delta rule's scratch), and the device's free memory now.
+    ActivationMemory activation_memory(int64_t batch, int64_t seq_len, int64_t eval_sequences) const;
+    int64_t kept_activation_bytes() const;  // allocated now for the layers' own activation buffers
 
     void zero_gradients();
     // Forward and backward over the batch: adds scale·∂(Σ loss)/∂weights into the device gradients and
