@@ -42,11 +42,15 @@ constexpr double kFloat = 1e-5;
 constexpr double kBf16 = 1e-2;
 
 Vec zeros(size_t n) { return Vec(n, 0.0); }
+// The starting value of an output an op overwrites (kernels.h's "(=)"): a kernel that still added into
+// it would be off by this much.
+constexpr double kStale = 3.0;
+DeviceArray stale(size_t n) { return DeviceArray(Vec(n, kStale)); }
 
 TEST(CudaTrainOps, RmsNormForwardBackward) {
     SKIP_WITHOUT_GPU();
     for (bool one_plus : {false, true})
-        for (auto [rows, dim] : {std::pair{1, 3}, {37, 100}, {5, 1000}}) {
+        for (auto [rows, dim] : {std::pair{1, 3}, {37, 100}, {5, 1000}, {1500, 128}, {700, 300}}) {
             const Vec x = normal_values(size_t(rows * dim), 1), w = normal_values(size_t(dim), 2, 0.3),
                       dy = normal_values(x.size(), 3);
             const float eps = 1e-6f;
@@ -61,12 +65,17 @@ TEST(CudaTrainOps, RmsNormForwardBackward) {
             DELTABIT_EXPECT_CLOSE(tag + " y", gy.read(), y, kFloat);
             DELTABIT_EXPECT_CLOSE(tag + " dx", gdx.read(), dx, kFloat);
             DELTABIT_EXPECT_CLOSE(tag + " dw", gdw.read(), dw, kFloat);
+            // dw's sum over rows (slabs of rows, then the slabs in order) has no atomics: a second run
+            // repeats it to the bit.
+            DeviceArray gdx2 = DeviceArray::zeros(x.size()), gdw2 = DeviceArray::zeros(w.size());
+            cuda::rms_norm_backward(gx.get(), gw.get(), gdy.get(), rows, dim, eps, one_plus, gdx2.get(), gdw2.get());
+            EXPECT_TRUE(gdw2.read() == gdw.read()) << tag << ": two runs' dw differ";
         }
 }
 
 TEST(CudaTrainOps, GatedRmsNormAndL2Norm) {
     SKIP_WITHOUT_GPU();
-    for (auto [rows, dim] : {std::pair{1, 3}, {33, 128}, {7, 300}}) {
+    for (auto [rows, dim] : {std::pair{1, 3}, {33, 128}, {7, 300}, {1500, 128}}) {
         const Vec x = normal_values(size_t(rows * dim), 4), z = normal_values(x.size(), 5),
                   w = normal_values(size_t(dim), 6, 0.5), dy = normal_values(x.size(), 7);
         const float eps = 1e-6f;
@@ -74,8 +83,8 @@ TEST(CudaTrainOps, GatedRmsNormAndL2Norm) {
         ref::gated_rms_norm_forward(x.data(), z.data(), w.data(), rows, dim, eps, y.data());
         ref::gated_rms_norm_backward(x.data(), z.data(), w.data(), dy.data(), rows, dim, eps, dx.data(), dz.data(),
                                      dw.data());
-        DeviceArray gx(x), gz(z), gw(w), gdy(dy), gy = DeviceArray::zeros(x.size()), gdx = DeviceArray::zeros(x.size()),
-                    gdz = DeviceArray::zeros(x.size()), gdw = DeviceArray::zeros(w.size());
+        DeviceArray gx(x), gz(z), gw(w), gdy(dy), gy = DeviceArray::zeros(x.size()), gdx = stale(x.size()),
+                    gdz = stale(x.size()), gdw = DeviceArray::zeros(w.size());
         cuda::gated_rms_norm_forward(gx.get(), gz.get(), gw.get(), rows, dim, eps, gy.get());
         cuda::gated_rms_norm_backward(gx.get(), gz.get(), gw.get(), gdy.get(), rows, dim, eps, gdx.get(), gdz.get(),
                                       gdw.get());
@@ -89,12 +98,37 @@ TEST(CudaTrainOps, GatedRmsNormAndL2Norm) {
         Vec l2 = zeros(x.size()), dl2 = zeros(x.size());
         ref::l2_norm_forward(x.data(), rows, dim, 1e-6, scale, l2.data());
         ref::l2_norm_backward(x.data(), dy.data(), rows, dim, 1e-6, scale, dl2.data());
-        DeviceArray gl2 = DeviceArray::zeros(x.size()), gdl2 = DeviceArray::zeros(x.size());
-        cuda::l2_norm_forward(gx.get(), rows, dim, 1e-6f, float(scale), gl2.get());
-        cuda::l2_norm_backward(gx.get(), gdy.get(), rows, dim, 1e-6f, float(scale), gdl2.get());
+        DeviceArray gl2 = DeviceArray::zeros(x.size()), gdl2 = stale(x.size());
+        cuda::l2_norm_forward(gx.get(), dim, rows, 1, dim, 1e-6f, float(scale), gl2.get());
+        cuda::l2_norm_backward(gx.get(), dim, gdy.get(), rows, 1, dim, 1e-6f, float(scale), gdl2.get());
         DELTABIT_EXPECT_CLOSE(fmt::format("l2_norm {}x{} y", rows, dim), gl2.read(), l2, kFloat);
         DELTABIT_EXPECT_CLOSE(fmt::format("l2_norm {}x{} dx", rows, dim), gdl2.read(), dl2, kFloat);
     }
+}
+
+// The l2 norms read their rows in place from a wider tensor (the DeltaNet's q and k inside the conv's
+// q|k output): 3 heads of 40 at column 40 of rows of 250; dx lands at the same places and leaves the
+// other columns alone.
+TEST(CudaTrainOps, L2NormStrided) {
+    SKIP_WITHOUT_GPU();
+    const int64_t N = 11, heads = 3, dim = 40, stride = 250, at = 40;
+    const Vec wide = normal_values(size_t(N * stride), 41), dy = normal_values(size_t(N * heads * dim), 42);
+    Vec x(size_t(N * heads * dim));
+    for (int64_t n = 0; n < N; ++n)
+        for (int64_t i = 0; i < heads * dim; ++i) x[size_t(n * heads * dim + i)] = wide[size_t(n * stride + at + i)];
+    const double scale = 0.3;
+    Vec y = zeros(x.size()), dx = zeros(x.size());
+    ref::l2_norm_forward(x.data(), N * heads, dim, 1e-6, scale, y.data());
+    ref::l2_norm_backward(x.data(), dy.data(), N * heads, dim, 1e-6, scale, dx.data());
+    Vec dx_wide(wide.size(), kStale);
+    for (int64_t n = 0; n < N; ++n)
+        for (int64_t i = 0; i < heads * dim; ++i)
+            dx_wide[size_t(n * stride + at + i)] = dx[size_t(n * heads * dim + i)];
+    DeviceArray gwide(wide), gdy(dy), gy = DeviceArray::zeros(y.size()), gdx = stale(wide.size());
+    cuda::l2_norm_forward(gwide.get() + at, stride, N, heads, dim, 1e-6f, float(scale), gy.get());
+    cuda::l2_norm_backward(gwide.get() + at, stride, gdy.get(), N, heads, dim, 1e-6f, float(scale), gdx.get() + at);
+    DELTABIT_EXPECT_CLOSE("l2_norm strided y", gy.read(), y, kFloat);
+    DELTABIT_EXPECT_CLOSE("l2_norm strided dx", gdx.read(), dx_wide, kFloat);
 }
 
 TEST(CudaTrainOps, SwigluAndSigmoidGate) {
@@ -104,8 +138,8 @@ TEST(CudaTrainOps, SwigluAndSigmoidGate) {
     Vec out = zeros(size_t(n)), dgate = zeros(size_t(n)), dup = zeros(size_t(n));
     ref::swiglu_forward(gate.data(), up.data(), n, out.data());
     ref::swiglu_backward(gate.data(), up.data(), dout.data(), n, dgate.data(), dup.data());
-    DeviceArray gg(gate), gu(up), gd(dout), go = DeviceArray::zeros(size_t(n)), gdg = DeviceArray::zeros(size_t(n)),
-                gdu = DeviceArray::zeros(size_t(n));
+    DeviceArray gg(gate), gu(up), gd(dout), go = DeviceArray::zeros(size_t(n)), gdg = stale(size_t(n)),
+                gdu = stale(size_t(n));
     cuda::swiglu_forward(gg.get(), gu.get(), n, go.get());
     cuda::swiglu_backward(gg.get(), gu.get(), gd.get(), n, gdg.get(), gdu.get());
     DELTABIT_EXPECT_CLOSE("swiglu out", go.read(), out, kFloat);
@@ -120,13 +154,79 @@ TEST(CudaTrainOps, SwigluAndSigmoidGate) {
         datt[size_t(i)] = dout[size_t(i)] * s;
         dg[size_t(i)] = dout[size_t(i)] * up[size_t(i)] * s * (1.0 - s);
     }
-    DeviceArray ggated = DeviceArray::zeros(size_t(n)), gdatt = DeviceArray::zeros(size_t(n)),
-                gdgate = DeviceArray::zeros(size_t(n));
-    cuda::sigmoid_gate_forward(gu.get(), gg.get(), n, ggated.get());
-    cuda::sigmoid_gate_backward(gu.get(), gg.get(), gd.get(), n, gdatt.get(), gdgate.get());
+    DeviceArray ggated = DeviceArray::zeros(size_t(n)), gdatt = stale(size_t(n)), gdgate = stale(size_t(n));
+    cuda::sigmoid_gate_forward(gu.get(), gg.get(), 1, n, 1, ggated.get());
+    cuda::sigmoid_gate_backward(gu.get(), gg.get(), 1, gd.get(), n, 1, gdatt.get(), gdgate.get());
     DELTABIT_EXPECT_CLOSE("sigmoid_gate out", ggated.read(), gated, kFloat);
     DELTABIT_EXPECT_CLOSE("sigmoid_gate datt", gdatt.read(), datt, kFloat);
     DELTABIT_EXPECT_CLOSE("sigmoid_gate dgate", gdgate.read(), dg, kFloat);
+
+    // The residual: out = x + delta, into a third buffer and in place.
+    Vec sum(static_cast<size_t>(n));
+    for (size_t i = 0; i < size_t(n); ++i) sum[i] = double(float(gate[i])) + double(float(up[i]));
+    DeviceArray gsum = stale(size_t(n)), ginplace(gate);
+    cuda::residual_add(gg.get(), gu.get(), n, gsum.get());
+    cuda::residual_add(ginplace.get(), gu.get(), n, ginplace.get());
+    DELTABIT_EXPECT_CLOSE("residual_add out", gsum.read(), sum, kFloat);
+    DELTABIT_EXPECT_CLOSE("residual_add in place", ginplace.read(), sum, kFloat);
+}
+
+// Strided inputs read in place (the attention's q and gate inside q|gate, per head q then gate): the q
+// norm at row stride 2·dim with dq overwritten at the same places, the gate at column dim of the same
+// rows with its gradient beside dq; the columns neither writes keep their value.
+TEST(CudaTrainOps, StridedQAndGate) {
+    SKIP_WITHOUT_GPU();
+    const int64_t rows = 300, dim = 40, stride = 2 * dim;
+    const Vec qg = normal_values(size_t(rows * stride), 43), w = normal_values(size_t(dim), 44, 0.3),
+              dy = normal_values(size_t(rows * dim), 45), att = normal_values(size_t(rows * dim), 46);
+    Vec q(size_t(rows * dim)), gate(q.size());
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = 0; i < dim; ++i) {
+            q[size_t(r * dim + i)] = qg[size_t(r * stride + i)];
+            gate[size_t(r * dim + i)] = qg[size_t(r * stride + dim + i)];
+        }
+    const float eps = 1e-6f;
+    Vec y = zeros(q.size()), dq = zeros(q.size()), dw = zeros(w.size()), gated(q.size()), datt(q.size()),
+        dgate(q.size());
+    ref::rms_norm_forward(q.data(), w.data(), rows, dim, eps, true, y.data());
+    ref::rms_norm_backward(q.data(), w.data(), dy.data(), rows, dim, eps, true, dq.data(), dw.data());
+    for (size_t i = 0; i < q.size(); ++i) {
+        const double s = ref::sigmoid(gate[i]);
+        gated[i] = att[i] * s;
+        datt[i] = dy[i] * s;
+        dgate[i] = dy[i] * att[i] * s * (1.0 - s);
+    }
+    Vec dqg(qg.size());
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = 0; i < dim; ++i) {
+            dqg[size_t(r * stride + i)] = dq[size_t(r * dim + i)];
+            dqg[size_t(r * stride + dim + i)] = dgate[size_t(r * dim + i)];
+        }
+    DeviceArray gqg(qg), gw(w), gdy(dy), gatt(att), gy = DeviceArray::zeros(y.size()), gdw = DeviceArray::zeros(w.size()),
+        ggated = DeviceArray::zeros(q.size()), gdatt = stale(q.size()), gdqg = stale(qg.size());
+    cuda::rms_norm_forward(gqg.get(), gw.get(), rows, dim, eps, true, gy.get(), stride);
+    cuda::rms_norm_backward(gqg.get(), gw.get(), gdy.get(), rows, dim, eps, true, gdqg.get(), gdw.get(), stride, false);
+    cuda::sigmoid_gate_forward(gatt.get(), gqg.get() + dim, stride, rows, dim, ggated.get());
+    cuda::sigmoid_gate_backward(gatt.get(), gqg.get() + dim, stride, gdy.get(), rows, dim, gdatt.get(),
+                                gdqg.get() + dim);
+    DELTABIT_EXPECT_CLOSE("strided rms_norm y", gy.read(), y, kFloat);
+    DELTABIT_EXPECT_CLOSE("strided rms_norm dw", gdw.read(), dw, kFloat);
+    DELTABIT_EXPECT_CLOSE("strided sigmoid_gate out", ggated.read(), gated, kFloat);
+    DELTABIT_EXPECT_CLOSE("strided sigmoid_gate datt", gdatt.read(), datt, kFloat);
+    DELTABIT_EXPECT_CLOSE("strided dq | dgate", gdqg.read(), dqg, kFloat);
+    // A half-stride gap: rows of dim at stride dim + 8, dx overwritten there, the gaps left alone.
+    const int64_t gap_stride = dim + 8;
+    Vec wide(size_t(rows * gap_stride), kStale), dq_wide(wide.size(), kStale);
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t i = 0; i < dim; ++i) {
+            wide[size_t(r * gap_stride + i)] = q[size_t(r * dim + i)];
+            dq_wide[size_t(r * gap_stride + i)] = dq[size_t(r * dim + i)];
+        }
+    DeviceArray gwide(wide), gdx_wide = stale(wide.size()), gdw2 = DeviceArray::zeros(w.size());
+    cuda::rms_norm_backward(gwide.get(), gw.get(), gdy.get(), rows, dim, eps, true, gdx_wide.get(), gdw2.get(),
+                            gap_stride, false);
+    DELTABIT_EXPECT_CLOSE("gapped rms_norm dx", gdx_wide.read(), dq_wide, kFloat);
+    DELTABIT_EXPECT_CLOSE("gapped rms_norm dw", gdw2.read(), dw, kFloat);
 }
 
 TEST(CudaTrainOps, RopeForwardBackwardPerSequence) {
@@ -147,72 +247,121 @@ TEST(CudaTrainOps, RopeForwardBackwardPerSequence) {
     }
 }
 
+// The output's channels split in two buffers at `split` (the DeltaNet's q|k and v), dy read the same
+// way; T = 300 over 3 sequences gives the weight gradient 4 slabs of rows.
 TEST(CudaTrainOps, CausalConvPerSequence) {
     SKIP_WITHOUT_GPU();
-    const int64_t B = 3, T = 9, C = 37, K = 4;
-    const Vec x = normal_values(size_t(B * T * C), 12), w = normal_values(size_t(C * K), 13, 0.5),
-              dy = normal_values(x.size(), 14);
-    Vec y = zeros(x.size()), dx = zeros(x.size()), dw = zeros(w.size());
-    for (int64_t b = 0; b < B; ++b) {
-        const int64_t o = b * T * C;
-        ref::conv_silu_forward(x.data() + o, w.data(), T, C, K, y.data() + o);
-        ref::conv_silu_backward(x.data() + o, w.data(), dy.data() + o, T, C, K, dx.data() + o, dw.data());
+    const int64_t B = 3, C = 37, K = 4, split = 10;
+    for (int64_t T : {int64_t(9), int64_t(300)}) {
+        const Vec x = normal_values(size_t(B * T * C), 12), w = normal_values(size_t(C * K), 13, 0.5),
+                  dy = normal_values(x.size(), 14);
+        Vec y = zeros(x.size()), dx = zeros(x.size()), dw = zeros(w.size());
+        for (int64_t b = 0; b < B; ++b) {
+            const int64_t o = b * T * C;
+            ref::conv_silu_forward(x.data() + o, w.data(), T, C, K, y.data() + o);
+            ref::conv_silu_backward(x.data() + o, w.data(), dy.data() + o, T, C, K, dx.data() + o, dw.data());
+        }
+        // [N][C] ↔ [N][split] and [N][C − split].
+        const int64_t N = B * T;
+        auto lo = [&](const Vec& v) {
+            Vec out(size_t(N * split));
+            for (int64_t n = 0; n < N; ++n)
+                for (int64_t c = 0; c < split; ++c) out[size_t(n * split + c)] = v[size_t(n * C + c)];
+            return out;
+        };
+        auto hi = [&](const Vec& v) {
+            Vec out(size_t(N * (C - split)));
+            for (int64_t n = 0; n < N; ++n)
+                for (int64_t c = split; c < C; ++c) out[size_t(n * (C - split) + c - split)] = v[size_t(n * C + c)];
+            return out;
+        };
+        DeviceArray gx(x), gw(w), gdy_lo(lo(dy)), gdy_hi(hi(dy)), gy_lo = DeviceArray::zeros(size_t(N * split)),
+            gy_hi = DeviceArray::zeros(size_t(N * (C - split))), gdx = stale(x.size()),
+            gdw = DeviceArray::zeros(w.size());
+        cuda::conv_silu_forward(gx.get(), gw.get(), B, T, C, K, split, gy_lo.get(), gy_hi.get());
+        cuda::conv_silu_backward(gx.get(), gw.get(), gdy_lo.get(), gdy_hi.get(), B, T, C, K, split, gdx.get(),
+                                 gdw.get());
+        const std::string tag = fmt::format("conv_silu T{}", T);
+        DELTABIT_EXPECT_CLOSE(tag + " y channels < split", gy_lo.read(), lo(y), kFloat);
+        DELTABIT_EXPECT_CLOSE(tag + " y channels ≥ split", gy_hi.read(), hi(y), kFloat);
+        DELTABIT_EXPECT_CLOSE(tag + " dx", gdx.read(), dx, kFloat);
+        DELTABIT_EXPECT_CLOSE(tag + " dw", gdw.read(), dw, kFloat);
+        DeviceArray gdw2 = DeviceArray::zeros(w.size());
+        cuda::conv_silu_backward(gx.get(), gw.get(), gdy_lo.get(), gdy_hi.get(), B, T, C, K, split, nullptr,
+                                 gdw2.get());
+        EXPECT_TRUE(gdw2.read() == gdw.read()) << tag << ": two runs' dw differ";
     }
-    DeviceArray gx(x), gw(w), gdy(dy), gy = DeviceArray::zeros(x.size()), gdx = DeviceArray::zeros(x.size()),
-                gdw = DeviceArray::zeros(w.size());
-    cuda::conv_silu_forward(gx.get(), gw.get(), B, T, C, K, gy.get());
-    cuda::conv_silu_backward(gx.get(), gw.get(), gdy.get(), B, T, C, K, gdx.get(), gdw.get());
-    DELTABIT_EXPECT_CLOSE("conv_silu y", gy.read(), y, kFloat);
-    DELTABIT_EXPECT_CLOSE("conv_silu dx", gdx.read(), dx, kFloat);
-    DELTABIT_EXPECT_CLOSE("conv_silu dw", gdw.read(), dw, kFloat);
 }
 
 TEST(CudaTrainOps, DeltaNetGates) {
     SKIP_WITHOUT_GPU();
-    const int64_t N = 301, Hv = 6;
-    Vec b = normal_values(size_t(N * Hv), 15, 2.0), a = normal_values(size_t(N * Hv), 16, 8.0);
-    a[0] = 25.0;  // past softplus's threshold
-    const Vec a_log = normal_values(size_t(Hv), 17, 0.5), dt_bias = normal_values(size_t(Hv), 18),
-              dbeta = normal_values(b.size(), 19), dg = normal_values(b.size(), 20);
-    Vec beta = zeros(b.size()), g = zeros(b.size()), db = zeros(b.size()), da = zeros(b.size()), da_log = zeros(size_t(Hv)),
-        ddt = zeros(size_t(Hv));
-    ref::gdn_gates_forward(b.data(), a.data(), a_log.data(), dt_bias.data(), N, Hv, beta.data(), g.data());
-    ref::gdn_gates_backward(b.data(), a.data(), a_log.data(), dt_bias.data(), dbeta.data(), dg.data(), N, Hv, db.data(),
-                            da.data(), da_log.data(), ddt.data());
-    DeviceArray gb(b), ga(a), gal(a_log), gdt(dt_bias), gdbeta(dbeta), gdg(dg), gbeta = DeviceArray::zeros(b.size()),
-        gg = DeviceArray::zeros(b.size()), gdb = DeviceArray::zeros(b.size()), gda = DeviceArray::zeros(b.size()),
-        gdal = DeviceArray::zeros(size_t(Hv)), gddt = DeviceArray::zeros(size_t(Hv));
-    cuda::gdn_gates_forward(gb.get(), ga.get(), gal.get(), gdt.get(), N, Hv, gbeta.get(), gg.get());
-    cuda::gdn_gates_backward(gb.get(), ga.get(), gal.get(), gdt.get(), gdbeta.get(), gdg.get(), N, Hv, gdb.get(),
-                             gda.get(), gdal.get(), gddt.get());
-    DELTABIT_EXPECT_CLOSE("gates beta", gbeta.read(), beta, kFloat);
-    DELTABIT_EXPECT_CLOSE("gates g", gg.read(), g, kFloat);
-    DELTABIT_EXPECT_CLOSE("gates db", gdb.read(), db, kFloat);
-    DELTABIT_EXPECT_CLOSE("gates da", gda.read(), da, kFloat);
-    DELTABIT_EXPECT_CLOSE("gates dA_log", gdal.read(), da_log, kFloat);
-    DELTABIT_EXPECT_CLOSE("gates ddt_bias", gddt.read(), ddt, kFloat);
+    const int64_t Hv = 6;
+    for (int64_t N : {int64_t(301), int64_t(2500)}) {  // 2,500 rows: 3 slabs of the per-head sums
+        Vec b = normal_values(size_t(N * Hv), 15, 2.0), a = normal_values(size_t(N * Hv), 16, 8.0);
+        a[0] = 25.0;  // past softplus's threshold
+        const Vec a_log = normal_values(size_t(Hv), 17, 0.5), dt_bias = normal_values(size_t(Hv), 18),
+                  dbeta = normal_values(b.size(), 19), dg = normal_values(b.size(), 20);
+        Vec beta = zeros(b.size()), g = zeros(b.size()), db = zeros(b.size()), da = zeros(b.size()),
+            da_log = zeros(size_t(Hv)), ddt = zeros(size_t(Hv));
+        ref::gdn_gates_forward(b.data(), a.data(), a_log.data(), dt_bias.data(), N, Hv, beta.data(), g.data());
+        ref::gdn_gates_backward(b.data(), a.data(), a_log.data(), dt_bias.data(), dbeta.data(), dg.data(), N, Hv,
+                                db.data(), da.data(), da_log.data(), ddt.data());
+        DeviceArray gb(b), ga(a), gal(a_log), gdt(dt_bias), gdbeta(dbeta), gdg(dg),
+            gbeta = DeviceArray::zeros(b.size()), gg = DeviceArray::zeros(b.size()), gdb = stale(b.size()),
+            gda = stale(b.size()),
+            gdal = DeviceArray::zeros(size_t(Hv)), gddt = DeviceArray::zeros(size_t(Hv));
+        cuda::gdn_gates_forward(gb.get(), ga.get(), gal.get(), gdt.get(), N, Hv, gbeta.get(), gg.get());
+        cuda::gdn_gates_backward(gb.get(), ga.get(), gal.get(), gdt.get(), gdbeta.get(), gdg.get(), N, Hv, gdb.get(),
+                                 gda.get(), gdal.get(), gddt.get());
+        const std::string tag = fmt::format("gates N{}", N);
+        DELTABIT_EXPECT_CLOSE(tag + " beta", gbeta.read(), beta, kFloat);
+        DELTABIT_EXPECT_CLOSE(tag + " g", gg.read(), g, kFloat);
+        DELTABIT_EXPECT_CLOSE(tag + " db", gdb.read(), db, kFloat);
+        DELTABIT_EXPECT_CLOSE(tag + " da", gda.read(), da, kFloat);
+        DELTABIT_EXPECT_CLOSE(tag + " dA_log", gdal.read(), da_log, kFloat);
+        DELTABIT_EXPECT_CLOSE(tag + " ddt_bias", gddt.read(), ddt, kFloat);
+    }
 }
 
+// The gradient sums each token's rows in runs of at most 64 (embedding_kernels.cu): the short case has
+// tokens with one run (added straight into dembed); the long one a token in 40% of 3,000 rows (19 runs
+// through partial rows), one in exactly 64 and one in 65 (the edges of a run), and tokens never seen
+// (rows left as they were). dembed starts nonzero: the gradient adds. A second run repeats the bits.
 TEST(CudaTrainOps, EmbeddingForwardBackward) {
     SKIP_WITHOUT_GPU();
-    const int64_t V = 7, D = 33;
-    const std::vector<int32_t> tokens{3, 3, 0, 6, 3, 1, 6};
-    const int64_t N = int64_t(tokens.size());
-    Vec embed = normal_values(size_t(V * D), 21);
-    for (double& e : embed) e = double(float(e));  // the lookup copies floats exactly
-    const Vec dx = normal_values(size_t(N * D), 22);
-    Vec x = zeros(size_t(N * D)), dembed = zeros(embed.size());
-    for (int64_t n = 0; n < N; ++n)
-        for (int64_t i = 0; i < D; ++i) {
-            x[size_t(n * D + i)] = embed[size_t(tokens[size_t(n)] * D + i)];
-            dembed[size_t(tokens[size_t(n)] * D + i)] += dx[size_t(n * D + i)];
-        }
-    DeviceArray ge(embed), gdx(dx), gx = DeviceArray::zeros(x.size()), gde = DeviceArray::zeros(embed.size());
-    DeviceInts gt(tokens);
-    cuda::embedding_forward(ge.get(), gt.get(), N, D, gx.get());
-    cuda::embedding_backward(gdx.get(), gt.get(), N, D, gde.get());
-    DELTABIT_EXPECT_CLOSE("embedding x", gx.read(), x, 0.0);
-    DELTABIT_EXPECT_CLOSE("embedding dembed", gde.read(), dembed, kFloat);
+    const int64_t D = 33;
+    std::vector<int32_t> skewed(3000);
+    for (size_t n = 0; n < skewed.size(); ++n) skewed[n] = n % 5 < 2 ? 0 : int32_t(3 + (n * 7919) % 40);
+    for (size_t n = 0; n < 64; ++n) skewed[5 * n + 2] = 1;   // 64 rows of token 1
+    for (size_t n = 0; n < 65; ++n) skewed[5 * n + 1003] = 2;  // 65 of token 2
+    const std::vector<std::pair<int64_t, std::vector<int32_t>>> cases = {{7, {3, 3, 0, 6, 3, 1, 6}}, {50, skewed}};
+    for (const auto& [V, tokens] : cases) {
+        const int64_t N = int64_t(tokens.size());
+        Vec embed = normal_values(size_t(V * D), 21);
+        for (double& e : embed) e = double(float(e));  // the lookup copies floats exactly
+        Vec dx = normal_values(size_t(N * D), 22), base = normal_values(embed.size(), 23);
+        for (Vec* v : {&dx, &base})
+            for (double& e : *v) e = double(float(e));
+        Vec x = zeros(size_t(N * D)), dembed = base;
+        for (int64_t n = 0; n < N; ++n)
+            for (int64_t i = 0; i < D; ++i) {
+                x[size_t(n * D + i)] = embed[size_t(tokens[size_t(n)] * D + i)];
+                dembed[size_t(tokens[size_t(n)] * D + i)] += dx[size_t(n * D + i)];
+            }
+        DeviceArray ge(embed), gdx(dx), gx = DeviceArray::zeros(x.size()), gde(base), gde2(base);
+        DeviceInts gt(tokens);
+        cuda::embedding_forward(ge.get(), gt.get(), N, D, gx.get());
+        cuda::embedding_backward(gdx.get(), tokens, V, D, gde.get());
+        cuda::embedding_backward(gdx.get(), tokens, V, D, gde2.get());
+        const std::string tag = fmt::format("embedding V{} N{}", V, N);
+        DELTABIT_EXPECT_CLOSE(tag + " x", gx.read(), x, 0.0);
+        DELTABIT_EXPECT_CLOSE(tag + " dembed", gde.read(), dembed, kFloat);
+        EXPECT_TRUE(gde2.read() == gde.read()) << tag << ": two runs' dembed differ";
+    }
+    // A token outside the vocabulary is named, and nothing is written.
+    const std::vector<int32_t> bad{1, 7, 2};
+    DeviceArray gdx = DeviceArray::zeros(size_t(3 * D)), gde = DeviceArray::zeros(size_t(7 * D));
+    EXPECT_THROW(cuda::embedding_backward(gdx.get(), bad, 7, D, gde.get()), Error);
 }
 
 // Attention in both product modes; gemm.h's switch picks the kernels (attention_kernels.cu):
@@ -330,6 +479,10 @@ TEST(CudaTrainOps, LinearOnCublas) {
         DELTABIT_EXPECT_CLOSE(tag + " y", gy.read(), y, kBf16);
         DELTABIT_EXPECT_CLOSE(tag + " dx", gdx.read(), dx, kBf16);
         DELTABIT_EXPECT_CLOSE(tag + " dw", gdw.read(), dw, kBf16);
+        // accumulate = false: the product overwrites dx (the first product into a layer's gradient).
+        DeviceArray gdx_over = stale(x.size());
+        cuda::linear_backward_input(gdy.get(), gw.get(), n, in, out, gdx_over.get(), false);
+        DELTABIT_EXPECT_CLOSE(tag + " dx overwritten", gdx_over.read(), dx, kBf16);
     }
 }
 

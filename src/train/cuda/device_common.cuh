@@ -61,6 +61,20 @@ __device__ inline float block_max(float v, float* shared) {
     return m;
 }
 
+// Deterministic column sums (weight gradients: a sum over tens of thousands of rows into a few hundred
+// values). Float atomics would make the sum's order, hence its bits, depend on scheduling; instead each
+// block of a first kernel sums a slab of rows into partials[slab][width] in a fixed order, and this
+// second launch adds out[c] += Σ_s partials[s][c] in a fixed order (slab_sums_kernels.cu).
+void add_slab_sums(const float* partials, int64_t slabs, int64_t width, float* out);
+// Slabs for `rows` rows: at least `min_rows` rows each, at most kMaxSlabs. For the norms, 256 slabs
+// times the column blocks (≥ 4 at width 128) give ≥ 1,024 blocks, several per SM, while the partials
+// the second stage reads (256 × width floats) stay far below the rows summed.
+inline constexpr int64_t kMaxSlabs = 256;
+inline int64_t slab_count(int64_t rows, int64_t min_rows) {
+    const int64_t by_rows = (rows + min_rows - 1) / min_rows;
+    return by_rows < 1 ? 1 : (by_rows > kMaxSlabs ? kMaxSlabs : by_rows);
+}
+
 // A device buffer that only grows: scratch for a kernel family, reused call after call (one stream).
 struct Scratch {
     deltabit::cuda::DeviceBuffer buffer;

@@ -51,8 +51,10 @@ void linear_forward(const float* x, const float* w, int64_t n, int64_t in, int64
     gemm(CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, w, in, x, in, accumulate ? 1.0f : 0.0f, y, out, "linear_forward");
 }
 
-void linear_backward_input(const float* dy, const float* w, int64_t n, int64_t in, int64_t out, float* dx) {
-    gemm(CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, w, in, dy, out, 1.0f, dx, in, "linear_backward_input");
+void linear_backward_input(const float* dy, const float* w, int64_t n, int64_t in, int64_t out, float* dx,
+                           bool accumulate) {
+    gemm(CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, w, in, dy, out, accumulate ? 1.0f : 0.0f, dx, in,
+         "linear_backward_input");
 }
 
 void linear_backward_weight(const float* dy, const float* x, int64_t n, int64_t in, int64_t out, float* dw) {

@@ -1,7 +1,13 @@
 // The CUDA twins of the trainer's CPU reference ops (train/reference_ops.h): same formulas, same
-// layouts, fp32 on the device instead of double on the host. Every pointer is device memory; every
-// launch goes on the default stream. A backward ADDS into its d* outputs, as the reference does, so a
-// tensor read twice accumulates; the caller zeroes once.
+// layouts, fp32 on the device instead of double on the host. Every pointer is device memory (but for
+// embedding_backward's host tokens); every launch goes on the default stream.
+//
+// Gradients, two contracts, each op's stated at it:
+//   += : a parameter's gradient (dw) always, and an activation gradient that several ops add into
+//        (the residual stream's dx, the delta rule's and attention's outputs): the op ADDS, as the
+//        reference does, and the caller zeroes once.
+//   =  : an activation gradient that one op alone produces (marked "(=)"): the op OVERWRITES it, so
+//        the caller neither zeroes it first (a memset of the whole tensor) nor makes the kernel read it.
 //
 // A training batch is B sequences of T tokens stored as N = B·T rows; ops that look across time (rope
 // positions, attention, the causal conv, the delta rule) take B and T and never cross a sequence.
@@ -10,52 +16,71 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 namespace deltabit::train::cuda {
 
 // ---- norms (norm_kernels.cu) ----
 
-// y = x / sqrt(mean(x²) + eps) · (one_plus ? 1 + w : w) over rows of dim.
-void rms_norm_forward(const float* x, const float* w, int64_t rows, int64_t dim, float eps, bool one_plus, float* y);
-// dx += …, dw += … (dw may be null).
+// y = x / sqrt(mean(x²) + eps) · (one_plus ? 1 + w : w) over rows of dim; y [rows][dim]. Row r of x
+// starts at x + r·x_stride (0: dim, packed; wider: the attention's q read in place from q|gate).
+void rms_norm_forward(const float* x, const float* w, int64_t rows, int64_t dim, float eps, bool one_plus, float* y,
+                      int64_t x_stride = 0);
+// dx += … (accumulate) or dx (=) …, laid out as x; dw += … (dw may be null; its sum over rows in a fixed
+// order, no atomics). dy [rows][dim].
 void rms_norm_backward(const float* x, const float* w, const float* dy, int64_t rows, int64_t dim, float eps,
-                       bool one_plus, float* dx, float* dw);
+                       bool one_plus, float* dx, float* dw, int64_t x_stride = 0, bool accumulate = true);
 // y = w ⊙ x / sqrt(mean(x²) + eps) ⊙ silu(z) (the DeltaNet output norm; plain w).
 void gated_rms_norm_forward(const float* x, const float* z, const float* w, int64_t rows, int64_t dim, float eps,
                             float* y);
+// dx (=), dz (=), dw += (in a fixed order).
 void gated_rms_norm_backward(const float* x, const float* z, const float* w, const float* dy, int64_t rows,
                              int64_t dim, float eps, float* dx, float* dz, float* dw);
-// y = x / sqrt(Σx² + eps) · scale.
-void l2_norm_forward(const float* x, int64_t rows, int64_t dim, float eps, float scale, float* y);
-void l2_norm_backward(const float* x, const float* dy, int64_t rows, int64_t dim, float eps, float scale, float* dx);
+// y = x / sqrt(Σx² + eps) · scale over N tokens of `heads` rows of dim; token n's rows start at
+// x + n·x_stride (x_stride ≥ heads·dim: the DeltaNet reads q and k in place from the conv's output);
+// y is [N][heads][dim]. The backward's dx (=) is laid out as x (same stride), dy as y.
+void l2_norm_forward(const float* x, int64_t x_stride, int64_t N, int64_t heads, int64_t dim, float eps, float scale,
+                     float* y);
+void l2_norm_backward(const float* x, int64_t x_stride, const float* dy, int64_t N, int64_t heads, int64_t dim,
+                      float eps, float scale, float* dx);
 
 // ---- pointwise and across-time ops (pointwise_kernels.cu) ----
 
-// out = silu(gate) · up over n.
+// out = silu(gate) · up over n; the backward's dgate (=), dup (=).
 void swiglu_forward(const float* gate, const float* up, int64_t n, float* out);
 void swiglu_backward(const float* gate, const float* up, const float* dout, int64_t n, float* dgate, float* dup);
 // y += x over n.
 void add_into(const float* x, int64_t n, float* y);
-// x[N][D] = embed[tokens[n]]; the backward adds rows of dx into dembed (atomics: a byte repeats).
+// out = x + delta over n (a residual in one pass, not a copy then an add_into; out may be x).
+void residual_add(const float* x, const float* delta, int64_t n, float* out);
+// x[N][D] = embed[tokens[n]] (embedding_kernels.cu).
 void embedding_forward(const float* embed, const int32_t* tokens, int64_t N, int64_t D, float* x);
-void embedding_backward(const float* dx, const int32_t* tokens, int64_t N, int64_t D, float* dembed);
+// dembed[v] += Σ dx[n] over the rows with tokens[n] = v, in a fixed order (no atomics: the rows grouped
+// by token on the host, then summed in runs; the file says how). `tokens` are the batch's host tokens
+// (N = their count, each in 0..V−1, else an error naming it); the plan's upload waits for the kernels
+// before it on the stream.
+void embedding_backward(const float* dx, std::span<const int32_t> tokens, int64_t V, int64_t D, float* dembed);
 // Split-half rotary embedding in place on x[B·T][heads][head_dim] (row n is position n mod T), the
 // angle in fp32 and cos/sin of it, as the reference; direction −1 is the backward (the transpose).
 void rope_apply(float* x, int64_t B, int64_t T, int64_t heads, int64_t head_dim, int64_t rope_dim, float theta,
                 float direction);
-// Copies column blocks: dst[n][dst_offset + i] = src[n][src_offset + i] for i < width, per row of
-// `groups` groups (row n, group g reads src + (n·groups + g)·src_stride). With accumulate, dst +=.
-void copy_columns(const float* src, int64_t src_stride, int64_t src_offset, float* dst, int64_t dst_stride,
-                  int64_t dst_offset, int64_t rows, int64_t width, bool accumulate);
-// gated[i] = att[i] · sigmoid(gate[i]); backward: datt += dgated · s, dgate += dgated · att · s(1 − s).
-void sigmoid_gate_forward(const float* att, const float* gate, int64_t n, float* gated);
-void sigmoid_gate_backward(const float* att, const float* gate, const float* dgated, int64_t n, float* datt,
-                           float* dgate);
-// Depthwise causal conv then SiLU per sequence: y[b][t][c] = silu(Σ_j w[c][j] x[b][t−(K−1)+j][c]).
-void conv_silu_forward(const float* x, const float* w, int64_t B, int64_t T, int64_t C, int64_t K, float* y);
-void conv_silu_backward(const float* x, const float* w, const float* dy, int64_t B, int64_t T, int64_t C, int64_t K,
-                        float* dx, float* dw);
-// beta = sigmoid(b), g = −exp(A_log)·softplus(a + dt_bias); b, a, beta, g [N][Hv].
+// gated[r][c] = att[r][c] · sigmoid(gate[r][c]) over rows of width, att and gated [rows][width], gate's
+// row r at gate + r·gate_stride (the attention's gate read in place from q|gate). Backward: datt (=)
+// dgated · s, dgate (=) dgated · att · s(1 − s), dgate laid out as gate.
+void sigmoid_gate_forward(const float* att, const float* gate, int64_t gate_stride, int64_t rows, int64_t width,
+                          float* gated);
+void sigmoid_gate_backward(const float* att, const float* gate, int64_t gate_stride, const float* dgated, int64_t rows,
+                           int64_t width, float* datt, float* dgate);
+// Depthwise causal conv then SiLU per sequence: y[b][t][c] = silu(Σ_j w[c][j] x[b][t−(K−1)+j][c]), x
+// [B·T][C]. y's channels [0, split) land in y_lo [B·T][split], the rest in y_hi [B·T][C − split] (the
+// DeltaNet's q|k and v, apart without a copy); the backward reads dy from dy_lo, dy_hi the same way.
+// Backward: dx (=, may be null), dw += (may be null; in a fixed order).
+void conv_silu_forward(const float* x, const float* w, int64_t B, int64_t T, int64_t C, int64_t K, int64_t split,
+                       float* y_lo, float* y_hi);
+void conv_silu_backward(const float* x, const float* w, const float* dy_lo, const float* dy_hi, int64_t B, int64_t T,
+                        int64_t C, int64_t K, int64_t split, float* dx, float* dw);
+// beta = sigmoid(b), g = −exp(A_log)·softplus(a + dt_bias); b, a, beta, g [N][Hv]. Backward: db (=),
+// da (=), da_log +=, ddt_bias += (sums over rows in a fixed order).
 void gdn_gates_forward(const float* b, const float* a, const float* a_log, const float* dt_bias, int64_t N,
                        int64_t Hv, float* beta, float* g);
 void gdn_gates_backward(const float* b, const float* a, const float* a_log, const float* dt_bias, const float* dbeta,

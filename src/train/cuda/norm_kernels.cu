@@ -1,7 +1,10 @@
 // RMS norm (1+w or plain), the DeltaNet gated norm and the delta rule's L2 norm, forward and backward:
-// one block per row. A weight's gradient is a sum over rows, done by a second kernel that walks
-// columns (each thread one column, a grid of row slices, one atomic per column and slice) instead of
-// rows × dim atomics on dim addresses.
+// one warp per row, 8 rows a block (a row of 128, the q/k/gated norms' 65,536 to 393,216 rows at
+// qwen35-100m, is 4 values a lane; its sums are warp shuffles, no block barriers, where a block a row
+// gave 393,216 blocks of 6 barriers each). A weight's gradient is a sum over rows, done as
+// device_common.cuh's two-stage column sum: a grid of column tiles × row slabs writes one partial row
+// per slab, a second launch adds the slabs in order; no atomics, so the gradient's bits do not depend
+// on scheduling.
 #include "train/cuda/device_common.cuh"
 #include "train/cuda/kernel_marks.h"
 #include "train/cuda/kernels.h"
@@ -12,189 +15,230 @@
 namespace deltabit::train::cuda {
 namespace {
 
-constexpr int kRowBlock = 128;
-constexpr int kColumnSlices = 64;
+constexpr int kRowWarps = 8;  // rows (warps) a block of the row kernels
+static_assert(kBlock == 32 * kRowWarps, "the row kernels launch kBlock threads: a warp a row");
+// A slab of the weight gradient's first stage: at least 64 rows, 8 a warp (slab_count caps the slabs).
+constexpr int64_t kSlabMinRows = 64;
 
 Scratch g_inverse_rms;  // per-row 1/rms from the backward row kernel, read by the weight-gradient kernel
+Scratch g_weight_partials;  // the weight gradient's partial rows, [slab][dim]
 
-__device__ float row_inverse_rms(const float* x, int64_t dim, float eps, float* shared) {
+// The rows of warp `warp` of this block: r = (block·8 + warp) + k·(grid·8); every lane of a warp takes
+// the same rows, so the warp's shuffles see all 32 lanes.
+#define WARP_ROWS(r, rows)                                                                                   \
+    for (int64_t r = int64_t(blockIdx.x) * kRowWarps + threadIdx.x / 32; r < (rows);                          \
+         r += int64_t(gridDim.x) * kRowWarps)
+
+__device__ inline float warp_inverse_rms(const float* xr, int64_t dim, float eps) {
     float sum = 0.0f;
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) sum += x[i] * x[i];
-    return rsqrtf(block_sum(sum, shared) / float(dim) + eps);
+    for (int64_t i = threadIdx.x % 32; i < dim; i += 32) sum += xr[i] * xr[i];
+    return rsqrtf(warp_sum(sum) / float(dim) + eps);
 }
 
-__global__ void rms_norm_forward_kernel(const float* x, const float* w, int64_t dim, float eps, float one,
-                                        float* y) {
-    __shared__ float shared[32];
-    const int64_t r = blockIdx.x;
-    const float* xr = x + r * dim;
-    const float inv = row_inverse_rms(xr, dim, eps, shared);
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) y[r * dim + i] = xr[i] * inv * (one + w[i]);
-}
-
-// dx_j += inv·w'_j·dy_j − x_j·inv³·(Σ dy_i w'_i x_i)/dim (reference_ops.cpp's derivation).
-__global__ void rms_norm_backward_kernel(const float* x, const float* w, const float* dy, int64_t dim, float eps,
-                                         float one, float* dx, float* inverse_rms) {
-    __shared__ float shared[32];
-    const int64_t r = blockIdx.x;
-    const float* xr = x + r * dim;
-    const float* dyr = dy + r * dim;
-    const float inv = row_inverse_rms(xr, dim, eps, shared);
-    float dot = 0.0f;
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) dot += dyr[i] * (one + w[i]) * xr[i];
-    dot = block_sum(dot, shared);
-    if (threadIdx.x == 0) inverse_rms[r] = inv;
-    if (dx == nullptr) return;
-    const float inv3 = inv * inv * inv / float(dim);
-    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
-        dx[r * dim + j] += inv * (one + w[j]) * dyr[j] - xr[j] * inv3 * dot;
-}
-
-// dw[i] += Σ_r dy[r][i]·x[r][i]·inv[r]·(z ? silu(z[r][i]) : 1).
-__global__ void norm_weight_gradient_kernel(const float* x, const float* z, const float* dy, const float* inverse_rms,
-                                            int64_t rows, int64_t dim, float* dw) {
-    __shared__ float partial[8][33];
-    const int64_t column = int64_t(blockIdx.x) * 32 + threadIdx.x;
-    const int64_t slice = (rows + gridDim.y - 1) / gridDim.y;
-    const int64_t begin = int64_t(blockIdx.y) * slice, end = min(rows, begin + slice);
-    float sum = 0.0f;
-    if (column < dim)
-        for (int64_t r = begin + threadIdx.y; r < end; r += 8) {
-            const int64_t i = r * dim + column;
-            float term = dy[i] * x[i] * inverse_rms[r];
-            if (z != nullptr) term *= siluf_(z[i]);
-            sum += term;
-        }
-    partial[threadIdx.y][threadIdx.x] = sum;
-    __syncthreads();
-    if (threadIdx.y == 0 && column < dim) {
-        float total = 0.0f;
-        for (int k = 0; k < 8; ++k) total += partial[k][threadIdx.x];
-        atomicAdd(dw + column, total);
+__global__ void rms_norm_forward_kernel(const float* x, int64_t x_stride, const float* w, int64_t rows, int64_t dim,
+                                        float eps, float one, float* y) {
+    const int lane = threadIdx.x % 32;
+    WARP_ROWS(r, rows) {
+        const float* xr = x + r * x_stride;
+        const float inv = warp_inverse_rms(xr, dim, eps);
+        for (int64_t i = lane; i < dim; i += 32) y[r * dim + i] = xr[i] * inv * (one + w[i]);
     }
 }
 
-void norm_weight_gradient(const float* x, const float* z, const float* dy, const float* inverse_rms, int64_t rows,
-                          int64_t dim, float* dw) {
-    const dim3 grid(unsigned((dim + 31) / 32), unsigned(std::min<int64_t>(kColumnSlices, (rows + 7) / 8)));
-    norm_weight_gradient_kernel<<<grid, dim3(32, 8)>>>(x, z, dy, inverse_rms, rows, dim, dw);
-    deltabit::cuda::cuda_check_launch("norm_weight_gradient_kernel");
-    mark_kernel("norm: norm_weight_gradient_kernel");
+// dx_j (+)= inv·w'_j·dy_j − x_j·inv³·(Σ dy_i w'_i x_i)/dim (reference_ops.cpp's derivation).
+__global__ void rms_norm_backward_kernel(const float* x, int64_t x_stride, const float* w, const float* dy,
+                                         int64_t rows, int64_t dim, float eps, float one, bool accumulate, float* dx,
+                                         float* inverse_rms) {
+    const int lane = threadIdx.x % 32;
+    WARP_ROWS(r, rows) {
+        const float* xr = x + r * x_stride;
+        const float* dyr = dy + r * dim;
+        const float inv = warp_inverse_rms(xr, dim, eps);
+        float dot = 0.0f;
+        for (int64_t i = lane; i < dim; i += 32) dot += dyr[i] * (one + w[i]) * xr[i];
+        dot = warp_sum(dot);
+        if (lane == 0) inverse_rms[r] = inv;
+        if (dx == nullptr) continue;
+        const float inv3 = inv * inv * inv / float(dim);
+        float* dxr = dx + r * x_stride;
+        for (int64_t j = lane; j < dim; j += 32) {
+            const float g = inv * (one + w[j]) * dyr[j] - xr[j] * inv3 * dot;
+            dxr[j] = accumulate ? dxr[j] + g : g;
+        }
+    }
 }
 
-__global__ void gated_rms_norm_forward_kernel(const float* x, const float* z, const float* w, int64_t dim, float eps,
-                                              float* y) {
-    __shared__ float shared[32];
-    const int64_t r = blockIdx.x;
-    const float inv = row_inverse_rms(x + r * dim, dim, eps, shared);
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-        const int64_t k = r * dim + i;
-        y[k] = w[i] * x[k] * inv * siluf_(z[k]);
+// partials[slab][i] = Σ_r dy[r][i]·x[r][i]·inv[r]·(z ? silu(z[r][i]) : 1) over the slab's rows (x's row r
+// at x + r·x_stride, dy and z packed). Block
+// (32 columns, 8 warps): warp y sums rows y, y + 8, … of the slab (one coalesced 128-byte row segment
+// a load), then warp 0 adds the 8 warp sums in order.
+__global__ void norm_weight_partials_kernel(const float* x, int64_t x_stride, const float* z, const float* dy,
+                                            const float* inverse_rms, int64_t rows, int64_t dim, float* partials) {
+    __shared__ float warp_sums[8][33];
+    const int64_t column = int64_t(blockIdx.x) * 32 + threadIdx.x;
+    const int64_t slab_rows = (rows + gridDim.y - 1) / gridDim.y;
+    const int64_t begin = int64_t(blockIdx.y) * slab_rows, end = min(rows, begin + slab_rows);
+    float sum = 0.0f;
+    if (column < dim) {
+#pragma unroll 4
+        for (int64_t r = begin + threadIdx.y; r < end; r += 8) {
+            const int64_t i = r * dim + column;
+            float term = dy[i] * x[r * x_stride + column] * inverse_rms[r];
+            if (z != nullptr) term *= siluf_(z[i]);
+            sum += term;
+        }
+    }
+    warp_sums[threadIdx.y][threadIdx.x] = sum;
+    __syncthreads();
+    if (threadIdx.y == 0 && column < dim) {
+        float total = 0.0f;
+        for (int k = 0; k < 8; ++k) total += warp_sums[k][threadIdx.x];
+        partials[int64_t(blockIdx.y) * dim + column] = total;
+    }
+}
+
+// dw[i] += Σ_r dy[r][i]·x[r][i]·inv[r]·(z ? silu(z[r][i]) : 1), in a fixed order.
+void norm_weight_gradient(const float* x, int64_t x_stride, const float* z, const float* dy, const float* inverse_rms,
+                          int64_t rows, int64_t dim, float* dw) {
+    const int64_t slabs = slab_count(rows, kSlabMinRows);
+    float* partials = g_weight_partials.floats(slabs * dim);
+    const dim3 grid(unsigned((dim + 31) / 32), unsigned(slabs));
+    norm_weight_partials_kernel<<<grid, dim3(32, 8)>>>(x, x_stride, z, dy, inverse_rms, rows, dim, partials);
+    deltabit::cuda::cuda_check_launch("norm_weight_partials_kernel");
+    mark_kernel("norm: norm_weight_partials_kernel");
+    add_slab_sums(partials, slabs, dim, dw);
+    mark_kernel("norm: add_slab_sums_kernel");
+}
+
+__global__ void gated_rms_norm_forward_kernel(const float* x, const float* z, const float* w, int64_t rows,
+                                              int64_t dim, float eps, float* y) {
+    const int lane = threadIdx.x % 32;
+    WARP_ROWS(r, rows) {
+        const float inv = warp_inverse_rms(x + r * dim, dim, eps);
+        for (int64_t i = lane; i < dim; i += 32) {
+            const int64_t k = r * dim + i;
+            y[k] = w[i] * x[k] * inv * siluf_(z[k]);
+        }
     }
 }
 
 __global__ void gated_rms_norm_backward_kernel(const float* x, const float* z, const float* w, const float* dy,
-                                               int64_t dim, float eps, float* dx, float* dz, float* inverse_rms) {
-    __shared__ float shared[32];
-    const int64_t r = blockIdx.x;
-    const float* xr = x + r * dim;
-    const float inv = row_inverse_rms(xr, dim, eps, shared);
-    float dot = 0.0f;
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-        const int64_t k = r * dim + i;
-        dz[k] += dy[k] * w[i] * xr[i] * inv * silu_derivativef_(z[k]);
-        dot += dy[k] * w[i] * siluf_(z[k]) * xr[i];
-    }
-    dot = block_sum(dot, shared);
-    if (threadIdx.x == 0) inverse_rms[r] = inv;
-    const float inv3 = inv * inv * inv / float(dim);
-    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x) {
-        const int64_t k = r * dim + j;
-        dx[k] += inv * dy[k] * w[j] * siluf_(z[k]) - xr[j] * inv3 * dot;
+                                               int64_t rows, int64_t dim, float eps, float* dx, float* dz,
+                                               float* inverse_rms) {
+    const int lane = threadIdx.x % 32;
+    WARP_ROWS(r, rows) {
+        const float* xr = x + r * dim;
+        const float inv = warp_inverse_rms(xr, dim, eps);
+        float dot = 0.0f;
+        for (int64_t i = lane; i < dim; i += 32) {
+            const int64_t k = r * dim + i;
+            dz[k] = dy[k] * w[i] * xr[i] * inv * silu_derivativef_(z[k]);
+            dot += dy[k] * w[i] * siluf_(z[k]) * xr[i];
+        }
+        dot = warp_sum(dot);
+        if (lane == 0) inverse_rms[r] = inv;
+        const float inv3 = inv * inv * inv / float(dim);
+        for (int64_t j = lane; j < dim; j += 32) {
+            const int64_t k = r * dim + j;
+            dx[k] = inv * dy[k] * w[j] * siluf_(z[k]) - xr[j] * inv3 * dot;
+        }
     }
 }
 
-__global__ void l2_norm_forward_kernel(const float* x, int64_t dim, float eps, float scale, float* y) {
-    __shared__ float shared[32];
-    const int64_t r = blockIdx.x;
-    float sum = 0.0f;
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) sum += x[r * dim + i] * x[r * dim + i];
-    const float inv = rsqrtf(block_sum(sum, shared) + eps);
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) y[r * dim + i] = x[r * dim + i] * inv * scale;
+// Row r is head r % heads of token r / heads, at x + (r / heads)·x_stride + (r % heads)·dim.
+__device__ inline int64_t strided_row(int64_t r, int64_t heads, int64_t x_stride, int64_t dim) {
+    return (r / heads) * x_stride + (r % heads) * dim;
 }
 
-__global__ void l2_norm_backward_kernel(const float* x, const float* dy, int64_t dim, float eps, float scale,
-                                        float* dx) {
-    __shared__ float shared[32];
-    const int64_t r = blockIdx.x;
-    float sum = 0.0f, dot = 0.0f;
-    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
-        sum += x[r * dim + i] * x[r * dim + i];
-        dot += dy[r * dim + i] * x[r * dim + i];
+__global__ void l2_norm_forward_kernel(const float* x, int64_t x_stride, int64_t rows, int64_t heads, int64_t dim,
+                                       float eps, float scale, float* y) {
+    const int lane = threadIdx.x % 32;
+    WARP_ROWS(r, rows) {
+        const float* xr = x + strided_row(r, heads, x_stride, dim);
+        float sum = 0.0f;
+        for (int64_t i = lane; i < dim; i += 32) sum += xr[i] * xr[i];
+        const float inv = rsqrtf(warp_sum(sum) + eps);
+        for (int64_t i = lane; i < dim; i += 32) y[r * dim + i] = xr[i] * inv * scale;
     }
-    sum = block_sum(sum, shared);
-    dot = block_sum(dot, shared);
-    const float inv = rsqrtf(sum + eps);
-    for (int64_t j = threadIdx.x; j < dim; j += blockDim.x)
-        dx[r * dim + j] += scale * (dy[r * dim + j] * inv - x[r * dim + j] * dot * inv * inv * inv);
 }
 
-void check_rows(int64_t rows, const char* what) {
-    if (rows > 2147483647)
-        fail_message(std::string("train cuda: ") + what + ": " + std::to_string(rows) + " rows exceed one grid");
+__global__ void l2_norm_backward_kernel(const float* x, int64_t x_stride, const float* dy, int64_t rows, int64_t heads,
+                                        int64_t dim, float eps, float scale, float* dx) {
+    const int lane = threadIdx.x % 32;
+    WARP_ROWS(r, rows) {
+        const int64_t at = strided_row(r, heads, x_stride, dim);
+        const float* xr = x + at;
+        const float* dyr = dy + r * dim;
+        float sum = 0.0f, dot = 0.0f;
+        for (int64_t i = lane; i < dim; i += 32) {
+            sum += xr[i] * xr[i];
+            dot += dyr[i] * xr[i];
+        }
+        sum = warp_sum(sum);
+        dot = warp_sum(dot);
+        const float inv = rsqrtf(sum + eps);
+        for (int64_t j = lane; j < dim; j += 32) dx[at + j] = scale * (dyr[j] * inv - xr[j] * dot * inv * inv * inv);
+    }
+}
+
+// Blocks of kRowWarps rows (the kernels stride over any rows past the grid).
+unsigned row_blocks(int64_t rows) {
+    const int64_t blocks = (rows + kRowWarps - 1) / kRowWarps;
+    return unsigned(std::min<int64_t>(blocks, int64_t(1) << 24));
 }
 
 }  // namespace
 
-void rms_norm_forward(const float* x, const float* w, int64_t rows, int64_t dim, float eps, bool one_plus, float* y) {
+void rms_norm_forward(const float* x, const float* w, int64_t rows, int64_t dim, float eps, bool one_plus, float* y,
+                      int64_t x_stride) {
     if (rows == 0) return;
-    check_rows(rows, "rms_norm_forward");
-    rms_norm_forward_kernel<<<unsigned(rows), kRowBlock>>>(x, w, dim, eps, one_plus ? 1.0f : 0.0f, y);
+    rms_norm_forward_kernel<<<row_blocks(rows), kBlock>>>(x, x_stride == 0 ? dim : x_stride, w, rows, dim, eps,
+                                                          one_plus ? 1.0f : 0.0f, y);
     deltabit::cuda::cuda_check_launch("rms_norm_forward_kernel");
 }
 
 void rms_norm_backward(const float* x, const float* w, const float* dy, int64_t rows, int64_t dim, float eps,
-                       bool one_plus, float* dx, float* dw) {
+                       bool one_plus, float* dx, float* dw, int64_t x_stride, bool accumulate) {
     if (rows == 0) return;
-    check_rows(rows, "rms_norm_backward");
+    if (x_stride == 0) x_stride = dim;
     float* inverse_rms = g_inverse_rms.floats(rows);
-    rms_norm_backward_kernel<<<unsigned(rows), kRowBlock>>>(x, w, dy, dim, eps, one_plus ? 1.0f : 0.0f, dx,
-                                                            inverse_rms);
+    rms_norm_backward_kernel<<<row_blocks(rows), kBlock>>>(x, x_stride, w, dy, rows, dim, eps, one_plus ? 1.0f : 0.0f,
+                                                           accumulate, dx, inverse_rms);
     deltabit::cuda::cuda_check_launch("rms_norm_backward_kernel");
     mark_kernel("norm: rms_norm_backward_kernel");
-    if (dw != nullptr) norm_weight_gradient(x, nullptr, dy, inverse_rms, rows, dim, dw);
+    if (dw != nullptr) norm_weight_gradient(x, x_stride, nullptr, dy, inverse_rms, rows, dim, dw);
 }
 
 void gated_rms_norm_forward(const float* x, const float* z, const float* w, int64_t rows, int64_t dim, float eps,
                             float* y) {
     if (rows == 0) return;
-    check_rows(rows, "gated_rms_norm_forward");
-    gated_rms_norm_forward_kernel<<<unsigned(rows), kRowBlock>>>(x, z, w, dim, eps, y);
+    gated_rms_norm_forward_kernel<<<row_blocks(rows), kBlock>>>(x, z, w, rows, dim, eps, y);
     deltabit::cuda::cuda_check_launch("gated_rms_norm_forward_kernel");
 }
 
 void gated_rms_norm_backward(const float* x, const float* z, const float* w, const float* dy, int64_t rows,
                              int64_t dim, float eps, float* dx, float* dz, float* dw) {
     if (rows == 0) return;
-    check_rows(rows, "gated_rms_norm_backward");
     float* inverse_rms = g_inverse_rms.floats(rows);
-    gated_rms_norm_backward_kernel<<<unsigned(rows), kRowBlock>>>(x, z, w, dy, dim, eps, dx, dz, inverse_rms);
+    gated_rms_norm_backward_kernel<<<row_blocks(rows), kBlock>>>(x, z, w, dy, rows, dim, eps, dx, dz, inverse_rms);
     deltabit::cuda::cuda_check_launch("gated_rms_norm_backward_kernel");
     mark_kernel("norm: gated_rms_norm_backward_kernel");
-    norm_weight_gradient(x, z, dy, inverse_rms, rows, dim, dw);
+    norm_weight_gradient(x, dim, z, dy, inverse_rms, rows, dim, dw);
 }
 
-void l2_norm_forward(const float* x, int64_t rows, int64_t dim, float eps, float scale, float* y) {
+void l2_norm_forward(const float* x, int64_t x_stride, int64_t N, int64_t heads, int64_t dim, float eps, float scale,
+                     float* y) {
+    const int64_t rows = N * heads;
     if (rows == 0) return;
-    check_rows(rows, "l2_norm_forward");
-    l2_norm_forward_kernel<<<unsigned(rows), kRowBlock>>>(x, dim, eps, scale, y);
+    l2_norm_forward_kernel<<<row_blocks(rows), kBlock>>>(x, x_stride, rows, heads, dim, eps, scale, y);
     deltabit::cuda::cuda_check_launch("l2_norm_forward_kernel");
 }
 
-void l2_norm_backward(const float* x, const float* dy, int64_t rows, int64_t dim, float eps, float scale, float* dx) {
+void l2_norm_backward(const float* x, int64_t x_stride, const float* dy, int64_t N, int64_t heads, int64_t dim,
+                      float eps, float scale, float* dx) {
+    const int64_t rows = N * heads;
     if (rows == 0) return;
-    check_rows(rows, "l2_norm_backward");
-    l2_norm_backward_kernel<<<unsigned(rows), kRowBlock>>>(x, dy, dim, eps, scale, dx);
+    l2_norm_backward_kernel<<<row_blocks(rows), kBlock>>>(x, x_stride, dy, rows, heads, dim, eps, scale, dx);
     deltabit::cuda::cuda_check_launch("l2_norm_backward_kernel");
 }
 

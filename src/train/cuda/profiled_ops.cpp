@@ -8,6 +8,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <vector>
+
 namespace deltabit::train::cuda {
 namespace {
 
@@ -60,10 +63,10 @@ void ProfiledOps::linear_forward(const float* x, const float* w, int64_t n, int6
 }
 
 void ProfiledOps::linear_backward_input(const float* dy, const float* w, int64_t n, int64_t in, int64_t out,
-                                        float* dx) {
-    const auto launch = [&] { cuda::linear_backward_input(dy, w, n, in, out, dx); };
+                                        float* dx, bool accumulate) {
+    const auto launch = [&] { cuda::linear_backward_input(dy, w, n, in, out, dx, accumulate); };
     if (events == nullptr) return launch();
-    const double bytes = kF * (d(n) * d(out) + d(in) * d(out) + 2 * d(n) * d(in));
+    const double bytes = kF * (d(n) * d(out) + d(in) * d(out) + d(n) * d(in) * (accumulate ? 2 : 1));
     timed(Kind::gemm_backward_data, 2 * d(n) * d(in) * d(out), bytes, launch, gemm_detail("backward data", n, in, out));
 }
 
@@ -77,14 +80,16 @@ void ProfiledOps::linear_backward_weight(const float* dy, const float* x, int64_
 }
 
 void ProfiledOps::rms_norm_forward(const float* x, const float* w, int64_t rows, int64_t dim, float eps, bool one_plus,
-                                   float* y) {
-    timed(Kind::norm, 0, 2 * kF * d(rows) * d(dim), [&] { cuda::rms_norm_forward(x, w, rows, dim, eps, one_plus, y); });
+                                   float* y, int64_t x_stride) {
+    timed(Kind::norm, 0, 2 * kF * d(rows) * d(dim),
+          [&] { cuda::rms_norm_forward(x, w, rows, dim, eps, one_plus, y, x_stride); });
 }
 
+// Reads x, dy; writes dx (and reads it when accumulating).
 void ProfiledOps::rms_norm_backward(const float* x, const float* w, const float* dy, int64_t rows, int64_t dim,
-                                    float eps, bool one_plus, float* dx, float* dw) {
-    timed(Kind::norm, 0, 4 * kF * d(rows) * d(dim),
-          [&] { cuda::rms_norm_backward(x, w, dy, rows, dim, eps, one_plus, dx, dw); });
+                                    float eps, bool one_plus, float* dx, float* dw, int64_t x_stride, bool accumulate) {
+    timed(Kind::norm, 0, (accumulate ? 4 : 3) * kF * d(rows) * d(dim),
+          [&] { cuda::rms_norm_backward(x, w, dy, rows, dim, eps, one_plus, dx, dw, x_stride, accumulate); });
 }
 
 void ProfiledOps::gated_rms_norm_forward(const float* x, const float* z, const float* w, int64_t rows, int64_t dim,
@@ -92,19 +97,24 @@ void ProfiledOps::gated_rms_norm_forward(const float* x, const float* z, const f
     timed(Kind::norm, 0, 3 * kF * d(rows) * d(dim), [&] { cuda::gated_rms_norm_forward(x, z, w, rows, dim, eps, y); });
 }
 
+// Reads x, z, dy; writes dx, dz (both overwritten).
 void ProfiledOps::gated_rms_norm_backward(const float* x, const float* z, const float* w, const float* dy,
                                           int64_t rows, int64_t dim, float eps, float* dx, float* dz, float* dw) {
-    timed(Kind::norm, 0, 7 * kF * d(rows) * d(dim),
+    timed(Kind::norm, 0, 5 * kF * d(rows) * d(dim),
           [&] { cuda::gated_rms_norm_backward(x, z, w, dy, rows, dim, eps, dx, dz, dw); });
 }
 
-void ProfiledOps::l2_norm_forward(const float* x, int64_t rows, int64_t dim, float eps, float scale, float* y) {
-    timed(Kind::norm, 0, 2 * kF * d(rows) * d(dim), [&] { cuda::l2_norm_forward(x, rows, dim, eps, scale, y); });
+void ProfiledOps::l2_norm_forward(const float* x, int64_t x_stride, int64_t N, int64_t heads, int64_t dim, float eps,
+                                  float scale, float* y) {
+    timed(Kind::norm, 0, 2 * kF * d(N) * d(heads) * d(dim),
+          [&] { cuda::l2_norm_forward(x, x_stride, N, heads, dim, eps, scale, y); });
 }
 
-void ProfiledOps::l2_norm_backward(const float* x, const float* dy, int64_t rows, int64_t dim, float eps, float scale,
-                                   float* dx) {
-    timed(Kind::norm, 0, 4 * kF * d(rows) * d(dim), [&] { cuda::l2_norm_backward(x, dy, rows, dim, eps, scale, dx); });
+// Reads x, dy; writes dx (overwritten).
+void ProfiledOps::l2_norm_backward(const float* x, int64_t x_stride, const float* dy, int64_t N, int64_t heads,
+                                   int64_t dim, float eps, float scale, float* dx) {
+    timed(Kind::norm, 0, 3 * kF * d(N) * d(heads) * d(dim),
+          [&] { cuda::l2_norm_backward(x, x_stride, dy, N, heads, dim, eps, scale, dx); });
 }
 
 void ProfiledOps::swiglu_forward(const float* gate, const float* up, int64_t n, float* out) {
@@ -113,19 +123,36 @@ void ProfiledOps::swiglu_forward(const float* gate, const float* up, int64_t n, 
 
 void ProfiledOps::swiglu_backward(const float* gate, const float* up, const float* dout, int64_t n, float* dgate,
                                   float* dup) {
-    timed(Kind::pointwise, 0, 7 * kF * d(n), [&] { cuda::swiglu_backward(gate, up, dout, n, dgate, dup); });
+    // Reads gate, up, dout; writes dgate, dup (overwritten).
+    timed(Kind::pointwise, 0, 5 * kF * d(n), [&] { cuda::swiglu_backward(gate, up, dout, n, dgate, dup); });
 }
 
 void ProfiledOps::add_into(const float* x, int64_t n, float* y) {
     timed(Kind::pointwise, 0, 3 * kF * d(n), [&] { cuda::add_into(x, n, y); });
 }
 
+void ProfiledOps::residual_add(const float* x, const float* delta, int64_t n, float* out) {
+    timed(Kind::pointwise, 0, 3 * kF * d(n), [&] { cuda::residual_add(x, delta, n, out); });
+}
+
 void ProfiledOps::embedding_forward(const float* embed, const int32_t* tokens, int64_t N, int64_t D, float* x) {
     timed(Kind::embedding, 0, 2 * kF * d(N) * d(D), [&] { cuda::embedding_forward(embed, tokens, N, D, x); });
 }
 
-void ProfiledOps::embedding_backward(const float* dx, const int32_t* tokens, int64_t N, int64_t D, float* dembed) {
-    timed(Kind::embedding, 0, 3 * kF * d(N) * d(D), [&] { cuda::embedding_backward(dx, tokens, N, D, dembed); });
+// Reads dx once and each row of dembed that a token of the batch names once, and writes that row back
+// (the runs' partial rows, ≤ 2N/64 of them, and the plan's ints are left out: ≤ 4% of dx at D = 768).
+void ProfiledOps::embedding_backward(const float* dx, std::span<const int32_t> tokens, int64_t V, int64_t D,
+                                     float* dembed) {
+    const auto launch = [&] { cuda::embedding_backward(dx, tokens, V, D, dembed); };
+    if (events == nullptr) return launch();
+    std::vector<bool> seen(size_t(std::max<int64_t>(V, 0)));
+    int64_t distinct = 0;
+    for (int32_t t : tokens)
+        if (t >= 0 && t < V && !seen[size_t(t)]) {
+            seen[size_t(t)] = true;
+            ++distinct;
+        }
+    timed(Kind::embedding, 0, kF * (d(int64_t(tokens.size())) + 2 * d(distinct)) * d(D), launch);
 }
 
 void ProfiledOps::rope_apply(float* x, int64_t B, int64_t T, int64_t heads, int64_t head_dim, int64_t rope_dim,
@@ -134,32 +161,30 @@ void ProfiledOps::rope_apply(float* x, int64_t B, int64_t T, int64_t heads, int6
           [&] { cuda::rope_apply(x, B, T, heads, head_dim, rope_dim, theta, direction); });
 }
 
-void ProfiledOps::copy_columns(const float* src, int64_t src_stride, int64_t src_offset, float* dst,
-                               int64_t dst_stride, int64_t dst_offset, int64_t rows, int64_t width, bool accumulate) {
-    timed(Kind::zero_and_copy, 0, (accumulate ? 3 : 2) * kF * d(rows) * d(width), [&] {
-        cuda::copy_columns(src, src_stride, src_offset, dst, dst_stride, dst_offset, rows, width, accumulate);
-    });
+void ProfiledOps::sigmoid_gate_forward(const float* att, const float* gate, int64_t gate_stride, int64_t rows,
+                                       int64_t width, float* gated) {
+    timed(Kind::pointwise, 0, 3 * kF * d(rows) * d(width),
+          [&] { cuda::sigmoid_gate_forward(att, gate, gate_stride, rows, width, gated); });
 }
 
-void ProfiledOps::sigmoid_gate_forward(const float* att, const float* gate, int64_t n, float* gated) {
-    timed(Kind::pointwise, 0, 3 * kF * d(n), [&] { cuda::sigmoid_gate_forward(att, gate, n, gated); });
-}
-
-void ProfiledOps::sigmoid_gate_backward(const float* att, const float* gate, const float* dgated, int64_t n,
-                                        float* datt, float* dgate) {
-    timed(Kind::pointwise, 0, 7 * kF * d(n), [&] { cuda::sigmoid_gate_backward(att, gate, dgated, n, datt, dgate); });
+// Reads att, gate, dgated; writes datt, dgate (overwritten).
+void ProfiledOps::sigmoid_gate_backward(const float* att, const float* gate, int64_t gate_stride, const float* dgated,
+                                        int64_t rows, int64_t width, float* datt, float* dgate) {
+    timed(Kind::pointwise, 0, 5 * kF * d(rows) * d(width),
+          [&] { cuda::sigmoid_gate_backward(att, gate, gate_stride, dgated, rows, width, datt, dgate); });
 }
 
 void ProfiledOps::conv_silu_forward(const float* x, const float* w, int64_t B, int64_t T, int64_t C, int64_t K,
-                                    float* y) {
+                                    int64_t split, float* y_lo, float* y_hi) {
     timed(Kind::causal_conv, 2 * d(B) * d(T) * d(C) * d(K), 2 * kF * d(B) * d(T) * d(C),
-          [&] { cuda::conv_silu_forward(x, w, B, T, C, K, y); });
+          [&] { cuda::conv_silu_forward(x, w, B, T, C, K, split, y_lo, y_hi); });
 }
 
-void ProfiledOps::conv_silu_backward(const float* x, const float* w, const float* dy, int64_t B, int64_t T, int64_t C,
-                                     int64_t K, float* dx, float* dw) {
-    timed(Kind::causal_conv, 4 * d(B) * d(T) * d(C) * d(K), 4 * kF * d(B) * d(T) * d(C),
-          [&] { cuda::conv_silu_backward(x, w, dy, B, T, C, K, dx, dw); });
+// Reads x, dy; writes dx (overwritten).
+void ProfiledOps::conv_silu_backward(const float* x, const float* w, const float* dy_lo, const float* dy_hi, int64_t B,
+                                     int64_t T, int64_t C, int64_t K, int64_t split, float* dx, float* dw) {
+    timed(Kind::causal_conv, 4 * d(B) * d(T) * d(C) * d(K), 3 * kF * d(B) * d(T) * d(C),
+          [&] { cuda::conv_silu_backward(x, w, dy_lo, dy_hi, B, T, C, K, split, dx, dw); });
 }
 
 void ProfiledOps::gdn_gates_forward(const float* b, const float* a, const float* a_log, const float* dt_bias, int64_t N,
@@ -171,7 +196,8 @@ void ProfiledOps::gdn_gates_forward(const float* b, const float* a, const float*
 void ProfiledOps::gdn_gates_backward(const float* b, const float* a, const float* a_log, const float* dt_bias,
                                      const float* dbeta, const float* dg, int64_t N, int64_t Hv, float* db, float* da,
                                      float* da_log, float* ddt_bias) {
-    timed(Kind::pointwise, 0, 8 * kF * d(N) * d(Hv), [&] {
+    // Reads b, a, dbeta, dg; writes db, da (overwritten).
+    timed(Kind::pointwise, 0, 6 * kF * d(N) * d(Hv), [&] {
         cuda::gdn_gates_backward(b, a, a_log, dt_bias, dbeta, dg, N, Hv, db, da, da_log, ddt_bias);
     });
 }

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <span>
 #include <string>
 
 namespace deltabit::train::cuda {
@@ -54,36 +55,39 @@ public:
 
     void linear_forward(const float* x, const float* w, int64_t n, int64_t in, int64_t out, float* y,
                         bool accumulate = false);
-    void linear_backward_input(const float* dy, const float* w, int64_t n, int64_t in, int64_t out, float* dx);
+    void linear_backward_input(const float* dy, const float* w, int64_t n, int64_t in, int64_t out, float* dx,
+                               bool accumulate = true);
     void linear_backward_weight(const float* dy, const float* x, int64_t n, int64_t in, int64_t out, float* dw);
 
     void rms_norm_forward(const float* x, const float* w, int64_t rows, int64_t dim, float eps, bool one_plus,
-                          float* y);
+                          float* y, int64_t x_stride = 0);
     void rms_norm_backward(const float* x, const float* w, const float* dy, int64_t rows, int64_t dim, float eps,
-                           bool one_plus, float* dx, float* dw);
+                           bool one_plus, float* dx, float* dw, int64_t x_stride = 0, bool accumulate = true);
     void gated_rms_norm_forward(const float* x, const float* z, const float* w, int64_t rows, int64_t dim, float eps,
                                 float* y);
     void gated_rms_norm_backward(const float* x, const float* z, const float* w, const float* dy, int64_t rows,
                                  int64_t dim, float eps, float* dx, float* dz, float* dw);
-    void l2_norm_forward(const float* x, int64_t rows, int64_t dim, float eps, float scale, float* y);
-    void l2_norm_backward(const float* x, const float* dy, int64_t rows, int64_t dim, float eps, float scale,
-                          float* dx);
+    void l2_norm_forward(const float* x, int64_t x_stride, int64_t N, int64_t heads, int64_t dim, float eps,
+                         float scale, float* y);
+    void l2_norm_backward(const float* x, int64_t x_stride, const float* dy, int64_t N, int64_t heads, int64_t dim,
+                          float eps, float scale, float* dx);
 
     void swiglu_forward(const float* gate, const float* up, int64_t n, float* out);
     void swiglu_backward(const float* gate, const float* up, const float* dout, int64_t n, float* dgate, float* dup);
     void add_into(const float* x, int64_t n, float* y);
+    void residual_add(const float* x, const float* delta, int64_t n, float* out);
     void embedding_forward(const float* embed, const int32_t* tokens, int64_t N, int64_t D, float* x);
-    void embedding_backward(const float* dx, const int32_t* tokens, int64_t N, int64_t D, float* dembed);
+    void embedding_backward(const float* dx, std::span<const int32_t> tokens, int64_t V, int64_t D, float* dembed);
     void rope_apply(float* x, int64_t B, int64_t T, int64_t heads, int64_t head_dim, int64_t rope_dim, float theta,
                     float direction);
-    void copy_columns(const float* src, int64_t src_stride, int64_t src_offset, float* dst, int64_t dst_stride,
-                      int64_t dst_offset, int64_t rows, int64_t width, bool accumulate);
-    void sigmoid_gate_forward(const float* att, const float* gate, int64_t n, float* gated);
-    void sigmoid_gate_backward(const float* att, const float* gate, const float* dgated, int64_t n, float* datt,
-                               float* dgate);
-    void conv_silu_forward(const float* x, const float* w, int64_t B, int64_t T, int64_t C, int64_t K, float* y);
-    void conv_silu_backward(const float* x, const float* w, const float* dy, int64_t B, int64_t T, int64_t C,
-                            int64_t K, float* dx, float* dw);
+    void sigmoid_gate_forward(const float* att, const float* gate, int64_t gate_stride, int64_t rows, int64_t width,
+                              float* gated);
+    void sigmoid_gate_backward(const float* att, const float* gate, int64_t gate_stride, const float* dgated,
+                               int64_t rows, int64_t width, float* datt, float* dgate);
+    void conv_silu_forward(const float* x, const float* w, int64_t B, int64_t T, int64_t C, int64_t K, int64_t split,
+                           float* y_lo, float* y_hi);
+    void conv_silu_backward(const float* x, const float* w, const float* dy_lo, const float* dy_hi, int64_t B,
+                            int64_t T, int64_t C, int64_t K, int64_t split, float* dx, float* dw);
     void gdn_gates_forward(const float* b, const float* a, const float* a_log, const float* dt_bias, int64_t N,
                            int64_t Hv, float* beta, float* g);
     void gdn_gates_backward(const float* b, const float* a, const float* a_log, const float* dt_bias,

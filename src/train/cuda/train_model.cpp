@@ -138,19 +138,16 @@ struct TrainModel::Impl : ProfiledOps {
 
     void attention_forward_layer(const std::string& p, const float* h, float* out) {
         const auto [Hq, Hkv, dh, per_head, gated] = attention_dims();
-        float* qg = buf("att.qg", N * Hq * per_head);
+        // Per head, q then (gated) the gate: the q norm and the gate read them in place, per_head apart.
+        float* qg = kept("att.qg", N * Hq * per_head);
         linear_forward(h, W(p + "q_proj.weight"), N, D, Hq * per_head, qg);
-        float* q_raw = kept("att.q_raw", N * Hq * dh);
-        copy_columns(qg, per_head, 0, q_raw, dh, 0, N * Hq, dh, false);
-        float* gate = gated ? kept("att.gate", N * Hq * dh) : nullptr;
-        if (gated) copy_columns(qg, per_head, dh, gate, dh, 0, N * Hq, dh, false);
         float* k_raw = kept("att.k_raw", N * Hkv * dh);
         float* vv = kept("att.v", N * Hkv * dh);
         linear_forward(h, W(p + "k_proj.weight"), N, D, Hkv * dh, k_raw);
         linear_forward(h, W(p + "v_proj.weight"), N, D, Hkv * dh, vv);
         float* q_r = kept("att.q_r", N * Hq * dh);
         float* k_r = kept("att.k_r", N * Hkv * dh);
-        rms_norm_forward(q_raw, W(p + "q_norm.weight"), N * Hq, dh, c.rms_eps, one_plus, q_r);
+        rms_norm_forward(qg, W(p + "q_norm.weight"), N * Hq, dh, c.rms_eps, one_plus, q_r, per_head);
         rms_norm_forward(k_raw, W(p + "k_norm.weight"), N * Hkv, dh, c.rms_eps, one_plus, k_r);
         rope_apply(q_r, B, T, Hq, dh, c.rope_dim, c.rope_theta, 1.0f);
         rope_apply(k_r, B, T, Hkv, dh, c.rope_dim, c.rope_theta, 1.0f);
@@ -161,7 +158,7 @@ struct TrainModel::Impl : ProfiledOps {
         const float* gated_out = att;
         if (gated) {
             float* g = kept("att.gated", N * Hq * dh);
-            sigmoid_gate_forward(att, gate, N * Hq * dh, g);
+            sigmoid_gate_forward(att, qg + dh, per_head, N * Hq, dh, g);
             gated_out = g;
         }
         linear_forward(gated_out, W(p + "o_proj.weight"), N, Hq * dh, D, out);
@@ -172,15 +169,16 @@ struct TrainModel::Impl : ProfiledOps {
         const int64_t n_q = N * Hq * dh, n_kv = N * Hkv * dh;
         const float* att = kept("att.att", n_q);
         const float* gated_out = gated ? kept("att.gated", n_q) : att;
-        float* dgated = zeroed("att.dgated", n_q);
-        linear_backward_input(dout, W(p + "o_proj.weight"), N, Hq * dh, D, dgated);
+        float* dgated = buf("att.dgated", n_q);
+        linear_backward_input(dout, W(p + "o_proj.weight"), N, Hq * dh, D, dgated, false);
         linear_backward_weight(dout, gated_out, N, Hq * dh, D, G(p + "o_proj.weight"));
+        // dq and (gated) the gate's gradient land side by side in dqg, as q and the gate in qg.
+        const float* qg = kept("att.qg", N * Hq * per_head);
+        float* dqg = buf("att.dqg", N * Hq * per_head);
         float* datt = dgated;
-        float* dgate = nullptr;
         if (gated) {
-            datt = zeroed("att.datt", n_q);
-            dgate = zeroed("att.dgate", n_q);
-            sigmoid_gate_backward(att, kept("att.gate", n_q), dgated, n_q, datt, dgate);
+            datt = buf("att.datt", n_q);
+            sigmoid_gate_backward(att, qg + dh, per_head, dgated, N * Hq, dh, datt, dqg + dh);
         }
         float* dq_r = zeroed("att.dq_r", n_q);
         float* dk_r = zeroed("att.dk_r", n_kv);
@@ -191,17 +189,13 @@ struct TrainModel::Impl : ProfiledOps {
                            buf("att.workspace", N * Hq));
         rope_apply(dq_r, B, T, Hq, dh, c.rope_dim, c.rope_theta, -1.0f);
         rope_apply(dk_r, B, T, Hkv, dh, c.rope_dim, c.rope_theta, -1.0f);
-        float* dq_raw = zeroed("att.dq_raw", n_q);
-        float* dk_raw = zeroed("att.dk_raw", n_kv);
-        rms_norm_backward(kept("att.q_raw", n_q), W(p + "q_norm.weight"), dq_r, N * Hq, dh, c.rms_eps, one_plus,
-                          dq_raw, G(p + "q_norm.weight"));
+        float* dk_raw = buf("att.dk_raw", n_kv);
+        rms_norm_backward(qg, W(p + "q_norm.weight"), dq_r, N * Hq, dh, c.rms_eps, one_plus, dqg,
+                          G(p + "q_norm.weight"), per_head, false);
         rms_norm_backward(kept("att.k_raw", n_kv), W(p + "k_norm.weight"), dk_r, N * Hkv, dh, c.rms_eps, one_plus,
-                          dk_raw, G(p + "k_norm.weight"));
-        float* dqg = buf("att.dqg", N * Hq * per_head);
-        copy_columns(dq_raw, dh, 0, dqg, per_head, 0, N * Hq, dh, false);
-        if (gated) copy_columns(dgate, dh, 0, dqg, per_head, dh, N * Hq, dh, false);
+                          dk_raw, G(p + "k_norm.weight"), 0, false);
         const float* qg_in = h;
-        linear_backward_input(dqg, W(p + "q_proj.weight"), N, D, Hq * per_head, dh_out);
+        linear_backward_input(dqg, W(p + "q_proj.weight"), N, D, Hq * per_head, dh_out, false);
         linear_backward_weight(dqg, qg_in, N, D, Hq * per_head, G(p + "q_proj.weight"));
         linear_backward_input(dk_raw, W(p + "k_proj.weight"), N, D, Hkv * dh, dh_out);
         linear_backward_weight(dk_raw, h, N, D, Hkv * dh, G(p + "k_proj.weight"));
@@ -229,18 +223,14 @@ struct TrainModel::Impl : ProfiledOps {
         linear_forward(h, W(p + "in_proj_z.weight"), N, D, value_dim, z);
         linear_forward(h, W(p + "in_proj_b.weight"), N, D, Hv, b);
         linear_forward(h, W(p + "in_proj_a.weight"), N, D, Hv, a);
-        float* conv = buf("dn.conv", N * C);
-        conv_silu_forward(mixed, W(p + "conv1d.weight"), B, T, C, K, conv);
-        float* q = kept("dn.q", N * key_dim);
-        float* k = kept("dn.k", N * key_dim);
+        // The conv's output lands split: q|k [N][2·key_dim] (the l2 norms read q and k in place) and v.
+        float* qk = kept("dn.qk", N * 2 * key_dim);
         float* vv = kept("dn.v", N * value_dim);
-        copy_columns(conv, C, 0, q, key_dim, 0, N, key_dim, false);
-        copy_columns(conv, C, key_dim, k, key_dim, 0, N, key_dim, false);
-        copy_columns(conv, C, 2 * key_dim, vv, value_dim, 0, N, value_dim, false);
+        conv_silu_forward(mixed, W(p + "conv1d.weight"), B, T, C, K, 2 * key_dim, qk, vv);
         float* q_hat = kept("dn.q_hat", N * key_dim);
         float* k_hat = kept("dn.k_hat", N * key_dim);
-        l2_norm_forward(q, N * Hk, dk, kL2NormEps, float(1.0 / std::sqrt(double(dk))), q_hat);
-        l2_norm_forward(k, N * Hk, dk, kL2NormEps, 1.0f, k_hat);
+        l2_norm_forward(qk, 2 * key_dim, N, Hk, dk, kL2NormEps, float(1.0 / std::sqrt(double(dk))), q_hat);
+        l2_norm_forward(qk + key_dim, 2 * key_dim, N, Hk, dk, kL2NormEps, 1.0f, k_hat);
         float* beta = kept("dn.beta", N * Hv);
         float* g = kept("dn.g", N * Hv);
         gdn_gates_forward(b, a, W(p + "A_log"), W(p + "dt_bias"), N, Hv, beta, g);
@@ -254,11 +244,11 @@ struct TrainModel::Impl : ProfiledOps {
 
     void deltanet_backward_layer(const std::string& p, const float* h, const float* dout, float* dh_out) {
         const auto [Hk, Hv, dk, dv, key_dim, value_dim, C, K] = delta_dims();
-        float* dy = zeroed("dn.dy", N * value_dim);
-        linear_backward_input(dout, W(p + "out_proj.weight"), N, value_dim, D, dy);
+        float* dy = buf("dn.dy", N * value_dim);
+        linear_backward_input(dout, W(p + "out_proj.weight"), N, value_dim, D, dy, false);
         linear_backward_weight(dout, kept("dn.y", N * value_dim), N, value_dim, D, G(p + "out_proj.weight"));
-        float* d_o = zeroed("dn.do", N * value_dim);
-        float* dz = zeroed("dn.dz", N * value_dim);
+        float* d_o = buf("dn.do", N * value_dim);
+        float* dz = buf("dn.dz", N * value_dim);
         gated_rms_norm_backward(kept("dn.o", N * value_dim), kept("dn.z", N * value_dim), W(p + "norm.weight"), dy,
                                 N * Hv, dv, c.rms_eps, d_o, dz, G(p + "norm.weight"));
         float* dq_hat = zeroed("dn.dq_hat", N * key_dim);
@@ -272,23 +262,19 @@ struct TrainModel::Impl : ProfiledOps {
                             g, beta, d_o, kept("dn.delta_saved", delta_rule_saved_floats(B, T, Hv, dk, dv)), B, T,
                             Hk, Hv, dk, dv, dq_hat, dk_hat, dv_, dg, dbeta,
                             buf("dn.scratch", delta_rule_scratch_floats(B, T, Hv, dk, dv)));
-        float* db = zeroed("dn.db", N * Hv);
-        float* da = zeroed("dn.da", N * Hv);
+        float* db = buf("dn.db", N * Hv);
+        float* da = buf("dn.da", N * Hv);
         gdn_gates_backward(kept("dn.b", N * Hv), kept("dn.a", N * Hv), W(p + "A_log"), W(p + "dt_bias"), dbeta, dg, N,
                            Hv, db, da, G(p + "A_log"), G(p + "dt_bias"));
-        float* dq = zeroed("dn.dq", N * key_dim);
-        float* dk_ = zeroed("dn.dk", N * key_dim);
-        l2_norm_backward(kept("dn.q", N * key_dim), dq_hat, N * Hk, dk, kL2NormEps, float(1.0 / std::sqrt(double(dk))),
-                         dq);
-        l2_norm_backward(kept("dn.k", N * key_dim), dk_hat, N * Hk, dk, kL2NormEps, 1.0f, dk_);
-        float* dconv = buf("dn.dconv", N * C);
-        copy_columns(dq, key_dim, 0, dconv, C, 0, N, key_dim, false);
-        copy_columns(dk_, key_dim, 0, dconv, C, key_dim, N, key_dim, false);
-        copy_columns(dv_, value_dim, 0, dconv, C, 2 * key_dim, N, value_dim, false);
-        float* dmixed = zeroed("dn.dmixed", N * C);
-        conv_silu_backward(kept("dn.mixed", N * C), W(p + "conv1d.weight"), dconv, B, T, C, K, dmixed,
+        // dq|dk land side by side as the forward's q|k; the conv's backward reads them and dv apart.
+        const float* qk = kept("dn.qk", N * 2 * key_dim);
+        float* dqk = buf("dn.dqk", N * 2 * key_dim);
+        l2_norm_backward(qk, 2 * key_dim, dq_hat, N, Hk, dk, kL2NormEps, float(1.0 / std::sqrt(double(dk))), dqk);
+        l2_norm_backward(qk + key_dim, 2 * key_dim, dk_hat, N, Hk, dk, kL2NormEps, 1.0f, dqk + key_dim);
+        float* dmixed = buf("dn.dmixed", N * C);
+        conv_silu_backward(kept("dn.mixed", N * C), W(p + "conv1d.weight"), dqk, dv_, B, T, C, K, 2 * key_dim, dmixed,
                            G(p + "conv1d.weight"));
-        linear_backward_input(dmixed, W(p + "in_proj_qkv.weight"), N, D, C, dh_out);
+        linear_backward_input(dmixed, W(p + "in_proj_qkv.weight"), N, D, C, dh_out, false);
         linear_backward_weight(dmixed, h, N, D, C, G(p + "in_proj_qkv.weight"));
         linear_backward_input(dz, W(p + "in_proj_z.weight"), N, D, value_dim, dh_out);
         linear_backward_weight(dz, h, N, D, value_dim, G(p + "in_proj_z.weight"));
@@ -311,13 +297,13 @@ struct TrainModel::Impl : ProfiledOps {
     }
 
     void ffn_backward_layer(const std::string& p, const float* h, const float* dout, float* dh_out) {
-        float* dact = zeroed("ffn.dact", N * F);
-        linear_backward_input(dout, W(p + "down_proj.weight"), N, F, D, dact);
+        float* dact = buf("ffn.dact", N * F);
+        linear_backward_input(dout, W(p + "down_proj.weight"), N, F, D, dact, false);
         linear_backward_weight(dout, kept("ffn.act", N * F), N, F, D, G(p + "down_proj.weight"));
-        float* dgate = zeroed("ffn.dgate", N * F);
-        float* dup = zeroed("ffn.dup", N * F);
+        float* dgate = buf("ffn.dgate", N * F);
+        float* dup = buf("ffn.dup", N * F);
         swiglu_backward(kept("ffn.gate", N * F), kept("ffn.up", N * F), dact, N * F, dgate, dup);
-        linear_backward_input(dgate, W(p + "gate_proj.weight"), N, D, F, dh_out);
+        linear_backward_input(dgate, W(p + "gate_proj.weight"), N, D, F, dh_out, false);
         linear_backward_weight(dgate, h, N, D, F, G(p + "gate_proj.weight"));
         linear_backward_input(dup, W(p + "up_proj.weight"), N, D, F, dh_out);
         linear_backward_weight(dup, h, N, D, F, G(p + "up_proj.weight"));
@@ -339,25 +325,24 @@ struct TrainModel::Impl : ProfiledOps {
         else
             deltanet_forward_layer(p + "linear_attn.", h1, mixer_out);
         float* x_mid = kept("layer.x_mid", ND);
-        copy_device(x_mid, x_in, ND);
-        add_into(mixer_out, ND, x_mid);
+        residual_add(x_in, mixer_out, ND, x_mid);
         float* h2 = kept("layer.h2", ND);
         rms_norm_forward(x_mid, W(p + "post_attention_layernorm.weight"), N, D, c.rms_eps, one_plus, h2);
         float* ffn_out = buf("layer.ffn_out", ND);
         ffn_forward_layer(p + "mlp.", h2, ffn_out);
-        copy_device(x_out, x_mid, ND);
-        add_into(ffn_out, ND, x_out);
+        residual_add(x_mid, ffn_out, ND, x_out);
     }
 
     // dx: the gradient of the layer's output on entry, of its input on return (the residual passes it on).
+    // The blocks' *_backward_layer overwrite their dh_out (the first product into it does not accumulate).
     void layer_backward(int64_t l, const float* x_in, float* dx) {
         const std::string p = prefix(l);
         const int64_t ND = N * D;
-        float* dh2 = zeroed("layer.dh2", ND);
+        float* dh2 = buf("layer.dh2", ND);  // the FFN's backward overwrites it
         ffn_backward_layer(p + "mlp.", kept("layer.h2", ND), dx, dh2);
         rms_norm_backward(kept("layer.x_mid", ND), W(p + "post_attention_layernorm.weight"), dh2, N, D, c.rms_eps,
                           one_plus, dx, G(p + "post_attention_layernorm.weight"));
-        float* dh1 = zeroed("layer.dh1", ND);
+        float* dh1 = buf("layer.dh1", ND);  // the mixer's backward overwrites it
         if (is_attention(l))
             attention_backward_layer(p + "self_attn.", kept("layer.h1", ND), dx, dh1);
         else
@@ -386,14 +371,14 @@ struct TrainModel::Impl : ProfiledOps {
                          buf("final.h", N * D));
     }
 
-    // The LM head and cross entropy, chunk by chunk; with `backward`, dh (zeroed here) and the head's
+    // The LM head and cross entropy, chunk by chunk; with `backward`, dh (overwritten here) and the head's
     // gradient receive scale·∂(Σ loss).
     double head_loss(bool backward, double scale) {
         const float* hf = buf("final.h", N * D);
         const float* head = W(head_name());
         const int64_t rows_per_chunk = std::clamp<int64_t>(kLogitChunkValues / V, 1, N);
         float* logits = buf("head.logits", rows_per_chunk * V);
-        float* dh = backward ? zeroed("final.dh", N * D) : nullptr;
+        float* dh = backward ? buf("final.dh", N * D) : nullptr;  // each chunk overwrites its rows
         cuda_check(cudaMemset(loss_sum.get(), 0, sizeof(double)), "cudaMemset");
         for (int64_t begin = 0; begin < N; begin += rows_per_chunk) {
             const int64_t rows = std::min(rows_per_chunk, N - begin);
@@ -406,7 +391,7 @@ struct TrainModel::Impl : ProfiledOps {
             }
             cross_entropy_rows(logits, chunk_targets, rows, V, float(scale), loss_sum.get<double>());
             pass = ProfilePass::backward;
-            linear_backward_input(logits, head, rows, D, V, dh + begin * D);
+            linear_backward_input(logits, head, rows, D, V, dh + begin * D, false);
             linear_backward_weight(logits, hf + begin * D, rows, D, V, G(head_name()));
         }
         double total = 0.0;
@@ -432,7 +417,7 @@ struct TrainModel::Impl : ProfiledOps {
             layer_backward(l, layer_input(l), dx);
         }
         scope.clear();
-        embedding_backward(dx, tokens.get<int32_t>(), N, D, G("model.embed_tokens.weight"));
+        embedding_backward(dx, batch.tokens, V, D, G("model.embed_tokens.weight"));
         host_wait([] { cuda_check(cudaDeviceSynchronize(), "the training step"); });
         return total;
     }
@@ -449,11 +434,11 @@ struct TrainModel::Impl : ProfiledOps {
         int64_t floats = 3 * n * D + 3 * n * F;  // h1, x_mid, h2; the FFN's gate, up, act
         if (is_attention(l)) {
             const auto [Hq, Hkv, dh, per_head, gated] = attention_dims();
-            // q_raw, q_r, att (and gate, gated); k_raw, k_r, v; lse
+            // qg (q, and the gate when gated: two heads' widths), q_r, att (and gated); k_raw, k_r, v; lse
             floats += n * Hq * dh * (gated ? 5 : 3) + 3 * n * Hkv * dh + n * Hq;
         } else {
             const auto [Hk, Hv, dk, dv, key_dim, value_dim, C, K] = delta_dims();
-            // mixed; z, v, o, y; q, k, q_hat, k_hat; b, a, beta, g; the delta rule's saved states
+            // mixed; z, v, o, y; qk (q|k), q_hat, k_hat; b, a, beta, g; the delta rule's saved states
             floats += n * C + 4 * n * value_dim + 4 * n * key_dim + 4 * n * Hv +
                       delta_rule_saved_floats(B_, T_, Hv, dk, dv);
         }
