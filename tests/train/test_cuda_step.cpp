@@ -308,14 +308,20 @@ TEST(CudaTrainStep, QatForwardWeightsAndGradient) {
 // different shapes (the second wider: the kept buffers grow mid-step), an evaluation between steps
 // (it writes the shared buffers, never a layer's own), and AdamW.
 //
-// A GPU step is not bit-reproducible as a whole: norm-weight, embedding, conv-kernel and gate gradients
-// and the loss and gradient norm sum with atomics whose order can vary. So a third model recomputes as
-// the first does, as the control: wherever two recomputing runs agree to the bit, the kept run must
-// too; the matrices' gradients and, with clipping off (the clip factor would carry the norm's atomics
-// into every weight), the matrices after AdamW are atomic-free and must agree in all three (the
-// premise, checked). Each step starts the three from the first one's state, so an atomic's last bit
-// in one step does not make every later comparison vacuous. Under tests/tools/cuda_emulation_train.sh
-// (atomics in a fixed order) every value is compared.
+// A step is not bit-reproducible as a whole: norm-weight, embedding, conv-kernel and gate gradients and
+// the loss and gradient norm sum with atomics whose order varies from run to run (on the GPU, and in
+// the CPU emulation too, whose threads of a block race for the atomics' lock: there an emulated run
+// had two embedding-gradient values of 264 differ by an ulp in step 2, everything else equal). So:
+//   - the matrices are atomic-free (cuBLAS products and per-row kernels, then AdamW per element with
+//     clipping off, since the clip factor would carry the norm's atomics into every weight): their
+//     gradients, values after the step and both moments must be equal to the bit, kept against
+//     recomputed, and a second recomputing model (the control) against the first (the premise);
+//   - the atomics' sums (the other tensors, the losses, the norm) are the same addends in another
+//     order: kept and control alike within 1e-5 of each tensor's largest value (a different order
+//     moves a float sum by a few ulps of its addends; 1e-5 is ~100 ulps), the doubles within 1e-12.
+// A wrong activation would move every matrix's gradient below the layer it feeds, so the bit-exact
+// half is the test; the bounded half says the rest stayed with it. Each step starts the three models
+// from the first one's state, so an atomic's last bit never carries into the next step.
 // Returns the recomputing run's profile (the training path's bf16 products, as `deltabit train`).
 StepProfile expect_kept_activations_give_the_recomputed_bits(const ModelConfig& config) {
     const cuda::GemmMath saved_math = cuda::gemm_math();
@@ -346,26 +352,39 @@ StepProfile expect_kept_activations_give_the_recomputed_bits(const ModelConfig& 
     OptimizerSection o;
     o.clip = 0.0;  // see above
     const double scale = 1.0 / 400.0;
-    int64_t compared = 0, differing = 0;
-    // Counts the values of `got` (the kept run's) equal to `want` (the recomputing run's) wherever the
-    // control equals `want`; `always`: the control must equal `want` everywhere.
-    const auto expect_same_bits = [&](const std::string& what, std::span<const float> want,
-                                      std::span<const float> control_values, std::span<const float> got,
-                                      bool always) {
-        int64_t reported = 0;
-        for (size_t i = 0; i < want.size(); ++i) {
-            const bool premise = std::memcmp(&want[i], &control_values[i], 4) == 0;
-            if (!premise) {
-                ++differing;
-                if (always && reported++ < 3)
+    constexpr double kAtomicOrderTolerance = 1e-5;  // of a tensor's largest value (see above)
+    int64_t bit_equal = 0, bounded = 0;
+    double worst_kept = 0.0, worst_control = 0.0;  // of the atomics' sums, |Δ| / max|value|
+    // Matrices (`exact`): `got` (the kept run's) and the control equal `want` (the recomputing run's) to
+    // the bit. Else both within the atomics' order of `want`.
+    const auto expect_same = [&](const std::string& what, std::span<const float> want,
+                                 std::span<const float> control_values, std::span<const float> got, bool exact) {
+        if (exact) {
+            int64_t reported = 0;
+            for (size_t i = 0; i < want.size(); ++i) {
+                if (std::memcmp(&want[i], &control_values[i], 4) != 0 && reported++ < 3)
                     ADD_FAILURE() << what << "[" << i << "]: two recomputing runs differ (" << want[i] << ", "
                                   << control_values[i] << "): the premise of this test is wrong, not the kept run";
-                continue;
+                if (std::memcmp(&want[i], &got[i], 4) != 0 && reported++ < 3)
+                    ADD_FAILURE() << what << "[" << i << "]: kept " << got[i] << ", recomputed " << want[i];
             }
-            ++compared;
-            if (std::memcmp(&want[i], &got[i], 4) != 0 && reported++ < 3)
-                ADD_FAILURE() << what << "[" << i << "]: kept " << got[i] << ", recomputed " << want[i];
+            bit_equal += int64_t(want.size());
+            return;
         }
+        double largest = 0.0, kept_diff = 0.0, control_diff = 0.0;
+        for (size_t i = 0; i < want.size(); ++i) {
+            largest = std::max(largest, std::fabs(double(want[i])));
+            kept_diff = std::max(kept_diff, std::fabs(double(got[i]) - double(want[i])));
+            control_diff = std::max(control_diff, std::fabs(double(control_values[i]) - double(want[i])));
+        }
+        const double bound = kAtomicOrderTolerance * largest;
+        EXPECT_LE(kept_diff, bound) << what << ": kept against recomputed";
+        EXPECT_LE(control_diff, bound) << what << ": two recomputing runs";
+        if (largest > 0) {
+            worst_kept = std::max(worst_kept, kept_diff / largest);
+            worst_control = std::max(worst_control, control_diff / largest);
+        }
+        bounded += int64_t(want.size());
     };
     for (int step = 0; step < 3; ++step) {
         const Batch first = batch_of(2, 70, step), second = batch_of(3, 64, 5 + step);
@@ -395,45 +414,43 @@ StepProfile expect_kept_activations_give_the_recomputed_bits(const ModelConfig& 
             model.get_optimizer_state(states[m]);
         }
         const std::string tag = fmt::format("step {} ", step + 1);
-        // The losses and the norm are doubles summed with atomics: compared to the bit where the control's are.
+        // The losses and the norm: doubles summed with atomics.
         for (int micro = 0; micro < 2; ++micro) {
-            if (losses[0][micro] == losses[1][micro]) {
-                EXPECT_EQ(losses[2][micro], losses[0][micro]) << tag << "micro-batch " << micro << " loss";
-            }
+            EXPECT_NEAR(losses[2][micro], losses[0][micro], 1e-12 * losses[0][micro]) << tag << "loss " << micro;
+            EXPECT_NEAR(losses[1][micro], losses[0][micro], 1e-12 * losses[0][micro]) << tag << "loss " << micro;
         }
-        if (norms[0] == norms[1]) {
-            EXPECT_EQ(norms[2], norms[0]) << tag << "gradient norm";
-        }
+        EXPECT_NEAR(norms[2], norms[0], 1e-12 * norms[0]) << tag << "gradient norm";
         for (const ParameterInfo& p : layout.all()) {
             const auto part = [&](const std::vector<float>& v) {
                 return std::span<const float>(v).subspan(size_t(p.offset), size_t(p.size));
             };
             const bool matrix = p.role == ParameterRole::matrix;
-            expect_same_bits(tag + "gradient " + p.name, part(grads[0]), part(grads[1]), part(grads[2]), matrix);
-            expect_same_bits(tag + "parameter " + p.name, part(after[0]), part(after[1]), part(after[2]), matrix);
-            expect_same_bits(tag + "first moment " + p.name, part(states[0].m), part(states[1].m), part(states[2].m),
-                             matrix);
-            expect_same_bits(tag + "second moment " + p.name, part(states[0].v), part(states[1].v),
-                             part(states[2].v), matrix);
+            expect_same(tag + "gradient " + p.name, part(grads[0]), part(grads[1]), part(grads[2]), matrix);
+            expect_same(tag + "parameter " + p.name, part(after[0]), part(after[1]), part(after[2]), matrix);
+            expect_same(tag + "first moment " + p.name, part(states[0].m), part(states[1].m), part(states[2].m),
+                        matrix);
+            expect_same(tag + "second moment " + p.name, part(states[0].v), part(states[1].v), part(states[2].v),
+                        matrix);
         }
         EXPECT_NE(std::memcmp(after[0].data(), params.data(), params.size() * 4), 0) << tag << "moved nothing";
         // An evaluation between steps (the shared buffers, a batch wider than either micro-batch).
         const Batch eval = batch_of(4, 50, 9 + step);
         const double eval_recomputed = recomputed.loss(eval), eval_control = control.loss(eval),
                      eval_kept = kept.loss(eval);
-        if (eval_recomputed == eval_control) {
-            EXPECT_EQ(eval_kept, eval_recomputed) << tag << "evaluation";
-        }
+        EXPECT_NEAR(eval_kept, eval_recomputed, 1e-12 * eval_recomputed) << tag << "evaluation";
+        EXPECT_NEAR(eval_control, eval_recomputed, 1e-12 * eval_recomputed) << tag << "evaluation";
         params = after[0];
         adam = states[0];
-        std::printf("[ cuda train ] kept vs recomputed, step %d: losses %.9g %.9g, %lld values equal so far\n",
-                    step + 1, losses[0][0], losses[0][1], static_cast<long long>(compared));
+        std::printf("[ cuda train ] kept vs recomputed, step %d: losses %.9g %.9g (kept %.9g %.9g)\n", step + 1,
+                    losses[0][0], losses[0][1], losses[2][0], losses[2][1]);
         std::fflush(stdout);  // the emulated run takes minutes a step
     }
-    std::printf("[ cuda train ] kept vs recomputed activations, 3 steps × 2 micro-batches: %lld values equal to the "
-                "bit, %lld left out where two recomputing runs differed (atomics)\n",
-                static_cast<long long>(compared), static_cast<long long>(differing));
-    EXPECT_GT(compared, 3 * 4 * layout.total() / 2);
+    std::printf("[ cuda train ] kept vs recomputed activations, 3 steps × 2 micro-batches: %lld matrix values equal "
+                "to the bit; %lld atomic-summed values within %.3g (kept) and %.3g (two recomputing runs) of their "
+                "tensor's largest, bound %.0e\n",
+                static_cast<long long>(bit_equal), static_cast<long long>(bounded), worst_kept, worst_control,
+                kAtomicOrderTolerance);
+    EXPECT_GT(bit_equal, bounded);  // the matrices are most of the model
 
     // The profile: the kept run has no recompute pass, and its forward and backward passes are the
     // recomputing run's, span for span and FLOP for FLOP.
