@@ -308,10 +308,12 @@ TEST(CudaTrainStep, QatForwardWeightsAndGradient) {
 // different shapes (the second wider: the kept buffers grow mid-step), an evaluation between steps
 // (it writes the shared buffers, never a layer's own), and AdamW.
 //
-// A step is not bit-reproducible as a whole: norm-weight, embedding, conv-kernel and gate gradients and
-// the loss and gradient norm sum with atomics whose order varies from run to run (on the GPU, and in
-// the CPU emulation too, whose threads of a block race for the atomics' lock: there an emulated run
-// had two embedding-gradient values of 264 differ by an ulp in step 2, everything else equal). So:
+// A step was not bit-reproducible as a whole when this test was written: norm-weight, embedding,
+// conv-kernel and gate gradients and the loss and gradient norm summed with atomics whose order varies
+// from run to run (on the GPU, and in the CPU emulation too, whose threads of a block race for the
+// atomics' lock: there an emulated run had two embedding-gradient values of 264 differ by an ulp in step
+// 2, everything else equal). Those gradient sums are now fixed-order (kernels.h); only the loss and the
+// gradient norm still use (double) atomics, so the bounded half below holds with room to spare. So:
 //   - the matrices are atomic-free (cuBLAS products and per-row kernels, then AdamW per element with
 //     clipping off, since the clip factor would carry the norm's atomics into every weight): their
 //     gradients, values after the step and both moments must be equal to the bit, kept against
@@ -801,8 +803,8 @@ TEST(CudaTrainer, MuonLossFallsOverFiftySteps) {
 }
 
 // `deltabit train --profile` on the GPU: CUDA events between the launches change nothing they compute.
-// A GPU run does not repeat bit for bit (norm-weight, embedding, conv-kernel and gate sums use float
-// atomics, the loss a double one), but with clipping off (the clip factor would carry the atomics'
+// A GPU run does not repeat bit for bit (the loss and the gradient norm sum with double atomics; the
+// gradients' column sums are fixed-order), but with clipping off (the clip factor would carry the atomics'
 // rounding into every weight) one step's matrices depend on none of them: their gradients come from
 // cuBLAS products and atomic-free kernels, then AdamW per element. So after one step every matrix of
 // two unprofiled runs is equal to the bit (checked: the premise), and so must the profiled run's be.
