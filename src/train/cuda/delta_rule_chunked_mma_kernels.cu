@@ -130,6 +130,41 @@ __device__ void stage_square(const float* src, unsigned char* dst) {
     }
 }
 
+// The two walks' shared steps (the forward's S, the carry's dS: the same layouts, the same operands).
+
+// The fp32 state this thread holds (element e of n-tile n is S[sr0 + g4 + 8(e / 2)][sc0 + 8n + 2t4 + e % 2])
+// into s_tile as bf16 [D][kTile], the products' operand, and as fp32 into `saved` [dk][dv] (columns v0 …).
+template <int kStateTiles>
+__device__ void publish_state(const float (&state)[kStateTiles][4], int sr0, int sc0, int g4, int t4, int64_t v0,
+                              int64_t dv, unsigned char* s_tile, float* saved) {
+#pragma unroll
+    for (int n = 0; n < kStateTiles; ++n)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int x = sr0 + g4 + 8 * half, col = sc0 + 8 * n + 2 * t4;
+            store_pair<kTile / 8>(s_tile, x, col, state[n][2 * half], state[n][2 * half + 1]);
+            if (v0 + col < dv) saved[x * dv + v0 + col] = state[n][2 * half];
+            if (v0 + col + 1 < dv) saved[x * dv + v0 + col + 1] = state[n][2 * half + 1];
+        }
+}
+
+// A chunk's state-free operands: K and Q rows and T and M as bf16; e^γ, e^{γ_ℓ−γ} and β (zero past len) fp32.
+template <int D>
+__device__ void stage_chunk(const float* q, const float* k, const float* beta, const float* chunk_factors,
+                            const Dims& d, int64_t b, int64_t h, int64_t kh, int64_t t0, int len, unsigned char* ks,
+                            unsigned char* qs, unsigned char* t_tile, unsigned char* m_tile, float* e, float* f,
+                            float* bt) {
+    stage_key_rows<D>(k, d, b, kh, t0, len, ks);
+    stage_key_rows<D>(q, d, b, kh, t0, len, qs);
+    stage_square(chunk_factors, t_tile);
+    stage_square(chunk_factors + L * L, m_tile);
+    for (int i = int(threadIdx.x); i < L; i += kThreads) {
+        e[i] = chunk_factors[2 * L * L + i];
+        f[i] = chunk_factors[2 * L * L + L + i];
+        bt[i] = i < len ? beta[d.token(b, t0 + i) * d.Hv + h] : 0.0f;
+    }
+}
+
 // ---- state-free factors: grid (chunks, Hv, B) ----
 
 template <int D>
@@ -229,26 +264,9 @@ __global__ void __launch_bounds__(kThreads)
         const int64_t t0 = c * L;
         const int len = chunk_length(d, c);
         __syncthreads();  // the previous chunk is done with all of shared memory
-        float* saved_state = states + d.state_offset(b, h, c);
-#pragma unroll
-        for (int n = 0; n < kStateTiles; ++n)
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                const int x = sr0 + g4 + 8 * half, col = sc0 + 8 * n + 2 * t4;
-                store_pair<kTileChunks>(s_tile, x, col, state[n][2 * half], state[n][2 * half + 1]);
-                if (v0 + col < d.dv) saved_state[x * d.dv + v0 + col] = state[n][2 * half];
-                if (v0 + col + 1 < d.dv) saved_state[x * d.dv + v0 + col + 1] = state[n][2 * half + 1];
-            }
-        stage_key_rows<D>(k, d, b, kh, t0, len, ks);
-        stage_key_rows<D>(q, d, b, kh, t0, len, qs);
+        publish_state(state, sr0, sc0, g4, t4, v0, d.dv, s_tile, states + d.state_offset(b, h, c));
         const float* chunk_factors = factors + d.factor_offset(b, h, c);
-        stage_square(chunk_factors, t_tile);
-        stage_square(chunk_factors + L * L, m_tile);
-        for (int i = int(threadIdx.x); i < L; i += kThreads) {
-            e[i] = chunk_factors[2 * L * L + i];
-            f[i] = chunk_factors[2 * L * L + L + i];
-            bt[i] = i < len ? beta[d.token(b, t0 + i) * d.Hv + h] : 0.0f;
-        }
+        stage_chunk<D>(q, k, beta, chunk_factors, d, b, h, kh, t0, len, ks, qs, t_tile, m_tile, e, f, bt);
         __syncthreads();
         // K S and Q S; x = β ⊙ (V − e^γ ⊙ K S) to x_tile; O starts as e^γ ⊙ Q S. This thread's values of
         // V are read first, their latency behind the products.
@@ -380,26 +398,9 @@ __global__ void __launch_bounds__(kThreads)
         const int64_t t0 = c * L;
         const int len = chunk_length(d, c);
         __syncthreads();
-        float* saved_dstate = dstates + d.state_offset(b, h, c);
-#pragma unroll
-        for (int n = 0; n < kStateTiles; ++n)
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                const int x = sr0 + g4 + 8 * half, col = sc0 + 8 * n + 2 * t4;
-                store_pair<kTileChunks>(s_tile, x, col, dstate[n][2 * half], dstate[n][2 * half + 1]);
-                if (v0 + col < d.dv) saved_dstate[x * d.dv + v0 + col] = dstate[n][2 * half];
-                if (v0 + col + 1 < d.dv) saved_dstate[x * d.dv + v0 + col + 1] = dstate[n][2 * half + 1];
-            }
-        stage_key_rows<D>(k, d, b, kh, t0, len, ks);
-        stage_key_rows<D>(q, d, b, kh, t0, len, qs);
+        publish_state(dstate, sr0, sc0, g4, t4, v0, d.dv, s_tile, dstates + d.state_offset(b, h, c));
         const float* chunk_factors = factors + d.factor_offset(b, h, c);
-        stage_square(chunk_factors, t_tile);
-        stage_square(chunk_factors + L * L, m_tile);
-        for (int i = int(threadIdx.x); i < L; i += kThreads) {
-            e[i] = chunk_factors[2 * L * L + i];
-            f[i] = chunk_factors[2 * L * L + L + i];
-            bt[i] = i < len ? beta[d.token(b, t0 + i) * d.Hv + h] : 0.0f;
-        }
+        stage_chunk<D>(q, k, beta, chunk_factors, d, b, h, kh, t0, len, ks, qs, t_tile, m_tile, e, f, bt);
         for (int x = int(threadIdx.x); x < L * kTile / 2; x += kThreads) {
             const int i = x / (kTile / 2), col = 2 * (x % (kTile / 2));
             const float* row = dout + (d.token(b, t0 + i) * d.Hv + h) * d.dv + v0 + col;
