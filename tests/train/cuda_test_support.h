@@ -6,6 +6,7 @@
 #ifdef DELTABIT_HAVE_CUDA
 #include "backend/cuda_buffer.h"
 #include "backend/cuda_probe.h"
+#include "train/cuda/kernel_marks.h"
 
 #include <gtest/gtest.h>
 
@@ -17,6 +18,17 @@
 #include <vector>
 
 namespace deltabit::train::testing {
+
+// The kernel marks (train/cuda/kernel_marks.h) of the launches made while it lives: which kernels ran.
+struct MarkedKernels {
+    std::vector<std::string> names;
+    MarkedKernels() { cuda::g_kernel_marks = {&record, this}; }
+    ~MarkedKernels() { cuda::g_kernel_marks = {}; }
+    MarkedKernels(const MarkedKernels&) = delete;
+    MarkedKernels& operator=(const MarkedKernels&) = delete;
+    static void record(void* self, const char* kernel) { static_cast<MarkedKernels*>(self)->names.emplace_back(kernel); }
+    bool ran(const std::string& kernel) const { return std::find(names.begin(), names.end(), kernel) != names.end(); }
+};
 
 // A device array of floats made from host doubles (or zeros), read back as doubles.
 struct DeviceArray {

@@ -132,17 +132,6 @@ TEST(CudaTrainOps, DeltaRuleForwardBackward) {
     check_delta_rule(1, 66, 1, 1, 1, 3, 0.5);       // one key: A_ij = ±β_i e^{γ_i−γ_j}, T least damped
 }
 
-// The kernel marks (kernel_marks.h) of the launches made while it lives: which kernels ran.
-struct MarkedKernels {
-    std::vector<std::string> names;
-    MarkedKernels() { cuda::g_kernel_marks = {&record, this}; }
-    ~MarkedKernels() { cuda::g_kernel_marks = {}; }
-    MarkedKernels(const MarkedKernels&) = delete;
-    MarkedKernels& operator=(const MarkedKernels&) = delete;
-    static void record(void* self, const char* kernel) { static_cast<MarkedKernels*>(self)->names.emplace_back(kernel); }
-    bool ran(const std::string& kernel) const { return std::find(names.begin(), names.end(), kernel) != names.end(); }
-};
-
 // The scratch of delta_rule_backward after its carry: dS at every chunk's end, then W per token
 // (BackwardScratch in delta_rule_chunked_kernels.cu).
 struct CarryOutputs {
@@ -188,7 +177,7 @@ void check_delta_rule_bf16(int64_t B, int64_t T, int64_t Hk, int64_t Hv, int64_t
                     gscratch(Vec(scratch_floats, NAN)), gdq = DeviceArray::zeros(in.q.size()),
                     gdk = DeviceArray::zeros(in.k.size()), gdv = DeviceArray::zeros(in.v.size()),
                     gdg = DeviceArray::zeros(in.g.size()), gdbeta = DeviceArray::zeros(in.g.size());
-        MarkedKernels marks;
+        testing::MarkedKernels marks;
         cuda::delta_rule_forward(gq.get(), gk.get(), gv.get(), gg.get(), gbeta.get(), B, T, Hk, Hv, dk, dv, go.get(),
                                  gsaved.get());
         cuda::delta_rule_backward(gq.get(), gk.get(), gv.get(), gg.get(), gbeta.get(), gdout.get(), gsaved.get(), B, T,
@@ -264,7 +253,7 @@ TEST(CudaTrainOps, DeltaRuleBf16KernelsOnlyWhereBuilt) {
             gdg = DeviceArray::zeros(in.g.size()), gdbeta = DeviceArray::zeros(in.g.size()),
             gsaved = DeviceArray::zeros(size_t(cuda::delta_rule_saved_floats(1, T, 1, dk, dv))),
             gscratch = DeviceArray::zeros(size_t(cuda::delta_rule_scratch_floats(1, T, 1, dk, dv)));
-        MarkedKernels marks;
+        testing::MarkedKernels marks;
         cuda::delta_rule_forward(gq.get(), gk.get(), gv.get(), gg.get(), gbeta.get(), 1, T, 1, 1, dk, dv, go.get(),
                                  gsaved.get());
         cuda::delta_rule_backward(gq.get(), gk.get(), gv.get(), gg.get(), gbeta.get(), gdout.get(), gsaved.get(), 1, T,

@@ -257,6 +257,26 @@ TEST(CudaTrainStep, OneStepMatchesCpuReferenceOnTheQwen35Fixture) {
         expect_step_matches(layout, params, batch, "fixture qwen3_5_float", math);
 }
 
+// The training path's tensor-core kernels inside a whole step: DeltaNet keys of 64 (the delta rule's
+// bf16 forward and carry, delta_rule_chunked_mma_kernels.cu) and attention heads of 64 (flash
+// attention), over three chunks with the last partial, against the double reference at the bf16 bounds
+// of expect_step_matches (the fixture above, with keys of 32, runs the fp32 delta rule).
+TEST(CudaTrainStep, OneStepMatchesCpuReferenceWithTheTensorCoreKernels) {
+    SKIP_WITHOUT_GPU();
+    ModelConfig c = tiny_config(true);
+    c.head_dim = 64;
+    c.rope_dim = 16;
+    c.ssm_key_dim = 64;
+    c.ssm_value_dim = 32;
+    const ParameterLayout layout(c);
+    testing::MarkedKernels marks;
+    expect_step_matches(layout, random_parameters(layout, 3, 0.02), make_batch(c.n_vocab, 150), "tensor-core tiny qwen35",
+                        cuda::GemmMath::bf16);
+    for (const char* kernel : {"delta: chunk_factors_mma_kernel", "delta: forward_walk_mma_kernel",
+                               "delta: backward_carry_mma_kernel"})
+        EXPECT_TRUE(marks.ran(kernel)) << kernel << " did not run";
+}
+
 // The delta rule's keys live in shared memory: wider ones are refused when the model is made, not
 // at its first step.
 TEST(CudaTrainStep, RefusesDeltaNetKeysWiderThanTheGpuDeltaRule) {
