@@ -58,7 +58,6 @@ int main(int argc, char** argv) {
     deltabit::cli::add_train_ab_command(app);
 #endif
 
-
     // No command at all: a new user's first try. The help (every command, one line each) says more than
     // CLI11's "A subcommand is required"; exit 1 all the same, since nothing ran.
     if (argc == 1) {
@@ -66,7 +65,7 @@ int main(int argc, char** argv) {
         return 1;
     }
     // CLI11 answers a misspelt command with "A subcommand is required"; name it and the choices instead.
-    if (argc > 1 && argv[1][0] != '-' && app.get_subcommands([&](CLI::App* sub) { return sub->check_name(argv[1]); }).empty()) {
+    if (argv[1][0] != '-' && app.get_subcommands([&](CLI::App* sub) { return sub->check_name(argv[1]); }).empty()) {
         std::string names;
         for (const CLI::App* sub : app.get_subcommands({})) names += (names.empty() ? "" : ", ") + sub->get_name();
         fmt::print(stderr, "deltabit: error: unknown command '{}' (commands: {}; see deltabit --help)\n", argv[1], names);
