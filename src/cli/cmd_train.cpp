@@ -30,6 +30,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -244,7 +245,7 @@ void add_train_command(CLI::App& app) {
         cmd->add_option("--max-steps", args->max_steps,
                         "stop after this many optimizer steps of this invocation, with a checkpoint (default: run "
                         "to run.steps); continue later with --resume")
-            ->check(CLI::PositiveNumber),
+            ->check(CLI::Range(int64_t(1), std::numeric_limits<int64_t>::max())),
         cmd->add_option("--backend", args->backend,
                         "cpu (the double reference), cuda (the GPU trainer) or auto (cuda when a GPU is present) "
                         "(default: the config's run.backend)")
