@@ -16,6 +16,7 @@
 #include <cmath>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <numbers>
 #include <vector>
@@ -78,7 +79,7 @@ void add_eval_command(CLI::App& app) {
     cmd->add_option("--seq-len", args->seq_len, "predicted bytes per window, each from an empty context (default 256)")
         ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
     cmd->add_option("--bytes", args->bytes, "evaluate the first N bytes (default: the whole file)")
-        ->check(CLI::PositiveNumber);
+        ->check(CLI::Range(int64_t(1), std::numeric_limits<int64_t>::max()));
     cmd->add_flag("-q,--quiet", args->quiet, "no progress bar (default: one on a terminal)");
     cmd->callback([args] { run_eval(*args); });
 }

@@ -32,6 +32,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -280,18 +281,18 @@ void add_train_command(CLI::App& app) {
         cmd->add_option("--max-steps", args->max_steps,
                         "stop after this many optimizer steps of this invocation, with a checkpoint (default: run "
                         "to run.steps); continue later with --resume")
-            ->check(CLI::PositiveNumber),
+            ->check(CLI::Range(int64_t(1), std::numeric_limits<int64_t>::max())),
         cmd->add_option("--profile", args->profile_steps,
                         "after --profile-warmup steps, time N steps by kind of op (GEMMs, attention, delta rule, "
                         "norms, optimizer, host waits...), print the table and stop there with a checkpoint; no "
                         "history row. CUDA events on --backend cuda, the wall clock around four phases on cpu")
             ->type_name("N")
-            ->check(CLI::PositiveNumber),
+            ->check(CLI::Range(int64_t(1), std::numeric_limits<int64_t>::max())),
         cmd->add_option("--profile-warmup", args->profile_warmup,
                         "steps run before --profile starts timing (cuBLAS's choices, buffers grown)")
             ->type_name("W")
             ->default_str("2")
-            ->check(CLI::NonNegativeNumber),
+            ->check(CLI::Range(int64_t(0), std::numeric_limits<int64_t>::max())),
         cmd->add_option("--backend", args->backend,
                         "cpu (the double reference), cuda (the GPU trainer) or auto (cuda when a GPU is present) "
                         "(default: the config's run.backend)")

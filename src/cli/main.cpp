@@ -7,24 +7,47 @@
 #include "cli/commands.h"
 #include "core/error.h"
 
-#include <fmt/core.h>
+#include <fmt/format.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <string>
 #include <exception>
+#include <string>
+#include <string_view>
 
 namespace {
+
+// CLI11 reports a value its option's type cannot hold as "Could not convert: --max-tokens = 1.5", which
+// says neither what was wrong nor what the flag takes: "--max-tokens: "1.5" is not a whole number".
+std::string conversion_message(const CLI::App* command, const std::string& message) {
+    constexpr std::string_view prefix = "Could not convert: ";
+    const size_t equals = message.find(" = ");
+    if (command == nullptr || !message.starts_with(prefix) || equals == std::string::npos) return message;
+    const std::string flag = message.substr(prefix.size(), equals - prefix.size());
+    const std::string value = message.substr(equals + 3);
+    const CLI::Option* option = command->get_option_no_throw(flag);
+    const std::string type = option != nullptr ? option->get_type_name() : "";
+    const char* expected = type.starts_with("INT") || type.starts_with("UINT") ? "a whole number"
+                           : type.starts_with("FLOAT")                         ? "a number"
+                                                                               : "a value this flag takes";
+    return fmt::format("{}: {:?} is not {}", flag, value, expected);
+}
 
 // CLI11's message (a missing, unknown or malformed option) as one line, naming the command's --help.
 void print_usage_error(CLI::App& app, int argc, char** argv, std::string message) {
     for (char& c : message)
         if (c == '\n') c = ' ';
     std::string command = "deltabit";
-    if (argc > 1 && !app.get_subcommands([&](CLI::App* sub) { return sub->check_name(argv[1]); }).empty())
-        command += std::string(" ") + argv[1];
-    fmt::print(stderr, "deltabit: error: {} (see {} --help)\n", message, command);
+    const CLI::App* sub = nullptr;
+    if (argc > 1) {
+        const auto found = app.get_subcommands([&](CLI::App* s) { return s->check_name(argv[1]); });
+        if (!found.empty()) {
+            sub = found.front();
+            command += std::string(" ") + argv[1];
+        }
+    }
+    fmt::print(stderr, "deltabit: error: {} (see {} --help)\n", conversion_message(sub, message), command);
 }
 
 int report_stdout_failure(int error) {
@@ -58,7 +81,6 @@ int main(int argc, char** argv) {
     deltabit::cli::add_train_ab_command(app);
 #endif
 
-
     // No command at all: a new user's first try. The help (every command, one line each) says more than
     // CLI11's "A subcommand is required"; exit 1 all the same, since nothing ran.
     if (argc == 1) {
@@ -66,7 +88,7 @@ int main(int argc, char** argv) {
         return 1;
     }
     // CLI11 answers a misspelt command with "A subcommand is required"; name it and the choices instead.
-    if (argc > 1 && argv[1][0] != '-' && app.get_subcommands([&](CLI::App* sub) { return sub->check_name(argv[1]); }).empty()) {
+    if (argv[1][0] != '-' && app.get_subcommands([&](CLI::App* sub) { return sub->check_name(argv[1]); }).empty()) {
         std::string names;
         for (const CLI::App* sub : app.get_subcommands({})) names += (names.empty() ? "" : ", ") + sub->get_name();
         fmt::print(stderr, "deltabit: error: unknown command '{}' (commands: {}; see deltabit --help)\n", argv[1], names);

@@ -22,6 +22,7 @@ TEST(DiffusionStepCuda, SkippedWithoutCuda) { GTEST_SKIP() << "built without CUD
 #else
 
 #include "backend/cuda_buffer.h"
+#include "op_parity_cuda.h"
 #include "runtime/diffusion_step_cuda.h"
 
 namespace deltabit {
@@ -29,13 +30,6 @@ namespace {
 
 using test::CpuStep;
 using test::LogitKind;
-
-bool have_gpu() {
-    int count = 0;
-    return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;  // no driver reads as no device
-}
-#define REQUIRE_GPU() \
-    if (!have_gpu()) GTEST_SKIP() << "no CUDA device on this machine"
 
 template <typename T>
 cuda::DeviceBuffer upload(const std::vector<T>& host) {
@@ -64,7 +58,7 @@ struct Stream {
 };
 
 TEST(DiffusionStepCuda, DeviceUniformsEqualSamplerRng) {
-    REQUIRE_GPU();
+    DELTABIT_REQUIRE_GPU();
     Stream s;
     cuda::DeviceBuffer go = upload(std::vector<int32_t>{0}), stop = upload(std::vector<int32_t>{1});
     for (uint64_t seed : {uint64_t(0), uint64_t(1), uint64_t(42), uint64_t(0x9e3779b97f4a7c15ull), ~uint64_t(0)}) {
@@ -129,21 +123,21 @@ void check_rows(int64_t L, int64_t V, LogitKind kind, uint64_t seed) {
 }
 
 TEST(DiffusionStepCuda, RowsMatchTheCpuAtVocabulary1000) {
-    REQUIRE_GPU();
+    DELTABIT_REQUIRE_GPU();
     for (LogitKind k : {LogitKind::random, LogitKind::peaked, LogitKind::ties, LogitKind::one_hot, LogitKind::equal_rows})
         check_rows(256, 1000, k, 21);
     check_rows(5, 7, LogitKind::ties, 22);  // fewer elements than threads
 }
 
 TEST(DiffusionStepCuda, RowsMatchTheCpuAtVocabulary262144) {
-    REQUIRE_GPU();
+    DELTABIT_REQUIRE_GPU();
     for (LogitKind k : {LogitKind::random, LogitKind::peaked, LogitKind::ties, LogitKind::one_hot, LogitKind::equal_rows})
         check_rows(256, 262144, k, 31);
 }
 
 // Draws exactly on a running-sum boundary (p = 1/8 exactly; u = k/8): the strict u < Σ decides.
 TEST(DiffusionStepCuda, DrawsOnABoundaryFollowTheStrictRule) {
-    REQUIRE_GPU();
+    DELTABIT_REQUIRE_GPU();
     const int64_t L = 4, V = 8;
     const std::vector<float> logits(size_t(L * V), 1.5f);
     const std::vector<double> units = {0.0, 0.25, 0.5, 0.75, 0.0, 0.0, 0.0, 0.0};
@@ -212,7 +206,7 @@ void check_settle(const std::vector<double>& entropy, double bound, int64_t thre
 }
 
 TEST(DiffusionStepCuda, SettleMatchesTheCpuRules) {
-    REQUIRE_GPU();
+    DELTABIT_REQUIRE_GPU();
     const std::vector<int32_t> a = {1, 2, 3, 4, 5}, b = {1, 2, 3, 4, 6};
     check_settle({0.25, 0.1, 0.25, 0.9, 0.25}, 0.35, 1, 0.5, {a, a, a, a}, "ties keep position order");
     check_settle({0.5, 0.0, 0.7, 0.0, 0.0}, 0.0, 2, 0.3, {a, a, b, b}, "bound 0 accepts through the zeros, threshold 2");
@@ -333,19 +327,19 @@ void check_whole_step(int64_t L, int64_t V) {
 }
 
 TEST(DiffusionStepCuda, WholeStepMatchesTheCpuStepAtVocabulary1000) {
-    REQUIRE_GPU();
+    DELTABIT_REQUIRE_GPU();
     check_whole_step(256, 1000);
 }
 
 TEST(DiffusionStepCuda, WholeStepMatchesTheCpuStepAtVocabulary262144) {
-    REQUIRE_GPU();
+    DELTABIT_REQUIRE_GPU();
     check_whole_step(256, 262144);
 }
 
 // The way a host uses it: every step of a block enqueued, one synchronisation, then the flag. The state
 // equals the CPU loop's at its stop (step 5 of 7), whatever ran after.
 TEST(DiffusionStepCuda, StepsEnqueuedAheadStopOnTheDevice) {
-    REQUIRE_GPU();
+    DELTABIT_REQUIRE_GPU();
     const int64_t L = 256, V = 1000;
     cuda::DiffusionStepSettings settings;
     const uint64_t seed = 99;
@@ -383,7 +377,7 @@ TEST(DiffusionStepCuda, StepsEnqueuedAheadStopOnTheDevice) {
 }
 
 TEST(DiffusionStepCuda, RefusesACanvasTheSortCannotHold) {
-    REQUIRE_GPU();
+    DELTABIT_REQUIRE_GPU();
     try {
         cuda::DiffusionStepCuda step(cuda::kDiffusionMaxCanvas + 1, 1000, {}, 1);
         FAIL() << "a canvas of 1025 was accepted";
@@ -399,7 +393,7 @@ TEST(DiffusionStepCuda, RefusesACanvasTheSortCannotHold) {
 // scaled written, scaled read three more times (two measure passes, about half a row in the sample) —
 // against the H200's ~4.3 TB/s copy bandwidth (docs/bench.md).
 TEST(DiffusionStepCuda, StepTimeAtTheRealGeometry) {
-    REQUIRE_GPU();
+    DELTABIT_REQUIRE_GPU();
     const int64_t L = 256, V = 262144;
     cuda::DiffusionStepSettings settings;
     settings.confidence_threshold = 0.0;  // never stops: every step runs

@@ -24,6 +24,7 @@
 
 #ifdef DELTABIT_HAVE_CUDA
 #include "backend/cuda_buffer.h"
+#include "op_parity_cuda.h"
 #include "core/non_finite_choice.h"
 #include "sampling/sampler_cuda.h"
 #endif
@@ -164,13 +165,6 @@ TEST(GpuSampler, SkippedWithoutCuda) { GTEST_SKIP() << "built without CUDA"; }
 
 namespace {
 
-bool have_gpu() {
-    int count = 0;
-    return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;  // no driver reads as no device
-}
-#define REQUIRE_GPU() \
-    if (!have_gpu()) GTEST_SKIP() << "no CUDA device on this machine"
-
 class DeviceLogits {
 public:
     explicit DeviceLogits(const std::vector<float>& host) : buffer_(host.size() * sizeof(float)) {
@@ -233,7 +227,7 @@ int compare_draws(cuda::GpuSampler& gpu, const std::vector<float>& logits, const
 }  // namespace
 
 TEST(GpuSampler, MatchesCpuChainOnRandomLogits) {
-    REQUIRE_GPU();
+    DELTABIT_REQUIRE_GPU();
     Stream stream;
     std::mt19937_64 rng(6);
     // ≥ 2000 logit vectors in all; fewer at the large sizes, where the CPU reference sorts the whole
@@ -267,7 +261,7 @@ TEST(GpuSampler, MatchesCpuChainOnRandomLogits) {
 }
 
 TEST(GpuSampler, CpuOrderSumsMatchCpuChain) {
-    REQUIRE_GPU();
+    DELTABIT_REQUIRE_GPU();
     Stream stream;
     std::mt19937_64 rng(7);
     int differ = 0;
@@ -291,7 +285,7 @@ TEST(GpuSampler, CpuOrderSumsMatchCpuChain) {
 }
 
 TEST(GpuSampler, UntruncatedDrawThroughTheHistogramMatchesCpuChain) {
-    REQUIRE_GPU();
+    DELTABIT_REQUIRE_GPU();
     Stream stream;
     std::mt19937_64 rng(9);
     int differ = 0;
@@ -318,7 +312,7 @@ TEST(GpuSampler, UntruncatedDrawThroughTheHistogramMatchesCpuChain) {
 }
 
 TEST(GpuSampler, GreedyIsArgmaxOfPenalisedLogitsTiesToLowestId) {
-    REQUIRE_GPU();
+    DELTABIT_REQUIRE_GPU();
     Stream stream;
     const int32_t n_vocab = 5000;
     cuda::GpuSampler gpu(n_vocab);
@@ -340,7 +334,7 @@ TEST(GpuSampler, GreedyIsArgmaxOfPenalisedLogitsTiesToLowestId) {
 }
 
 TEST(GpuSampler, NoCandidateFallsBackToRawArgmaxWithoutDrawing) {
-    REQUIRE_GPU();
+    DELTABIT_REQUIRE_GPU();
     Stream stream;
     const int32_t n_vocab = 300;
     cuda::GpuSampler gpu(n_vocab);
@@ -368,7 +362,7 @@ TEST(GpuSampler, NoCandidateFallsBackToRawArgmaxWithoutDrawing) {
 // without touching the RNG; the next call on finite logits is sampled as usual. (Before the report, NaN
 // and −inf were skipped and +inf won: a broken forward pass sampled to tokens.)
 TEST(GpuSampler, ReportsNonFiniteRawLogitsOnEveryPath) {
-    REQUIRE_GPU();
+    DELTABIT_REQUIRE_GPU();
     Stream stream;
     const float nan = std::numeric_limits<float>::quiet_NaN();
     std::mt19937_64 rng(21);
@@ -441,7 +435,7 @@ TEST(GpuSampler, ReportsNonFiniteRawLogitsOnEveryPath) {
 }
 
 TEST(GpuSampler, SingleSurvivorDoesNotDraw) {
-    REQUIRE_GPU();
+    DELTABIT_REQUIRE_GPU();
     Stream stream;
     const int32_t n_vocab = 248320;
     cuda::GpuSampler gpu(n_vocab);
@@ -458,7 +452,7 @@ TEST(GpuSampler, SingleSurvivorDoesNotDraw) {
 }
 
 TEST(GpuSampler, LeavesTheLogitsUnchanged) {
-    REQUIRE_GPU();
+    DELTABIT_REQUIRE_GPU();
     Stream stream;
     const int32_t n_vocab = 151936;
     cuda::GpuSampler gpu(n_vocab);
@@ -480,7 +474,7 @@ TEST(GpuSampler, LeavesTheLogitsUnchanged) {
 }
 
 TEST(GpuSampler, EqualLogitsEverywhere) {
-    REQUIRE_GPU();
+    DELTABIT_REQUIRE_GPU();
     Stream stream;
     // 248320 equal logits: one bin holds everything; top_k 0, top_p 1, min_p 0 keeps all of them.
     for (const int32_t n_vocab : {1000, 248320}) {
@@ -500,7 +494,7 @@ TEST(GpuSampler, EqualLogitsEverywhere) {
 }
 
 TEST(GpuSampler, TakesTheShortlistForTruncatingSettingsAndSortsOnlyWhenItMust) {
-    REQUIRE_GPU();
+    DELTABIT_REQUIRE_GPU();
     Stream stream;
     const int32_t n_vocab = 248320;
     cuda::GpuSampler gpu(n_vocab);
@@ -527,7 +521,7 @@ TEST(GpuSampler, TakesTheShortlistForTruncatingSettingsAndSortsOnlyWhenItMust) {
 }
 
 TEST(GpuSampler, DrawsFollowTheCpuChainsProbabilities) {
-    REQUIRE_GPU();
+    DELTABIT_REQUIRE_GPU();
     Stream stream;
     const int32_t n_vocab = 1000;
     cuda::GpuSampler gpu(n_vocab);
@@ -586,7 +580,7 @@ TEST(GpuSampler, DrawsFollowTheCpuChainsProbabilities) {
 }
 
 TEST(GpuSampler, MicrosecondsPerSampleAtVocab248320) {
-    REQUIRE_GPU();
+    DELTABIT_REQUIRE_GPU();
     Stream stream;
     const int32_t n_vocab = 248320;
     cuda::GpuSampler gpu(n_vocab);
