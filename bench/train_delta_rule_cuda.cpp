@@ -7,8 +7,9 @@
 //   bench_train_delta_rule_cuda
 //
 // Each shape twice: the fp32 CUDA-core kernels (GemmMath::fp32), then the bf16 path (GemmMath::bf16: at
-// key dims 64 and 128 the tensor-core forward and backward carry, delta_rule_chunked_mma_kernels.cu; the
-// backward's gradients kernel and reduction are fp32 either way). Each figure: µs per call (median of
+// key dims 64 and 128 all four tensor-core kernels, delta_rule_chunked_mma_kernels.cu: the forward's
+// factors and walk, the backward's carry and gradients; only the backward's reduction over value heads
+// is fp32 either way). Each figure: µs per call (median of
 // 7 timed rounds of 10 calls after a warm-up, events on the default stream, which the training kernels
 // use) and TFLOP/s of the products the kernels compute, per value head and chunk of L = 64 tokens with
 // dk keys and dv values:
@@ -16,7 +17,7 @@
 //   backward 6L·dk·dv + 2L²dv (the carry) + 12L·dk·dv + 4L²dv + 12L²dk (the gradients)
 // against the fp32 FMA peak (67 TFLOP/s, H100/H200 SXM datasheet) for the CUDA-core kernels and the dense
 // bf16 tensor-core rate measured on this workplace's machines (790 TFLOP/s, as bench_train_attention_cuda)
-// for the tensor-core forward (the backward, mostly the fp32 gradients kernel, against fp32's). The
+// for the tensor-core forward and backward. The
 // tensor-core kernels compute the triangles' full 16-row blocks, a little more than counted. Numbers
 // count only from a build whose CudaTrainOps.DeltaRule* tests pass.
 //
@@ -121,14 +122,15 @@ void run(const char* name, int64_t B, int64_t T, int64_t Hk, int64_t Hv, int64_t
             std::printf("  %-24s forward %9.1f µs %6.2f TFLOP/s (%4.1f%% of fp32)", "CUDA cores, fp32", f_us,
                         f_tflops, 100 * f_tflops / kFp32PeakTflops);
         } else if (tc::delta_rule_mma_supported(dk)) {
-            std::printf("  %-24s forward %9.1f µs %6.2f TFLOP/s (%4.1f%% of bf16, %.1f× fp32)", "bf16 mma (+ carry)", f_us,
+            std::printf("  %-24s forward %9.1f µs %6.2f TFLOP/s (%4.1f%% of bf16, %.1f× fp32)", "bf16 mma, all four", f_us,
                         f_tflops, 100 * f_tflops / kBf16PeakTflops, fp32_forward_us / f_us);
         } else {
             std::printf("  %-24s forward %9.1f µs (no tensor-core forward at key dim %lld)", "bf16 path", f_us,
                         static_cast<long long>(dk));
         }
-        std::printf("   backward %9.1f µs %6.2f TFLOP/s (%4.1f%% of fp32)", b_us, b_tflops,
-                    100 * b_tflops / kFp32PeakTflops);
+        const bool mma = bf16 && tc::delta_rule_mma_supported(dk);
+        std::printf("   backward %9.1f µs %6.2f TFLOP/s (%4.1f%% of %s)", b_us, b_tflops,
+                    100 * b_tflops / (mma ? kBf16PeakTflops : kFp32PeakTflops), mma ? "bf16" : "fp32");
         if (bf16) std::printf(" %.1f× fp32", fp32_backward_us / b_us);
         std::printf("\n");
         if (!bf16) fp32_backward_us = b_us;

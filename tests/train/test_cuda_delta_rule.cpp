@@ -14,9 +14,11 @@
 //   The tensor-core kernels (GemmMath::bf16 at key dims 64 and 128: the forward and the backward's
 //     carry): every element of o, of dS at every chunk's end and of W = Tᵀ dV' within the bound their
 //     arithmetic implies (delta_rule_bf16_bounds.h), printed as worst |Δ| / bound.
-//   kBf16: the gradients of the fp32 gradients kernel fed by those (T, M, V', the states, dS and W all
-//     carry bf16-sized errors), 1e-2 of the largest gradient, as test_cuda_ops.cpp holds the bf16
-//     matrix products (operands rounded to bf16).
+//   The tensor-core gradients kernel (the same switch): every element of dq, dk, dv, dg and dβ within
+//     the bound of its own arithmetic plus the errors of the states, V', dS and W it reads
+//     (delta_rule_gradients_with_bf16_bounds), and to kBf16.
+//   kBf16: 1e-2 of the largest value, as test_cuda_ops.cpp holds the bf16 matrix products (operands
+//     rounded to bf16).
 #include "cuda_test_support.h"
 #include "delta_rule_bf16_bounds.h"
 #include "train/reference_ops.h"
@@ -53,11 +55,14 @@ Vec zeros(size_t n) { return Vec(n, 0.0); }
 
 // The delta rule's inputs as the layer feeds them: normalised keys and queries, gates in the layer's
 // ranges. decay: the scale of |g| (0.5: a chunk forgets e^{-20} of its entering state; 3: far more).
+// gain: queries of norm `gain` and keys of norm √gain (gain 2: larger products and β‖k‖² up to 2, the
+// edge of the recurrence's contraction).
 struct DeltaRuleInputs {
     Vec q, k, v, g, beta, dout;
 };
 
-DeltaRuleInputs delta_rule_inputs(int64_t B, int64_t T, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, double decay) {
+DeltaRuleInputs delta_rule_inputs(int64_t B, int64_t T, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, double decay,
+                                  double gain = 1.0) {
     DeltaRuleInputs in{normal_values(size_t(B * T * Hk * dk), 27), normal_values(size_t(B * T * Hk * dk), 28),
                        normal_values(size_t(B * T * Hv * dv), 29), normal_values(size_t(B * T * Hv), 31, decay),
                        normal_values(size_t(B * T * Hv), 32), normal_values(size_t(B * T * Hv * dv), 30)};
@@ -65,7 +70,8 @@ DeltaRuleInputs delta_rule_inputs(int64_t B, int64_t T, int64_t Hk, int64_t Hv, 
         for (int64_t r = 0; r < B * T * Hk; ++r) {
             double sum = 0.0;
             for (int64_t i = 0; i < dk; ++i) sum += (*x)[size_t(r * dk + i)] * (*x)[size_t(r * dk + i)];
-            for (int64_t i = 0; i < dk; ++i) (*x)[size_t(r * dk + i)] /= std::sqrt(sum + 1e-6);
+            const double norm = x == &in.q ? gain : std::sqrt(gain);
+            for (int64_t i = 0; i < dk; ++i) (*x)[size_t(r * dk + i)] *= norm / std::sqrt(sum + 1e-6);
         }
     for (double& x : in.g) x = -std::fabs(x);
     for (double& x : in.beta) x = ref::sigmoid(x);
@@ -144,16 +150,17 @@ CarryOutputs carry_of(const Vec& scratch, int64_t B, int64_t T, int64_t Hv, int6
             Vec(scratch.begin() + states, scratch.begin() + states + B * T * Hv * dv)};
 }
 
-// The tensor-core kernels (GemmMath::bf16 at key dims 64 and 128: the forward and the backward's carry):
-// every element of o, of dS at every chunk's end and of W within the bound their arithmetic implies
-// (delta_rule_bf16_bounds.h; the worst error / bound is printed), from the float inputs the device sees.
-// The bounds' own double values are first checked against the recurrent reference (o, 1e-9: two double
-// evaluations of one function) and against the fp32 kernels' carry (dS and W, kFloat). `saved` and
-// `scratch` start as NaN, so a value left unwritten shows; the marks show that the tensor-core kernels
-// ran; a second run gives the same bits. o, dS, W and the gradients (the fp32 gradients kernel fed by
-// these) are also held to kBf16 of the reference's largest.
-void check_delta_rule_bf16(int64_t B, int64_t T, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, double decay = 0.5) {
-    DeltaRuleInputs in = delta_rule_inputs(B, T, Hk, Hv, dk, dv, decay);
+// The tensor-core kernels (GemmMath::bf16 at key dims 64 and 128: the forward, the backward's carry and
+// its gradients): every element of o, of dS at every chunk's end, of W and of the five gradients within
+// the bound their arithmetic implies (delta_rule_bf16_bounds.h; the worst error / bound is printed), from
+// the float inputs the device sees. The bounds' own double values are first checked against the
+// recurrent reference (o and the gradients, 1e-9: two double evaluations of one function) and against
+// the fp32 kernels' carry (dS and W, kFloat). `saved` and `scratch` start as NaN, so a value left
+// unwritten shows; the marks show that the tensor-core kernels ran; a second run gives the same bits.
+// Everything is also held to kBf16 of the reference's largest.
+void check_delta_rule_bf16(int64_t B, int64_t T, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, double decay = 0.5,
+                           double gain = 1.0) {
+    DeltaRuleInputs in = delta_rule_inputs(B, T, Hk, Hv, dk, dv, decay, gain);
     for (Vec* x : {&in.q, &in.k, &in.v, &in.g, &in.beta, &in.dout})
         for (double& e : *x) e = double(float(e));
     const DeltaRuleGradients want = delta_rule_reference(in, B, T, Hk, Hv, dk, dv);
@@ -161,8 +168,16 @@ void check_delta_rule_bf16(int64_t B, int64_t T, int64_t Hk, int64_t Hv, int64_t
         testing::delta_rule_with_bf16_bounds(in.q, in.k, in.v, in.g, in.beta, B, T, Hk, Hv, dk, dv);
     const testing::DeltaRuleCarryWithBounds carry =
         testing::delta_rule_carry_with_bf16_bounds(in.q, in.k, in.g, in.beta, in.dout, B, T, Hk, Hv, dk, dv);
-    const std::string tag = fmt::format("delta_rule bf16 B{} T{} {}/{} {}x{} decay {}", B, T, Hk, Hv, dk, dv, decay);
+    const testing::DeltaRuleGradientsWithBounds grads = testing::delta_rule_gradients_with_bf16_bounds(
+        in.q, in.k, in.v, in.g, in.beta, in.dout, B, T, Hk, Hv, dk, dv, bounded, carry);
+    const std::string tag =
+        fmt::format("delta_rule bf16 B{} T{} {}/{} {}x{} decay {} gain {}", B, T, Hk, Hv, dk, dv, decay, gain);
     EXPECT_LE(testing::relative_error(tag + " bound's o", bounded.o, want.o), 1e-9);
+    EXPECT_LE(testing::relative_error(tag + " bound's dq", grads.dq, want.dq), 1e-9);
+    EXPECT_LE(testing::relative_error(tag + " bound's dk", grads.dk, want.dk), 1e-9);
+    EXPECT_LE(testing::relative_error(tag + " bound's dv", grads.dv, want.dv), 1e-9);
+    EXPECT_LE(testing::relative_error(tag + " bound's dg", grads.dg, want.dg), 1e-9);
+    EXPECT_LE(testing::relative_error(tag + " bound's dbeta", grads.dbeta, want.dbeta), 1e-9);
 
     const size_t saved_floats = size_t(cuda::delta_rule_saved_floats(B, T, Hv, dk, dv)),
                  scratch_floats = size_t(cuda::delta_rule_scratch_floats(B, T, Hv, dk, dv));
@@ -196,13 +211,19 @@ void check_delta_rule_bf16(int64_t B, int64_t T, int64_t Hk, int64_t Hv, int64_t
         return std::find(first.kernels.begin(), first.kernels.end(), kernel) != first.kernels.end();
     };
     EXPECT_TRUE(ran("delta: chunk_factors_mma_kernel") && ran("delta: forward_walk_mma_kernel") &&
-                ran("delta: backward_carry_mma_kernel") && !ran("delta: forward_walk_kernel") &&
-                !ran("delta: backward_carry_kernel"))
+                ran("delta: backward_carry_mma_kernel") && ran("delta: backward_gradients_mma_kernel") &&
+                !ran("delta: forward_walk_kernel") && !ran("delta: backward_carry_kernel") &&
+                !ran("delta: backward_gradients_kernel"))
         << tag << ": the tensor-core kernels did not run";
     EXPECT_LE(worst_over_bound(tag + " o", first.o, bounded.o, bounded.o_bound, 0.0), 1.0);
     const CarryOutputs got = carry_of(first.scratch, B, T, Hv, dk, dv);
     EXPECT_LE(worst_over_bound(tag + " dS", got.dstates, carry.dstates, carry.dstates_bound, 0.0), 1.0);
     EXPECT_LE(worst_over_bound(tag + " W", got.w, carry.w, carry.w_bound, 0.0), 1.0);
+    EXPECT_LE(worst_over_bound(tag + " dq", first.dq, grads.dq, grads.dq_bound, 0.0), 1.0);
+    EXPECT_LE(worst_over_bound(tag + " dk", first.dk, grads.dk, grads.dk_bound, 0.0), 1.0);
+    EXPECT_LE(worst_over_bound(tag + " dv", first.dv, grads.dv, grads.dv_bound, 0.0), 1.0);
+    EXPECT_LE(worst_over_bound(tag + " dg", first.dg, grads.dg, grads.dg_bound, 0.0), 1.0);
+    EXPECT_LE(worst_over_bound(tag + " dbeta", first.dbeta, grads.dbeta, grads.dbeta_bound, 0.0), 1.0);
     // The bounds are worst cases of every rounding at once, loose where the decay is weak (a chunk's T
     // then sums 64 × 64 bounds of |K Kᵀ|'s errors); the bf16 products' usual check keeps those shapes
     // able to fail.
@@ -237,6 +258,8 @@ TEST(CudaTrainOps, DeltaRuleBf16TensorCores) {
     check_delta_rule_bf16(1, 65, 1, 1, 128, 41);          // a chunk of one token; an odd value dim
     check_delta_rule_bf16(1, 100, 1, 1, 64, 64, 3.0);     // strong decays: e^γ underflows fp32 inside a chunk
     check_delta_rule_bf16(1, 200, 1, 3, 128, 32, 0.01);   // weak decays: states carried nearly whole, Hv = 3·Hk
+    check_delta_rule_bf16(1, 150, 2, 4, 64, 64, 0.5, 2.0);    // queries of norm 2, keys of norm √2
+    check_delta_rule_bf16(1, 100, 1, 2, 128, 96, 0.5, 2.0);   // the same at dk = 128, three value tiles
 }
 
 // The switch: bf16 at a key dim the tensor-core kernels are not built for, and fp32 at one they are,
@@ -260,7 +283,9 @@ TEST(CudaTrainOps, DeltaRuleBf16KernelsOnlyWhereBuilt) {
                                   1, 1, dk, dv, gdq.get(), gdk.get(), gdv.get(), gdg.get(), gdbeta.get(),
                                   gscratch.get());
         EXPECT_TRUE(marks.ran("delta: forward_walk_kernel") && marks.ran("delta: backward_carry_kernel") &&
-                    !marks.ran("delta: forward_walk_mma_kernel") && !marks.ran("delta: backward_carry_mma_kernel"))
+                    marks.ran("delta: backward_gradients_kernel") && !marks.ran("delta: forward_walk_mma_kernel") &&
+                    !marks.ran("delta: backward_carry_mma_kernel") &&
+                    !marks.ran("delta: backward_gradients_mma_kernel"))
             << "key dim " << dk;
     }
 }

@@ -258,7 +258,7 @@ TEST(CudaTrainStep, OneStepMatchesCpuReferenceOnTheQwen35Fixture) {
 }
 
 // The training path's tensor-core kernels inside a whole step: DeltaNet keys of 64 (the delta rule's
-// bf16 forward and carry, delta_rule_chunked_mma_kernels.cu) and attention heads of 64 (flash
+// bf16 forward, carry and gradients, delta_rule_chunked_mma_kernels.cu) and attention heads of 64 (flash
 // attention), over three chunks with the last partial, against the double reference at the bf16 bounds
 // of expect_step_matches (the fixture above, with keys of 32, runs the fp32 delta rule).
 TEST(CudaTrainStep, OneStepMatchesCpuReferenceWithTheTensorCoreKernels) {
@@ -273,8 +273,11 @@ TEST(CudaTrainStep, OneStepMatchesCpuReferenceWithTheTensorCoreKernels) {
     expect_step_matches(layout, random_parameters(layout, 3, 0.02), make_batch(c.n_vocab, 150), "tensor-core tiny qwen35",
                         cuda::GemmMath::bf16);
     for (const char* kernel : {"delta: chunk_factors_mma_kernel", "delta: forward_walk_mma_kernel",
-                               "delta: backward_carry_mma_kernel"})
+                               "delta: backward_carry_mma_kernel", "delta: backward_gradients_mma_kernel"})
         EXPECT_TRUE(marks.ran(kernel)) << kernel << " did not run";
+    for (const char* kernel : {"delta: forward_walk_kernel", "delta: backward_carry_kernel",
+                               "delta: backward_gradients_kernel"})
+        EXPECT_FALSE(marks.ran(kernel)) << kernel << " ran on the bf16 path";
 }
 
 // The delta rule's keys live in shared memory: wider ones are refused when the model is made, not

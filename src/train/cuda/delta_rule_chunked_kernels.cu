@@ -601,19 +601,21 @@ void delta_rule_backward(const float* q, const float* k, const float* v, const f
     const size_t carry_bytes = walk_shared_bytes(d, 2), gradient_bytes = gradients_shared_bytes(d);
     if (gemm_math() == GemmMath::bf16 && delta_rule_mma_supported(dk)) {
         delta_rule_mma_backward_carry(q, k, beta, dout, s.factors, B, T, Hk, Hv, dk, dv, x.dstates, x.w);
+        delta_rule_mma_backward_gradients(q, k, v, g, beta, dout, s.states, s.v_new, x.dstates, x.w, B, T, Hk, Hv, dk,
+                                          dv, dv_out, x.dq_part, x.dk_part, dg, dbeta);
     } else {
         allow_shared(backward_carry_kernel, carry_bytes, d, "backward_carry_kernel");
         backward_carry_kernel<<<tile_grid(d), kThreads, carry_bytes>>>(q, k, beta, dout, s.factors, d, x.dstates, x.w);
         cuda_check_launch("backward_carry_kernel");
         mark_kernel("delta: backward_carry_kernel");
+        // Accumulators per thread: ⌈dk/4⌉ keys of its row; two sizes keep the registers small at dk ≤ 64.
+        auto gradients = dk <= 64 ? backward_gradients_kernel<16> : backward_gradients_kernel<32>;
+        allow_shared(gradients, gradient_bytes, d, "backward_gradients_kernel");
+        gradients<<<chunk_grid(d), kThreads, gradient_bytes>>>(q, k, v, g, beta, dout, s.states, s.v_new, x.dstates,
+                                                               x.w, d, dv_out, x.dq_part, x.dk_part, dg, dbeta);
+        cuda_check_launch("backward_gradients_kernel");
+        mark_kernel("delta: backward_gradients_kernel");
     }
-    // Accumulators per thread: ⌈dk/4⌉ keys of its row; two sizes keep the registers small at dk ≤ 64.
-    auto gradients = dk <= 64 ? backward_gradients_kernel<16> : backward_gradients_kernel<32>;
-    allow_shared(gradients, gradient_bytes, d, "backward_gradients_kernel");
-    gradients<<<chunk_grid(d), kThreads, gradient_bytes>>>(q, k, v, g, beta, dout, s.states, s.v_new, x.dstates, x.w,
-                                                           d, dv_out, x.dq_part, x.dk_part, dg, dbeta);
-    cuda_check_launch("backward_gradients_kernel");
-    mark_kernel("delta: backward_gradients_kernel");
     delta_rule_reduce_kernel<<<blocks_for(B * T * Hk * dk), kBlock>>>(x.dq_part, x.dk_part, d, dq, dk_out);
     cuda_check_launch("delta_rule_reduce_kernel");
     mark_kernel("delta: delta_rule_reduce_kernel");

@@ -31,6 +31,7 @@
 // tests/train/delta_rule_bf16_bounds.h; tests/train/test_cuda_delta_rule.cpp checks every element against it.
 #include "train/cuda/delta_rule_chunked_common.cuh"
 #include "train/cuda/delta_rule_chunked_mma.h"
+#include "train/cuda/device_common.cuh"
 #include "train/cuda/kernel_marks.h"
 
 #include <cuda_bf16.h>
@@ -483,6 +484,338 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
+// ---- the gradients of every chunk: grid (chunks, Hv, B) ----
+// backward_gradients_kernel's math (delta_rule_chunked_kernels.cu; the formulas are
+// ref::delta_rule_chunked_backward's) with every product on mma. Per tile of 32 value columns:
+//   K S, Q S, K dS [L][32] over dk          warp w: rows 16(w % 4) .. +15, columns 16(w / 4) .. +15 (the
+//                                           walks' tiles); the elementwise steps (dv, r, the row sums
+//                                           for dβ and dg) on those elements, in fp32
+//   dM += dO V'ᵀ, dA += (−W) V'ᵀ [L][L]     rows 16(w % 4) .. +15, columns 32(w / 4) .. +31, summed over
+//                                           every value column in the fp32 accumulators; the two tiles
+//                                           wholly above the diagonal skip them
+//   dq += (e ⊙ dO) Sᵀ, dk += (f ⊙ V') dSᵀ + (−e ⊙ β ⊙ W) Sᵀ   [L][dk], rows 16(w % 4) .. +15, key
+//                                           columns (w / 4)·dk/2 .. + dk/2 (dk/16 n-tiles)
+// then once: K Kᵀ and Q Kᵀ on dM's tiles; N = dM ⊙ decay, P = dA ⊙ β_i decay, dβ's pair sums and the
+// span sums dM ⊙ M + dA ⊙ A in fp32 as the fp32 kernel forms them; and dq += N K, dk += Nᵀ Q + (P + Pᵀ) K
+// on the dq, dk tiles (N lower triangular: the warp of rows 16r .. takes k-steps 0 .. r, Nᵀ r .. 3).
+// Row sums (dβ, de, df) go over the 4 lanes of a row and then the two warps of its columns, in that
+// order; ⟨S, dS⟩ is summed from the fp32 states; dg's sums are the fp32 kernel's loops. No atomics.
+
+// Shared memory: K and Q rows stay; the dv loop's bf16 tiles (S, dS [D][32]; dO, e ⊙ dO, V', f ⊙ V',
+// −W, −e ⊙ β ⊙ W [L][32]) are dead after it, and N, P + Pᵀ (bf16) and P, the span sums (fp32) take
+// their bytes.
+template <int D>
+constexpr int gradients_region_bytes() {
+    constexpr int loop = (2 * D * kTile + 6 * L * kTile) * 2, after = 2 * L * L * 2 + 2 * L * kSquareRow * 4;
+    return loop > after ? loop : after;
+}
+
+template <int D>
+size_t gradients_shared_bytes() {
+    return size_t(L) * sizeof(double) + size_t(2 * L * D) * 2 + size_t(gradients_region_bytes<D>()) +
+           size_t(13 * L + 32) * sizeof(float);
+}
+
+template <int D>
+__global__ void __launch_bounds__(kThreads, 1)
+    backward_gradients_mma_kernel(const float* q, const float* k, const float* v, const float* g, const float* beta,
+                                  const float* dout, const float* states, const float* v_new, const float* dstates,
+                                  const float* w_in, Dims d, float* dv_out, float* dq_part, float* dk_part,
+                                  float* dg_out, float* dbeta_out) {
+    extern __shared__ __align__(16) unsigned char smem[];
+    double* gamma = reinterpret_cast<double*>(smem);  // [L]
+    unsigned char* ks = smem + L * sizeof(double);    // K rows, bf16 [L][D]
+    unsigned char* qs = ks + L * D * 2;               // Q rows
+    unsigned char* region = qs + L * D * 2;
+    unsigned char* s_tile = region;                       // S, bf16 [D][kTile]
+    unsigned char* ds_tile = s_tile + D * kTile * 2;      // dS
+    unsigned char* do_tile = ds_tile + D * kTile * 2;     // dO, bf16 [L][kTile]
+    unsigned char* edo_tile = do_tile + L * kTile * 2;    // e^γ ⊙ dO
+    unsigned char* vn_tile = edo_tile + L * kTile * 2;    // V'
+    unsigned char* fvn_tile = vn_tile + L * kTile * 2;    // e^{γ_ℓ−γ} ⊙ V'
+    unsigned char* nw_tile = fvn_tile + L * kTile * 2;    // −W
+    unsigned char* ebw_tile = nw_tile + L * kTile * 2;    // −e^γ ⊙ β ⊙ W
+    unsigned char* n_tile = region;                       // after the dv loop: N = dM ⊙ decay, bf16 [L][L]
+    unsigned char* psym_tile = n_tile + L * L * 2;        // P + Pᵀ
+    float* p_mat = reinterpret_cast<float*>(psym_tile + L * L * 2);  // P = dA ⊙ β_i decay, fp32 [L][kSquareRow]
+    float* span = p_mat + L * kSquareRow;  // dM ⊙ M + dA ⊙ A, then its row prefix sums
+    float* e = reinterpret_cast<float*>(region + gradients_region_bytes<D>());
+    float* f = e + L;
+    float* bt = f + L;
+    float* from_start = bt + L;
+    float* to_end = from_start + L;
+    float* row_de = to_end + L;         // [2][L]: a row's sums over the two warps of its columns
+    float* row_df = row_de + 2 * L;
+    float* row_dbeta = row_df + 2 * L;  // Σ_c W r
+    float* row_pairs = row_dbeta + 2 * L;  // Σ_j dA_ij (k_i·k_j) e^{γ_i−γ_j}
+    float* reduce = row_pairs + 2 * L;  // [32]
+    constexpr int kTileChunks = kTile / 8, kKeyTiles = D / 16;
+    const int64_t c = blockIdx.x, h = blockIdx.y, b = blockIdx.z, t0 = c * L, kh = d.key_head(h);
+    const int len = chunk_length(d, c);
+    const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, g4 = lane >> 2, t4 = lane & 3;
+    const int r0 = 16 * (warp & 3), row_block = warp & 3, half_col = warp >> 2;
+    const int n0 = 16 * half_col, c0 = 32 * half_col, x0 = half_col * (D / 2);
+    const bool below = c0 <= r0 + 15;  // warp-uniform: dM's tile reaches the diagonal
+    stage_key_rows<D>(k, d, b, kh, t0, len, ks);
+    stage_key_rows<D>(q, d, b, kh, t0, len, qs);
+    cumulative_decay(g, d, b, h, t0, len, gamma);
+    for (int i = int(threadIdx.x); i < L; i += kThreads) bt[i] = i < len ? beta[d.token(b, t0 + i) * d.Hv + h] : 0.0f;
+    __syncthreads();
+    if (threadIdx.x < L) {  // published by the dv loop's first barrier
+        e[threadIdx.x] = float(exp(gamma[threadIdx.x]));
+        f[threadIdx.x] = float(exp(gamma[L - 1] - gamma[threadIdx.x]));
+    }
+    const float* S = states + d.state_offset(b, h, c);
+    const float* dS = dstates + d.state_offset(b, h, c);
+    // dq and dk: element e of n-tile n is row r0 + g4 + 8(e / 2), key x0 + 8n + 2t4 + e % 2; dM and dA:
+    // row r0 + g4 + 8(e / 2), token c0 + 8n + 2t4 + e % 2.
+    float acc_q[kKeyTiles][4] = {}, acc_k[kKeyTiles][4] = {}, dm[4][4] = {}, da[4][4] = {};
+    float de[2] = {}, df[2] = {}, dbeta_row[2] = {}, carried = 0.0f;
+    for (int64_t v0 = 0; v0 < d.dv; v0 += kTile) {
+        __syncthreads();  // the previous tile's products are done with the tiles
+        // S and dS as bf16 [D][kTile], and ⟨S, dS⟩ from their fp32 values.
+#pragma unroll 4
+        for (int pass = 0; pass < D * kTile / 2 / kThreads; ++pass) {
+            const int x = int(threadIdx.x) + pass * kThreads, r = x / (kTile / 2), col = 2 * (x % (kTile / 2));
+            const bool first = v0 + col < d.dv, second = v0 + col + 1 < d.dv;
+            const int64_t at = int64_t(r) * d.dv + v0 + col;
+            const float s0 = first ? S[at] : 0.0f, s1 = second ? S[at + 1] : 0.0f;
+            const float d0 = first ? dS[at] : 0.0f, d1 = second ? dS[at + 1] : 0.0f;
+            store_pair<kTileChunks>(s_tile, r, col, s0, s1);
+            store_pair<kTileChunks>(ds_tile, r, col, d0, d1);
+            carried += s0 * d0;
+            carried += s1 * d1;
+        }
+        // The token tiles (zeros past len and dv), with their fp32 scalings.
+#pragma unroll 4
+        for (int pass = 0; pass < L * kTile / 2 / kThreads; ++pass) {
+            const int x = int(threadIdx.x) + pass * kThreads, i = x / (kTile / 2), col = 2 * (x % (kTile / 2));
+            const bool first = i < len && v0 + col < d.dv, second = i < len && v0 + col + 1 < d.dv;
+            float o0 = 0.0f, o1 = 0.0f, n0v = 0.0f, n1v = 0.0f, w0 = 0.0f, w1 = 0.0f;
+            if (first) {
+                const int64_t at = (d.token(b, t0 + i) * d.Hv + h) * d.dv + v0 + col;
+                o0 = dout[at];
+                n0v = v_new[at];
+                w0 = w_in[at];
+                if (second) {
+                    o1 = dout[at + 1];
+                    n1v = v_new[at + 1];
+                    w1 = w_in[at + 1];
+                }
+            }
+            const float ei = e[i], fi = f[i], scale = -(ei * bt[i]);
+            store_pair<kTileChunks>(do_tile, i, col, o0, o1);
+            store_pair<kTileChunks>(edo_tile, i, col, ei * o0, ei * o1);
+            store_pair<kTileChunks>(vn_tile, i, col, n0v, n1v);
+            store_pair<kTileChunks>(fvn_tile, i, col, fi * n0v, fi * n1v);
+            store_pair<kTileChunks>(nw_tile, i, col, -w0, -w1);
+            store_pair<kTileChunks>(ebw_tile, i, col, scale * w0, scale * w1);
+        }
+        __syncthreads();
+        // K S, Q S, K dS.
+        float k_state[2][4] = {}, q_state[2][4] = {}, k_dstate[2][4] = {};
+        for (int s = 0; s < D / 16; ++s) {
+            uint32_t ak[4], aq[4], bs[4], bd[4];
+            a_fragment<D / 8>(ks, r0, s, ak);
+            a_fragment<D / 8>(qs, r0, s, aq);
+            b_fragments<kTileChunks>(s_tile, n0, s, bs);
+            b_fragments<kTileChunks>(ds_tile, n0, s, bd);
+            mma_bf16_f32(k_state[0], ak, bs[0], bs[1]);
+            mma_bf16_f32(k_state[1], ak, bs[2], bs[3]);
+            mma_bf16_f32(q_state[0], aq, bs[0], bs[1]);
+            mma_bf16_f32(q_state[1], aq, bs[2], bs[3]);
+            mma_bf16_f32(k_dstate[0], ak, bd[0], bd[1]);
+            mma_bf16_f32(k_dstate[1], ak, bd[2], bd[3]);
+        }
+        // dv = β ⊙ W; dβ's Σ W ⊙ R with R = V − e^γ ⊙ K S; dg's Σ (Q S ⊙ dO − K S ⊙ dR) and Σ K dS ⊙ V'.
+#pragma unroll
+        for (int n = 0; n < 2; ++n)
+#pragma unroll
+            for (int x = 0; x < 4; ++x) {
+                const int half = x >> 1, i = r0 + g4 + 8 * half, col = n0 + 8 * n + 2 * t4 + (x & 1);
+                const bool valid = i < len && v0 + col < d.dv;
+                float vi = 0.0f, w = 0.0f, o_i = 0.0f, vn_i = 0.0f;
+                const int64_t at = (d.token(b, t0 + i) * d.Hv + h) * d.dv + v0 + col;
+                if (valid) {
+                    vi = v[at];
+                    w = w_in[at];
+                    o_i = dout[at];
+                    vn_i = v_new[at];
+                }
+                const float r = vi - e[i] * k_state[n][x], dr = bt[i] * w;
+                if (valid) dv_out[at] += dr;
+                dbeta_row[half] += w * r;
+                de[half] += q_state[n][x] * o_i - k_state[n][x] * dr;
+                df[half] += k_dstate[n][x] * vn_i;
+            }
+        // dM += dO V'ᵀ, dA += (−W) V'ᵀ.
+        if (below)
+            for (int s = 0; s < kTile / 16; ++s) {
+                uint32_t ao[4], aw[4];
+                a_fragment<kTileChunks>(do_tile, r0, s, ao);
+                a_fragment<kTileChunks>(nw_tile, r0, s, aw);
+#pragma unroll
+                for (int pair = 0; pair < 2; ++pair) {
+                    uint32_t bv[4];
+                    b_fragments_of_transpose<kTileChunks>(vn_tile, c0 + 16 * pair, s, bv);
+                    mma_bf16_f32(dm[2 * pair], ao, bv[0], bv[1]);
+                    mma_bf16_f32(dm[2 * pair + 1], ao, bv[2], bv[3]);
+                    mma_bf16_f32(da[2 * pair], aw, bv[0], bv[1]);
+                    mma_bf16_f32(da[2 * pair + 1], aw, bv[2], bv[3]);
+                }
+            }
+        // dq += (e ⊙ dO) Sᵀ;  dk += (f ⊙ V') dSᵀ + (−e ⊙ β ⊙ W) Sᵀ.
+        for (int s = 0; s < kTile / 16; ++s) {
+            uint32_t aeo[4], afv[4], aebw[4];
+            a_fragment<kTileChunks>(edo_tile, r0, s, aeo);
+            a_fragment<kTileChunks>(fvn_tile, r0, s, afv);
+            a_fragment<kTileChunks>(ebw_tile, r0, s, aebw);
+#pragma unroll
+            for (int pair = 0; pair < kKeyTiles / 2; ++pair) {
+                uint32_t bs[4], bd[4];
+                b_fragments_of_transpose<kTileChunks>(s_tile, x0 + 16 * pair, s, bs);
+                b_fragments_of_transpose<kTileChunks>(ds_tile, x0 + 16 * pair, s, bd);
+                mma_bf16_f32(acc_q[2 * pair], aeo, bs[0], bs[1]);
+                mma_bf16_f32(acc_q[2 * pair + 1], aeo, bs[2], bs[3]);
+                mma_bf16_f32(acc_k[2 * pair], afv, bd[0], bd[1]);
+                mma_bf16_f32(acc_k[2 * pair + 1], afv, bd[2], bd[3]);
+                mma_bf16_f32(acc_k[2 * pair], aebw, bs[0], bs[1]);
+                mma_bf16_f32(acc_k[2 * pair + 1], aebw, bs[2], bs[3]);
+            }
+        }
+    }
+    // A row's sums: its 4 lanes, then the two warps of its columns (in that order, below).
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        de[half] = quad_sum(de[half]);
+        df[half] = quad_sum(df[half]);
+        dbeta_row[half] = quad_sum(dbeta_row[half]);
+        if (t4 == 0) {
+            const int i = r0 + g4 + 8 * half;
+            row_de[half_col * L + i] = de[half];
+            row_df[half_col * L + i] = df[half];
+            row_dbeta[half_col * L + i] = dbeta_row[half];
+        }
+    }
+    // e^{γ_ℓ} ⟨S, dS⟩. block_sum's first barrier also ends every read of the dv loop's tiles, whose
+    // bytes N, P and the span sums take next.
+    carried = e[L - 1] * block_sum(carried, reduce);
+
+    // Through M and A: K Kᵀ and Q Kᵀ on dM's tiles.
+    float kk[4][4] = {}, qk[4][4] = {};
+    if (below)
+        for (int s = 0; s < D / 16; ++s) {
+            uint32_t ak[4], aq[4];
+            a_fragment<D / 8>(ks, r0, s, ak);
+            a_fragment<D / 8>(qs, r0, s, aq);
+#pragma unroll
+            for (int pair = 0; pair < 2; ++pair) {
+                uint32_t bk[4];
+                b_fragments_of_transpose<D / 8>(ks, c0 + 16 * pair, s, bk);
+                mma_bf16_f32(kk[2 * pair], ak, bk[0], bk[1]);
+                mma_bf16_f32(kk[2 * pair + 1], ak, bk[2], bk[3]);
+                mma_bf16_f32(qk[2 * pair], aq, bk[0], bk[1]);
+                mma_bf16_f32(qk[2 * pair + 1], aq, bk[2], bk[3]);
+            }
+        }
+    float dbeta_pairs[2] = {};
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int i = r0 + g4 + 8 * half, j0 = c0 + 8 * n + 2 * t4;
+            float n_pair[2];
+#pragma unroll
+            for (int y = 0; y < 2; ++y) {
+                const int j = j0 + y, x = 2 * half + y;
+                const float decay = j <= i ? float(exp(gamma[i] - gamma[j])) : 0.0f;
+                const float dm_ij = j <= i ? dm[n][x] : 0.0f, da_ij = j < i ? da[n][x] : 0.0f;
+                n_pair[y] = dm_ij * decay;
+                p_mat[i * kSquareRow + j] = da_ij * bt[i] * decay;
+                span[i * kSquareRow + j] = dm_ij * qk[n][x] * decay + da_ij * bt[i] * kk[n][x] * decay;
+                dbeta_pairs[half] += da_ij * kk[n][x] * decay;
+            }
+            store_pair<L / 8>(n_tile, i, j0, n_pair[0], n_pair[1]);
+        }
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        dbeta_pairs[half] = quad_sum(dbeta_pairs[half]);
+        if (t4 == 0) row_pairs[half_col * L + r0 + g4 + 8 * half] = dbeta_pairs[half];
+    }
+    __syncthreads();
+    // P + Pᵀ (summed in fp32, as the fp32 kernel's p_sym) as bf16; e^γ de and e^{γ_ℓ−γ} df.
+#pragma unroll 4
+    for (int pass = 0; pass < L * L / 2 / kThreads; ++pass) {
+        const int x = int(threadIdx.x) + pass * kThreads, i = x / (L / 2), j = 2 * (x % (L / 2));
+        store_pair<L / 8>(psym_tile, i, j, p_mat[i * kSquareRow + j] + p_mat[j * kSquareRow + i],
+                          p_mat[i * kSquareRow + j + 1] + p_mat[(j + 1) * kSquareRow + i]);
+    }
+    if (threadIdx.x < L) {
+        const int i = int(threadIdx.x);
+        from_start[i] = e[i] * (row_de[i] + row_de[L + i]);
+        to_end[i] = f[i] * (row_df[i] + row_df[L + i]);
+        if (i < len)
+            dbeta_out[d.token(b, t0 + i) * d.Hv + h] += (row_dbeta[i] + row_dbeta[L + i]) + (row_pairs[i] + row_pairs[L + i]);
+    }
+    __syncthreads();
+    // dg's span sums: row prefix sums Σ_{j' < j} span_ij' (read by the loop at the end).
+    if (threadIdx.x < L) {
+        float run = 0.0f;
+        for (int j = 0; j < L; ++j) {
+            const float x = span[threadIdx.x * kSquareRow + j];
+            span[threadIdx.x * kSquareRow + j] = run;
+            run += x;
+        }
+    }
+    // dq += N K;  dk += Nᵀ Q + (P + Pᵀ) K.
+    for (int s = 0; s < L / 16; ++s) {
+        const bool lower = s <= row_block, upper = s >= row_block;  // warp-uniform
+        uint32_t ap[4], an[4], ant[4];
+        a_fragment<L / 8>(psym_tile, r0, s, ap);
+        if (lower) a_fragment<L / 8>(n_tile, r0, s, an);
+        if (upper) a_fragment_of_transpose<L / 8>(n_tile, r0, s, ant);
+#pragma unroll
+        for (int pair = 0; pair < kKeyTiles / 2; ++pair) {
+            uint32_t bk[4];
+            b_fragments<D / 8>(ks, x0 + 16 * pair, s, bk);
+            mma_bf16_f32(acc_k[2 * pair], ap, bk[0], bk[1]);
+            mma_bf16_f32(acc_k[2 * pair + 1], ap, bk[2], bk[3]);
+            if (lower) {
+                mma_bf16_f32(acc_q[2 * pair], an, bk[0], bk[1]);
+                mma_bf16_f32(acc_q[2 * pair + 1], an, bk[2], bk[3]);
+            }
+            if (upper) {
+                uint32_t bq[4];
+                b_fragments<D / 8>(qs, x0 + 16 * pair, s, bq);
+                mma_bf16_f32(acc_k[2 * pair], ant, bq[0], bq[1]);
+                mma_bf16_f32(acc_k[2 * pair + 1], ant, bq[2], bq[3]);
+            }
+        }
+    }
+#pragma unroll
+    for (int n = 0; n < kKeyTiles; ++n)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int i = r0 + g4 + 8 * half, x = x0 + 8 * n + 2 * t4;
+            if (i < len) {
+                const int64_t at = (d.token(b, t0 + i) * d.Hv + h) * D + x;
+                dq_part[at] = acc_q[n][2 * half];
+                dq_part[at + 1] = acc_q[n][2 * half + 1];
+                dk_part[at] = acc_k[n][2 * half];
+                dk_part[at + 1] = acc_k[n][2 * half + 1];
+            }
+        }
+    __syncthreads();
+    // dg_m = e^{γ_ℓ}⟨S, dS⟩ + Σ_{i≥m} e_i de_i + Σ_{i<m} f_i df_i + Σ_{i≥m>j} span_ij, as the fp32 kernel.
+    if (threadIdx.x < len) {
+        const int m = int(threadIdx.x);
+        float sum = carried;
+        for (int r = m; r < L; ++r) sum += from_start[r] + span[r * kSquareRow + m];
+        for (int r = 0; r < m; ++r) sum += to_end[r];
+        dg_out[d.token(b, t0 + m) * d.Hv + h] += sum;
+    }
+}
+
 template <int D>
 void forward(const float* q, const float* k, const float* v, const float* g, const float* beta, const Dims& d,
              float* o, float* saved) {
@@ -509,6 +842,19 @@ void backward_carry(const float* q, const float* k, const float* beta, const flo
                                    bytes>>>(q, k, beta, dout, factors, d, dstates, w);
     cuda_check_launch("backward_carry_mma_kernel");
     mark_kernel("delta: backward_carry_mma_kernel");
+}
+
+template <int D>
+void backward_gradients(const float* q, const float* k, const float* v, const float* g, const float* beta,
+                        const float* dout, const float* states, const float* v_new, const float* dstates,
+                        const float* w, const Dims& d, float* dv_out, float* dq_part, float* dk_part, float* dg,
+                        float* dbeta) {
+    const size_t bytes = gradients_shared_bytes<D>();
+    allow_shared(backward_gradients_mma_kernel<D>, bytes, d, "backward_gradients_mma_kernel");
+    backward_gradients_mma_kernel<D><<<dim3(unsigned(d.chunks), unsigned(d.Hv), unsigned(d.B)), kThreads, bytes>>>(
+        q, k, v, g, beta, dout, states, v_new, dstates, w, d, dv_out, dq_part, dk_part, dg, dbeta);
+    cuda_check_launch("backward_gradients_mma_kernel");
+    mark_kernel("delta: backward_gradients_mma_kernel");
 }
 
 }  // namespace
@@ -539,6 +885,23 @@ void delta_rule_mma_backward_carry(const float* q, const float* k, const float* 
     if (dk == 64) return backward_carry<64>(q, k, beta, dout, factors, d, dstates, w);
     if (dk == 128) return backward_carry<128>(q, k, beta, dout, factors, d, dstates, w);
     fail_message("train cuda: delta rule: the tensor-core carry has no key dim " + std::to_string(dk) + " (64 or 128)");
+}
+
+void delta_rule_mma_backward_gradients(const float* q, const float* k, const float* v, const float* g,
+                                       const float* beta, const float* dout, const float* states,
+                                       const float* v_new, const float* dstates, const float* w, int64_t B, int64_t T,
+                                       int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, float* dv_out, float* dq_part,
+                                       float* dk_part, float* dg, float* dbeta) {
+    const Dims d = dims_of(B, T, Hk, Hv, dk, dv);
+    check_shape(d);
+    if (dk == 64)
+        return backward_gradients<64>(q, k, v, g, beta, dout, states, v_new, dstates, w, d, dv_out, dq_part, dk_part,
+                                      dg, dbeta);
+    if (dk == 128)
+        return backward_gradients<128>(q, k, v, g, beta, dout, states, v_new, dstates, w, d, dv_out, dq_part, dk_part,
+                                       dg, dbeta);
+    fail_message("train cuda: delta rule: the tensor-core gradients have no key dim " + std::to_string(dk) +
+                 " (64 or 128)");
 }
 
 }  // namespace deltabit::train::cuda
