@@ -1,7 +1,7 @@
 #!/bin/bash
 # The trainer's delta-rule tests (tests/train/test_cuda_delta_rule.cpp) on the host under
 # tools/cuda_emulation: both kernel files (delta_rule_chunked_kernels.cu, fp32 on CUDA cores, and
-# delta_rule_chunked_mma_kernels.cu, the bf16 tensor-core forward) rewritten into plain C++ and run
+# delta_rule_chunked_mma_kernels.cu, the bf16 tensor-core kernels) rewritten into plain C++ and run
 # against the double reference, with nothing else of the trainer linked (the products' switch and the
 # kernel marks come from the glue below). It checks the kernels' indexing, fragments and barriers before
 # a GPU runs them, and does not replace that run: the emulated mma sums in double and rounds once, where

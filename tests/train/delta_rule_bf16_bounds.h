@@ -1,5 +1,5 @@
-// The chunked gated delta rule's forward and its backward's carry in double (the formulas of
-// train/reference_delta_chunked.h) with, for every output element, the error bound that the bf16
+// The chunked gated delta rule's forward, its backward's carry and its gradients in double (the formulas
+// of train/reference_delta_chunked.h) with, for every output element, the error bound that the bf16
 // tensor-core kernels' arithmetic implies (train/cuda/delta_rule_chunked_mma_kernels.cu). Layouts as the kernels: q, k [B·T][Hk][dk];
 // v, o [B·T][Hv][dv]; g, beta [B·T][Hv]; value head h reads key head h / (Hv / Hk).
 //

@@ -4,7 +4,7 @@
 // strong and weak decays. Skips without CUDA or a GPU.
 //
 // Tolerances:
-//   kFloat: the fp32 kernels (GemmMath::fp32, and every key dim the tensor-core forward is not built
+//   kFloat: the fp32 kernels (GemmMath::fp32, and every key dim the tensor-core kernels are not built
 //     for) are held to 1e-5 of the reference's largest magnitude: per chunk their sums run over ≤ 128
 //     keys and ≤ 64 tokens, T = (I + A)^{-1} is substituted over ≤ 64 rows of entries ≤ 1, and the fp32
 //     state crosses ≤ 3 chunk boundaries here, so each result carries a few hundred roundings of 2⁻²⁴
@@ -98,8 +98,8 @@ DeltaRuleGradients delta_rule_reference(const DeltaRuleInputs& in, int64_t B, in
     return r;
 }
 
-// The fp32 kernels (GemmMath::fp32; the bf16 path takes them too at key dims the tensor-core forward
-// is not built for).
+// The fp32 kernels (GemmMath::fp32; the bf16 path takes them too at key dims the tensor-core kernels
+// are not built for).
 void check_delta_rule(int64_t B, int64_t T, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, double decay = 0.5) {
     const cuda::ScopedGemmMath math(cuda::GemmMath::fp32);
     const DeltaRuleInputs in = delta_rule_inputs(B, T, Hk, Hv, dk, dv, decay);

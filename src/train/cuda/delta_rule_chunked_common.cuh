@@ -1,5 +1,5 @@
 // What the two implementations of the trainer's chunked delta rule share: the fp32 CUDA-core kernels
-// (delta_rule_chunked_kernels.cu, GemmMath::fp32 and the oracle) and the bf16 tensor-core forward
+// (delta_rule_chunked_kernels.cu, GemmMath::fp32 and the oracle) and the bf16 tensor-core kernels
 // (delta_rule_chunked_mma_kernels.cu, GemmMath::bf16). Both write the same `saved` buffer, which the
 // backward reads whichever forward filled it, so its layout is stated here once:
 //   states   [B][Hv][chunks][dk][dv]   the state entering every chunk (fp32)

@@ -17,9 +17,9 @@
 //                              W = Tᵀ dV' (per token, like v), the two things the gradients need
 // then delta_rule_reduce_kernel adds the value heads of a key head into dq and dk (plain stores per
 // value head and one pass: no atomics, the result is the same run to run).
-// Under bf16 products (gemm.h) at key dim 64 or 128 the forward's two kernels and the carry are
-// delta_rule_chunked_mma_kernels.cu's tensor-core ones instead, writing the same buffers; these stay
-// the fp32 path and the oracle.
+// Under bf16 products (gemm.h) at key dim 64 or 128 the forward's two kernels, the carry and the
+// gradients kernel are delta_rule_chunked_mma_kernels.cu's tensor-core ones instead, writing the same
+// buffers (the reduction stays); these stay the fp32 path and the oracle.
 //
 // Thread mapping of every [L][32] tile: 256 threads, 4 per token row i = tid / 4, each owning the
 // columns c = tid % 4 + 4m (m < 8), so that the 4 lanes of a row read the row's shared operands as one

@@ -1,10 +1,11 @@
-// The chunked delta rule's forward and backward carry on tensor cores for the bf16 training path
-// (delta_rule_chunked_mma_kernels.cu). The forward has the contract of delta_rule_forward in kernels.h
-// and fills the same `saved` buffer (delta_rule_chunked_common.cuh); the carry is the first kernel of
-// delta_rule_backward (dS at every chunk's end and W = Tᵀ dV' per token, which the fp32 gradients kernel
-// then reads). delta_rule_forward / _backward dispatch to these when the products run in bf16 (gemm.h)
-// and the key dim is one they are built for; fp32 products and other key dims keep the CUDA-core
-// kernels, the oracle these are tested against.
+// The chunked delta rule's forward, backward carry and gradients on tensor cores for the bf16 training
+// path (delta_rule_chunked_mma_kernels.cu). The forward has the contract of delta_rule_forward in
+// kernels.h and fills the same `saved` buffer (delta_rule_chunked_common.cuh); the carry is the first
+// kernel of delta_rule_backward (dS at every chunk's end and W = Tᵀ dV' per token) and the gradients
+// kernel the second (it reads those and `saved`; the fp32 reduction over value heads follows).
+// delta_rule_forward / _backward dispatch to these when the products run in bf16 (gemm.h) and the key
+// dim is one they are built for; fp32 products and other key dims keep the CUDA-core kernels, the
+// oracle these are tested against.
 #pragma once
 
 #include <cstdint>

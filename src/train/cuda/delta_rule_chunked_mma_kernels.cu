@@ -1,12 +1,12 @@
-// The chunked gated delta rule's forward and its backward's carry on tensor cores (contract:
+// The chunked gated delta rule's forward, its backward's carry and its gradients on tensor cores (contract:
 // delta_rule_chunked_mma.h), for the bf16 training path at key dim 64 and 128: the math of delta_rule_chunked_kernels.cu (whose header
 // gives the formulas) with every matrix product on mma.m16n8k16, bf16 operands and fp32 accumulators.
 // What stays fp32 (or double) is what the products feed on: the state S carried from chunk to chunk
 // (in registers, never rounded; only its copy for the chunk's K S and Q S is), T = (I + A)^{-1} by fp32
 // forward substitution, the decays (γ summed and differenced in double), and every elementwise step
 // (β ⊙ (V − e^γ ⊙ K S), e^γ ⊙ Q S, λ S). Saved T, M, V' and states are fp32, in the fp32 kernels'
-// layout (delta_rule_chunked_common.cuh): the backward's gradients kernel (fp32, CUDA cores) reads
-// them unchanged, and the dS and W the carry leaves.
+// layout (delta_rule_chunked_common.cuh): either backward reads them unchanged, and the gradients
+// kernel reads the dS and W the carry leaves.
 //
 // The forward's two launches, as the fp32 forward's:
 //   chunk_factors_mma_kernel  grid (chunks, Hv, B). K Kᵀ and Q Kᵀ [L][L] over dk, warp w owning rows
@@ -19,8 +19,8 @@
 //     S ← λ S + Kᵀ (f ⊙ V')      [dk][32] over the chunk's L tokens, warp w: rows 16(w % (dk/16)) .. +15,
 //                                dk/32 n-tiles; these accumulators ARE the fp32 state, kept in registers
 //                                across chunks.
-// backward_carry_mma_kernel (the backward's first launch) walks the same tiles from the last chunk: see
-// its comment.
+// backward_carry_mma_kernel (the backward's first launch) walks the same tiles from the last chunk, and
+// backward_gradients_mma_kernel (its second) forms every gradient of a chunk: see their comments.
 // Products are formed from bf16 tiles in shared memory through ldmatrix (.trans where the stored
 // layout is the transpose of the fragment's: S, x, V' are stored [k][column], and Kᵀ is read from K's
 // rows). No atomics: two runs give the same bits.
