@@ -16,7 +16,8 @@
 //     arithmetic implies (delta_rule_bf16_bounds.h), printed as worst |Δ| / bound.
 //   The tensor-core gradients kernel (the same switch): every element of dq, dk, dv, dg and dβ within
 //     the bound of its own arithmetic plus the errors of the states, V', dS and W it reads
-//     (delta_rule_gradients_with_bf16_bounds), and to kBf16.
+//     (delta_rule_gradients_with_bf16_bounds), within the bound of its own arithmetic alone against the
+//     formulas evaluated on the inputs it read (those four as the device left them), and to kBf16.
 //   kBf16: 1e-2 of the largest value, as test_cuda_ops.cpp holds the bf16 matrix products (operands
 //     rounded to bf16).
 #include "cuda_test_support.h"
@@ -224,6 +225,25 @@ void check_delta_rule_bf16(int64_t B, int64_t T, int64_t Hk, int64_t Hv, int64_t
     EXPECT_LE(worst_over_bound(tag + " dv", first.dv, grads.dv, grads.dv_bound, 0.0), 1.0);
     EXPECT_LE(worst_over_bound(tag + " dg", first.dg, grads.dg, grads.dg_bound, 0.0), 1.0);
     EXPECT_LE(worst_over_bound(tag + " dbeta", first.dbeta, grads.dbeta, grads.dbeta_bound, 0.0), 1.0);
+    {
+        // The gradients kernel alone: its inputs as the device left them (the states and V' in `saved`,
+        // dS and W in scratch), exact, so that only its own arithmetic is bounded.
+        const int64_t states = B * Hv * ((T + cuda::kDeltaChunk - 1) / cuda::kDeltaChunk) * dk * dv;
+        const Vec saved_states(first.saved.begin(), first.saved.begin() + states),
+            saved_v_new(first.saved.begin() + states, first.saved.begin() + states + B * T * Hv * dv);
+        const testing::DeltaRuleWithBounds device_forward{{}, {}, saved_states, zeros(saved_states.size()),
+                                                          saved_v_new, zeros(saved_v_new.size())};
+        const testing::DeltaRuleCarryWithBounds device_carry{got.dstates, zeros(got.dstates.size()), got.w,
+                                                             zeros(got.w.size())};
+        const testing::DeltaRuleGradientsWithBounds own = testing::delta_rule_gradients_with_bf16_bounds(
+            in.q, in.k, in.v, in.g, in.beta, in.dout, B, T, Hk, Hv, dk, dv, device_forward, device_carry);
+        const std::string alone = tag + " (its own inputs)";
+        EXPECT_LE(worst_over_bound(alone + " dq", first.dq, own.dq, own.dq_bound, 0.0), 1.0);
+        EXPECT_LE(worst_over_bound(alone + " dk", first.dk, own.dk, own.dk_bound, 0.0), 1.0);
+        EXPECT_LE(worst_over_bound(alone + " dv", first.dv, own.dv, own.dv_bound, 0.0), 1.0);
+        EXPECT_LE(worst_over_bound(alone + " dg", first.dg, own.dg, own.dg_bound, 0.0), 1.0);
+        EXPECT_LE(worst_over_bound(alone + " dbeta", first.dbeta, own.dbeta, own.dbeta_bound, 0.0), 1.0);
+    }
     // The bounds are worst cases of every rounding at once, loose where the decay is weak (a chunk's T
     // then sums 64 × 64 bounds of |K Kᵀ|'s errors); the bf16 products' usual check keeps those shapes
     // able to fail.
