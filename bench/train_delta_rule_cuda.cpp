@@ -9,17 +9,16 @@
 // Each shape twice: the fp32 CUDA-core kernels (GemmMath::fp32), then the bf16 path (GemmMath::bf16: at
 // key dims 64 and 128 all four tensor-core kernels, delta_rule_chunked_mma_kernels.cu: the forward's
 // factors and walk, the backward's carry and gradients; only the backward's reduction over value heads
-// is fp32 either way). Each figure: µs per call (median of
-// 7 timed rounds of 10 calls after a warm-up, events on the default stream, which the training kernels
-// use) and TFLOP/s of the products the kernels compute, per value head and chunk of L = 64 tokens with
-// dk keys and dv values:
+// is fp32 either way). Each figure: µs per call (median of 7 timed rounds of 10 calls after a warm-up,
+// events on the default stream, which the training kernels use) and TFLOP/s of the products the kernels
+// compute, per value head and chunk of L = 64 tokens with dk keys and dv values:
 //   forward  4L²dk (K Kᵀ, Q Kᵀ) + 6L·dk·dv (K S, Q S, Kᵀ V') + 2L²dv (T x, M V'; triangles)
 //   backward 6L·dk·dv + 2L²dv (the carry) + 12L·dk·dv + 4L²dv + 12L²dk (the gradients)
 // against the fp32 FMA peak (67 TFLOP/s, H100/H200 SXM datasheet) for the CUDA-core kernels and the dense
 // bf16 tensor-core rate measured on this workplace's machines (790 TFLOP/s, as bench_train_attention_cuda)
-// for the tensor-core forward and backward. The
-// tensor-core kernels compute the triangles' full 16-row blocks, a little more than counted. Numbers
-// count only from a build whose CudaTrainOps.DeltaRule* tests pass.
+// for the tensor-core forward and backward. The tensor-core kernels compute the triangles' full 16-row
+// blocks, a little more than counted. Numbers count only from a build whose CudaTrainOps.DeltaRule*
+// tests pass.
 //
 // Measured: not yet (no GPU where this was written; docs/notes/train-cuda.md).
 #include <algorithm>
