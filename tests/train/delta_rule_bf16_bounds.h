@@ -453,7 +453,9 @@ inline DeltaRuleGradientsWithBounds delta_rule_gradients_with_bf16_bounds(
     const double w = K.w, a = K.a, grow = K.grow;
     constexpr int64_t L = 64;
     const int64_t chunks = (T + L - 1) / L, tiles = (dv + 31) / 32;
-    auto chain = [&](int64_t k_steps) { return std::max(a, double(k_steps) * 17 * std::ldexp(1.0, -22) + std::ldexp(16.0, -24)); };
+    auto chain = [&](int64_t k_steps) {
+        return std::max(a, double(k_steps) * 17 * std::ldexp(1.0, -22) + std::ldexp(16.0, -24));
+    };
     const double a_dm = chain(2 * tiles), a_q = chain(2 * tiles + 4), a_k = chain(4 * tiles + 8);
     DeltaRuleGradientsWithBounds r{Vec(q.size(), 0.0), Vec(q.size(), 0.0), Vec(k.size(), 0.0), Vec(k.size(), 0.0),
                                    Vec(v.size(), 0.0), Vec(v.size(), 0.0), Vec(g.size(), 0.0), Vec(g.size(), 0.0),

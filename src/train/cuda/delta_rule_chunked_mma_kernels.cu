@@ -755,7 +755,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         from_start[i] = e[i] * (row_de[i] + row_de[L + i]);
         to_end[i] = f[i] * (row_df[i] + row_df[L + i]);
         if (i < len)
-            dbeta_out[d.token(b, t0 + i) * d.Hv + h] += (row_dbeta[i] + row_dbeta[L + i]) + (row_pairs[i] + row_pairs[L + i]);
+            dbeta_out[d.token(b, t0 + i) * d.Hv + h] +=
+                (row_dbeta[i] + row_dbeta[L + i]) + (row_pairs[i] + row_pairs[L + i]);
     }
     __syncthreads();
     // dg's span sums: row prefix sums Σ_{j' < j} span_ij' (read by the loop at the end).
