@@ -47,52 +47,101 @@ Vec zeros(size_t n) { return Vec(n, 0.0); }
 constexpr double kStale = 3.0;
 DeviceArray stale(size_t n) { return DeviceArray(Vec(n, kStale)); }
 
+// The norms' backward kernel for rows of dim: fused (dx and the weight gradient's partial rows in one
+// pass) up to 1,024 values a row, else the row kernel then the weight-gradient pass (norm_kernels.cu).
+// Asserted from the kernel marks, so a shape that silently took the other form fails.
+void expect_norm_backward_form(const testing::MarkedKernels& marks, const std::string& fused, int64_t dim,
+                               const std::string& tag) {
+    const bool want_fused = dim <= 1024;
+    EXPECT_EQ(marks.ran("norm: " + fused), want_fused) << tag << ": fused backward";
+    EXPECT_EQ(marks.ran("norm: norm_weight_partials_kernel"), !want_fused) << tag << ": two-pass backward";
+}
+
+// Shapes: every width the fused kernels are built for (columns a lane 4: dim 3, 100, 128; 8: 200;
+// 16: 300; 24: 768; 32: 1000) and the two-pass form (1100); ragged row counts whose last slab of 64
+// is short (37, 65: one row past a slab, 129, 700, 1500). dw starts at nonzero values: the op adds.
 TEST(CudaTrainOps, RmsNormForwardBackward) {
     SKIP_WITHOUT_GPU();
     for (bool one_plus : {false, true})
-        for (auto [rows, dim] : {std::pair{1, 3}, {37, 100}, {5, 1000}, {1500, 128}, {700, 300}}) {
+        for (auto [rows, dim] : {std::pair{1, 3}, {37, 100}, {5, 1000}, {1500, 128}, {700, 300}, {129, 200},
+                                 {65, 768}, {4, 1100}}) {
             const Vec x = normal_values(size_t(rows * dim), 1), w = normal_values(size_t(dim), 2, 0.3),
-                      dy = normal_values(x.size(), 3);
+                      dy = normal_values(x.size(), 3), dw_start = normal_values(size_t(dim), 47);
             const float eps = 1e-6f;
-            Vec y = zeros(x.size()), dx = zeros(x.size()), dw = zeros(w.size());
+            Vec y = zeros(x.size()), dx = zeros(x.size()), dw = dw_start;
             ref::rms_norm_forward(x.data(), w.data(), rows, dim, eps, one_plus, y.data());
             ref::rms_norm_backward(x.data(), w.data(), dy.data(), rows, dim, eps, one_plus, dx.data(), dw.data());
             DeviceArray gx(x), gw(w), gdy(dy), gy = DeviceArray::zeros(y.size()), gdx = DeviceArray::zeros(x.size()),
-                        gdw = DeviceArray::zeros(w.size());
-            cuda::rms_norm_forward(gx.get(), gw.get(), rows, dim, eps, one_plus, gy.get());
-            cuda::rms_norm_backward(gx.get(), gw.get(), gdy.get(), rows, dim, eps, one_plus, gdx.get(), gdw.get());
+                        gdw(dw_start);
             const std::string tag = fmt::format("rms_norm{} {}x{}", one_plus ? "_1p" : "", rows, dim);
+            cuda::rms_norm_forward(gx.get(), gw.get(), rows, dim, eps, one_plus, gy.get());
+            {
+                testing::MarkedKernels marks;
+                cuda::rms_norm_backward(gx.get(), gw.get(), gdy.get(), rows, dim, eps, one_plus, gdx.get(), gdw.get());
+                expect_norm_backward_form(marks, "rms_norm_backward_fused_kernel", dim, tag);
+            }
             DELTABIT_EXPECT_CLOSE(tag + " y", gy.read(), y, kFloat);
             DELTABIT_EXPECT_CLOSE(tag + " dx", gdx.read(), dx, kFloat);
             DELTABIT_EXPECT_CLOSE(tag + " dw", gdw.read(), dw, kFloat);
             // dw's sum over rows (slabs of rows, then the slabs in order) has no atomics: a second run
             // repeats it to the bit.
-            DeviceArray gdx2 = DeviceArray::zeros(x.size()), gdw2 = DeviceArray::zeros(w.size());
+            DeviceArray gdx2 = DeviceArray::zeros(x.size()), gdw2(dw_start);
             cuda::rms_norm_backward(gx.get(), gw.get(), gdy.get(), rows, dim, eps, one_plus, gdx2.get(), gdw2.get());
             EXPECT_TRUE(gdw2.read() == gdw.read()) << tag << ": two runs' dw differ";
+            EXPECT_TRUE(gdx2.read() == gdx.read()) << tag << ": two runs' dx differ";
         }
+}
+
+// More rows than the fused backward's 1,024 slabs of 64 hold (65,536): slabs of ⌈rows / 1,024⌉ rows, the
+// last one short (70,001 = 1,014 × 69 + 35). Narrow rows keep it quick (on the GPU; the CPU emulation
+// takes minutes). dw sums 70,001 terms, but as a tree whose longest chain is 32 additions (a warp's 9
+// rows, 8 warps, a second-stage lane's 32 slabs, 32 lanes), so kFloat's reasoning holds.
+TEST(CudaTrainOps, RmsNormBackwardManySlabs) {
+    SKIP_WITHOUT_GPU();
+    const int64_t rows = 70001, dim = 3;
+    const Vec x = normal_values(size_t(rows * dim), 48), w = normal_values(size_t(dim), 49, 0.3),
+              dy = normal_values(x.size(), 50), dw_start = normal_values(size_t(dim), 51);
+    const float eps = 1e-6f;
+    Vec dx = zeros(x.size()), dw = dw_start;
+    ref::rms_norm_backward(x.data(), w.data(), dy.data(), rows, dim, eps, true, dx.data(), dw.data());
+    DeviceArray gx(x), gw(w), gdy(dy), gdx = stale(x.size()), gdw(dw_start), gdw2(dw_start);
+    cuda::rms_norm_backward(gx.get(), gw.get(), gdy.get(), rows, dim, eps, true, gdx.get(), gdw.get(), 0, false);
+    DELTABIT_EXPECT_CLOSE("rms_norm 70001x3 dx", gdx.read(), dx, kFloat);
+    DELTABIT_EXPECT_CLOSE("rms_norm 70001x3 dw", gdw.read(), dw, kFloat);
+    cuda::rms_norm_backward(gx.get(), gw.get(), gdy.get(), rows, dim, eps, true, nullptr, gdw2.get());
+    EXPECT_TRUE(gdw2.read() == gdw.read()) << "two runs' dw differ (the second without dx)";
 }
 
 TEST(CudaTrainOps, GatedRmsNormAndL2Norm) {
     SKIP_WITHOUT_GPU();
-    for (auto [rows, dim] : {std::pair{1, 3}, {33, 128}, {7, 300}, {1500, 128}}) {
+    for (auto [rows, dim] : {std::pair{1, 3}, {33, 128}, {7, 300}, {1500, 128}, {65, 768}, {4, 1100}}) {
         const Vec x = normal_values(size_t(rows * dim), 4), z = normal_values(x.size(), 5),
-                  w = normal_values(size_t(dim), 6, 0.5), dy = normal_values(x.size(), 7);
+                  w = normal_values(size_t(dim), 6, 0.5), dy = normal_values(x.size(), 7),
+                  dw_start = normal_values(size_t(dim), 52);
         const float eps = 1e-6f;
-        Vec y = zeros(x.size()), dx = zeros(x.size()), dz = zeros(x.size()), dw = zeros(w.size());
+        Vec y = zeros(x.size()), dx = zeros(x.size()), dz = zeros(x.size()), dw = dw_start;
         ref::gated_rms_norm_forward(x.data(), z.data(), w.data(), rows, dim, eps, y.data());
         ref::gated_rms_norm_backward(x.data(), z.data(), w.data(), dy.data(), rows, dim, eps, dx.data(), dz.data(),
                                      dw.data());
         DeviceArray gx(x), gz(z), gw(w), gdy(dy), gy = DeviceArray::zeros(x.size()), gdx = stale(x.size()),
-                    gdz = stale(x.size()), gdw = DeviceArray::zeros(w.size());
-        cuda::gated_rms_norm_forward(gx.get(), gz.get(), gw.get(), rows, dim, eps, gy.get());
-        cuda::gated_rms_norm_backward(gx.get(), gz.get(), gw.get(), gdy.get(), rows, dim, eps, gdx.get(), gdz.get(),
-                                      gdw.get());
+                    gdz = stale(x.size()), gdw(dw_start);
         const std::string tag = fmt::format("gated_rms_norm {}x{}", rows, dim);
+        cuda::gated_rms_norm_forward(gx.get(), gz.get(), gw.get(), rows, dim, eps, gy.get());
+        {
+            testing::MarkedKernels marks;
+            cuda::gated_rms_norm_backward(gx.get(), gz.get(), gw.get(), gdy.get(), rows, dim, eps, gdx.get(),
+                                          gdz.get(), gdw.get());
+            expect_norm_backward_form(marks, "gated_rms_norm_backward_fused_kernel", dim, tag);
+        }
         DELTABIT_EXPECT_CLOSE(tag + " y", gy.read(), y, kFloat);
         DELTABIT_EXPECT_CLOSE(tag + " dx", gdx.read(), dx, kFloat);
         DELTABIT_EXPECT_CLOSE(tag + " dz", gdz.read(), dz, kFloat);
         DELTABIT_EXPECT_CLOSE(tag + " dw", gdw.read(), dw, kFloat);
+        DeviceArray gdx2 = stale(x.size()), gdz2 = stale(x.size()), gdw2(dw_start);
+        cuda::gated_rms_norm_backward(gx.get(), gz.get(), gw.get(), gdy.get(), rows, dim, eps, gdx2.get(), gdz2.get(),
+                                      gdw2.get());
+        EXPECT_TRUE(gdw2.read() == gdw.read()) << tag << ": two runs' dw differ";
+        EXPECT_TRUE(gdx2.read() == gdx.read() && gdz2.read() == gdz.read()) << tag << ": two runs' dx or dz differ";
 
         const double scale = 0.125;
         Vec l2 = zeros(x.size()), dl2 = zeros(x.size());
