@@ -331,22 +331,15 @@ TEST(CudaTrainStep, QatForwardWeightsAndGradient) {
 // different shapes (the second wider: the kept buffers grow mid-step), an evaluation between steps
 // (it writes the shared buffers, never a layer's own), and AdamW.
 //
-// A step was not bit-reproducible as a whole when this test was written: norm-weight, embedding,
-// conv-kernel and gate gradients and the loss and gradient norm summed with atomics whose order varies
-// from run to run (on the GPU, and in the CPU emulation too, whose threads of a block race for the
-// atomics' lock: there an emulated run had two embedding-gradient values of 264 differ by an ulp in step
-// 2, everything else equal). Those gradient sums are now fixed-order (kernels.h); only the loss and the
-// gradient norm still use (double) atomics, so the bounded half below holds with room to spare. So:
-//   - the matrices are atomic-free (cuBLAS products and per-row kernels, then AdamW per element with
-//     clipping off, since the clip factor would carry the norm's atomics into every weight): their
-//     gradients, values after the step and both moments must be equal to the bit, kept against
-//     recomputed, and a second recomputing model (the control) against the first (the premise);
-//   - the atomics' sums (the other tensors, the losses, the norm) are the same addends in another
-//     order: kept and control alike within 1e-5 of each tensor's largest value (a different order
-//     moves a float sum by a few ulps of its addends; 1e-5 is ~100 ulps), the doubles within 1e-12.
-// A wrong activation would move every matrix's gradient below the layer it feeds, so the bit-exact
-// half is the test; the bounded half says the rest stayed with it. Each step starts the three models
-// from the first one's state, so an atomic's last bit never carries into the next step.
+// No gradient sums with atomics (kernels.h: every gradient sum has a fixed order; only the loss and the
+// gradient norm add doubles atomically, and neither feeds a gradient). So every tensor's gradient, its
+// value after AdamW (clipping off: the clip factor would carry the norm's atomic sum into every weight)
+// and both moments must be equal to the bit, kept against recomputed, and a second recomputing model
+// (the control) against the first (the premise: a step repeats itself). The losses, the evaluation and
+// the norm are doubles summed in a varying order: within 1e-12. (An emulated run of an earlier version,
+// when the embedding's gradient still summed with float atomics, had two of its values an ulp apart.)
+// The control tells a step that does not repeat itself apart from a wrong activation. Each step starts
+// the three models from the first one's state.
 // Returns the recomputing run's profile (the training path's bf16 products, as `deltabit train`).
 StepProfile expect_kept_activations_give_the_recomputed_bits(const ModelConfig& config) {
     const cuda::GemmMath saved_math = cuda::gemm_math();
@@ -377,39 +370,19 @@ StepProfile expect_kept_activations_give_the_recomputed_bits(const ModelConfig& 
     OptimizerSection o;
     o.clip = 0.0;  // see above
     const double scale = 1.0 / 400.0;
-    constexpr double kAtomicOrderTolerance = 1e-5;  // of a tensor's largest value (see above)
-    int64_t bit_equal = 0, bounded = 0;
-    double worst_kept = 0.0, worst_control = 0.0;  // of the atomics' sums, |Δ| / max|value|
-    // Matrices (`exact`): `got` (the kept run's) and the control equal `want` (the recomputing run's) to
-    // the bit. Else both within the atomics' order of `want`.
+    int64_t bit_equal = 0;
+    // `got` (the kept run's) and the control equal `want` (the recomputing run's) to the bit.
     const auto expect_same = [&](const std::string& what, std::span<const float> want,
-                                 std::span<const float> control_values, std::span<const float> got, bool exact) {
-        if (exact) {
-            int64_t reported = 0;
-            for (size_t i = 0; i < want.size(); ++i) {
-                if (std::memcmp(&want[i], &control_values[i], 4) != 0 && reported++ < 3)
-                    ADD_FAILURE() << what << "[" << i << "]: two recomputing runs differ (" << want[i] << ", "
-                                  << control_values[i] << "): the premise of this test is wrong, not the kept run";
-                if (std::memcmp(&want[i], &got[i], 4) != 0 && reported++ < 3)
-                    ADD_FAILURE() << what << "[" << i << "]: kept " << got[i] << ", recomputed " << want[i];
-            }
-            bit_equal += int64_t(want.size());
-            return;
-        }
-        double largest = 0.0, kept_diff = 0.0, control_diff = 0.0;
+                                 std::span<const float> control_values, std::span<const float> got) {
+        int64_t reported = 0;
         for (size_t i = 0; i < want.size(); ++i) {
-            largest = std::max(largest, std::fabs(double(want[i])));
-            kept_diff = std::max(kept_diff, std::fabs(double(got[i]) - double(want[i])));
-            control_diff = std::max(control_diff, std::fabs(double(control_values[i]) - double(want[i])));
+            if (std::memcmp(&want[i], &control_values[i], 4) != 0 && reported++ < 3)
+                ADD_FAILURE() << what << "[" << i << "]: two recomputing runs differ (" << want[i] << ", "
+                              << control_values[i] << "): the premise of this test is wrong, not the kept run";
+            if (std::memcmp(&want[i], &got[i], 4) != 0 && reported++ < 3)
+                ADD_FAILURE() << what << "[" << i << "]: kept " << got[i] << ", recomputed " << want[i];
         }
-        const double bound = kAtomicOrderTolerance * largest;
-        EXPECT_LE(kept_diff, bound) << what << ": kept against recomputed";
-        EXPECT_LE(control_diff, bound) << what << ": two recomputing runs";
-        if (largest > 0) {
-            worst_kept = std::max(worst_kept, kept_diff / largest);
-            worst_control = std::max(worst_control, control_diff / largest);
-        }
-        bounded += int64_t(want.size());
+        bit_equal += int64_t(want.size());
     };
     for (int step = 0; step < 3; ++step) {
         const Batch first = batch_of(2, 70, step), second = batch_of(3, 64, 5 + step);
@@ -449,13 +422,10 @@ StepProfile expect_kept_activations_give_the_recomputed_bits(const ModelConfig& 
             const auto part = [&](const std::vector<float>& v) {
                 return std::span<const float>(v).subspan(size_t(p.offset), size_t(p.size));
             };
-            const bool matrix = p.role == ParameterRole::matrix;
-            expect_same(tag + "gradient " + p.name, part(grads[0]), part(grads[1]), part(grads[2]), matrix);
-            expect_same(tag + "parameter " + p.name, part(after[0]), part(after[1]), part(after[2]), matrix);
-            expect_same(tag + "first moment " + p.name, part(states[0].m), part(states[1].m), part(states[2].m),
-                        matrix);
-            expect_same(tag + "second moment " + p.name, part(states[0].v), part(states[1].v), part(states[2].v),
-                        matrix);
+            expect_same(tag + "gradient " + p.name, part(grads[0]), part(grads[1]), part(grads[2]));
+            expect_same(tag + "parameter " + p.name, part(after[0]), part(after[1]), part(after[2]));
+            expect_same(tag + "first moment " + p.name, part(states[0].m), part(states[1].m), part(states[2].m));
+            expect_same(tag + "second moment " + p.name, part(states[0].v), part(states[1].v), part(states[2].v));
         }
         EXPECT_NE(std::memcmp(after[0].data(), params.data(), params.size() * 4), 0) << tag << "moved nothing";
         // An evaluation between steps (the shared buffers, a batch wider than either micro-batch).
@@ -470,12 +440,10 @@ StepProfile expect_kept_activations_give_the_recomputed_bits(const ModelConfig& 
                     losses[0][0], losses[0][1], losses[2][0], losses[2][1]);
         std::fflush(stdout);  // the emulated run takes minutes a step
     }
-    std::printf("[ cuda train ] kept vs recomputed activations, 3 steps × 2 micro-batches: %lld matrix values equal "
-                "to the bit; %lld atomic-summed values within %.3g (kept) and %.3g (two recomputing runs) of their "
-                "tensor's largest, bound %.0e\n",
-                static_cast<long long>(bit_equal), static_cast<long long>(bounded), worst_kept, worst_control,
-                kAtomicOrderTolerance);
-    EXPECT_GT(bit_equal, bounded);  // the matrices are most of the model
+    std::printf("[ cuda train ] kept vs recomputed activations, 3 steps × 2 micro-batches: %lld values (gradients, "
+                "parameters, moments) equal to the bit\n",
+                static_cast<long long>(bit_equal));
+    EXPECT_EQ(bit_equal, 3 * 4 * layout.total());
 
     // The profile: the kept run has no recompute pass, and its forward and backward passes are the
     // recomputing run's, span for span and FLOP for FLOP.
@@ -826,11 +794,10 @@ TEST(CudaTrainer, MuonLossFallsOverFiftySteps) {
 }
 
 // `deltabit train --profile` on the GPU: CUDA events between the launches change nothing they compute.
-// A GPU run does not repeat bit for bit (the loss and the gradient norm sum with double atomics; the
-// gradients' column sums are fixed-order), but with clipping off (the clip factor would carry the atomics'
-// rounding into every weight) one step's matrices depend on none of them: their gradients come from
-// cuBLAS products and atomic-free kernels, then AdamW per element. So after one step every matrix of
-// two unprofiled runs is equal to the bit (checked: the premise), and so must the profiled run's be.
+// A GPU run's loss and gradient norm sum with double atomics (their last bits vary), but every gradient
+// sum has a fixed order, so with clipping off (the clip factor would carry the norm's rounding into
+// every weight) one step's parameters depend on no atomic: after one step every parameter of two
+// unprofiled runs is equal to the bit (checked: the premise), and so must the profiled run's be.
 // Then the profile's spans are counted against the step's structure, with an evaluation between two
 // profiled steps that must record nothing.
 TEST(CudaTrainer, ProfiledStepChangesNothingAndTimesEveryKind) {
@@ -854,7 +821,6 @@ TEST(CudaTrainer, ProfiledStepChangesNothingAndTimesEveryKind) {
     EXPECT_NEAR(rp.loss, ra.loss, 1e-12 * ra.loss);
     int64_t compared = 0;
     for (const ParameterInfo& p : a.layout().all()) {
-        if (p.role != ParameterRole::matrix) continue;
         compared += p.size;
         const size_t bytes = size_t(p.size) * sizeof(float);
         EXPECT_EQ(std::memcmp(a.parameters().data() + p.offset, b.parameters().data() + p.offset, bytes), 0)
@@ -862,7 +828,7 @@ TEST(CudaTrainer, ProfiledStepChangesNothingAndTimesEveryKind) {
         EXPECT_EQ(std::memcmp(a.parameters().data() + p.offset, profiled.parameters().data() + p.offset, bytes), 0)
             << p.name << ": the profiled run differs from the unprofiled one";
     }
-    EXPECT_GT(compared, a.layout().total() / 2);
+    EXPECT_EQ(compared, a.layout().total());
 
     profiled.evaluate_bpb();  // not a training step: nothing recorded
     profiled.train_step();
