@@ -643,7 +643,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     vn_i = v_new[at];
                 }
                 const float r = vi - e[i] * k_state[n][x], dr = bt[i] * w;
-                if (valid) dv_out[at] += dr;
+                if (valid) dv_out[at] = dr;
                 dbeta_row[half] += w * r;
                 de[half] += q_state[n][x] * o_i - k_state[n][x] * dr;
                 df[half] += k_dstate[n][x] * vn_i;
@@ -755,7 +755,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         from_start[i] = e[i] * (row_de[i] + row_de[L + i]);
         to_end[i] = f[i] * (row_df[i] + row_df[L + i]);
         if (i < len)
-            dbeta_out[d.token(b, t0 + i) * d.Hv + h] +=
+            dbeta_out[d.token(b, t0 + i) * d.Hv + h] =
                 (row_dbeta[i] + row_dbeta[L + i]) + (row_pairs[i] + row_pairs[L + i]);
     }
     __syncthreads();
@@ -813,7 +813,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         float sum = carried;
         for (int r = m; r < L; ++r) sum += from_start[r] + span[r * kSquareRow + m];
         for (int r = 0; r < m; ++r) sum += to_end[r];
-        dg_out[d.token(b, t0 + m) * d.Hv + h] += sum;
+        dg_out[d.token(b, t0 + m) * d.Hv + h] = sum;
     }
 }
 
