@@ -25,6 +25,7 @@
 #include "backend/cuda_probe.h"
 #include "train/cuda/gemm.h"
 #include "train/cuda/kernels.h"
+#include "train_bench_timing.h"
 #endif
 
 #if !defined(DELTABIT_HAVE_CUDA) || !defined(DELTABIT_HAVE_TRAIN)
@@ -61,28 +62,10 @@ DeviceBuffer random_buffer(size_t n, uint64_t seed) {
     return b;
 }
 
-// µs per call: median of 7 runs of `calls` calls.
+// µs per call: a warm-up call, then the median of 7 runs of `calls` calls (train_bench_timing.h).
 template <typename F>
 double time_us(int calls, F&& body) {
-    body();
-    cuda_check(cudaDeviceSynchronize(), "warm-up");
-    cudaEvent_t start{}, stop{};
-    cuda_check(cudaEventCreate(&start), "event");
-    cuda_check(cudaEventCreate(&stop), "event");
-    std::vector<float> ms;
-    for (int r = 0; r < 7; ++r) {
-        cuda_check(cudaEventRecord(start, nullptr), "record");
-        for (int i = 0; i < calls; ++i) body();
-        cuda_check(cudaEventRecord(stop, nullptr), "record");
-        cuda_check(cudaEventSynchronize(stop), "sync");
-        float t = 0;
-        cuda_check(cudaEventElapsedTime(&t, start, stop), "elapsed");
-        ms.push_back(t);
-    }
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    std::sort(ms.begin(), ms.end());
-    return 1000.0 * ms[3] / calls;
+    return deltabit::bench::median_us_per_call(1, calls, body);
 }
 
 void bench_shape(const Shape& s) {

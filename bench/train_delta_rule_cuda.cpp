@@ -34,6 +34,7 @@
 #include "train/cuda/delta_rule_chunked_mma.h"
 #include "train/cuda/gemm.h"
 #include "train/cuda/kernels.h"
+#include "train_bench_timing.h"
 #endif
 
 #if !defined(DELTABIT_HAVE_CUDA) || !defined(DELTABIT_HAVE_TRAIN)
@@ -59,26 +60,10 @@ DeviceBuffer filled(size_t n, float value) {
     return b;
 }
 
+// µs per call: 3 warm-up calls, then the median of 7 rounds of 10 (train_bench_timing.h).
 template <typename F>
 double median_us(F&& call) {
-    cudaEvent_t start{}, stop{};
-    cuda_check(cudaEventCreate(&start), "event");
-    cuda_check(cudaEventCreate(&stop), "event");
-    for (int i = 0; i < 3; ++i) call();
-    std::vector<float> rounds;
-    for (int r = 0; r < 7; ++r) {
-        cuda_check(cudaEventRecord(start), "record");
-        for (int i = 0; i < 10; ++i) call();
-        cuda_check(cudaEventRecord(stop), "record");
-        cuda_check(cudaEventSynchronize(stop), "sync");
-        float ms = 0.0f;
-        cuda_check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
-        rounds.push_back(ms * 1000.0f / 10.0f);
-    }
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    std::sort(rounds.begin(), rounds.end());
-    return rounds[3];
+    return deltabit::bench::median_us_per_call(3, 10, call);
 }
 
 void run(const char* name, int64_t B, int64_t T, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv) {

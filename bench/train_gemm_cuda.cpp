@@ -32,6 +32,7 @@
 #include "backend/cuda_probe.h"
 #include "core/error.h"
 #include "train/cuda/gemm.h"
+#include "train_bench_timing.h"
 #endif
 
 #if !defined(DELTABIT_HAVE_CUDA) || !defined(DELTABIT_HAVE_TRAIN)
@@ -94,26 +95,10 @@ void cublas_check(cublasStatus_t status, const char* what) {
         deltabit::fail_message(std::string("cublas: ") + what + ": " + cublasGetStatusString(status));
 }
 
+// µs per call: 3 warm-up calls, then the median of 7 rounds of 10 (train_bench_timing.h).
 template <typename F>
 double median_us(F&& call) {
-    cudaEvent_t start{}, stop{};
-    cuda_check(cudaEventCreate(&start), "event");
-    cuda_check(cudaEventCreate(&stop), "event");
-    for (int i = 0; i < 3; ++i) call();
-    std::vector<float> rounds;
-    for (int r = 0; r < 7; ++r) {
-        cuda_check(cudaEventRecord(start), "record");
-        for (int i = 0; i < 10; ++i) call();
-        cuda_check(cudaEventRecord(stop), "record");
-        cuda_check(cudaEventSynchronize(stop), "sync");
-        float ms = 0.0f;
-        cuda_check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
-        rounds.push_back(ms * 1000.0f / 10.0f);
-    }
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    std::sort(rounds.begin(), rounds.end());
-    return rounds[3];
+    return deltabit::bench::median_us_per_call(3, 10, call);
 }
 
 // The three operands of one product, in fp32 and in bf16: x [n][in], w [out][in], dy [n][out], and the

@@ -53,6 +53,10 @@ constexpr double kFloat = 1e-5;
 constexpr double kBf16 = 1e-2;
 
 Vec zeros(size_t n) { return Vec(n, 0.0); }
+// The starting value of the five gradients, which delta_rule_backward overwrites (kernels.h's "(=)"): a
+// kernel that still added into them would be off by this much, one that skipped an element would leave it.
+constexpr double kStale = 3.0;
+DeviceArray stale(size_t n) { return DeviceArray(Vec(n, kStale)); }
 
 // The delta rule's inputs as the layer feeds them: normalised keys and queries, gates in the layer's
 // ranges. decay: the scale of |g| (0.5: a chunk forgets e^{-20} of its entering state; 3: far more).
@@ -100,7 +104,7 @@ DeltaRuleGradients delta_rule_reference(const DeltaRuleInputs& in, int64_t B, in
 }
 
 // The fp32 kernels (GemmMath::fp32; the bf16 path takes them too at key dims the tensor-core kernels
-// are not built for).
+// are not built for). The five gradients start stale (kStale): each element must be overwritten.
 void check_delta_rule(int64_t B, int64_t T, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, double decay = 0.5) {
     const cuda::ScopedGemmMath math(cuda::GemmMath::fp32);
     const DeltaRuleInputs in = delta_rule_inputs(B, T, Hk, Hv, dk, dv, decay);
@@ -108,8 +112,8 @@ void check_delta_rule(int64_t B, int64_t T, int64_t Hk, int64_t Hv, int64_t dk, 
     const DeltaRuleGradients want = delta_rule_reference(in, B, T, Hk, Hv, dk, dv);
     const Vec &o = want.o, &dq = want.dq, &dk_ = want.dk, &dv_ = want.dv, &dg = want.dg, &dbeta = want.dbeta;
     DeviceArray gq(q), gk(k), gv(v), gg(g), gbeta(beta), gdout(dout), go = DeviceArray::zeros(v.size()),
-        gdq = DeviceArray::zeros(q.size()), gdk = DeviceArray::zeros(k.size()), gdv = DeviceArray::zeros(v.size()),
-        gdg = DeviceArray::zeros(g.size()), gdbeta = DeviceArray::zeros(g.size()),
+        gdq = stale(q.size()), gdk = stale(k.size()), gdv = stale(v.size()), gdg = stale(g.size()),
+        gdbeta = stale(g.size()),
         // Poisoned: a kernel that reads a value the forward or the backward did not write gives NaN.
         gsaved = DeviceArray(Vec(size_t(cuda::delta_rule_saved_floats(B, T, Hv, dk, dv)), NAN)),
         gscratch = DeviceArray(Vec(size_t(cuda::delta_rule_scratch_floats(B, T, Hv, dk, dv)), NAN));
@@ -157,7 +161,8 @@ CarryOutputs carry_of(const Vec& scratch, int64_t B, int64_t T, int64_t Hv, int6
 // the float inputs the device sees. The bounds' own double values are first checked against the
 // recurrent reference (o and the gradients, 1e-9: two double evaluations of one function) and against
 // the fp32 kernels' carry (dS and W, kFloat). `saved` and `scratch` start as NaN, so a value left
-// unwritten shows; the marks show that the tensor-core kernels ran; a second run gives the same bits.
+// unwritten shows, and the five gradients start stale (kStale), which they must overwrite; the marks show
+// that the tensor-core kernels ran; a second run gives the same bits.
 // Everything is also held to kBf16 of the reference's largest.
 void check_delta_rule_bf16(int64_t B, int64_t T, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, double decay = 0.5,
                            double gain = 1.0) {
@@ -190,9 +195,8 @@ void check_delta_rule_bf16(int64_t B, int64_t T, int64_t Hk, int64_t Hv, int64_t
     auto run = [&](cuda::GemmMath math) {
         const cuda::ScopedGemmMath scoped(math);
         DeviceArray go = DeviceArray::zeros(in.v.size()), gsaved(Vec(saved_floats, NAN)),
-                    gscratch(Vec(scratch_floats, NAN)), gdq = DeviceArray::zeros(in.q.size()),
-                    gdk = DeviceArray::zeros(in.k.size()), gdv = DeviceArray::zeros(in.v.size()),
-                    gdg = DeviceArray::zeros(in.g.size()), gdbeta = DeviceArray::zeros(in.g.size());
+                    gscratch(Vec(scratch_floats, NAN)), gdq = stale(in.q.size()), gdk = stale(in.k.size()),
+                    gdv = stale(in.v.size()), gdg = stale(in.g.size()), gdbeta = stale(in.g.size());
         testing::MarkedKernels marks;
         cuda::delta_rule_forward(gq.get(), gk.get(), gv.get(), gg.get(), gbeta.get(), B, T, Hk, Hv, dk, dv, go.get(),
                                  gsaved.get());
@@ -326,9 +330,8 @@ TEST(CudaTrainOps, DeltaRuleBackwardIsDeterministic) {
                              gsaved.get());
     std::vector<Vec> runs;
     for (int run = 0; run < 2; ++run) {
-        DeviceArray gdq = DeviceArray::zeros(q.size()), gdk = DeviceArray::zeros(k.size()),
-                    gdv = DeviceArray::zeros(v.size()), gdg = DeviceArray::zeros(g.size()),
-                    gdbeta = DeviceArray::zeros(g.size());
+        DeviceArray gdq = stale(q.size()), gdk = stale(k.size()), gdv = stale(v.size()), gdg = stale(g.size()),
+                    gdbeta = stale(g.size());
         cuda::delta_rule_backward(gq.get(), gk.get(), gv.get(), gg.get(), gbeta.get(), gdout.get(), gsaved.get(), B, T,
                                   Hk, Hv, dk, dv, gdq.get(), gdk.get(), gdv.get(), gdg.get(), gdbeta.get(),
                                   gscratch.get());

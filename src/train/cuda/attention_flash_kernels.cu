@@ -21,7 +21,8 @@
 //             summed in that fixed order: Sᵀ = K Qᵀ, dPᵀ = V dOᵀ, Pᵀ = exp(Sᵀ − lse), dSᵀ = Pᵀ(dPᵀ − Dr),
 //             dV += Pᵀ dO, dK += dSᵀ Q (the same two warp products as the forward, with keys as the rows);
 //   dQ        grid as the forward: S = Q Kᵀ, dP = dO Vᵀ, dS = P(dP − Dr), dQ += dS K.
-// The gradients are added to dq, dk, dv (the caller's accumulators), as the CUDA-core kernels do.
+// Each row of dq, dk, dv is written once, by the block and warp that own it: they are overwritten
+// (kernels.h's "(=)"), as the CUDA-core kernels do.
 //
 // Precision (bf16 path): q, k, v, dO and the weights P and dS each enter an mma rounded to bf16
 // (relative error ≤ 2⁻⁸), products exact in fp32, accumulation fp32. A score errs by at most
@@ -356,9 +357,8 @@ __global__ void __launch_bounds__(kThreads)
         float* dst = dq + rows.query(f) * D;
 #pragma unroll
         for (int n = 0; n < D / 8; ++n) {
-            float2* out = reinterpret_cast<float2*>(dst + 8 * n + 2 * tq);
-            const float2 was = *out;
-            *out = make_float2(was.x + scale * acc[n][2 * h], was.y + scale * acc[n][2 * h + 1]);
+            *reinterpret_cast<float2*>(dst + 8 * n + 2 * tq) =
+                make_float2(scale * acc[n][2 * h], scale * acc[n][2 * h + 1]);
         }
     }
 }
@@ -438,11 +438,10 @@ __global__ void __launch_bounds__(kThreads)
         const int64_t row = rows.key(my_key[h]);
 #pragma unroll
         for (int n = 0; n < D / 8; ++n) {
-            float2* out_k = reinterpret_cast<float2*>(dk + row * D + 8 * n + 2 * tq);
-            float2* out_v = reinterpret_cast<float2*>(dv + row * D + 8 * n + 2 * tq);
-            const float2 was_k = *out_k, was_v = *out_v;
-            *out_k = make_float2(was_k.x + scale * acc_k[n][2 * h], was_k.y + scale * acc_k[n][2 * h + 1]);
-            *out_v = make_float2(was_v.x + acc_v[n][2 * h], was_v.y + acc_v[n][2 * h + 1]);
+            *reinterpret_cast<float2*>(dk + row * D + 8 * n + 2 * tq) =
+                make_float2(scale * acc_k[n][2 * h], scale * acc_k[n][2 * h + 1]);
+            *reinterpret_cast<float2*>(dv + row * D + 8 * n + 2 * tq) =
+                make_float2(acc_v[n][2 * h], acc_v[n][2 * h + 1]);
         }
     }
 }

@@ -3,7 +3,7 @@
 // (lanes split the head dimension: coalesced rows), and the backward recomputes the probabilities from
 // the saved log-sum-exp. dq is computed per query row; dk and dv per key row
 // (one block per (key row, kv head) walks the later queries of every head in its group), so no
-// gradient needs atomics. O(T²·dh) CUDA-core work per head in fp32: the path of fp32 products
+// gradient needs atomics and each is written once: dq, dk and dv are overwritten (kernels.h's "(=)"). O(T²·dh) CUDA-core work per head in fp32: the path of fp32 products
 // (GemmMath::fp32, the tests that compare a whole step with the double reference) and of head dims the
 // flash kernels are not built for; bf16 products at head_dim 64 / 128 go to the flash-style tensor-core
 // kernels (attention_flash.h), tested against these.
@@ -116,7 +116,7 @@ __global__ void attention_dq_kernel(const float* q, const float* k, const float*
     for (int64_t d = threadIdx.x; d < dh; d += blockDim.x) {
         float acc = 0.0f;
         for (int64_t s = 0; s <= t; ++s) acc += ds[s] * k[((b * T + s) * Hkv + kvh) * dh + d];
-        dq[row * dh + d] += scale * acc;
+        dq[row * dh + d] = scale * acc;
     }
 }
 
@@ -163,8 +163,8 @@ __global__ void attention_dkv_kernel(const float* q, const float* k, const float
                 acc_k += ds[g * T + t] * q[row * dh + d];
                 acc_v += p[g * T + t] * dout[row * dh + d];
             }
-        dk[kv_row * dh + d] += scale * acc_k;
-        dv[kv_row * dh + d] += acc_v;
+        dk[kv_row * dh + d] = scale * acc_k;
+        dv[kv_row * dh + d] = acc_v;
     }
 }
 

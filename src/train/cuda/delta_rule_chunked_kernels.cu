@@ -15,8 +15,10 @@
 //   forward_walk_kernel        S chunk to chunk; writes O, V' and the state entering every chunk
 //   backward_carry_kernel      dS chunk to chunk, backwards; writes dS at every chunk's end and
 //                              W = Tᵀ dV' (per token, like v), the two things the gradients need
-// then delta_rule_reduce_kernel adds the value heads of a key head into dq and dk (plain stores per
-// value head and one pass: no atomics, the result is the same run to run).
+// then delta_rule_reduce_kernel sums the value heads of a key head into dq and dk (plain stores per
+// value head and one pass: no atomics, the result is the same run to run). Every output is written
+// once, by the block that owns its token (its chunk) and value head, so each is overwritten (kernels.h's
+// "(=)"): the caller zeroes nothing.
 // Under bf16 products (gemm.h) at key dim 64 or 128 the forward's two kernels, the carry and the
 // gradients kernel are delta_rule_chunked_mma_kernels.cu's tensor-core ones instead, writing the same
 // buffers (the reduction stays); these stay the fp32 path and the oracle.
@@ -416,7 +418,7 @@ __global__ void __launch_bounds__(kThreads, kKeyPerLane <= 16 ? 2 : 1)
             const int64_t at = (d.token(b, t0 + i) * d.Hv + h) * d.dv + v0 + col;
             const float r = (valid ? v[at] : 0.0f) - ei * ks_sum;
             const float w = wt[i * kTileRow + col], dr = bi * w;
-            if (valid) dv_out[at] += dr;
+            if (valid) dv_out[at] = dr;
             dbeta_row += w * r;
             de += qs_sum * dot[i * kTileRow + col] - ks_sum * dr;
             df += kd_sum * vn[i * kTileRow + col];
@@ -506,7 +508,7 @@ __global__ void __launch_bounds__(kThreads, kKeyPerLane <= 16 ? 2 : 1)
             dk_part[at] = acc_k[m];
         }
     }
-    if (lane4 == 0 && i < len) dbeta_out[d.token(b, t0 + i) * d.Hv + h] += dbeta_row + dbeta_pairs;
+    if (lane4 == 0 && i < len) dbeta_out[d.token(b, t0 + i) * d.Hv + h] = dbeta_row + dbeta_pairs;
     // dg_m = e^{γ_ℓ}⟨S, dS⟩ + Σ_{i≥m} e_i de_i + Σ_{i<m} f_i df_i + Σ_{i≥m>j} span_ij: each decay adds to
     // the g it spans, so no term cancels another (reference_delta_chunked.cpp says why that matters).
     if (threadIdx.x < L) {
@@ -523,11 +525,11 @@ __global__ void __launch_bounds__(kThreads, kKeyPerLane <= 16 ? 2 : 1)
         float sum = carried;
         for (int r = m; r < L; ++r) sum += from_start[r] + span[r * kSquareRow + m];
         for (int r = 0; r < m; ++r) sum += to_end[r];
-        dg_out[d.token(b, t0 + m) * d.Hv + h] += sum;
+        dg_out[d.token(b, t0 + m) * d.Hv + h] = sum;
     }
 }
 
-// dq[n][kh][x] += Σ over the value heads h of key head kh of dq_part[n][h][x]; the same for dk.
+// dq[n][kh][x] = Σ over the value heads h of key head kh of dq_part[n][h][x]; the same for dk.
 __global__ void delta_rule_reduce_kernel(const float* dq_part, const float* dk_part, Dims d, float* dq, float* dk_out) {
     const int64_t group = d.Hv / d.Hk, total = d.B * d.T * d.Hk * d.dk;
     for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
@@ -537,8 +539,8 @@ __global__ void delta_rule_reduce_kernel(const float* dq_part, const float* dk_p
             sq += dq_part[(n * d.Hv + h) * d.dk + x];
             sk += dk_part[(n * d.Hv + h) * d.dk + x];
         }
-        dq[e] += sq;
-        dk_out[e] += sk;
+        dq[e] = sq;
+        dk_out[e] = sk;
     }
 }
 

@@ -21,8 +21,8 @@ void delta_rule_mma_backward_carry(const float* q, const float* k, const float* 
                                    const float* factors, int64_t B, int64_t T, int64_t Hk, int64_t Hv, int64_t dk,
                                    int64_t dv, float* dstates, float* w);
 // The backward's gradients from the forward's saved states and V' and the carry's dS and W: dv, dg, dβ
-// added into theirs, dq and dk per value head into dq_part, dk_part [B·T][Hv][dk] (plain stores; the
-// reduction over a key head's value heads follows).
+// overwritten (kernels.h's "(=)"), dq and dk per value head into dq_part, dk_part [B·T][Hv][dk] (plain
+// stores; the reduction over a key head's value heads follows).
 void delta_rule_mma_backward_gradients(const float* q, const float* k, const float* v, const float* g,
                                        const float* beta, const float* dout, const float* states,
                                        const float* v_new, const float* dstates, const float* w, int64_t B, int64_t T,

@@ -101,6 +101,50 @@ __device__ __forceinline__ void b_fragments_of_transpose(const unsigned char* ti
     ldmatrix_x4(tile + swizzled<Chunks>(n0 + (lane & 7) + ((lane >> 4) << 3), 2 * s + ((lane >> 3) & 1)), b);
 }
 
+// One k-step of a warp's 16 × 16 product: lo (columns n0 .. n0 + 7) and hi (n0 + 8 .. n0 + 15) += A times
+// the two n-tiles one b_fragments (or b_fragments_of_transpose) call loaded, lo first.
+__device__ __forceinline__ void mma_16x16(float (&lo)[4], float (&hi)[4], const uint32_t (&a)[4],
+                                          const uint32_t (&b)[4]) {
+    mma_bf16_f32(lo, a, b[0], b[1]);
+    mma_bf16_f32(hi, a, b[2], b[3]);
+}
+
+// acc [16 rows a0 ..][16 columns n0 ..] += A · B over k-steps first .. last − 1, in that order: A's rows
+// from a tile stored [row][k] (a_fragment), or [k][row] when ATransposed (Mᵀ, Tᵀ from M's and T's rows);
+// B from a [k][kTile] tile (S, x, V', dO).
+template <int AChunks, bool ATransposed>
+__device__ __forceinline__ void accumulate_16x16(const unsigned char* a_tile, int a0, const unsigned char* b_tile,
+                                                 int n0, int first, int last, float (&acc)[2][4]) {
+    for (int s = first; s < last; ++s) {
+        uint32_t a[4], b[4];
+        if constexpr (ATransposed)
+            a_fragment_of_transpose<AChunks>(a_tile, a0, s, a);
+        else
+            a_fragment<AChunks>(a_tile, a0, s, a);
+        b_fragments<kTile / 8>(b_tile, n0, s, b);
+        mma_16x16(acc[0], acc[1], a, b);
+    }
+}
+
+// K Kᵀ and Q Kᵀ on a warp's tile of rows r0 .. r0 + 15 and key tokens c0 .. c0 + 31, over the D key
+// columns (the factors kernel's A and M; the gradients kernel's pass through them).
+template <int D>
+__device__ __forceinline__ void key_products_16x32(const unsigned char* ks, const unsigned char* qs, int r0, int c0,
+                                                   float (&kk)[4][4], float (&qk)[4][4]) {
+    for (int s = 0; s < D / 16; ++s) {
+        uint32_t ak[4], aq[4];
+        a_fragment<D / 8>(ks, r0, s, ak);
+        a_fragment<D / 8>(qs, r0, s, aq);
+#pragma unroll
+        for (int pair = 0; pair < 2; ++pair) {
+            uint32_t bk[4];
+            b_fragments_of_transpose<D / 8>(ks, c0 + 16 * pair, s, bk);
+            mma_16x16(kk[2 * pair], kk[2 * pair + 1], ak, bk);
+            mma_16x16(qk[2 * pair], qk[2 * pair + 1], aq, bk);
+        }
+    }
+}
+
 // Rows t0 .. t0 + L − 1 of key head kh of q or k [B·T][Hk][D] as bf16 [L][D], zeros past len.
 // Both stagers have a fixed trip count per thread, unrolled by 4 so that a thread's global loads go
 // out four at a time (fully unrolled, the walk needed 251 registers at dk = 128: one block an SM).
@@ -194,22 +238,7 @@ __global__ void __launch_bounds__(kThreads)
     const int warp = int(threadIdx.x) >> 5, lane = int(threadIdx.x) & 31, g4 = lane >> 2, t4 = lane & 3;
     const int r0 = 16 * (warp & 3), c0 = 32 * (warp >> 2);
     float kk[4][4] = {}, qk[4][4] = {};
-    if (c0 <= r0 + 15) {  // warp-uniform: a tile wholly above the diagonal is zero
-        for (int s = 0; s < D / 16; ++s) {
-            uint32_t ak[4], aq[4];
-            a_fragment<D / 8>(ks, r0, s, ak);
-            a_fragment<D / 8>(qs, r0, s, aq);
-#pragma unroll
-            for (int pair = 0; pair < 2; ++pair) {
-                uint32_t bk[4];
-                b_fragments_of_transpose<D / 8>(ks, c0 + 16 * pair, s, bk);
-                mma_bf16_f32(kk[2 * pair], ak, bk[0], bk[1]);
-                mma_bf16_f32(kk[2 * pair + 1], ak, bk[2], bk[3]);
-                mma_bf16_f32(qk[2 * pair], aq, bk[0], bk[1]);
-                mma_bf16_f32(qk[2 * pair + 1], aq, bk[2], bk[3]);
-            }
-        }
-    }
+    if (c0 <= r0 + 15) key_products_16x32<D>(ks, qs, r0, c0, kk, qk);  // warp-uniform: skips tiles above the diagonal
     float* out = factors + d.factor_offset(b, h, c);
 #pragma unroll
     for (int n = 0; n < 4; ++n)
@@ -285,10 +314,8 @@ __global__ void __launch_bounds__(kThreads)
             a_fragment<D / 8>(ks, r0, s, ak);
             a_fragment<D / 8>(qs, r0, s, aq);
             b_fragments<kTileChunks>(s_tile, n0, s, bs);
-            mma_bf16_f32(k_state[0], ak, bs[0], bs[1]);
-            mma_bf16_f32(k_state[1], ak, bs[2], bs[3]);
-            mma_bf16_f32(out[0], aq, bs[0], bs[1]);
-            mma_bf16_f32(out[1], aq, bs[2], bs[3]);
+            mma_16x16(k_state[0], k_state[1], ak, bs);
+            mma_16x16(out[0], out[1], aq, bs);
         }
 #pragma unroll
         for (int n = 0; n < 2; ++n)
@@ -303,13 +330,7 @@ __global__ void __launch_bounds__(kThreads)
         __syncthreads();
         // V' = T x (T unit lower triangular: k-steps up to the warp's diagonal block).
         float v_prime[2][4] = {};
-        for (int s = 0; s <= row_block; ++s) {
-            uint32_t at[4], bx[4];
-            a_fragment<L / 8>(t_tile, r0, s, at);
-            b_fragments<kTileChunks>(x_tile, n0, s, bx);
-            mma_bf16_f32(v_prime[0], at, bx[0], bx[1]);
-            mma_bf16_f32(v_prime[1], at, bx[2], bx[3]);
-        }
+        accumulate_16x16<L / 8, false>(t_tile, r0, x_tile, n0, 0, row_block + 1, v_prime);
 #pragma unroll
         for (int n = 0; n < 2; ++n)
 #pragma unroll
@@ -324,13 +345,7 @@ __global__ void __launch_bounds__(kThreads)
             }
         __syncthreads();
         // O += M V' (M lower triangular).
-        for (int s = 0; s <= row_block; ++s) {
-            uint32_t am[4], bv[4];
-            a_fragment<L / 8>(m_tile, r0, s, am);
-            b_fragments<kTileChunks>(vn_tile, n0, s, bv);
-            mma_bf16_f32(out[0], am, bv[0], bv[1]);
-            mma_bf16_f32(out[1], am, bv[2], bv[3]);
-        }
+        accumulate_16x16<L / 8, false>(m_tile, r0, vn_tile, n0, 0, row_block + 1, out);
 #pragma unroll
         for (int n = 0; n < 2; ++n)
 #pragma unroll
@@ -353,8 +368,7 @@ __global__ void __launch_bounds__(kThreads)
             for (int pair = 0; pair < kStateTiles / 2; ++pair) {
                 uint32_t bv[4];
                 b_fragments<kTileChunks>(fv_tile, sc0 + 16 * pair, s, bv);
-                mma_bf16_f32(state[2 * pair], ak, bv[0], bv[1]);
-                mma_bf16_f32(state[2 * pair + 1], ak, bv[2], bv[3]);
+                mma_16x16(state[2 * pair], state[2 * pair + 1], ak, bv);
             }
         }
     }
@@ -414,24 +428,12 @@ __global__ void __launch_bounds__(kThreads)
         __syncthreads();
         // dV' = f ⊙ K dS + Mᵀ dO (Mᵀ upper triangular).
         float dv_prime[2][4] = {};
-        for (int s = 0; s < D / 16; ++s) {
-            uint32_t ak[4], bs[4];
-            a_fragment<D / 8>(ks, r0, s, ak);
-            b_fragments<kTileChunks>(s_tile, n0, s, bs);
-            mma_bf16_f32(dv_prime[0], ak, bs[0], bs[1]);
-            mma_bf16_f32(dv_prime[1], ak, bs[2], bs[3]);
-        }
+        accumulate_16x16<D / 8, false>(ks, r0, s_tile, n0, 0, D / 16, dv_prime);
 #pragma unroll
         for (int n = 0; n < 2; ++n)
 #pragma unroll
             for (int x = 0; x < 4; ++x) dv_prime[n][x] *= f[r0 + g4 + 8 * (x >> 1)];
-        for (int s = row_block; s < L / 16; ++s) {
-            uint32_t am[4], bo[4];
-            a_fragment_of_transpose<L / 8>(m_tile, r0, s, am);
-            b_fragments<kTileChunks>(do_tile, n0, s, bo);
-            mma_bf16_f32(dv_prime[0], am, bo[0], bo[1]);
-            mma_bf16_f32(dv_prime[1], am, bo[2], bo[3]);
-        }
+        accumulate_16x16<L / 8, true>(m_tile, r0, do_tile, n0, row_block, L / 16, dv_prime);
 #pragma unroll
         for (int n = 0; n < 2; ++n)
 #pragma unroll
@@ -441,13 +443,7 @@ __global__ void __launch_bounds__(kThreads)
         __syncthreads();
         // W = Tᵀ dV' (Tᵀ unit upper triangular); −e ⊙ β ⊙ W for the state.
         float w[2][4] = {};
-        for (int s = row_block; s < L / 16; ++s) {
-            uint32_t at[4], bv[4];
-            a_fragment_of_transpose<L / 8>(t_tile, r0, s, at);
-            b_fragments<kTileChunks>(dvn_tile, n0, s, bv);
-            mma_bf16_f32(w[0], at, bv[0], bv[1]);
-            mma_bf16_f32(w[1], at, bv[2], bv[3]);
-        }
+        accumulate_16x16<L / 8, true>(t_tile, r0, dvn_tile, n0, row_block, L / 16, w);
 #pragma unroll
         for (int n = 0; n < 2; ++n)
 #pragma unroll
@@ -475,10 +471,8 @@ __global__ void __launch_bounds__(kThreads)
                 uint32_t bo[4], bw[4];
                 b_fragments<kTileChunks>(edo_tile, sc0 + 16 * pair, s, bo);
                 b_fragments<kTileChunks>(ebw_tile, sc0 + 16 * pair, s, bw);
-                mma_bf16_f32(dstate[2 * pair], aq, bo[0], bo[1]);
-                mma_bf16_f32(dstate[2 * pair + 1], aq, bo[2], bo[3]);
-                mma_bf16_f32(dstate[2 * pair], ak, bw[0], bw[1]);
-                mma_bf16_f32(dstate[2 * pair + 1], ak, bw[2], bw[3]);
+                mma_16x16(dstate[2 * pair], dstate[2 * pair + 1], aq, bo);
+                mma_16x16(dstate[2 * pair], dstate[2 * pair + 1], ak, bw);
             }
         }
     }
@@ -620,12 +614,9 @@ __global__ void __launch_bounds__(kThreads, 1)
             a_fragment<D / 8>(qs, r0, s, aq);
             b_fragments<kTileChunks>(s_tile, n0, s, bs);
             b_fragments<kTileChunks>(ds_tile, n0, s, bd);
-            mma_bf16_f32(k_state[0], ak, bs[0], bs[1]);
-            mma_bf16_f32(k_state[1], ak, bs[2], bs[3]);
-            mma_bf16_f32(q_state[0], aq, bs[0], bs[1]);
-            mma_bf16_f32(q_state[1], aq, bs[2], bs[3]);
-            mma_bf16_f32(k_dstate[0], ak, bd[0], bd[1]);
-            mma_bf16_f32(k_dstate[1], ak, bd[2], bd[3]);
+            mma_16x16(k_state[0], k_state[1], ak, bs);
+            mma_16x16(q_state[0], q_state[1], aq, bs);
+            mma_16x16(k_dstate[0], k_dstate[1], ak, bd);
         }
         // dv = β ⊙ W; dβ's Σ W ⊙ R with R = V − e^γ ⊙ K S; dg's Σ (Q S ⊙ dO − K S ⊙ dR) and Σ K dS ⊙ V'.
 #pragma unroll
@@ -643,7 +634,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                     vn_i = v_new[at];
                 }
                 const float r = vi - e[i] * k_state[n][x], dr = bt[i] * w;
-                if (valid) dv_out[at] += dr;
+                if (valid) dv_out[at] = dr;
                 dbeta_row[half] += w * r;
                 de[half] += q_state[n][x] * o_i - k_state[n][x] * dr;
                 df[half] += k_dstate[n][x] * vn_i;
@@ -658,10 +649,8 @@ __global__ void __launch_bounds__(kThreads, 1)
                 for (int pair = 0; pair < 2; ++pair) {
                     uint32_t bv[4];
                     b_fragments_of_transpose<kTileChunks>(vn_tile, c0 + 16 * pair, s, bv);
-                    mma_bf16_f32(dm[2 * pair], ao, bv[0], bv[1]);
-                    mma_bf16_f32(dm[2 * pair + 1], ao, bv[2], bv[3]);
-                    mma_bf16_f32(da[2 * pair], aw, bv[0], bv[1]);
-                    mma_bf16_f32(da[2 * pair + 1], aw, bv[2], bv[3]);
+                    mma_16x16(dm[2 * pair], dm[2 * pair + 1], ao, bv);
+                    mma_16x16(da[2 * pair], da[2 * pair + 1], aw, bv);
                 }
             }
         // dq += (e ⊙ dO) Sᵀ;  dk += (f ⊙ V') dSᵀ + (−e ⊙ β ⊙ W) Sᵀ.
@@ -675,12 +664,9 @@ __global__ void __launch_bounds__(kThreads, 1)
                 uint32_t bs[4], bd[4];
                 b_fragments_of_transpose<kTileChunks>(s_tile, x0 + 16 * pair, s, bs);
                 b_fragments_of_transpose<kTileChunks>(ds_tile, x0 + 16 * pair, s, bd);
-                mma_bf16_f32(acc_q[2 * pair], aeo, bs[0], bs[1]);
-                mma_bf16_f32(acc_q[2 * pair + 1], aeo, bs[2], bs[3]);
-                mma_bf16_f32(acc_k[2 * pair], afv, bd[0], bd[1]);
-                mma_bf16_f32(acc_k[2 * pair + 1], afv, bd[2], bd[3]);
-                mma_bf16_f32(acc_k[2 * pair], aebw, bs[0], bs[1]);
-                mma_bf16_f32(acc_k[2 * pair + 1], aebw, bs[2], bs[3]);
+                mma_16x16(acc_q[2 * pair], acc_q[2 * pair + 1], aeo, bs);
+                mma_16x16(acc_k[2 * pair], acc_k[2 * pair + 1], afv, bd);
+                mma_16x16(acc_k[2 * pair], acc_k[2 * pair + 1], aebw, bs);
             }
         }
     }
@@ -703,21 +689,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     // Through M and A: K Kᵀ and Q Kᵀ on dM's tiles.
     float kk[4][4] = {}, qk[4][4] = {};
-    if (below)
-        for (int s = 0; s < D / 16; ++s) {
-            uint32_t ak[4], aq[4];
-            a_fragment<D / 8>(ks, r0, s, ak);
-            a_fragment<D / 8>(qs, r0, s, aq);
-#pragma unroll
-            for (int pair = 0; pair < 2; ++pair) {
-                uint32_t bk[4];
-                b_fragments_of_transpose<D / 8>(ks, c0 + 16 * pair, s, bk);
-                mma_bf16_f32(kk[2 * pair], ak, bk[0], bk[1]);
-                mma_bf16_f32(kk[2 * pair + 1], ak, bk[2], bk[3]);
-                mma_bf16_f32(qk[2 * pair], aq, bk[0], bk[1]);
-                mma_bf16_f32(qk[2 * pair + 1], aq, bk[2], bk[3]);
-            }
-        }
+    if (below) key_products_16x32<D>(ks, qs, r0, c0, kk, qk);
     float dbeta_pairs[2] = {};
 #pragma unroll
     for (int n = 0; n < 4; ++n)
@@ -755,7 +727,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         from_start[i] = e[i] * (row_de[i] + row_de[L + i]);
         to_end[i] = f[i] * (row_df[i] + row_df[L + i]);
         if (i < len)
-            dbeta_out[d.token(b, t0 + i) * d.Hv + h] +=
+            dbeta_out[d.token(b, t0 + i) * d.Hv + h] =
                 (row_dbeta[i] + row_dbeta[L + i]) + (row_pairs[i] + row_pairs[L + i]);
     }
     __syncthreads();
@@ -779,17 +751,12 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int pair = 0; pair < kKeyTiles / 2; ++pair) {
             uint32_t bk[4];
             b_fragments<D / 8>(ks, x0 + 16 * pair, s, bk);
-            mma_bf16_f32(acc_k[2 * pair], ap, bk[0], bk[1]);
-            mma_bf16_f32(acc_k[2 * pair + 1], ap, bk[2], bk[3]);
-            if (lower) {
-                mma_bf16_f32(acc_q[2 * pair], an, bk[0], bk[1]);
-                mma_bf16_f32(acc_q[2 * pair + 1], an, bk[2], bk[3]);
-            }
+            mma_16x16(acc_k[2 * pair], acc_k[2 * pair + 1], ap, bk);
+            if (lower) mma_16x16(acc_q[2 * pair], acc_q[2 * pair + 1], an, bk);
             if (upper) {
                 uint32_t bq[4];
                 b_fragments<D / 8>(qs, x0 + 16 * pair, s, bq);
-                mma_bf16_f32(acc_k[2 * pair], ant, bq[0], bq[1]);
-                mma_bf16_f32(acc_k[2 * pair + 1], ant, bq[2], bq[3]);
+                mma_16x16(acc_k[2 * pair], acc_k[2 * pair + 1], ant, bq);
             }
         }
     }
@@ -813,7 +780,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         float sum = carried;
         for (int r = m; r < L; ++r) sum += from_start[r] + span[r * kSquareRow + m];
         for (int r = 0; r < m; ++r) sum += to_end[r];
-        dg_out[d.token(b, t0 + m) * d.Hv + h] += sum;
+        dg_out[d.token(b, t0 + m) * d.Hv + h] = sum;
     }
 }
 

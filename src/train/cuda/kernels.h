@@ -4,8 +4,7 @@
 //
 // Gradients, two contracts, each op's stated at it:
 //   += : a parameter's gradient (dw) always, and an activation gradient that several ops add into
-//        (the residual stream's dx, the delta rule's and attention's outputs): the op ADDS, as the
-//        reference does, and the caller zeroes once.
+//        (the residual stream's dx): the op ADDS, as the reference does, and the caller zeroes once.
 //   =  : an activation gradient that one op alone produces (marked "(=)"): the op OVERWRITES it, so
 //        the caller neither zeroes it first (a memset of the whole tensor) nor makes the kernel read it.
 //
@@ -94,7 +93,7 @@ void gdn_gates_backward(const float* b, const float* a, const float* a_log, cons
 inline constexpr int64_t kAttentionMaxT = 8192;
 void attention_forward(const float* q, const float* k, const float* v, int64_t B, int64_t T, int64_t Hq,
                        int64_t Hkv, int64_t dh, float scale, float* o, float* lse);
-// workspace: B·T·Hq floats (the rows' Σ dout·o).
+// dq (=), dk (=), dv (=), each element written once; workspace: B·T·Hq floats (the rows' Σ dout·o).
 void attention_backward(const float* q, const float* k, const float* v, const float* o, const float* lse,
                         const float* dout, int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t dh, float scale,
                         float* dq, float* dk, float* dv, float* workspace);
@@ -118,7 +117,8 @@ int64_t delta_rule_saved_floats(int64_t B, int64_t T, int64_t Hv, int64_t dk, in
 int64_t delta_rule_scratch_floats(int64_t B, int64_t T, int64_t Hv, int64_t dk, int64_t dv);
 void delta_rule_forward(const float* q, const float* k, const float* v, const float* g, const float* beta, int64_t B,
                         int64_t T, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, float* o, float* saved);
-// Adds into dq, dk_out (shared by the Hv/Hk value heads of a key head), dv_out, dg, dbeta.
+// dq (=), dk_out (=) (the sums over the Hv/Hk value heads of a key head), dv_out (=), dg (=), dbeta (=):
+// every element written once, each token by the block of its chunk and value head.
 void delta_rule_backward(const float* q, const float* k, const float* v, const float* g, const float* beta,
                          const float* dout, const float* saved, int64_t B, int64_t T, int64_t Hk, int64_t Hv,
                          int64_t dk, int64_t dv, float* dq, float* dk_out, float* dv_out, float* dg, float* dbeta,

@@ -214,9 +214,9 @@ void ProfiledOps::attention_backward(const float* q, const float* k, const float
                                      const float* dout, int64_t B, int64_t T, int64_t Hq, int64_t Hkv, int64_t dh,
                                      float scale, float* dq, float* dk, float* dv, float* workspace) {
     // Five products (S recomputed, dV, dP, dQ, dK) against the forward's two; q, o, dout read and dq
-    // read and written per query head, k, v read and dk, dv read and written per kv head.
+    // written per query head, k, v read and dk, dv written per kv head (overwritten: kernels.h's "(=)").
     timed(Kind::attention_backward, 2.5 * attention_forward_flops(B, T, Hq, dh),
-          kF * d(B) * d(T) * (5 * d(Hq) * d(dh) + 6 * d(Hkv) * d(dh) + d(Hq)),
+          kF * d(B) * d(T) * (4 * d(Hq) * d(dh) + 4 * d(Hkv) * d(dh) + d(Hq)),
           [&] { cuda::attention_backward(q, k, v, o, lse, dout, B, T, Hq, Hkv, dh, scale, dq, dk, dv, workspace); });
 }
 
@@ -237,10 +237,10 @@ void ProfiledOps::delta_rule_backward(const float* q, const float* k, const floa
                                       float* dv_out, float* dg, float* dbeta, float* scratch) {
     const double N = d(B) * d(T);
     // Inputs and dout read, the saved buffer read, the scratch written and read, the five gradients
-    // read and written.
+    // written (overwritten: kernels.h's "(=)").
     const double inputs = N * (2 * d(Hk) * d(dk) + d(Hv) * d(dv) + 2 * d(Hv));
     const double bytes = kF * (inputs + N * d(Hv) * d(dv) + d(delta_rule_saved_floats(B, T, Hv, dk, dv)) +
-                               2 * d(delta_rule_scratch_floats(B, T, Hv, dk, dv)) + 2 * inputs);
+                               2 * d(delta_rule_scratch_floats(B, T, Hv, dk, dv)) + inputs);
     timed(Kind::delta_rule_backward, delta_rule_backward_flops(B, T, Hv, dk, dv), bytes, [&] {
         cuda::delta_rule_backward(q, k, v, g, beta, dout, saved, B, T, Hk, Hv, dk, dv, dq, dk_out, dv_out, dg, dbeta,
                                   scratch);

@@ -180,9 +180,10 @@ struct TrainModel::Impl : ProfiledOps {
             datt = buf("att.datt", n_q);
             sigmoid_gate_backward(att, qg + dh, per_head, dgated, N * Hq, dh, datt, dqg + dh);
         }
-        float* dq_r = zeroed("att.dq_r", n_q);
-        float* dk_r = zeroed("att.dk_r", n_kv);
-        float* dv = zeroed("att.dv", n_kv);
+        // The attention's backward overwrites its three gradients (kernels.h's "(=)"): no memsets.
+        float* dq_r = buf("att.dq_r", n_q);
+        float* dk_r = buf("att.dk_r", n_kv);
+        float* dv = buf("att.dv", n_kv);
         const float scale = float(1.0 / std::sqrt(double(dh)));
         attention_backward(kept("att.q_r", n_q), kept("att.k_r", n_kv), kept("att.v", n_kv), att,
                            kept("att.lse", N * Hq), datt, B, T, Hq, Hkv, dh, scale, dq_r, dk_r, dv,
@@ -251,11 +252,12 @@ struct TrainModel::Impl : ProfiledOps {
         float* dz = buf("dn.dz", N * value_dim);
         gated_rms_norm_backward(kept("dn.o", N * value_dim), kept("dn.z", N * value_dim), W(p + "norm.weight"), dy,
                                 N * Hv, dv, c.rms_eps, d_o, dz, G(p + "norm.weight"));
-        float* dq_hat = zeroed("dn.dq_hat", N * key_dim);
-        float* dk_hat = zeroed("dn.dk_hat", N * key_dim);
-        float* dv_ = zeroed("dn.dv", N * value_dim);
-        float* dg = zeroed("dn.dg", N * Hv);
-        float* dbeta = zeroed("dn.dbeta", N * Hv);
+        // The delta rule overwrites its five gradients (kernels.h's "(=)"): no memsets.
+        float* dq_hat = buf("dn.dq_hat", N * key_dim);
+        float* dk_hat = buf("dn.dk_hat", N * key_dim);
+        float* dv_ = buf("dn.dv", N * value_dim);
+        float* dg = buf("dn.dg", N * Hv);
+        float* dbeta = buf("dn.dbeta", N * Hv);
         const float* beta = kept("dn.beta", N * Hv);
         const float* g = kept("dn.g", N * Hv);
         delta_rule_backward(kept("dn.q_hat", N * key_dim), kept("dn.k_hat", N * key_dim), kept("dn.v", N * value_dim),

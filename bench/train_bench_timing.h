@@ -1,0 +1,41 @@
+// The timing of the trainer's CUDA micro-benchmarks (bench_train_gemm_cuda, bench_train_delta_rule_cuda,
+// bench_train_attention_cuda): the kernels run on the default stream, as the trainer's do, so a round is
+// `calls` back-to-back calls between two events on it (no graph). µs per call: `warm_up` calls and a
+// device synchronisation first, then the median of 7 rounds, divided by the calls.
+// Include only where CUDA is built (the benchmarks' DELTABIT_HAVE_CUDA block).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "backend/cuda_buffer.h"
+
+namespace deltabit::bench {
+
+template <typename F>
+double median_us_per_call(int warm_up, int calls, F&& call) {
+    using deltabit::cuda::cuda_check;
+    for (int i = 0; i < warm_up; ++i) call();
+    cuda_check(cudaDeviceSynchronize(), "warm-up");
+    cudaEvent_t start{}, stop{};
+    cuda_check(cudaEventCreate(&start), "event");
+    cuda_check(cudaEventCreate(&stop), "event");
+    std::vector<float> rounds_ms;
+    for (int r = 0; r < 7; ++r) {
+        cuda_check(cudaEventRecord(start, nullptr), "record");
+        for (int i = 0; i < calls; ++i) call();
+        cuda_check(cudaEventRecord(stop, nullptr), "record");
+        cuda_check(cudaEventSynchronize(stop), "sync");
+        float ms = 0.0f;
+        cuda_check(cudaEventElapsedTime(&ms, start, stop), "elapsed");
+        rounds_ms.push_back(ms);
+    }
+    cudaEventDestroy(start);
+    cudaEventDestroy(stop);
+    std::sort(rounds_ms.begin(), rounds_ms.end());
+    return 1000.0 * rounds_ms[3] / calls;
+}
+
+}  // namespace deltabit::bench
