@@ -17,6 +17,7 @@
 #include "cli/bench_report.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
+#include "cli/whole_number_floor.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "train/curves_csv.h"
@@ -245,7 +246,7 @@ void add_train_command(CLI::App& app) {
         cmd->add_option("--max-steps", args->max_steps,
                         "stop after this many optimizer steps of this invocation, with a checkpoint (default: run "
                         "to run.steps); continue later with --resume")
-            ->check(CLI::Range(int64_t(1), std::numeric_limits<int64_t>::max())),
+            ->check(whole_number_at_least(1)),
         cmd->add_option("--backend", args->backend,
                         "cpu (the double reference), cuda (the GPU trainer) or auto (cuda when a GPU is present) "
                         "(default: the config's run.backend)")
