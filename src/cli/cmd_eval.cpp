@@ -7,6 +7,7 @@
 //   deltabit eval -m MODEL FILE [--seq-len 256] [--bytes N] [--quiet]
 #include "cli/commands.h"
 #include "cli/progress.h"
+#include "cli/whole_number_floor.h"
 #include "core/error.h"
 #include "models/model.h"
 
@@ -79,7 +80,7 @@ void add_eval_command(CLI::App& app) {
     cmd->add_option("--seq-len", args->seq_len, "predicted bytes per window, each from an empty context (default 256)")
         ->check(CLI::Range(int64_t(1), int64_t(1) << 20));
     cmd->add_option("--bytes", args->bytes, "evaluate the first N bytes (default: the whole file)")
-        ->check(CLI::Range(int64_t(1), std::numeric_limits<int64_t>::max()));
+        ->check(whole_number_at_least(1));
     cmd->add_flag("-q,--quiet", args->quiet, "no progress bar (default: one on a terminal)");
     cmd->callback([args] { run_eval(*args); });
 }

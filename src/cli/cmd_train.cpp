@@ -19,6 +19,7 @@
 #include "cli/bench_report.h"
 #include "cli/commands.h"
 #include "cli/progress.h"
+#include "cli/whole_number_floor.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "train/curves_csv.h"
@@ -281,18 +282,18 @@ void add_train_command(CLI::App& app) {
         cmd->add_option("--max-steps", args->max_steps,
                         "stop after this many optimizer steps of this invocation, with a checkpoint (default: run "
                         "to run.steps); continue later with --resume")
-            ->check(CLI::Range(int64_t(1), std::numeric_limits<int64_t>::max())),
+            ->check(whole_number_at_least(1)),
         cmd->add_option("--profile", args->profile_steps,
                         "after --profile-warmup steps, time N steps by kind of op (GEMMs, attention, delta rule, "
                         "norms, optimizer, host waits...), print the table and stop there with a checkpoint; no "
                         "history row. CUDA events on --backend cuda, the wall clock around four phases on cpu")
             ->type_name("N")
-            ->check(CLI::Range(int64_t(1), std::numeric_limits<int64_t>::max())),
+            ->check(whole_number_at_least(1)),
         cmd->add_option("--profile-warmup", args->profile_warmup,
                         "steps run before --profile starts timing (cuBLAS's choices, buffers grown)")
             ->type_name("W")
             ->default_str("2")
-            ->check(CLI::Range(int64_t(0), std::numeric_limits<int64_t>::max())),
+            ->check(whole_number_at_least(0)),
         cmd->add_option("--backend", args->backend,
                         "cpu (the double reference), cuda (the GPU trainer) or auto (cuda when a GPU is present) "
                         "(default: the config's run.backend)")
