@@ -49,18 +49,7 @@ struct Shape {
     int64_t B, T, Hq, Hkv, dh;
 };
 
-DeviceBuffer random_buffer(size_t n, uint64_t seed) {
-    std::vector<float> v(n);
-    for (float& x : v) {  // xorshift64*, uniform in [-1, 1]
-        seed ^= seed >> 12;
-        seed ^= seed << 25;
-        seed ^= seed >> 27;
-        x = float((seed * 2685821657736338717ull) >> 40) / float(1 << 23) - 1.0f;
-    }
-    DeviceBuffer b(n * sizeof(float));
-    b.upload(v.data(), b.bytes());
-    return b;
-}
+using deltabit::bench::random_buffer;
 
 // µs per call: a warm-up call, then the median of 7 runs of `calls` calls (train_bench_timing.h).
 template <typename F>

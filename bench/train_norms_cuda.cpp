@@ -24,6 +24,7 @@
 #include "backend/cuda_buffer.h"
 #include "backend/cuda_probe.h"
 #include "train/cuda/kernels.h"
+#include "train_bench_timing.h"
 #endif
 
 #if !defined(DELTABIT_HAVE_CUDA) || !defined(DELTABIT_HAVE_TRAIN)
@@ -48,42 +49,7 @@ struct Shape {
     int calls_a_step;
 };
 
-DeviceBuffer random_buffer(size_t n, uint64_t seed) {
-    std::vector<float> v(n);
-    for (float& x : v) {  // xorshift64*, uniform in [-1, 1]
-        seed ^= seed >> 12;
-        seed ^= seed << 25;
-        seed ^= seed >> 27;
-        x = float((seed * 2685821657736338717ull) >> 40) / float(1 << 23) - 1.0f;
-    }
-    DeviceBuffer b(n * sizeof(float));
-    b.upload(v.data(), b.bytes());
-    return b;
-}
-
-// µs per call: median of 7 runs of `calls` calls.
-template <typename F>
-double time_us(int calls, F&& body) {
-    body();
-    cuda_check(cudaDeviceSynchronize(), "warm-up");
-    cudaEvent_t start{}, stop{};
-    cuda_check(cudaEventCreate(&start), "event");
-    cuda_check(cudaEventCreate(&stop), "event");
-    std::vector<float> ms;
-    for (int r = 0; r < 7; ++r) {
-        cuda_check(cudaEventRecord(start, nullptr), "record");
-        for (int i = 0; i < calls; ++i) body();
-        cuda_check(cudaEventRecord(stop, nullptr), "record");
-        cuda_check(cudaEventSynchronize(stop), "sync");
-        float t = 0;
-        cuda_check(cudaEventElapsedTime(&t, start, stop), "elapsed");
-        ms.push_back(t);
-    }
-    cudaEventDestroy(start);
-    cudaEventDestroy(stop);
-    std::sort(ms.begin(), ms.end());
-    return 1000.0 * ms[3] / calls;
-}
+using deltabit::bench::random_buffer;
 
 std::vector<float> download(const DeviceBuffer& b, int64_t n) {
     std::vector<float> v(static_cast<size_t>(n));
@@ -114,7 +80,7 @@ double bench_shape(const Shape& s, bool& repeats) {
         runs.push_back(download(dw, s.dim));
     }
     repeats = std::memcmp(runs[0].data(), runs[1].data(), runs[0].size() * sizeof(float)) == 0;
-    const double us = time_us(20, backward);
+    const double us = deltabit::bench::median_us_per_call(1, 20, backward);
     const double tensors = s.gated ? 5.0 : (s.accumulate ? 4.0 : 3.0);
     const double gbs = tensors * 4.0 * double(n) / us / 1e3;
     std::printf("  %-44s %8.1f µs %7.0f GB/s (%4.1f%%)  × %2d a step = %7.1f µs   dw repeats: %s\n", s.name, us, gbs,
